@@ -1,0 +1,126 @@
+//! What listeners receive: notifications, numbered per listener, and the handler trait that
+//! native Rust handlers (and later wasm plugins) implement.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use super::object::{DeletedObject, Object};
+
+/// One notification for a listener (client-go's add / update / delete notifications).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Notification {
+    /// The object appeared; `initial_list` is set while the informer (or, for a late-added
+    /// listener, its replay of the cache) is delivering the initial population.
+    Add {
+        /// The new object.
+        obj: Arc<Object>,
+        /// Part of the initial list.
+        initial_list: bool,
+    },
+    /// The object changed. When both resourceVersions are equal this is a resync.
+    Update {
+        /// The state the listener saw before.
+        old: Arc<Object>,
+        /// The new state.
+        new: Arc<Object>,
+    },
+    /// The object is gone; a tombstone when the deletion itself was missed.
+    Delete {
+        /// The final state or a tombstone.
+        obj: DeletedObject,
+    },
+}
+
+impl Notification {
+    /// An update whose resourceVersion did not change: a periodic resync or a relist that found
+    /// the object unchanged.
+    pub fn is_resync(&self) -> bool {
+        matches!(self, Notification::Update { old, new } if old.resource_version() == new.resource_version())
+    }
+
+    /// The object this notification is about (the new state for an update).
+    pub fn object(&self) -> &Arc<Object> {
+        match self {
+            Notification::Add { obj, .. } => obj,
+            Notification::Update { new, .. } => new,
+            Notification::Delete { obj } => obj.object(),
+        }
+    }
+
+    fn is_initial_list(&self) -> bool {
+        matches!(self, Notification::Add { initial_list: true, .. })
+    }
+}
+
+/// A notification with its per-listener sequence number (1, 2, 3, ... with no gaps), so loss or
+/// duplication downstream is detectable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    /// Position in this listener's stream, from 1.
+    pub seq: u64,
+    /// What happened.
+    pub notification: Notification,
+}
+
+impl Delivery {
+    pub(crate) fn is_initial_list(&self) -> bool {
+        self.notification.is_initial_list()
+    }
+}
+
+/// A listener's handler (client-go's `ResourceEventHandler`). Called from the listener's own
+/// thread, one batch at a time, in order. A panic is caught by the listener: it is counted and
+/// logged, and the next notification is delivered as usual.
+pub trait EventHandler: Send + 'static {
+    /// An object was added.
+    fn on_add(&mut self, _obj: &Arc<Object>, _initial_list: bool) {}
+    /// An object was updated (or resynced, when the resourceVersions are equal).
+    fn on_update(&mut self, _old: &Arc<Object>, _new: &Arc<Object>) {}
+    /// An object was deleted; a tombstone when the deletion was missed.
+    fn on_delete(&mut self, _obj: &DeletedObject) {}
+
+    /// Handles a batch of consecutive deliveries. The default calls the three methods above in
+    /// order; handlers with a per-call cost (wasm) override it to take the batch at once.
+    fn handle(&mut self, batch: &[Delivery]) {
+        for d in batch {
+            match &d.notification {
+                Notification::Add { obj, initial_list } => self.on_add(obj, *initial_list),
+                Notification::Update { old, new } => self.on_update(old, new),
+                Notification::Delete { obj } => self.on_delete(obj),
+            }
+        }
+    }
+}
+
+/// A handler that records every delivery: for tests, debugging and the `record` tooling.
+#[derive(Clone, Default)]
+pub struct Recorder {
+    seen: Arc<Mutex<Vec<Delivery>>>,
+}
+
+impl Recorder {
+    /// A new, empty recorder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Everything delivered so far.
+    pub fn deliveries(&self) -> Vec<Delivery> {
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Number of deliveries so far.
+    pub fn len(&self) -> usize {
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    /// Whether nothing was delivered yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl EventHandler for Recorder {
+    fn handle(&mut self, batch: &[Delivery]) {
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner).extend_from_slice(batch);
+    }
+}

@@ -1,0 +1,145 @@
+//! The source the reflector lists and watches through (client-go's `ListerWatcher`).
+//! Implementations live in `crate::source` (kube API, directory of manifests).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+
+use super::object::Object;
+
+/// Options of one list request (one page).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListOptions {
+    /// `resourceVersion`: "" = most recent, "0" = any, otherwise not older than / exactly.
+    pub resource_version: String,
+    /// Page size; `None` = everything at once.
+    pub limit: Option<u32>,
+    /// Continue token of the previous page.
+    pub continue_token: Option<String>,
+}
+
+/// Options of one watch request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WatchOptions {
+    /// Start after this resourceVersion ("" = from the current state).
+    pub resource_version: String,
+    /// Server-side timeout of the watch.
+    pub timeout_seconds: u32,
+    /// Ask for BOOKMARK events.
+    pub allow_bookmarks: bool,
+    /// Streaming list: the watch first sends the current state, then a bookmark annotated
+    /// `k8s.io/initial-events-end: "true"`.
+    pub send_initial_events: bool,
+}
+
+/// One page of a list.
+#[derive(Clone, Debug, Default)]
+pub struct ListPage {
+    /// The list's resourceVersion.
+    pub resource_version: String,
+    /// Token for the next page, if any.
+    pub continue_token: Option<String>,
+    /// The objects of this page.
+    pub items: Vec<Arc<Object>>,
+}
+
+/// One event of a watch stream.
+#[derive(Clone, Debug)]
+pub enum WatchEvent {
+    /// ADDED.
+    Added(Arc<Object>),
+    /// MODIFIED.
+    Modified(Arc<Object>),
+    /// DELETED (the object's final state).
+    Deleted(Arc<Object>),
+    /// BOOKMARK: progress to `resource_version` with no object change.
+    Bookmark {
+        /// The bookmark's resourceVersion.
+        resource_version: String,
+        /// Marks the end of a streaming list's initial events.
+        initial_events_end: bool,
+    },
+    /// ERROR event in the stream (e.g. 410 Expired).
+    Error(SourceError),
+}
+
+/// A watch stream. An `Err` item means the stream broke (undecodable data, transport failure).
+pub type WatchStream = BoxStream<'static, Result<WatchEvent, SourceError>>;
+
+/// What a source reports when a request fails. Which ones the reflector retries is said on each.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SourceError {
+    /// 410 Gone / Expired: the resourceVersion is older than the server keeps. Relist from "".
+    #[error("resource version expired: {0}")]
+    Expired(String),
+    /// The resourceVersion is newer than the server knows (504 ResourceVersionTooLarge). Relist from "".
+    #[error("resource version too large: {0}")]
+    TooLargeResourceVersion(String),
+    /// 429: back off and retry the same request (watch: no relist).
+    #[error("too many requests: {message}")]
+    TooManyRequests {
+        /// Server message.
+        message: String,
+        /// Server's Retry-After, if it said.
+        retry_after: Option<Duration>,
+    },
+    /// Any other status from the server (500 is an internal error: the watch is retried).
+    #[error("API error {code} {reason}: {message}")]
+    Api {
+        /// HTTP status code.
+        code: u16,
+        /// Status reason.
+        reason: String,
+        /// Status message.
+        message: String,
+    },
+    /// The server could not be reached (connection refused, reset...): back off and retry.
+    #[error("cannot reach the API server: {0}")]
+    Connect(String),
+    /// The server sent something that is not a valid object or event: treated as an internal error.
+    #[error("cannot decode the API server's response: {0}")]
+    Decode(String),
+    /// A local problem building the request; not retryable.
+    #[error("invalid request: {0}")]
+    Request(String),
+}
+
+impl SourceError {
+    /// 410 Expired.
+    pub fn is_expired(&self) -> bool {
+        matches!(self, SourceError::Expired(_))
+    }
+
+    /// Too large resourceVersion.
+    pub fn is_too_large_resource_version(&self) -> bool {
+        matches!(self, SourceError::TooLargeResourceVersion(_))
+    }
+
+    /// 429.
+    pub fn is_too_many_requests(&self) -> bool {
+        matches!(self, SourceError::TooManyRequests { .. })
+    }
+
+    /// 500 or an undecodable response.
+    pub fn is_internal_error(&self) -> bool {
+        matches!(self, SourceError::Api { code: 500, .. } | SourceError::Decode(_))
+    }
+
+    /// Errors on watch start after which the reflector backs off and re-watches without a
+    /// relist (client-go `isWatchErrorRetriable`): 429 and unreachable server.
+    pub fn is_retriable_watch_start(&self) -> bool {
+        matches!(self, SourceError::TooManyRequests { .. } | SourceError::Connect(_))
+    }
+}
+
+/// Lists and watches one kind of object.
+pub trait ListerWatcher: Send + Sync + 'static {
+    /// Lists one page.
+    fn list(&self, opts: ListOptions) -> BoxFuture<'_, Result<ListPage, SourceError>>;
+    /// Starts a watch.
+    fn watch(&self, opts: WatchOptions) -> BoxFuture<'_, Result<WatchStream, SourceError>>;
+    /// What is listed, for logs (e.g. `v1/Pod in namespace default`).
+    fn describe(&self) -> String;
+}

@@ -1,0 +1,38 @@
+//! The client-go informer pipeline in Rust (`k8s.io/client-go/tools/cache`).
+//!
+//! Data flows one way:
+//!
+//! ```text
+//! ListerWatcher -> Reflector -> DeltaFifo -> process loop (handle_deltas) -> Indexer
+//!                                                         \-> SharedProcessor -> Listener queue -> EventHandler
+//! ```
+//!
+//! - [`key`]: store keys.
+//! - [`object`]: the cached object (extracted metadata + JSON) and tombstones.
+//! - [`indexer`]: the thread-safe cache with indexes.
+//! - [`delta_fifo`]: the DeltaFIFO.
+//! - [`lister_watcher`]: the source trait the reflector lists and watches through.
+//! - [`reflector`]: ListAndWatch.
+//! - [`handler`]: the listener trait (native now, wasm later) and notifications.
+//! - [`listener`] / [`processor`]: per-listener queues and fan-out.
+//! - [`shared_informer`]: wires it together.
+//!
+//! Nothing here knows about wasm, HTTP or kube: sources implement [`lister_watcher::ListerWatcher`].
+
+pub mod backoff;
+pub mod delta_fifo;
+pub mod handler;
+pub mod indexer;
+pub mod key;
+pub mod lister_watcher;
+pub mod listener;
+pub mod object;
+pub mod processor;
+pub mod reflector;
+pub mod shared_informer;
+
+pub use delta_fifo::{Delta, DeltaFifo, DeltaType};
+pub use handler::{Delivery, EventHandler, Notification};
+pub use indexer::{Cache, IndexFunc, Indexer};
+pub use object::{DeletedObject, Object, ObjectMeta, Tombstone};
+pub use shared_informer::{HandlerRegistration, SharedInformer};

@@ -1,0 +1,409 @@
+//! The reflector (client-go `Reflector.ListAndWatch`): lists (in pages) into the DeltaFIFO with
+//! `replace`, then watches from the list's resourceVersion, feeding add / update / delete.
+//!
+//! - Relist resourceVersion: "0" the first time, the last synced one afterwards, "" after an
+//!   Expired or too-large error (and an Expired list is retried once at "").
+//! - Pages of 500; an Expired continuation falls back to one unpaginated list.
+//! - Watch from the last RV with bookmarks and a random timeout in [5 min, 10 min].
+//! - Normal end of a watch: re-watch, no relist. 429 / unreachable: back off, re-watch.
+//!   500 or a broken stream: re-watch while the internal-error retry window lasts.
+//!   ERROR 410 or anything else: back off, then relist.
+//! - Optional streaming list (sendInitialEvents), falling back to a list on error.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::StreamExt;
+use rand::Rng;
+use tokio::time::Instant;
+
+use super::backoff::{Backoff, BackoffConfig};
+use super::delta_fifo::DeltaFifo;
+use super::key::object_key;
+use super::lister_watcher::{ListOptions, ListerWatcher, SourceError, WatchEvent, WatchOptions, WatchStream};
+use super::object::{DeletedObject, Object};
+
+/// Reflector settings.
+#[derive(Clone, Debug)]
+pub struct ReflectorConfig {
+    /// Page size of lists (client-go's default 500).
+    pub page_size: u32,
+    /// Watches time out after a random duration in [min, 2 * min] (client-go: 5 min).
+    pub min_watch_timeout: Duration,
+    /// Backoff between relists and after 429s.
+    pub backoff: BackoffConfig,
+    /// Use a streaming list (watch with sendInitialEvents) instead of a paginated list.
+    pub use_watch_list: bool,
+    /// How long internal errors (500, broken stream) are answered by a re-watch before the
+    /// reflector gives up and relists. Zero relists at once (client-go's default).
+    pub max_internal_error_retry: Duration,
+}
+
+impl Default for ReflectorConfig {
+    fn default() -> Self {
+        Self {
+            page_size: 500,
+            min_watch_timeout: Duration::from_secs(300),
+            backoff: BackoffConfig::default(),
+            use_watch_list: false,
+            max_internal_error_retry: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why one ListAndWatch round ended. Every variant is retried by [`Reflector::run`] after a
+/// backoff, with a relist.
+#[derive(Debug, thiserror::Error)]
+pub enum ReflectorError {
+    /// The list failed (retryable: relist after backoff).
+    #[error("list failed: {0}")]
+    ListFailed(#[source] SourceError),
+    /// The watch request failed with a non-retriable error (relist after backoff).
+    #[error("watch could not start: {0}")]
+    WatchStartFailed(#[source] SourceError),
+    /// The watch stream ended with an error (relist after backoff).
+    #[error("watch ended: {0}")]
+    WatchFailed(#[source] SourceError),
+    /// The watch closed within a second with no event (relist after backoff).
+    #[error("very short watch: the watch closed in under a second with no event")]
+    VeryShortWatch,
+}
+
+/// Counters of a reflector, readable while it runs.
+#[derive(Debug, Default)]
+pub struct ReflectorStats {
+    /// Completed lists (the first included).
+    pub lists: AtomicU64,
+    /// Watch requests made.
+    pub watches: AtomicU64,
+    /// Watch events received (bookmarks included).
+    pub events: AtomicU64,
+    /// ListAndWatch rounds that ended in an error.
+    pub errors: AtomicU64,
+    last_sync_resource_version: Mutex<String>,
+}
+
+impl ReflectorStats {
+    /// The last resourceVersion the reflector synced to.
+    pub fn last_sync_resource_version(&self) -> String {
+        self.last_sync_resource_version.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+/// client-go's `retryWithDeadline` for internal errors.
+struct InternalErrorRetry {
+    max: Duration,
+    first: Option<Instant>,
+}
+
+impl InternalErrorRetry {
+    fn after(&mut self, err: Option<&SourceError>) {
+        match err {
+            Some(e) if e.is_internal_error() => {
+                self.first.get_or_insert_with(Instant::now);
+            }
+            _ => self.first = None,
+        }
+    }
+
+    fn should_retry(&self) -> bool {
+        !self.max.is_zero() && self.first.is_some_and(|t| t.elapsed() <= self.max)
+    }
+}
+
+/// A hook telling whether any listener's resync is due.
+pub type ShouldResync = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// Lists and watches one source into a DeltaFIFO.
+pub struct Reflector {
+    name: String,
+    lw: Arc<dyn ListerWatcher>,
+    store: Arc<DeltaFifo>,
+    config: ReflectorConfig,
+    resync_period: Duration,
+    should_resync: Option<ShouldResync>,
+    stats: Arc<ReflectorStats>,
+    last_sync_rv: String,
+    /// Set after an Expired / too-large error: the next list asks for the latest state ("").
+    last_sync_rv_unavailable: bool,
+    backoff: Backoff,
+}
+
+impl Reflector {
+    /// A reflector named `name` (for logs) feeding `store`; `resync_period` drives `store.resync`
+    /// when `should_resync` says a listener is due.
+    pub fn new(
+        name: impl Into<String>,
+        lw: Arc<dyn ListerWatcher>,
+        store: Arc<DeltaFifo>,
+        config: ReflectorConfig,
+        resync_period: Duration,
+        should_resync: Option<ShouldResync>,
+    ) -> Self {
+        let backoff = Backoff::new(config.backoff);
+        Self {
+            name: name.into(),
+            lw,
+            store,
+            config,
+            resync_period,
+            should_resync,
+            stats: Arc::default(),
+            last_sync_rv: String::new(),
+            last_sync_rv_unavailable: false,
+            backoff,
+        }
+    }
+
+    /// The counters, shared.
+    pub fn stats(&self) -> Arc<ReflectorStats> {
+        self.stats.clone()
+    }
+
+    /// Runs ListAndWatch rounds, with a backoff between them, until `shutdown` completes.
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
+        let resync = resync_loop(self.resync_period, self.store.clone(), self.should_resync.clone());
+        let main = async {
+            loop {
+                if let Err(e) = self.list_and_watch().await {
+                    self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(informer = %self.name, source = %self.lw.describe(), error = %e, "list and watch failed; relisting after backoff");
+                }
+                let delay = self.backoff.next_delay();
+                tokio::time::sleep(delay).await;
+            }
+        };
+        tokio::select! {
+            _ = shutdown => {}
+            _ = main => {}
+            _ = resync => {}
+        }
+    }
+
+    /// One round: list (or streaming list), then watch until the watch must be abandoned.
+    pub async fn list_and_watch(&mut self) -> Result<(), ReflectorError> {
+        let mut stream = None;
+        if self.config.use_watch_list {
+            match self.watch_list().await {
+                Ok(s) => stream = Some(s),
+                Err(e) => {
+                    tracing::warn!(informer = %self.name, error = %e, "streaming list failed; falling back to a list");
+                    if e.is_expired() || e.is_too_large_resource_version() {
+                        self.last_sync_rv_unavailable = true;
+                    }
+                }
+            }
+        }
+        if stream.is_none() {
+            self.list().await.map_err(ReflectorError::ListFailed)?;
+        }
+        self.watch(stream).await
+    }
+
+    fn relist_resource_version(&self) -> String {
+        if self.last_sync_rv_unavailable {
+            String::new()
+        } else if self.last_sync_rv.is_empty() {
+            "0".to_owned()
+        } else {
+            self.last_sync_rv.clone()
+        }
+    }
+
+    fn set_last_sync(&mut self, rv: String) {
+        *self.stats.last_sync_resource_version.lock().unwrap_or_else(PoisonError::into_inner) = rv.clone();
+        self.last_sync_rv = rv;
+    }
+
+    async fn list(&mut self) -> Result<(), SourceError> {
+        let rv = self.relist_resource_version();
+        let (items, list_rv) = match self.list_pages(&rv).await {
+            Err(e) if e.is_expired() || e.is_too_large_resource_version() => {
+                tracing::info!(informer = %self.name, resource_version = %rv, error = %e, "list at resourceVersion failed; listing the latest state");
+                self.last_sync_rv_unavailable = true;
+                let rv = self.relist_resource_version();
+                self.list_pages(&rv).await?
+            }
+            other => other?,
+        };
+        tracing::debug!(informer = %self.name, objects = items.len(), resource_version = %list_rv, "listed");
+        self.store.replace(items, &list_rv);
+        self.stats.lists.fetch_add(1, Ordering::Relaxed);
+        self.last_sync_rv_unavailable = false;
+        self.set_last_sync(list_rv);
+        Ok(())
+    }
+
+    /// A paginated list at `rv`; an Expired continuation falls back to one unpaginated list.
+    async fn list_pages(&self, rv: &str) -> Result<(Vec<Arc<Object>>, String), SourceError> {
+        let limit = (self.config.page_size > 0).then_some(self.config.page_size);
+        let first = self
+            .lw
+            .list(ListOptions { resource_version: rv.to_owned(), limit, continue_token: None })
+            .await?;
+        let list_rv = first.resource_version;
+        let mut items = first.items;
+        let mut token = first.continue_token.filter(|t| !t.is_empty());
+        while let Some(t) = token {
+            let opts = ListOptions { resource_version: String::new(), limit, continue_token: Some(t) };
+            match self.lw.list(opts).await {
+                Ok(page) => {
+                    items.extend(page.items);
+                    token = page.continue_token.filter(|t| !t.is_empty());
+                }
+                Err(e) if e.is_expired() => {
+                    tracing::info!(informer = %self.name, "list continuation expired; listing again without pages");
+                    let full = self
+                        .lw
+                        .list(ListOptions { resource_version: rv.to_owned(), limit: None, continue_token: None })
+                        .await?;
+                    return Ok((full.items, full.resource_version));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok((items, list_rv))
+    }
+
+    fn watch_timeout_seconds(&self) -> u32 {
+        let min = self.config.min_watch_timeout.as_secs_f64();
+        (min * (1.0 + rand::rng().random::<f64>())).max(1.0) as u32
+    }
+
+    /// Streaming list: buffer the initial events, then replace atomically at the end bookmark.
+    async fn watch_list(&mut self) -> Result<WatchStream, SourceError> {
+        let rv = if self.last_sync_rv_unavailable { String::new() } else { self.last_sync_rv.clone() };
+        let opts = WatchOptions {
+            resource_version: rv,
+            timeout_seconds: self.watch_timeout_seconds(),
+            allow_bookmarks: true,
+            send_initial_events: true,
+        };
+        self.stats.watches.fetch_add(1, Ordering::Relaxed);
+        let mut stream = self.lw.watch(opts).await?;
+        let mut order: Vec<String> = Vec::new();
+        let mut temp: HashMap<String, Arc<Object>> = HashMap::new();
+        while let Some(item) = stream.next().await {
+            self.stats.events.fetch_add(1, Ordering::Relaxed);
+            match item? {
+                WatchEvent::Added(o) | WatchEvent::Modified(o) => {
+                    let key = object_key(&o);
+                    if temp.insert(key.clone(), o).is_none() {
+                        order.push(key);
+                    }
+                }
+                WatchEvent::Deleted(o) => {
+                    temp.remove(&object_key(&o));
+                }
+                WatchEvent::Bookmark { resource_version, initial_events_end } => {
+                    if initial_events_end {
+                        let items = order.iter().filter_map(|k| temp.remove(k)).collect::<Vec<_>>();
+                        tracing::debug!(informer = %self.name, objects = items.len(), "streaming list complete");
+                        self.store.replace(items, &resource_version);
+                        self.stats.lists.fetch_add(1, Ordering::Relaxed);
+                        self.last_sync_rv_unavailable = false;
+                        self.set_last_sync(resource_version);
+                        return Ok(stream);
+                    }
+                }
+                WatchEvent::Error(e) => return Err(e),
+            }
+        }
+        Err(SourceError::Decode("the streaming list ended before its initial-events-end bookmark".into()))
+    }
+
+    async fn watch(&mut self, mut stream: Option<WatchStream>) -> Result<(), ReflectorError> {
+        let mut retry = InternalErrorRetry { max: self.config.max_internal_error_retry, first: None };
+        loop {
+            let s = match stream.take() {
+                Some(s) => s,
+                None => {
+                    let opts = WatchOptions {
+                        resource_version: self.last_sync_rv.clone(),
+                        timeout_seconds: self.watch_timeout_seconds(),
+                        allow_bookmarks: true,
+                        send_initial_events: false,
+                    };
+                    self.stats.watches.fetch_add(1, Ordering::Relaxed);
+                    match self.lw.watch(opts).await {
+                        Ok(s) => s,
+                        Err(e) if e.is_retriable_watch_start() => {
+                            tracing::debug!(informer = %self.name, error = %e, "watch refused; backing off");
+                            tokio::time::sleep(self.backoff.next_delay()).await;
+                            continue;
+                        }
+                        Err(e) => return Err(ReflectorError::WatchStartFailed(e)),
+                    }
+                }
+            };
+            let result = self.handle_watch(s).await;
+            retry.after(result.as_ref().err().and_then(|e| match e {
+                ReflectorError::WatchFailed(s) => Some(s),
+                _ => None,
+            }));
+            match result {
+                Ok(()) => continue,
+                Err(ReflectorError::WatchFailed(e)) if e.is_too_many_requests() => {
+                    tracing::debug!(informer = %self.name, "watch returned 429; backing off");
+                    tokio::time::sleep(self.backoff.next_delay()).await;
+                }
+                Err(ReflectorError::WatchFailed(e)) if e.is_internal_error() && retry.should_retry() => {
+                    tracing::info!(informer = %self.name, error = %e, "retrying the watch after an internal error");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn handle_watch(&mut self, mut stream: WatchStream) -> Result<(), ReflectorError> {
+        let start = Instant::now();
+        let mut count = 0u64;
+        while let Some(item) = stream.next().await {
+            let event = item.map_err(ReflectorError::WatchFailed)?;
+            self.stats.events.fetch_add(1, Ordering::Relaxed);
+            let rv = match event {
+                WatchEvent::Added(o) => {
+                    let rv = o.resource_version().to_owned();
+                    self.store.add(o);
+                    rv
+                }
+                WatchEvent::Modified(o) => {
+                    let rv = o.resource_version().to_owned();
+                    self.store.update(o);
+                    rv
+                }
+                WatchEvent::Deleted(o) => {
+                    let rv = o.resource_version().to_owned();
+                    self.store.delete(DeletedObject::Object(o));
+                    rv
+                }
+                WatchEvent::Bookmark { resource_version, .. } => resource_version,
+                WatchEvent::Error(e) => return Err(ReflectorError::WatchFailed(e)),
+            };
+            count += 1;
+            if !rv.is_empty() {
+                self.set_last_sync(rv);
+            }
+        }
+        if count == 0 && start.elapsed() < Duration::from_secs(1) {
+            return Err(ReflectorError::VeryShortWatch);
+        }
+        Ok(())
+    }
+}
+
+async fn resync_loop(period: Duration, store: Arc<DeltaFifo>, should_resync: Option<ShouldResync>) {
+    if period.is_zero() {
+        return std::future::pending().await;
+    }
+    let mut tick = tokio::time::interval_at(Instant::now() + period, period);
+    loop {
+        tick.tick().await;
+        if should_resync.as_ref().is_none_or(|f| f()) {
+            store.resync();
+        }
+    }
+}

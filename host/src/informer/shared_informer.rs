@@ -1,0 +1,340 @@
+//! The shared informer (client-go `sharedIndexInformer`): one reflector, one DeltaFIFO, one
+//! indexer, and any number of listeners, each with its own queue.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::delta_fifo::{Delta, DeltaFifo, TransformFn};
+use super::handler::{EventHandler, Notification};
+use super::indexer::{Cache, IndexError, IndexFunc, Indexer};
+use super::lister_watcher::ListerWatcher;
+use super::listener::{DEFAULT_BATCH_MAX, Listener, ListenerStats};
+use super::processor::{SharedProcessor, determine_resync_period};
+use super::reflector::{Reflector, ReflectorConfig, ReflectorStats};
+
+/// Smallest resync period a listener may ask for (client-go `minimumResyncPeriod`).
+pub const MINIMUM_RESYNC_PERIOD: Duration = Duration::from_secs(1);
+
+/// Informer settings.
+#[derive(Clone, Default)]
+pub struct InformerConfig {
+    /// Resync period of handlers added without one, and the initial resync check period
+    /// (0 = no resync).
+    pub default_resync: Duration,
+    /// Reflector settings.
+    pub reflector: ReflectorConfig,
+    /// Runs once on every object entering the FIFO (e.g. strip fields), never on tombstones.
+    pub transform: Option<TransformFn>,
+    /// Largest batch a listener hands to its handler (default 64).
+    pub batch_max: Option<usize>,
+}
+
+/// Errors of informer operations.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum InformerError {
+    /// The informer has stopped; handlers cannot be added any more.
+    #[error("informer {0:?} has stopped")]
+    Stopped(String),
+    /// `run` was called twice.
+    #[error("informer {0:?} is already running")]
+    AlreadyStarted(String),
+    /// Indexes can only be added before the informer starts.
+    #[error("informer {0:?} has already started; indexes must be added before")]
+    IndexersAfterStart(String),
+    /// An index operation failed.
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+struct State {
+    started: bool,
+    stopped: bool,
+    resync_check_period: Duration,
+}
+
+/// A handle on a registered handler (client-go `ResourceEventHandlerRegistration`).
+#[derive(Clone)]
+pub struct HandlerRegistration {
+    informer_id: u64,
+    listener: Arc<Listener>,
+}
+
+impl HandlerRegistration {
+    /// The informer has synced and this handler has handled its initial list.
+    pub fn has_synced(&self) -> bool {
+        self.listener.has_synced()
+    }
+
+    /// Queue and delivery counters of this handler.
+    pub fn stats(&self) -> ListenerStats {
+        self.listener.stats()
+    }
+
+    /// The resync period in force.
+    pub fn resync_period(&self) -> Duration {
+        self.listener.resync_period()
+    }
+
+    /// The name given at registration.
+    pub fn name(&self) -> &str {
+        self.listener.name()
+    }
+}
+
+/// Counters of an informer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InformerStats {
+    /// Objects in the cache.
+    pub cache_size: usize,
+    /// Keys waiting in the DeltaFIFO.
+    pub fifo_depth: usize,
+    /// Lists done (first list and relists).
+    pub lists: u64,
+    /// Watch requests made.
+    pub watches: u64,
+    /// Watch events received.
+    pub events: u64,
+    /// The last resourceVersion synced.
+    pub last_sync_resource_version: String,
+}
+
+static NEXT_INFORMER_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A shared informer over one source.
+pub struct SharedInformer {
+    id: u64,
+    name: String,
+    lw: Arc<dyn ListerWatcher>,
+    config: InformerConfig,
+    indexer: Indexer,
+    fifo: Arc<DeltaFifo>,
+    processor: SharedProcessor,
+    /// Serialises delta handling with late handler registration (client-go `blockDeltas`).
+    block_deltas: Mutex<()>,
+    state: Mutex<State>,
+    reflector_stats: Mutex<Option<Arc<ReflectorStats>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl SharedInformer {
+    /// A new informer named `name` over `lw`.
+    pub fn new(name: impl Into<String>, lw: Arc<dyn ListerWatcher>, config: InformerConfig) -> Arc<Self> {
+        let indexer = Indexer::new();
+        let fifo = Arc::new(DeltaFifo::new(Some(indexer.cache()), config.transform.clone()));
+        Arc::new(Self {
+            id: NEXT_INFORMER_ID.fetch_add(1, Ordering::Relaxed),
+            name: name.into(),
+            lw,
+            state: Mutex::new(State {
+                started: false,
+                stopped: false,
+                resync_check_period: config.default_resync,
+            }),
+            config,
+            indexer,
+            fifo,
+            processor: SharedProcessor::default(),
+            block_deltas: Mutex::new(()),
+            reflector_stats: Mutex::new(None),
+        })
+    }
+
+    /// The informer's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A read handle on the cache.
+    pub fn cache(&self) -> Cache {
+        self.indexer.cache()
+    }
+
+    /// Adds indexes; only before the informer starts.
+    pub fn add_indexers(&self, funcs: impl IntoIterator<Item = (String, IndexFunc)>) -> Result<(), InformerError> {
+        if lock(&self.state).started {
+            return Err(InformerError::IndexersAfterStart(self.name.clone()));
+        }
+        Ok(self.indexer.add_indexers(funcs)?)
+    }
+
+    /// Whether the first list has been fully processed (client-go `HasSynced`).
+    pub fn has_synced(&self) -> bool {
+        self.fifo.has_synced()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> InformerStats {
+        let r = lock(&self.reflector_stats).clone();
+        InformerStats {
+            cache_size: self.indexer.len(),
+            fifo_depth: self.fifo.len(),
+            lists: r.as_ref().map_or(0, |r| r.lists.load(Ordering::Relaxed)),
+            watches: r.as_ref().map_or(0, |r| r.watches.load(Ordering::Relaxed)),
+            events: r.as_ref().map_or(0, |r| r.events.load(Ordering::Relaxed)),
+            last_sync_resource_version: r.map(|r| r.last_sync_resource_version()).unwrap_or_default(),
+        }
+    }
+
+    /// The resync check period in force.
+    pub fn resync_check_period(&self) -> Duration {
+        lock(&self.state).resync_check_period
+    }
+
+    /// Registers a handler with its own queue and resync period (0 = never; below 1 s is raised
+    /// to 1 s; below the informer's check period is raised to it once the informer runs). A
+    /// handler added while the informer runs first receives every cached object as an
+    /// initial-list add, and its `has_synced` stays false until it has handled them.
+    pub fn add_event_handler(
+        &self,
+        name: impl Into<String>,
+        handler: Box<dyn EventHandler>,
+        resync: Duration,
+    ) -> Result<HandlerRegistration, InformerError> {
+        let mut st = lock(&self.state);
+        if st.stopped {
+            return Err(InformerError::Stopped(self.name.clone()));
+        }
+        let mut resync = resync;
+        if !resync.is_zero() {
+            resync = resync.max(MINIMUM_RESYNC_PERIOD);
+            if resync < st.resync_check_period || st.resync_check_period.is_zero() {
+                if st.started {
+                    if !st.resync_check_period.is_zero() {
+                        tracing::warn!(informer = %self.name, requested = ?resync, check = ?st.resync_check_period,
+                            "resync period below the running informer's check period; raised to it");
+                        resync = st.resync_check_period;
+                    }
+                } else {
+                    st.resync_check_period = resync;
+                    self.processor.resync_check_period_changed(resync);
+                }
+            }
+        }
+        let period = determine_resync_period(resync, st.resync_check_period);
+        let fifo = self.fifo.clone();
+        let listener = Listener::new(
+            name.into(),
+            handler,
+            resync,
+            period,
+            self.config.batch_max.unwrap_or(DEFAULT_BATCH_MAX),
+            Arc::new(move || fifo.has_synced()),
+        );
+        let reg = HandlerRegistration { informer_id: self.id, listener: listener.clone() };
+        if !st.started {
+            self.processor.add_listener(listener);
+            return Ok(reg);
+        }
+        let _blocked = lock(&self.block_deltas);
+        self.processor.add_listener(listener.clone());
+        for obj in self.indexer.list() {
+            listener.add(Notification::Add { obj, initial_list: true });
+        }
+        Ok(reg)
+    }
+
+    /// Removes a handler: idempotent; what was buffered for it is dropped; a registration from
+    /// another informer is ignored.
+    pub fn remove_event_handler(&self, reg: &HandlerRegistration) {
+        if reg.informer_id != self.id {
+            return;
+        }
+        let _blocked = lock(&self.block_deltas);
+        if let Some(l) = self.processor.remove_listener(reg.listener.id()) {
+            l.stop();
+        }
+    }
+
+    /// client-go `HandleDeltas`: applies a popped key's deltas to the indexer and notifies.
+    fn handle_deltas(&self, deltas: Vec<Delta>, in_initial_list: bool) {
+        let _blocked = lock(&self.block_deltas);
+        for d in deltas {
+            match d {
+                Delta::Sync(o) | Delta::Replaced(o) | Delta::Added(o) | Delta::Updated(o) => match self.indexer.get(&o) {
+                    Some(old) => {
+                        self.indexer.update(o.clone());
+                        let sync = old.resource_version() == o.resource_version();
+                        self.processor.distribute(Notification::Update { old, new: o }, sync);
+                    }
+                    None => {
+                        self.indexer.add(o.clone());
+                        self.processor
+                            .distribute(Notification::Add { obj: o, initial_list: in_initial_list }, false);
+                    }
+                },
+                Delta::Deleted(obj) => {
+                    self.indexer.delete(&obj);
+                    self.processor.distribute(Notification::Delete { obj }, false);
+                }
+            }
+        }
+    }
+
+    /// Runs the informer until `shutdown` completes: the reflector on this task, the process
+    /// loop on its own thread. On return every listener has stopped.
+    pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()>) -> Result<(), InformerError> {
+        let check = {
+            let mut st = lock(&self.state);
+            if st.stopped {
+                return Err(InformerError::Stopped(self.name.clone()));
+            }
+            if st.started {
+                return Err(InformerError::AlreadyStarted(self.name.clone()));
+            }
+            st.started = true;
+            st.resync_check_period
+        };
+        let me = self.clone();
+        let process = std::thread::Builder::new()
+            .name(format!("wisp-informer-{}", self.name))
+            .spawn(move || while me.fifo.pop(|d, initial| me.handle_deltas(d, initial)).is_ok() {})
+            .ok();
+        let me = self.clone();
+        let reflector = Reflector::new(
+            self.name.clone(),
+            self.lw.clone(),
+            self.fifo.clone(),
+            self.config.reflector.clone(),
+            check,
+            Some(Arc::new(move || me.processor.should_resync(Instant::now()))),
+        );
+        *lock(&self.reflector_stats) = Some(reflector.stats());
+        tracing::info!(informer = %self.name, source = %self.lw.describe(), "informer started");
+        reflector.run(shutdown).await;
+
+        lock(&self.state).stopped = true;
+        self.fifo.close();
+        let me = self.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Some(p) = process {
+                let _ = p.join();
+            }
+            me.processor.stop();
+        })
+        .await;
+        tracing::info!(informer = %self.name, "informer stopped");
+        Ok(())
+    }
+}
+
+/// Waits until `synced()` is true, polling every 10 ms, for at most `timeout`. Returns whether
+/// it became true (client-go `WaitForCacheSync`).
+pub async fn wait_for(timeout: Duration, mut synced: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if synced() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -1,0 +1,3 @@
+//! Sources the reflector lists and watches through.
+
+pub mod kube;
