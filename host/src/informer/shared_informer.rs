@@ -338,3 +338,6 @@ pub async fn wait_for(timeout: Duration, mut synced: impl FnMut() -> bool) -> bo
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+#[cfg(test)]
+mod tests;

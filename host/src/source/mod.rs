@@ -1,3 +1,4 @@
 //! Sources the reflector lists and watches through.
 
 pub mod kube;
+pub mod memory;
