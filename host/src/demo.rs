@@ -27,14 +27,20 @@ struct Printer {
 impl Printer {
     fn line(&self, s: String) {
         println!("{s}");
-        self.out.lock().unwrap_or_else(PoisonError::into_inner).push(s);
+        self.out
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(s);
     }
 }
 
 fn describe(o: &Object) -> String {
     let m = o.meta();
     let ns = m.namespace.as_deref().unwrap_or("-");
-    format!("{}/{} {}/{} rv={}", m.api_version, m.kind, ns, m.name, m.resource_version)
+    format!(
+        "{}/{} {}/{} rv={}",
+        m.api_version, m.kind, ns, m.name, m.resource_version
+    )
 }
 
 impl EventHandler for Printer {
@@ -43,10 +49,18 @@ impl EventHandler for Printer {
         self.line(format!("ADD    {}{tag}", describe(obj)));
     }
     fn on_update(&mut self, old: &Arc<Object>, new: &Arc<Object>) {
-        self.line(format!("UPDATE {} (was rv={})", describe(new), old.resource_version()));
+        self.line(format!(
+            "UPDATE {} (was rv={})",
+            describe(new),
+            old.resource_version()
+        ));
     }
     fn on_delete(&mut self, obj: &DeletedObject) {
-        let tag = if obj.is_tombstone() { " (missed deletion, tombstone)" } else { "" };
+        let tag = if obj.is_tombstone() {
+            " (missed deletion, tombstone)"
+        } else {
+            ""
+        };
         self.line(format!("DELETE {}{tag}", describe(obj.object())));
     }
 }
@@ -63,9 +77,16 @@ pub async fn run() -> anyhow::Result<Vec<String>> {
         src.apply(p)?;
     }
     let informer = SharedInformer::new("pods", Arc::new(src.clone()), InformerConfig::default());
-    informer.add_indexers([("node".to_owned(), indexer::index_by_json_pointer("/spec/nodeName"))])?;
+    informer.add_indexers([(
+        "node".to_owned(),
+        indexer::index_by_json_pointer("/spec/nodeName"),
+    )])?;
     let lines = Arc::new(Mutex::new(Vec::new()));
-    let reg = informer.add_event_handler("printer", Box::new(Printer { out: lines.clone() }), Duration::ZERO)?;
+    let reg = informer.add_event_handler(
+        "printer",
+        Box::new(Printer { out: lines.clone() }),
+        Duration::ZERO,
+    )?;
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let run = tokio::spawn(informer.clone().run(async {
@@ -74,13 +95,20 @@ pub async fn run() -> anyhow::Result<Vec<String>> {
     if !wait_for(Duration::from_secs(10), || reg.has_synced()).await {
         anyhow::bail!("the informer did not sync within 10 s");
     }
-    println!("-- synced: {} objects cached; applying changes", informer.cache().len());
+    println!(
+        "-- synced: {} objects cached; applying changes",
+        informer.cache().len()
+    );
 
     src.apply(pod("shop", "web-1", "web", "nginx:1.28", "node-a"))?;
     src.apply(pod("shop", "web-3", "web", "nginx:1.28", "node-b"))?;
     src.delete("shop/db-0");
     let expected = 4 + 3;
-    if !wait_for(Duration::from_secs(10), || reg.stats().delivered >= expected).await {
+    if !wait_for(Duration::from_secs(10), || {
+        reg.stats().delivered >= expected
+    })
+    .await
+    {
         anyhow::bail!("the listener did not receive the changes within 10 s");
     }
 
@@ -88,12 +116,19 @@ pub async fn run() -> anyhow::Result<Vec<String>> {
     let mut nodes = cache.list_index_values("node")?;
     nodes.sort();
     for n in nodes {
-        let mut names: Vec<String> = cache.by_index("node", &n)?.iter().map(|o| o.meta().name.clone()).collect();
+        let mut names: Vec<String> = cache
+            .by_index("node", &n)?
+            .iter()
+            .map(|o| o.meta().name.clone())
+            .collect();
         names.sort();
         println!("-- node {n}: {}", names.join(", "));
     }
     let stats = reg.stats();
-    println!("-- listener received {} notifications (sequence 1..={}), none lost", stats.delivered, stats.queued);
+    println!(
+        "-- listener received {} notifications (sequence 1..={}), none lost",
+        stats.delivered, stats.queued
+    );
     let _ = stop_tx.send(());
     run.await??;
     let out = lines.lock().unwrap_or_else(PoisonError::into_inner).clone();
@@ -106,9 +141,27 @@ mod tests {
     async fn demo_prints_the_initial_list_then_each_change() {
         let lines = super::run().await.unwrap();
         assert_eq!(lines.len(), 7, "{lines:#?}");
-        assert_eq!(lines.iter().filter(|l| l.contains("(initial list)")).count(), 4);
-        assert!(lines.iter().any(|l| l.starts_with("UPDATE v1/Pod shop/web-1")));
-        assert!(lines.iter().any(|l| l.starts_with("ADD    v1/Pod shop/web-3") && !l.contains("initial")));
-        assert!(lines.iter().any(|l| l.starts_with("DELETE v1/Pod shop/db-0")));
+        assert_eq!(
+            lines
+                .iter()
+                .filter(|l| l.contains("(initial list)"))
+                .count(),
+            4
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("UPDATE v1/Pod shop/web-1"))
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("ADD    v1/Pod shop/web-3") && !l.contains("initial"))
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("DELETE v1/Pod shop/db-0"))
+        );
     }
 }

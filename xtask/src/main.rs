@@ -18,7 +18,9 @@ fn cargo() -> Command {
 
 fn run(mut cmd: Command) -> anyhow::Result<()> {
     let shown = format!("{cmd:?}");
-    let status = cmd.status().with_context(|| format!("could not start {shown}"))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("could not start {shown}"))?;
     if !status.success() {
         bail!("{shown} failed with {status}");
     }
@@ -37,12 +39,22 @@ fn main() -> anyhow::Result<()> {
     match task {
         "demo" => {
             let mut c = cargo();
-            c.args(["run", "--quiet", "--package", "wisp-host", "--bin", "wisp", "--", "demo"]);
+            c.args([
+                "run",
+                "--quiet",
+                "--package",
+                "wisp-host",
+                "--bin",
+                "wisp",
+                "--",
+                "demo",
+            ]);
             run(c)
         }
         "test" => {
             let mut c = cargo();
-            c.args(["test", "--workspace"]).args(rest.iter().skip_while(|a| *a == "--"));
+            c.args(["test", "--workspace"])
+                .args(rest.iter().skip_while(|a| *a == "--"));
             run(c)
         }
         "-h" | "--help" | "help" => {

@@ -112,7 +112,12 @@ impl DeltaFifo {
     /// A FIFO whose known objects are `known` (the informer's indexer), with an optional
     /// transform hook.
     pub fn new(known: Option<Cache>, transform: Option<TransformFn>) -> Self {
-        Self { state: Mutex::new(State::default()), cond: Condvar::new(), known, transform }
+        Self {
+            state: Mutex::new(State::default()),
+            cond: Condvar::new(),
+            known,
+            transform,
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -165,11 +170,19 @@ impl DeltaFifo {
             .queue
             .iter()
             .filter(|k| !keys.contains(*k))
-            .filter_map(|k| st.items.get(k).and_then(|d| d.last()).map(|d| (k.clone(), d.object().clone())))
+            .filter_map(|k| {
+                st.items
+                    .get(k)
+                    .and_then(|d| d.last())
+                    .map(|d| (k.clone(), d.object().clone()))
+            })
             .collect();
         for (key, obj) in queued_missing {
             queued_deletions += 1;
-            self.queue_action(&mut st, Delta::Deleted(DeletedObject::Tombstone(Tombstone { key, obj })));
+            self.queue_action(
+                &mut st,
+                Delta::Deleted(DeletedObject::Tombstone(Tombstone { key, obj })),
+            );
         }
 
         // Deletion detection against the known objects with nothing queued.
@@ -179,7 +192,10 @@ impl DeltaFifo {
                     continue;
                 }
                 queued_deletions += 1;
-                self.queue_action(&mut st, Delta::Deleted(DeletedObject::Tombstone(Tombstone { key, obj })));
+                self.queue_action(
+                    &mut st,
+                    Delta::Deleted(DeletedObject::Tombstone(Tombstone { key, obj })),
+                );
             }
         }
 
@@ -210,14 +226,20 @@ impl DeltaFifo {
                 Delta::Updated(o) => Delta::Updated(t(o)),
                 Delta::Replaced(o) => Delta::Replaced(t(o)),
                 Delta::Sync(o) => Delta::Sync(t(o)),
-                Delta::Deleted(DeletedObject::Object(o)) => Delta::Deleted(DeletedObject::Object(t(o))),
+                Delta::Deleted(DeletedObject::Object(o)) => {
+                    Delta::Deleted(DeletedObject::Object(t(o)))
+                }
                 d @ Delta::Deleted(DeletedObject::Tombstone(_)) => d,
             },
         };
         let key = delta.key();
         let existing = st.items.get(&key);
         // A Sync for a key about to be deleted would resurrect it.
-        if delta.kind() == DeltaType::Sync && existing.and_then(|d| d.last()).is_some_and(|d| d.kind() == DeltaType::Deleted) {
+        if delta.kind() == DeltaType::Sync
+            && existing
+                .and_then(|d| d.last())
+                .is_some_and(|d| d.kind() == DeltaType::Deleted)
+        {
             return;
         }
         let is_new = existing.is_none();
@@ -243,11 +265,15 @@ impl DeltaFifo {
                 st = self.cond.wait(st).unwrap_or_else(PoisonError::into_inner);
             }
             let in_initial_list = !(st.populated && st.initial_population_count == 0);
-            let Some(key) = st.queue.pop_front() else { continue };
+            let Some(key) = st.queue.pop_front() else {
+                continue;
+            };
             if st.initial_population_count > 0 {
                 st.initial_population_count -= 1;
             }
-            let Some(deltas) = st.items.remove(&key) else { continue };
+            let Some(deltas) = st.items.remove(&key) else {
+                continue;
+            };
             return Ok(process(deltas, in_initial_list));
         }
     }

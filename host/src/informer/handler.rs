@@ -47,7 +47,13 @@ impl Notification {
     }
 
     fn is_initial_list(&self) -> bool {
-        matches!(self, Notification::Add { initial_list: true, .. })
+        matches!(
+            self,
+            Notification::Add {
+                initial_list: true,
+                ..
+            }
+        )
     }
 }
 
@@ -105,12 +111,18 @@ impl Recorder {
 
     /// Everything delivered so far.
     pub fn deliveries(&self) -> Vec<Delivery> {
-        self.seen.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Number of deliveries so far.
     pub fn len(&self) -> usize {
-        self.seen.lock().unwrap_or_else(PoisonError::into_inner).len()
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 
     /// Whether nothing was delivered yet.
@@ -121,6 +133,9 @@ impl Recorder {
 
 impl EventHandler for Recorder {
     fn handle(&mut self, batch: &[Delivery]) {
-        self.seen.lock().unwrap_or_else(PoisonError::into_inner).extend_from_slice(batch);
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend_from_slice(batch);
     }
 }

@@ -30,12 +30,23 @@ pub enum IndexError {
 /// Index by the value of a label; objects without the label are not indexed.
 pub fn index_by_label(label: impl Into<String>) -> IndexFunc {
     let label = label.into();
-    Arc::new(move |o: &Object| o.meta().label(&label).map(|v| vec![v.to_owned()]).unwrap_or_default())
+    Arc::new(move |o: &Object| {
+        o.meta()
+            .label(&label)
+            .map(|v| vec![v.to_owned()])
+            .unwrap_or_default()
+    })
 }
 
 /// Index by the uid of every owner reference.
 pub fn index_by_owner_uid() -> IndexFunc {
-    Arc::new(|o: &Object| o.meta().owner_references.iter().map(|r| r.uid.clone()).collect())
+    Arc::new(|o: &Object| {
+        o.meta()
+            .owner_references
+            .iter()
+            .map(|r| r.uid.clone())
+            .collect()
+    })
 }
 
 /// Index by a string field of the object, given as a JSON pointer (e.g. `/spec/nodeName`).
@@ -93,7 +104,11 @@ impl Inner {
 
     fn rebuild(&mut self) {
         self.indices.clear();
-        let items: Vec<(String, Arc<Object>)> = self.items.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let items: Vec<(String, Arc<Object>)> = self
+            .items
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         for (key, obj) in items {
             self.update_indices(&key, None, Some(&obj));
         }
@@ -138,8 +153,14 @@ impl Indexer {
     /// An empty cache with the namespace index.
     pub fn new() -> Self {
         let mut inner = Inner::default();
-        inner.funcs.insert(NAMESPACE_INDEX.to_owned(), index_by_namespace());
-        Self { cache: Cache { shared: Arc::new(RwLock::new(inner)) } }
+        inner
+            .funcs
+            .insert(NAMESPACE_INDEX.to_owned(), index_by_namespace());
+        Self {
+            cache: Cache {
+                shared: Arc::new(RwLock::new(inner)),
+            },
+        }
     }
 
     /// A read handle on this cache.
@@ -149,7 +170,10 @@ impl Indexer {
 
     /// Registers indexes; existing items are indexed at once. A name clash is an error and
     /// registers none of them.
-    pub fn add_indexers(&self, funcs: impl IntoIterator<Item = (String, IndexFunc)>) -> Result<(), IndexError> {
+    pub fn add_indexers(
+        &self,
+        funcs: impl IntoIterator<Item = (String, IndexFunc)>,
+    ) -> Result<(), IndexError> {
         let funcs: Vec<(String, IndexFunc)> = funcs.into_iter().collect();
         let mut inner = write(&self.cache.shared);
         let mut seen = HashSet::new();
@@ -158,7 +182,11 @@ impl Indexer {
                 return Err(IndexError::Conflict(name.clone()));
             }
         }
-        let items: Vec<(String, Arc<Object>)> = inner.items.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let items: Vec<(String, Arc<Object>)> = inner
+            .items
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         for (name, f) in funcs {
             let mut index: HashMap<String, HashSet<String>> = HashMap::new();
             for (key, obj) in &items {
@@ -222,7 +250,11 @@ impl Cache {
 
     /// Every stored (key, object) pair, taken atomically.
     pub fn snapshot(&self) -> Vec<(String, Arc<Object>)> {
-        read(&self.shared).items.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        read(&self.shared)
+            .items
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     }
 
     /// Number of stored objects.
@@ -254,13 +286,20 @@ impl Cache {
         if !inner.funcs.contains_key(index) {
             return Err(IndexError::UnknownIndex(index.to_owned()));
         }
-        Ok(inner.indices.get(index).map(|m| m.keys().cloned().collect()).unwrap_or_default())
+        Ok(inner
+            .indices
+            .get(index)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default())
     }
 
     /// Objects sharing at least one value of index `index` with `obj` (client-go `Index`).
     pub fn index(&self, index: &str, obj: &Object) -> Result<Vec<Arc<Object>>, IndexError> {
         let inner = read(&self.shared);
-        let f = inner.funcs.get(index).ok_or_else(|| IndexError::UnknownIndex(index.to_owned()))?;
+        let f = inner
+            .funcs
+            .get(index)
+            .ok_or_else(|| IndexError::UnknownIndex(index.to_owned()))?;
         let mut keys: HashSet<&String> = HashSet::new();
         if let Some(idx) = inner.indices.get(index) {
             for v in f(obj) {
@@ -269,7 +308,10 @@ impl Cache {
                 }
             }
         }
-        Ok(keys.into_iter().filter_map(|k| inner.items.get(k).cloned()).collect())
+        Ok(keys
+            .into_iter()
+            .filter_map(|k| inner.items.get(k).cloned())
+            .collect())
     }
 
     /// Names of the registered indexes.
@@ -285,7 +327,12 @@ impl Cache {
         if !inner.funcs.contains_key(index) {
             return Err(IndexError::UnknownIndex(index.to_owned()));
         }
-        Ok(inner.indices.get(index).and_then(|m| m.get(value)).into_iter().flatten())
+        Ok(inner
+            .indices
+            .get(index)
+            .and_then(|m| m.get(value))
+            .into_iter()
+            .flatten())
     }
 }
 
@@ -306,13 +353,17 @@ mod tests {
         ix.add(obj(Some("a"), "p1", "1"));
         ix.add(obj(Some("a"), "p2", "1"));
         ix.add(obj(Some("b"), "p3", "1"));
-        assert_eq!(names(ix.by_index(NAMESPACE_INDEX, "a").unwrap()), ["p1", "p2"]);
+        assert_eq!(
+            names(ix.by_index(NAMESPACE_INDEX, "a").unwrap()),
+            ["p1", "p2"]
+        );
     }
 
     #[test]
     fn index_functions_may_return_several_values_and_empty_sets_are_removed() {
         let ix = Indexer::new();
-        let multi: IndexFunc = Arc::new(|o: &Object| o.meta().labels.iter().map(|(k, _)| k.clone()).collect());
+        let multi: IndexFunc =
+            Arc::new(|o: &Object| o.meta().labels.iter().map(|(k, _)| k.clone()).collect());
         ix.add_indexers([("labelKeys".to_owned(), multi)]).unwrap();
         ix.add(labelled("ns", "p1", "1", &[("x", "1"), ("y", "1")]));
         assert_eq!(names(ix.by_index("labelKeys", "x").unwrap()), ["p1"]);
@@ -321,31 +372,50 @@ mod tests {
         assert!(ix.by_index("labelKeys", "x").unwrap().is_empty());
         let mut values = ix.list_index_values("labelKeys").unwrap();
         values.sort();
-        assert_eq!(values, ["y"], "a value with no keys left is removed from the index");
-        ix.delete(&DeletedObject::Tombstone(Tombstone { key: "ns/p1".into(), obj: obj(Some("ns"), "p1", "2") }));
+        assert_eq!(
+            values,
+            ["y"],
+            "a value with no keys left is removed from the index"
+        );
+        ix.delete(&DeletedObject::Tombstone(Tombstone {
+            key: "ns/p1".into(),
+            obj: obj(Some("ns"), "p1", "2"),
+        }));
         assert!(ix.list_index_values("labelKeys").unwrap().is_empty());
     }
 
     #[test]
     fn unknown_index_name_is_an_error() {
         let ix = Indexer::new();
-        assert_eq!(ix.by_index("nope", "x").unwrap_err(), IndexError::UnknownIndex("nope".into()));
-        assert_eq!(ix.index_keys("nope", "x").unwrap_err(), IndexError::UnknownIndex("nope".into()));
-        assert_eq!(ix.index("nope", &obj(None, "a", "1")).unwrap_err(), IndexError::UnknownIndex("nope".into()));
+        assert_eq!(
+            ix.by_index("nope", "x").unwrap_err(),
+            IndexError::UnknownIndex("nope".into())
+        );
+        assert_eq!(
+            ix.index_keys("nope", "x").unwrap_err(),
+            IndexError::UnknownIndex("nope".into())
+        );
+        assert_eq!(
+            ix.index("nope", &obj(None, "a", "1")).unwrap_err(),
+            IndexError::UnknownIndex("nope".into())
+        );
     }
 
     #[test]
     fn adding_an_index_indexes_existing_items_and_a_name_clash_is_an_error() {
         let ix = Indexer::new();
         ix.add(labelled("ns", "p1", "1", &[("app", "web")]));
-        ix.add_indexers([("app".to_owned(), index_by_label("app"))]).unwrap();
+        ix.add_indexers([("app".to_owned(), index_by_label("app"))])
+            .unwrap();
         assert_eq!(names(ix.by_index("app", "web").unwrap()), ["p1"]);
         assert_eq!(
-            ix.add_indexers([("app".to_owned(), index_by_label("app"))]).unwrap_err(),
+            ix.add_indexers([("app".to_owned(), index_by_label("app"))])
+                .unwrap_err(),
             IndexError::Conflict("app".into())
         );
         assert_eq!(
-            ix.add_indexers([(NAMESPACE_INDEX.to_owned(), index_by_label("x"))]).unwrap_err(),
+            ix.add_indexers([(NAMESPACE_INDEX.to_owned(), index_by_label("x"))])
+                .unwrap_err(),
             IndexError::Conflict(NAMESPACE_INDEX.into())
         );
     }
@@ -353,7 +423,8 @@ mod tests {
     #[test]
     fn replace_rebuilds_every_index() {
         let ix = Indexer::new();
-        ix.add_indexers([("app".to_owned(), index_by_label("app"))]).unwrap();
+        ix.add_indexers([("app".to_owned(), index_by_label("app"))])
+            .unwrap();
         ix.add(labelled("a", "old", "1", &[("app", "web")]));
         ix.replace(vec![labelled("b", "new", "2", &[("app", "db")])]);
         assert!(ix.by_index("app", "web").unwrap().is_empty());
@@ -370,7 +441,14 @@ mod tests {
         ix.add(obj(Some("a"), "p1", "1"));
         ix.add(obj(Some("a"), "p2", "1"));
         ix.add(obj(Some("b"), "p3", "1"));
-        assert_eq!(names(reader.index(NAMESPACE_INDEX, &obj(Some("a"), "zz", "1")).unwrap()), ["p1", "p2"]);
+        assert_eq!(
+            names(
+                reader
+                    .index(NAMESPACE_INDEX, &obj(Some("a"), "zz", "1"))
+                    .unwrap()
+            ),
+            ["p1", "p2"]
+        );
         assert_eq!(reader.get_by_key("b/p3").unwrap().meta().name, "p3");
     }
 }

@@ -60,8 +60,14 @@ mod tests {
 
     #[test]
     fn tombstone_key_is_its_stored_key_not_the_objects() {
-        let t = DeletedObject::Tombstone(Tombstone { key: "stored/key".into(), obj: obj(Some("ns"), "a", "1") });
+        let t = DeletedObject::Tombstone(Tombstone {
+            key: "stored/key".into(),
+            obj: obj(Some("ns"), "a", "1"),
+        });
         assert_eq!(deleted_object_key(&t), "stored/key");
-        assert_eq!(deleted_object_key(&DeletedObject::Object(obj(Some("ns"), "a", "1"))), "ns/a");
+        assert_eq!(
+            deleted_object_key(&DeletedObject::Object(obj(Some("ns"), "a", "1"))),
+            "ns/a"
+        );
     }
 }

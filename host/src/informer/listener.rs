@@ -144,7 +144,10 @@ impl Listener {
             return;
         }
         q.last_seq += 1;
-        let d = Delivery { seq: q.last_seq, notification };
+        let d = Delivery {
+            seq: q.last_seq,
+            notification,
+        };
         if d.is_initial_list() {
             q.pending_initial += 1;
         }

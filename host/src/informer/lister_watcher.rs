@@ -124,13 +124,19 @@ impl SourceError {
 
     /// 500 or an undecodable response.
     pub fn is_internal_error(&self) -> bool {
-        matches!(self, SourceError::Api { code: 500, .. } | SourceError::Decode(_))
+        matches!(
+            self,
+            SourceError::Api { code: 500, .. } | SourceError::Decode(_)
+        )
     }
 
     /// Errors on watch start after which the reflector backs off and re-watches without a
     /// relist (client-go `isWatchErrorRetriable`): 429 and unreachable server.
     pub fn is_retriable_watch_start(&self) -> bool {
-        matches!(self, SourceError::TooManyRequests { .. } | SourceError::Connect(_))
+        matches!(
+            self,
+            SourceError::TooManyRequests { .. } | SourceError::Connect(_)
+        )
     }
 }
 

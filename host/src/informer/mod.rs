@@ -12,7 +12,7 @@
 //! - [`indexer`]: the thread-safe cache with indexes.
 //! - [`delta_fifo`]: the DeltaFIFO.
 //! - [`lister_watcher`]: the source trait the reflector lists and watches through.
-//! - [`reflector`]: ListAndWatch.
+//! - [`reflector`]: list and watch into the FIFO.
 //! - [`handler`]: the listener trait (native now, wasm later) and notifications.
 //! - [`listener`] / [`processor`]: per-listener queues and fan-out.
 //! - [`shared_informer`]: wires it together.
@@ -24,8 +24,8 @@ pub mod delta_fifo;
 pub mod handler;
 pub mod indexer;
 pub mod key;
-pub mod lister_watcher;
 pub mod listener;
+pub mod lister_watcher;
 pub mod object;
 pub mod processor;
 pub mod reflector;

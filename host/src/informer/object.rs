@@ -91,7 +91,10 @@ pub enum ObjectError {
 impl Object {
     /// Builds an object from extracted metadata and its JSON text. The caller promises they agree.
     pub fn from_parts(meta: ObjectMeta, json: impl Into<Box<str>>) -> Self {
-        Self { meta, json: json.into() }
+        Self {
+            meta,
+            json: json.into(),
+        }
     }
 
     /// Builds an object from a JSON value, extracting its metadata. When `strip_managed_fields`
@@ -104,7 +107,10 @@ impl Object {
         }
         let meta = meta_from_value(&value)?;
         let json = serde_json::to_string(&value)?;
-        Ok(Self { meta, json: json.into() })
+        Ok(Self {
+            meta,
+            json: json.into(),
+        })
     }
 
     /// Parses JSON text into an object.
@@ -137,7 +143,8 @@ impl Object {
     /// Approximate heap bytes held by this object (for cache-size metrics).
     pub fn heap_size(&self) -> usize {
         let m = &self.meta;
-        let pairs = |v: &[(String, String)]| v.iter().map(|(a, b)| a.len() + b.len() + 48).sum::<usize>();
+        let pairs =
+            |v: &[(String, String)]| v.iter().map(|(a, b)| a.len() + b.len() + 48).sum::<usize>();
         self.json.len()
             + m.api_version.len()
             + m.kind.len()
@@ -191,7 +198,10 @@ pub fn meta_from_value(value: &Value) -> Result<ObjectMeta, ObjectError> {
                     kind: str_field(r, "kind").unwrap_or_default(),
                     name: str_field(r, "name").unwrap_or_default(),
                     uid: str_field(r, "uid").unwrap_or_default(),
-                    controller: r.get("controller").and_then(Value::as_bool).unwrap_or(false),
+                    controller: r
+                        .get("controller")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false),
                 })
                 .collect()
         })
@@ -259,8 +269,10 @@ pub(crate) mod test_util {
 
     /// A namespaced test object with labels.
     pub fn labelled(ns: &str, name: &str, rv: &str, labels: &[(&str, &str)]) -> Arc<Object> {
-        let labels: serde_json::Map<String, Value> =
-            labels.iter().map(|(k, v)| ((*k).to_owned(), Value::from(*v))).collect();
+        let labels: serde_json::Map<String, Value> = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), Value::from(*v)))
+            .collect();
         let v = serde_json::json!({ "apiVersion": "v1", "kind": "Pod",
             "metadata": { "name": name, "namespace": ns, "resourceVersion": rv, "labels": labels } });
         Arc::new(Object::from_value(v, false).expect("valid test object"))
@@ -283,7 +295,10 @@ mod tests {
         });
         let o = Object::from_value(v, true).unwrap();
         assert_eq!(o.meta().namespace.as_deref(), Some("ns"));
-        assert_eq!(o.meta().labels, vec![("a".into(), "1".into()), ("b".into(), "2".into())]);
+        assert_eq!(
+            o.meta().labels,
+            vec![("a".into(), "1".into()), ("b".into(), "2".into())]
+        );
         assert_eq!(o.meta().label("b"), Some("2"));
         assert_eq!(o.meta().annotation("x"), Some("y"));
         assert_eq!(o.meta().owner_references[0].uid, "o1");

@@ -49,7 +49,11 @@ impl SharedProcessor {
     /// Hands `n` to every listener, or with `sync` only to the listeners whose resync is due.
     pub fn distribute(&self, n: Notification, sync: bool) {
         let inner = self.lock();
-        let targets = if sync { &inner.syncing } else { &inner.listeners };
+        let targets = if sync {
+            &inner.syncing
+        } else {
+            &inner.listeners
+        };
         for l in targets {
             l.add(n.clone());
         }
@@ -58,7 +62,12 @@ impl SharedProcessor {
     /// Whether any listener's resync is due; the due ones become the syncing set.
     pub fn should_resync(&self, now: Instant) -> bool {
         let mut inner = self.lock();
-        let due: Vec<Arc<Listener>> = inner.listeners.iter().filter(|l| l.should_resync(now)).cloned().collect();
+        let due: Vec<Arc<Listener>> = inner
+            .listeners
+            .iter()
+            .filter(|l| l.should_resync(now))
+            .cloned()
+            .collect();
         for l in &due {
             l.determine_next_resync(now);
         }

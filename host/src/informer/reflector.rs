@@ -23,7 +23,9 @@ use tokio::time::Instant;
 use super::backoff::{Backoff, BackoffConfig};
 use super::delta_fifo::DeltaFifo;
 use super::key::object_key;
-use super::lister_watcher::{ListOptions, ListerWatcher, SourceError, WatchEvent, WatchOptions, WatchStream};
+use super::lister_watcher::{
+    ListOptions, ListerWatcher, SourceError, WatchEvent, WatchOptions, WatchStream,
+};
 use super::object::{DeletedObject, Object};
 
 /// Reflector settings.
@@ -89,7 +91,10 @@ pub struct ReflectorStats {
 impl ReflectorStats {
     /// The last resourceVersion the reflector synced to.
     pub fn last_sync_resource_version(&self) -> String {
-        self.last_sync_resource_version.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.last_sync_resource_version
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -165,7 +170,11 @@ impl Reflector {
 
     /// Runs ListAndWatch rounds, with a backoff between them, until `shutdown` completes.
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
-        let resync = resync_loop(self.resync_period, self.store.clone(), self.should_resync.clone());
+        let resync = resync_loop(
+            self.resync_period,
+            self.store.clone(),
+            self.should_resync.clone(),
+        );
         let main = async {
             loop {
                 if let Err(e) = self.list_and_watch().await {
@@ -214,7 +223,11 @@ impl Reflector {
     }
 
     fn set_last_sync(&mut self, rv: String) {
-        *self.stats.last_sync_resource_version.lock().unwrap_or_else(PoisonError::into_inner) = rv.clone();
+        *self
+            .stats
+            .last_sync_resource_version
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = rv.clone();
         self.last_sync_rv = rv;
     }
 
@@ -242,13 +255,21 @@ impl Reflector {
         let limit = (self.config.page_size > 0).then_some(self.config.page_size);
         let first = self
             .lw
-            .list(ListOptions { resource_version: rv.to_owned(), limit, continue_token: None })
+            .list(ListOptions {
+                resource_version: rv.to_owned(),
+                limit,
+                continue_token: None,
+            })
             .await?;
         let list_rv = first.resource_version;
         let mut items = first.items;
         let mut token = first.continue_token.filter(|t| !t.is_empty());
         while let Some(t) = token {
-            let opts = ListOptions { resource_version: String::new(), limit, continue_token: Some(t) };
+            let opts = ListOptions {
+                resource_version: String::new(),
+                limit,
+                continue_token: Some(t),
+            };
             match self.lw.list(opts).await {
                 Ok(page) => {
                     items.extend(page.items);
@@ -258,7 +279,11 @@ impl Reflector {
                     tracing::info!(informer = %self.name, "list continuation expired; listing again without pages");
                     let full = self
                         .lw
-                        .list(ListOptions { resource_version: rv.to_owned(), limit: None, continue_token: None })
+                        .list(ListOptions {
+                            resource_version: rv.to_owned(),
+                            limit: None,
+                            continue_token: None,
+                        })
                         .await?;
                     return Ok((full.items, full.resource_version));
                 }
@@ -275,7 +300,11 @@ impl Reflector {
 
     /// Streaming list: buffer the initial events, then replace atomically at the end bookmark.
     async fn watch_list(&mut self) -> Result<WatchStream, SourceError> {
-        let rv = if self.last_sync_rv_unavailable { String::new() } else { self.last_sync_rv.clone() };
+        let rv = if self.last_sync_rv_unavailable {
+            String::new()
+        } else {
+            self.last_sync_rv.clone()
+        };
         let opts = WatchOptions {
             resource_version: rv,
             timeout_seconds: self.watch_timeout_seconds(),
@@ -298,9 +327,15 @@ impl Reflector {
                 WatchEvent::Deleted(o) => {
                     temp.remove(&object_key(&o));
                 }
-                WatchEvent::Bookmark { resource_version, initial_events_end } => {
+                WatchEvent::Bookmark {
+                    resource_version,
+                    initial_events_end,
+                } => {
                     if initial_events_end {
-                        let items = order.iter().filter_map(|k| temp.remove(k)).collect::<Vec<_>>();
+                        let items = order
+                            .iter()
+                            .filter_map(|k| temp.remove(k))
+                            .collect::<Vec<_>>();
                         tracing::debug!(informer = %self.name, objects = items.len(), "streaming list complete");
                         self.store.replace(items, &resource_version);
                         self.stats.lists.fetch_add(1, Ordering::Relaxed);
@@ -312,11 +347,16 @@ impl Reflector {
                 WatchEvent::Error(e) => return Err(e),
             }
         }
-        Err(SourceError::Decode("the streaming list ended before its initial-events-end bookmark".into()))
+        Err(SourceError::Decode(
+            "the streaming list ended before its initial-events-end bookmark".into(),
+        ))
     }
 
     async fn watch(&mut self, mut stream: Option<WatchStream>) -> Result<(), ReflectorError> {
-        let mut retry = InternalErrorRetry { max: self.config.max_internal_error_retry, first: None };
+        let mut retry = InternalErrorRetry {
+            max: self.config.max_internal_error_retry,
+            first: None,
+        };
         loop {
             let s = match stream.take() {
                 Some(s) => s,
@@ -350,7 +390,9 @@ impl Reflector {
                     tracing::debug!(informer = %self.name, "watch returned 429; backing off");
                     tokio::time::sleep(self.backoff.next_delay()).await;
                 }
-                Err(ReflectorError::WatchFailed(e)) if e.is_internal_error() && retry.should_retry() => {
+                Err(ReflectorError::WatchFailed(e))
+                    if e.is_internal_error() && retry.should_retry() =>
+                {
                     tracing::info!(informer = %self.name, error = %e, "retrying the watch after an internal error");
                 }
                 Err(e) => return Err(e),
@@ -380,7 +422,9 @@ impl Reflector {
                     self.store.delete(DeletedObject::Object(o));
                     rv
                 }
-                WatchEvent::Bookmark { resource_version, .. } => resource_version,
+                WatchEvent::Bookmark {
+                    resource_version, ..
+                } => resource_version,
                 WatchEvent::Error(e) => return Err(ReflectorError::WatchFailed(e)),
             };
             count += 1;

@@ -11,8 +11,8 @@ use tokio::time::Instant;
 use super::delta_fifo::{Delta, DeltaFifo, TransformFn};
 use super::handler::{EventHandler, Notification};
 use super::indexer::{Cache, IndexError, IndexFunc, Indexer};
-use super::lister_watcher::ListerWatcher;
 use super::listener::{DEFAULT_BATCH_MAX, Listener, ListenerStats};
+use super::lister_watcher::ListerWatcher;
 use super::processor::{SharedProcessor, determine_resync_period};
 use super::reflector::{Reflector, ReflectorConfig, ReflectorStats};
 
@@ -125,9 +125,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl SharedInformer {
     /// A new informer named `name` over `lw`.
-    pub fn new(name: impl Into<String>, lw: Arc<dyn ListerWatcher>, config: InformerConfig) -> Arc<Self> {
+    pub fn new(
+        name: impl Into<String>,
+        lw: Arc<dyn ListerWatcher>,
+        config: InformerConfig,
+    ) -> Arc<Self> {
         let indexer = Indexer::new();
-        let fifo = Arc::new(DeltaFifo::new(Some(indexer.cache()), config.transform.clone()));
+        let fifo = Arc::new(DeltaFifo::new(
+            Some(indexer.cache()),
+            config.transform.clone(),
+        ));
         Arc::new(Self {
             id: NEXT_INFORMER_ID.fetch_add(1, Ordering::Relaxed),
             name: name.into(),
@@ -157,7 +164,10 @@ impl SharedInformer {
     }
 
     /// Adds indexes; only before the informer starts.
-    pub fn add_indexers(&self, funcs: impl IntoIterator<Item = (String, IndexFunc)>) -> Result<(), InformerError> {
+    pub fn add_indexers(
+        &self,
+        funcs: impl IntoIterator<Item = (String, IndexFunc)>,
+    ) -> Result<(), InformerError> {
         if lock(&self.state).started {
             return Err(InformerError::IndexersAfterStart(self.name.clone()));
         }
@@ -178,7 +188,9 @@ impl SharedInformer {
             lists: r.as_ref().map_or(0, |r| r.lists.load(Ordering::Relaxed)),
             watches: r.as_ref().map_or(0, |r| r.watches.load(Ordering::Relaxed)),
             events: r.as_ref().map_or(0, |r| r.events.load(Ordering::Relaxed)),
-            last_sync_resource_version: r.map(|r| r.last_sync_resource_version()).unwrap_or_default(),
+            last_sync_resource_version: r
+                .map(|r| r.last_sync_resource_version())
+                .unwrap_or_default(),
         }
     }
 
@@ -227,7 +239,10 @@ impl SharedInformer {
             self.config.batch_max.unwrap_or(DEFAULT_BATCH_MAX),
             Arc::new(move || fifo.has_synced()),
         );
-        let reg = HandlerRegistration { informer_id: self.id, listener: listener.clone() };
+        let reg = HandlerRegistration {
+            informer_id: self.id,
+            listener: listener.clone(),
+        };
         if !st.started {
             self.processor.add_listener(listener);
             return Ok(reg);
@@ -235,7 +250,10 @@ impl SharedInformer {
         let _blocked = lock(&self.block_deltas);
         self.processor.add_listener(listener.clone());
         for obj in self.indexer.list() {
-            listener.add(Notification::Add { obj, initial_list: true });
+            listener.add(Notification::Add {
+                obj,
+                initial_list: true,
+            });
         }
         Ok(reg)
     }
@@ -257,21 +275,30 @@ impl SharedInformer {
         let _blocked = lock(&self.block_deltas);
         for d in deltas {
             match d {
-                Delta::Sync(o) | Delta::Replaced(o) | Delta::Added(o) | Delta::Updated(o) => match self.indexer.get(&o) {
-                    Some(old) => {
-                        self.indexer.update(o.clone());
-                        let sync = old.resource_version() == o.resource_version();
-                        self.processor.distribute(Notification::Update { old, new: o }, sync);
+                Delta::Sync(o) | Delta::Replaced(o) | Delta::Added(o) | Delta::Updated(o) => {
+                    match self.indexer.get(&o) {
+                        Some(old) => {
+                            self.indexer.update(o.clone());
+                            let sync = old.resource_version() == o.resource_version();
+                            self.processor
+                                .distribute(Notification::Update { old, new: o }, sync);
+                        }
+                        None => {
+                            self.indexer.add(o.clone());
+                            self.processor.distribute(
+                                Notification::Add {
+                                    obj: o,
+                                    initial_list: in_initial_list,
+                                },
+                                false,
+                            );
+                        }
                     }
-                    None => {
-                        self.indexer.add(o.clone());
-                        self.processor
-                            .distribute(Notification::Add { obj: o, initial_list: in_initial_list }, false);
-                    }
-                },
+                }
                 Delta::Deleted(obj) => {
                     self.indexer.delete(&obj);
-                    self.processor.distribute(Notification::Delete { obj }, false);
+                    self.processor
+                        .distribute(Notification::Delete { obj }, false);
                 }
             }
         }
@@ -279,7 +306,10 @@ impl SharedInformer {
 
     /// Runs the informer until `shutdown` completes: the reflector on this task, the process
     /// loop on its own thread. On return every listener has stopped.
-    pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()>) -> Result<(), InformerError> {
+    pub async fn run(
+        self: Arc<Self>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), InformerError> {
         let check = {
             let mut st = lock(&self.state);
             if st.stopped {
@@ -294,7 +324,13 @@ impl SharedInformer {
         let me = self.clone();
         let process = std::thread::Builder::new()
             .name(format!("wisp-informer-{}", self.name))
-            .spawn(move || while me.fifo.pop(|d, initial| me.handle_deltas(d, initial)).is_ok() {})
+            .spawn(move || {
+                while me
+                    .fifo
+                    .pop(|d, initial| me.handle_deltas(d, initial))
+                    .is_ok()
+                {}
+            })
             .ok();
         let me = self.clone();
         let reflector = Reflector::new(

@@ -37,7 +37,12 @@ pub struct KubeSource {
 impl KubeSource {
     /// A source for `api_version` / `kind` (plural derived from the kind, as `kube` does),
     /// in `namespace` or, with `None`, in all namespaces (or cluster-scoped).
-    pub fn new(client: kube::Client, api_version: &str, kind: &str, namespace: Option<&str>) -> Self {
+    pub fn new(
+        client: kube::Client,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+    ) -> Self {
         let (group, version) = match api_version.split_once('/') {
             Some((g, v)) => (g, v),
             None => ("", api_version),
@@ -47,7 +52,11 @@ impl KubeSource {
     }
 
     /// A source for an already resolved resource (e.g. from discovery).
-    pub fn with_resource(client: kube::Client, resource: ApiResource, namespace: Option<&str>) -> Self {
+    pub fn with_resource(
+        client: kube::Client,
+        resource: ApiResource,
+        namespace: Option<&str>,
+    ) -> Self {
         let api = match namespace {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
             None => Api::all_with(client.clone(), &resource),
@@ -93,10 +102,12 @@ impl KubeSource {
             });
         }
         let md = &o.metadata;
-        let name = md
-            .name
-            .clone()
-            .ok_or_else(|| SourceError::Decode(format!("{} object without metadata.name", self.resource.kind)))?;
+        let name = md.name.clone().ok_or_else(|| {
+            SourceError::Decode(format!(
+                "{} object without metadata.name",
+                self.resource.kind
+            ))
+        })?;
         let types = o.types.clone().unwrap_or_default();
         let meta = ObjectMeta {
             api_version: types.api_version,
@@ -105,8 +116,16 @@ impl KubeSource {
             name,
             uid: md.uid.clone().unwrap_or_default(),
             resource_version: md.resource_version.clone().unwrap_or_default(),
-            labels: md.labels.clone().map(|m| m.into_iter().collect()).unwrap_or_default(),
-            annotations: md.annotations.clone().map(|m| m.into_iter().collect()).unwrap_or_default(),
+            labels: md
+                .labels
+                .clone()
+                .map(|m| m.into_iter().collect())
+                .unwrap_or_default(),
+            annotations: md
+                .annotations
+                .clone()
+                .map(|m| m.into_iter().collect())
+                .unwrap_or_default(),
             owner_references: md
                 .owner_references
                 .iter()
@@ -125,22 +144,30 @@ impl KubeSource {
     }
 
     async fn list_page(&self, opts: ListOptions) -> Result<ListPage, SourceError> {
-        let mut lp = ListParams::default();
-        lp.label_selector = self.label_selector.clone();
-        lp.field_selector = self.field_selector.clone();
-        lp.limit = opts.limit;
-        lp.continue_token = opts.continue_token.clone();
-        lp.resource_version = Some(opts.resource_version.clone()).filter(|rv| !rv.is_empty());
+        let lp = ListParams {
+            label_selector: self.label_selector.clone(),
+            field_selector: self.field_selector.clone(),
+            limit: opts.limit,
+            continue_token: opts.continue_token.clone(),
+            resource_version: Some(opts.resource_version.clone()).filter(|rv| !rv.is_empty()),
+            ..ListParams::default()
+        };
         let mut req = kube::core::Request::new(self.api.resource_url())
             .list(&lp)
             .map_err(|e| SourceError::Request(e.to_string()))?;
         if opts.continue_token.is_none() && opts.resource_version == "0" && opts.limit.is_some() {
             let uri = format!("{}&resourceVersion=0", req.uri());
-            *req.uri_mut() = uri.parse().map_err(|e: http::uri::InvalidUri| SourceError::Request(e.to_string()))?;
+            *req.uri_mut() = uri
+                .parse()
+                .map_err(|e: http::uri::InvalidUri| SourceError::Request(e.to_string()))?;
         }
         req.extensions_mut().insert("list");
         let list: ObjectList<DynamicObject> = self.client.request(req).await.map_err(map_error)?;
-        let items = list.items.into_iter().map(|o| self.convert(o)).collect::<Result<Vec<_>, _>>()?;
+        let items = list
+            .items
+            .into_iter()
+            .map(|o| self.convert(o))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(ListPage {
             resource_version: list.metadata.resource_version.unwrap_or_default(),
             continue_token: list.metadata.continue_.filter(|c| !c.is_empty()),
@@ -156,7 +183,11 @@ impl KubeSource {
             bookmarks: opts.allow_bookmarks || opts.send_initial_events,
             send_initial_events: opts.send_initial_events,
         };
-        let stream = self.api.watch(&wp, &opts.resource_version).await.map_err(map_error)?;
+        let stream = self
+            .api
+            .watch(&wp, &opts.resource_version)
+            .await
+            .map_err(map_error)?;
         let me = self.clone();
         Ok(stream
             .map(move |item| match item {
@@ -164,7 +195,11 @@ impl KubeSource {
                 Ok(KubeWatchEvent::Modified(o)) => me.convert(o).map(WatchEvent::Modified),
                 Ok(KubeWatchEvent::Deleted(o)) => me.convert(o).map(WatchEvent::Deleted),
                 Ok(KubeWatchEvent::Bookmark(b)) => Ok(WatchEvent::Bookmark {
-                    initial_events_end: b.metadata.annotations.get(INITIAL_EVENTS_END).is_some_and(|v| v == "true"),
+                    initial_events_end: b
+                        .metadata
+                        .annotations
+                        .get(INITIAL_EVENTS_END)
+                        .is_some_and(|v| v == "true"),
                     resource_version: b.metadata.resource_version,
                 }),
                 Ok(KubeWatchEvent::Error(status)) => Ok(WatchEvent::Error(map_status(&status))),
@@ -201,11 +236,16 @@ impl ListerWatcher for KubeSource {
 
 /// Maps a Kubernetes `Status` to the reflector's error kinds.
 pub fn map_status(status: &Status) -> SourceError {
-    let too_large = status.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.reason == "ResourceVersionTooLarge"))
-        || status.message.contains("Too large resource version");
+    let too_large = status.details.as_ref().is_some_and(|d| {
+        d.causes
+            .iter()
+            .any(|c| c.reason == "ResourceVersionTooLarge")
+    }) || status.message.contains("Too large resource version");
     match status.code {
         410 => SourceError::Expired(status.message.clone()),
-        _ if status.reason == "Expired" || status.reason == "Gone" => SourceError::Expired(status.message.clone()),
+        _ if status.reason == "Expired" || status.reason == "Gone" => {
+            SourceError::Expired(status.message.clone())
+        }
         _ if too_large => SourceError::TooLargeResourceVersion(status.message.clone()),
         429 => SourceError::TooManyRequests {
             message: status.message.clone(),
@@ -216,7 +256,11 @@ pub fn map_status(status: &Status) -> SourceError {
                 .filter(|s| *s > 0)
                 .map(|s| Duration::from_secs(u64::from(s))),
         },
-        code => SourceError::Api { code, reason: status.reason.clone(), message: status.message.clone() },
+        code => SourceError::Api {
+            code,
+            reason: status.reason.clone(),
+            message: status.message.clone(),
+        },
     }
 }
 

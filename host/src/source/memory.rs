@@ -80,7 +80,11 @@ impl MemorySource {
         }
         let obj = Arc::new(Object::from_value(value, true)?);
         st.objects.insert(key, obj.clone());
-        let change = if existing.is_some() { Change::Modified(obj.clone()) } else { Change::Added(obj.clone()) };
+        let change = if existing.is_some() {
+            Change::Modified(obj.clone())
+        } else {
+            Change::Added(obj.clone())
+        };
         publish(&mut st, rv, change);
         Ok(obj)
     }
@@ -143,13 +147,31 @@ impl ListerWatcher for MemorySource {
             },
         };
         let initial: Vec<WatchEvent> = match from {
-            None => st.objects.values().cloned().map(WatchEvent::Added).collect(),
-            Some(n) => st.log.iter().filter(|(rv, _)| *rv > n).map(|(_, c)| c.to_event()).collect(),
+            None => st
+                .objects
+                .values()
+                .cloned()
+                .map(WatchEvent::Added)
+                .collect(),
+            Some(n) => st
+                .log
+                .iter()
+                .filter(|(rv, _)| *rv > n)
+                .map(|(_, c)| c.to_event())
+                .collect(),
         };
         let mut initial = initial;
         if opts.send_initial_events {
-            initial = st.objects.values().cloned().map(WatchEvent::Added).collect();
-            initial.push(WatchEvent::Bookmark { resource_version: st.rv.to_string(), initial_events_end: true });
+            initial = st
+                .objects
+                .values()
+                .cloned()
+                .map(WatchEvent::Added)
+                .collect();
+            initial.push(WatchEvent::Bookmark {
+                resource_version: st.rv.to_string(),
+                initial_events_end: true,
+            });
         }
         for ev in initial {
             let _ = tx.send(ev);
@@ -165,7 +187,9 @@ impl ListerWatcher for MemorySource {
     }
 }
 
-fn tokio_stream_from(mut rx: mpsc::UnboundedReceiver<WatchEvent>) -> impl futures::Stream<Item = WatchEvent> {
+fn tokio_stream_from(
+    mut rx: mpsc::UnboundedReceiver<WatchEvent>,
+) -> impl futures::Stream<Item = WatchEvent> {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
@@ -184,7 +208,10 @@ mod tests {
         let rv = src.resource_version().to_string();
         src.apply(pod("a", "y")).unwrap();
         let mut w = src
-            .watch(WatchOptions { resource_version: rv, ..Default::default() })
+            .watch(WatchOptions {
+                resource_version: rv,
+                ..Default::default()
+            })
             .await
             .unwrap();
         src.delete("demo/a");

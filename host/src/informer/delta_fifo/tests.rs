@@ -27,7 +27,10 @@ fn pod(name: &str, rv: &str) -> Arc<Object> {
 }
 
 fn tombstone(name: &str, rv: &str) -> DeletedObject {
-    DeletedObject::Tombstone(Tombstone { key: format!("ns/{name}"), obj: pod(name, rv) })
+    DeletedObject::Tombstone(Tombstone {
+        key: format!("ns/{name}"),
+        obj: pod(name, rv),
+    })
 }
 
 #[test]
@@ -55,7 +58,10 @@ fn delete_of_a_key_neither_queued_nor_known_is_dropped_without_lister() {
     assert!(f.is_empty());
     f.add(pod("a", "1"));
     f.delete(DeletedObject::Object(pod("a", "2")));
-    assert_eq!(pop_all(&f), vec![("ns/a".into(), vec![DeltaType::Added, DeltaType::Deleted])]);
+    assert_eq!(
+        pop_all(&f),
+        vec![("ns/a".into(), vec![DeltaType::Added, DeltaType::Deleted])]
+    );
 }
 
 #[test]
@@ -66,7 +72,10 @@ fn delete_of_a_key_neither_queued_nor_known_is_dropped_with_lister() {
     f.delete(DeletedObject::Object(pod("ghost", "1")));
     assert!(f.is_empty(), "unknown key must be dropped");
     f.delete(DeletedObject::Object(pod("known", "2")));
-    assert_eq!(pop_all(&f), vec![("ns/known".into(), vec![DeltaType::Deleted])]);
+    assert_eq!(
+        pop_all(&f),
+        vec![("ns/known".into(), vec![DeltaType::Deleted])]
+    );
 }
 
 #[test]
@@ -77,7 +86,10 @@ fn two_deletions_in_a_row_collapse_and_a_real_deletion_wins_over_a_tombstone() {
     f.delete(tombstone("a", "1"));
     let d = f.deltas("ns/a").unwrap();
     assert_eq!(kinds(&d), [DeltaType::Added, DeltaType::Deleted]);
-    assert!(!d[1].is_tombstone(), "the real deletion is kept over the later tombstone");
+    assert!(
+        !d[1].is_tombstone(),
+        "the real deletion is kept over the later tombstone"
+    );
 
     let f = DeltaFifo::new(None, None);
     f.add(pod("b", "1"));
@@ -85,7 +97,11 @@ fn two_deletions_in_a_row_collapse_and_a_real_deletion_wins_over_a_tombstone() {
     f.delete(DeletedObject::Object(pod("b", "3")));
     let d = f.deltas("ns/b").unwrap();
     assert_eq!(kinds(&d), [DeltaType::Added, DeltaType::Deleted]);
-    assert_eq!(d[1], Delta::Deleted(DeletedObject::Object(pod("b", "3"))), "a later real deletion replaces the tombstone");
+    assert_eq!(
+        d[1],
+        Delta::Deleted(DeletedObject::Object(pod("b", "3"))),
+        "a later real deletion replaces the tombstone"
+    );
 }
 
 #[test]
@@ -94,7 +110,10 @@ fn dedup_only_touches_the_last_two_deltas_when_both_are_deletions() {
     f.add(pod("a", "1"));
     f.update(pod("a", "2"));
     f.update(pod("a", "3"));
-    assert_eq!(kinds(&f.deltas("ns/a").unwrap()), [DeltaType::Added, DeltaType::Updated, DeltaType::Updated]);
+    assert_eq!(
+        kinds(&f.deltas("ns/a").unwrap()),
+        [DeltaType::Added, DeltaType::Updated, DeltaType::Updated]
+    );
 }
 
 #[test]
@@ -105,7 +124,11 @@ fn replace_makes_tombstones_for_known_objects_missing_from_the_list() {
     let f = DeltaFifo::new(Some(ix.cache()), None);
     f.replace(vec![pod("kept", "2")], "10");
     let gone = f.deltas("ns/gone").unwrap();
-    assert_eq!(gone, vec![Delta::Deleted(tombstone("gone", "5"))], "tombstone carries the cached object");
+    assert_eq!(
+        gone,
+        vec![Delta::Deleted(tombstone("gone", "5"))],
+        "tombstone carries the cached object"
+    );
     assert_eq!(kinds(&f.deltas("ns/kept").unwrap()), [DeltaType::Replaced]);
 }
 
@@ -116,8 +139,15 @@ fn replace_makes_tombstones_for_objects_only_in_the_queue() {
     f.update(pod("queued", "2"));
     f.replace(vec![pod("listed", "3")], "10");
     let d = f.deltas("ns/queued").unwrap();
-    assert_eq!(kinds(&d), [DeltaType::Added, DeltaType::Updated, DeltaType::Deleted]);
-    assert_eq!(d[2], Delta::Deleted(tombstone("queued", "2")), "tombstone carries the newest queued object");
+    assert_eq!(
+        kinds(&d),
+        [DeltaType::Added, DeltaType::Updated, DeltaType::Deleted]
+    );
+    assert_eq!(
+        d[2],
+        Delta::Deleted(tombstone("queued", "2")),
+        "tombstone carries the newest queued object"
+    );
 }
 
 #[test]
@@ -138,7 +168,10 @@ fn a_delete_followed_by_replace_of_the_same_object_yields_deleted_then_replaced(
     let f = DeltaFifo::new(Some(ix.cache()), None);
     f.delete(DeletedObject::Object(pod("a", "1")));
     f.replace(vec![pod("a", "2")], "10");
-    assert_eq!(kinds(&f.deltas("ns/a").unwrap()), [DeltaType::Deleted, DeltaType::Replaced]);
+    assert_eq!(
+        kinds(&f.deltas("ns/a").unwrap()),
+        [DeltaType::Deleted, DeltaType::Replaced]
+    );
 }
 
 #[test]
@@ -150,7 +183,11 @@ fn resync_queues_sync_only_for_known_keys_with_nothing_queued() {
     f.update(pod("busy", "2"));
     f.resync();
     assert_eq!(kinds(&f.deltas("ns/idle").unwrap()), [DeltaType::Sync]);
-    assert_eq!(kinds(&f.deltas("ns/busy").unwrap()), [DeltaType::Updated], "no Sync behind a queued update");
+    assert_eq!(
+        kinds(&f.deltas("ns/busy").unwrap()),
+        [DeltaType::Updated],
+        "no Sync behind a queued update"
+    );
 }
 
 #[test]
@@ -188,7 +225,8 @@ fn has_synced_follows_client_go_rules() {
     assert!(!f.has_synced());
     f.pop(|_, initial| assert!(initial)).unwrap();
     assert!(f.has_synced());
-    f.pop(|_, initial| assert!(!initial, "c came after the initial list")).unwrap();
+    f.pop(|_, initial| assert!(!initial, "c came after the initial list"))
+        .unwrap();
     assert!(f.has_synced());
 
     // A second Replace does not reset the count.
@@ -203,8 +241,12 @@ fn has_synced_counts_tombstones_of_the_first_replace() {
     let f = DeltaFifo::new(Some(ix.cache()), None);
     f.replace(vec![pod("a", "1")], "1");
     f.pop(|_, _| ()).unwrap();
-    assert!(!f.has_synced(), "the tombstone is part of the initial population");
-    f.pop(|d, _| assert_eq!(kinds(&d), [DeltaType::Deleted])).unwrap();
+    assert!(
+        !f.has_synced(),
+        "the tombstone is part of the initial population"
+    );
+    f.pop(|d, _| assert_eq!(kinds(&d), [DeltaType::Deleted]))
+        .unwrap();
     assert!(f.has_synced());
 }
 
@@ -214,7 +256,8 @@ fn has_synced_is_correct_when_an_initial_item_is_deleted_before_pop() {
     let f = DeltaFifo::new(Some(ix.cache()), None);
     f.replace(vec![pod("a", "1"), pod("b", "1")], "1");
     f.delete(DeletedObject::Object(pod("a", "1")));
-    f.pop(|d, _| assert_eq!(kinds(&d), [DeltaType::Replaced, DeltaType::Deleted])).unwrap();
+    f.pop(|d, _| assert_eq!(kinds(&d), [DeltaType::Replaced, DeltaType::Deleted]))
+        .unwrap();
     assert!(!f.has_synced());
     f.pop(|_, _| ()).unwrap();
     assert!(f.has_synced());
@@ -264,9 +307,16 @@ fn transform_runs_once_per_object_and_never_on_tombstones() {
     let f = DeltaFifo::new(Some(ix.cache()), Some(t));
     f.add(pod("a", "1"));
     f.replace(vec![pod("a", "2")], "2");
-    assert_eq!(calls.load(Ordering::SeqCst), 2, "one call per object, none for the tombstone of gone");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "one call per object, none for the tombstone of gone"
+    );
     let d = f.deltas("ns/a").unwrap();
-    assert!(d.iter().all(|d| d.object().meta().annotation("transformed") == Some("yes")));
+    assert!(
+        d.iter()
+            .all(|d| d.object().meta().annotation("transformed") == Some("yes"))
+    );
     let gone = f.deltas("ns/gone").unwrap();
     assert_eq!(gone[0].object().meta().annotation("transformed"), None);
 }

@@ -3,8 +3,8 @@ use std::sync::atomic::AtomicBool;
 use serde_json::json;
 
 use super::*;
-use crate::informer::delta_fifo::Delta;
 use crate::informer::Object;
+use crate::informer::delta_fifo::Delta;
 use crate::informer::handler::{Delivery, Recorder};
 use crate::informer::object::test_util::obj;
 use crate::source::memory::MemorySource;
@@ -31,7 +31,9 @@ const T: Duration = Duration::from_secs(10);
 fn kinds(d: &[Delivery]) -> Vec<&'static str> {
     d.iter()
         .map(|d| match &d.notification {
-            Notification::Add { initial_list: true, .. } => "add(initial)",
+            Notification::Add {
+                initial_list: true, ..
+            } => "add(initial)",
             Notification::Add { .. } => "add",
             Notification::Update { .. } if d.notification.is_resync() => "resync",
             Notification::Update { .. } => "update",
@@ -48,17 +50,24 @@ async fn a_handler_added_while_running_first_receives_every_cached_object_as_ini
     }
     let inf = informer_over(&src);
     let early = Recorder::new();
-    let r1 = inf.add_event_handler("early", Box::new(early.clone()), Duration::ZERO).unwrap();
+    let r1 = inf
+        .add_event_handler("early", Box::new(early.clone()), Duration::ZERO)
+        .unwrap();
     let _stop = start(&inf);
     assert!(wait_for(T, || r1.has_synced()).await);
 
     let late = Recorder::new();
-    let r2 = inf.add_event_handler("late", Box::new(late.clone()), Duration::ZERO).unwrap();
+    let r2 = inf
+        .add_event_handler("late", Box::new(late.clone()), Duration::ZERO)
+        .unwrap();
     assert!(wait_for(T, || r2.has_synced()).await);
     let seen = late.deliveries();
     assert_eq!(seen.len(), 50);
     assert!(kinds(&seen).iter().all(|k| *k == "add(initial)"));
-    assert_eq!(seen.iter().map(|d| d.seq).collect::<Vec<_>>(), (1..=50).collect::<Vec<u64>>());
+    assert_eq!(
+        seen.iter().map(|d| d.seq).collect::<Vec<_>>(),
+        (1..=50).collect::<Vec<u64>>()
+    );
 
     src.apply(pod("after")).unwrap();
     assert!(wait_for(T, || late.len() == 51 && early.len() == 51).await);
@@ -90,7 +99,14 @@ async fn a_late_handler_is_not_synced_until_its_replay_is_handled() {
     let open = Arc::new(AtomicBool::new(false));
     let rec = Recorder::new();
     let reg = inf
-        .add_event_handler("gated", Box::new(Gate { open: open.clone(), inner: rec.clone() }), Duration::ZERO)
+        .add_event_handler(
+            "gated",
+            Box::new(Gate {
+                open: open.clone(),
+                inner: rec.clone(),
+            }),
+            Duration::ZERO,
+        )
         .unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(inf.has_synced());
@@ -108,20 +124,39 @@ async fn a_slow_listener_does_not_delay_a_fast_one() {
     let slow = Recorder::new();
     let fast = Recorder::new();
     let rs = inf
-        .add_event_handler("slow", Box::new(Gate { open: open.clone(), inner: slow.clone() }), Duration::ZERO)
+        .add_event_handler(
+            "slow",
+            Box::new(Gate {
+                open: open.clone(),
+                inner: slow.clone(),
+            }),
+            Duration::ZERO,
+        )
         .unwrap();
-    inf.add_event_handler("fast", Box::new(fast.clone()), Duration::ZERO).unwrap();
+    inf.add_event_handler("fast", Box::new(fast.clone()), Duration::ZERO)
+        .unwrap();
     let _stop = start(&inf);
     for i in 0..2000 {
         src.apply(pod(&format!("p{i}"))).unwrap();
     }
-    assert!(wait_for(T, || fast.len() == 2000).await, "fast listener got {}", fast.len());
+    assert!(
+        wait_for(T, || fast.len() == 2000).await,
+        "fast listener got {}",
+        fast.len()
+    );
     assert!(slow.is_empty(), "the slow listener is still blocked");
-    assert!(rs.stats().depth > 0, "its notifications wait in its own queue");
+    assert!(
+        rs.stats().depth > 0,
+        "its notifications wait in its own queue"
+    );
     open.store(true, Ordering::SeqCst);
     assert!(wait_for(T, || slow.len() == 2000).await);
     let seqs: Vec<u64> = slow.deliveries().iter().map(|d| d.seq).collect();
-    assert_eq!(seqs, (1..=2000).collect::<Vec<u64>>(), "in order, no loss, no duplicates");
+    assert_eq!(
+        seqs,
+        (1..=2000).collect::<Vec<u64>>(),
+        "in order, no loss, no duplicates"
+    );
 }
 
 struct Panicky {
@@ -142,13 +177,25 @@ async fn a_panicking_handler_neither_stops_the_host_nor_stalls_other_listeners()
     let src = MemorySource::new();
     let inf = informer_over(&src);
     let other = Recorder::new();
-    let bad = inf.add_event_handler("bad", Box::new(Panicky { inner: Recorder::new() }), Duration::ZERO).unwrap();
-    inf.add_event_handler("other", Box::new(other.clone()), Duration::ZERO).unwrap();
+    let bad = inf
+        .add_event_handler(
+            "bad",
+            Box::new(Panicky {
+                inner: Recorder::new(),
+            }),
+            Duration::ZERO,
+        )
+        .unwrap();
+    inf.add_event_handler("other", Box::new(other.clone()), Duration::ZERO)
+        .unwrap();
     let _stop = start(&inf);
     src.apply(pod("boom")).unwrap();
     src.apply(pod("fine")).unwrap();
     assert!(wait_for(T, || other.len() == 2).await);
-    assert!(wait_for(T, || bad.stats().delivered == 2).await, "the bad listener goes on after the panic");
+    assert!(
+        wait_for(T, || bad.stats().delivered == 2).await,
+        "the bad listener goes on after the panic"
+    );
     assert_eq!(bad.stats().panics, 1);
 }
 
@@ -160,10 +207,19 @@ async fn removing_a_handler_is_idempotent_drops_its_buffer_and_ignores_foreign_h
     let open = Arc::new(AtomicBool::new(false));
     let gated = Recorder::new();
     let reg = inf
-        .add_event_handler("gated", Box::new(Gate { open: open.clone(), inner: gated.clone() }), Duration::ZERO)
+        .add_event_handler(
+            "gated",
+            Box::new(Gate {
+                open: open.clone(),
+                inner: gated.clone(),
+            }),
+            Duration::ZERO,
+        )
         .unwrap();
     let keep = Recorder::new();
-    let keep_reg = inf.add_event_handler("keep", Box::new(keep.clone()), Duration::ZERO).unwrap();
+    let keep_reg = inf
+        .add_event_handler("keep", Box::new(keep.clone()), Duration::ZERO)
+        .unwrap();
     let _stop = start(&inf);
     for i in 0..100 {
         src.apply(pod(&format!("p{i}"))).unwrap();
@@ -174,10 +230,22 @@ async fn removing_a_handler_is_idempotent_drops_its_buffer_and_ignores_foreign_h
     other_inf.remove_event_handler(&keep_reg);
     open.store(true, Ordering::SeqCst);
     src.apply(pod("after")).unwrap();
-    assert!(wait_for(T, || keep.len() == 101).await, "the foreign removal was a no-op");
+    assert!(
+        wait_for(T, || keep.len() == 101).await,
+        "the foreign removal was a no-op"
+    );
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(gated.len() <= 64, "at most the batch in hand was delivered, got {}", gated.len());
-    assert!(gated.deliveries().iter().all(|d| d.notification.object().meta().name != "after"));
+    assert!(
+        gated.len() <= 64,
+        "at most the batch in hand was delivered, got {}",
+        gated.len()
+    );
+    assert!(
+        gated
+            .deliveries()
+            .iter()
+            .all(|d| d.notification.object().meta().name != "after")
+    );
 }
 
 #[tokio::test]
@@ -188,7 +256,9 @@ async fn adding_a_handler_to_a_stopped_informer_is_an_error() {
     assert!(wait_for(T, || inf.has_synced()).await);
     stop.send(()).unwrap();
     assert!(wait_for(T, || lock(&inf.state).stopped).await);
-    let err = inf.add_event_handler("late", Box::new(Recorder::new()), Duration::ZERO).err();
+    let err = inf
+        .add_event_handler("late", Box::new(Recorder::new()), Duration::ZERO)
+        .err();
     assert_eq!(err, Some(InformerError::Stopped("pods".into())));
 }
 
@@ -196,11 +266,25 @@ async fn adding_a_handler_to_a_stopped_informer_is_an_error() {
 fn resync_periods_follow_client_go_rules() {
     let inf = informer_over(&MemorySource::new());
     assert_eq!(inf.resync_check_period(), Duration::ZERO);
-    let never = inf.add_event_handler("never", Box::new(Recorder::new()), Duration::ZERO).unwrap();
-    let tiny = inf.add_event_handler("tiny", Box::new(Recorder::new()), Duration::from_millis(10)).unwrap();
-    assert_eq!(tiny.resync_period(), MINIMUM_RESYNC_PERIOD, "below 1 s is raised to 1 s");
-    assert_eq!(inf.resync_check_period(), MINIMUM_RESYNC_PERIOD, "the check period is the smallest listener period");
-    let slow = inf.add_event_handler("slow", Box::new(Recorder::new()), Duration::from_secs(30)).unwrap();
+    let never = inf
+        .add_event_handler("never", Box::new(Recorder::new()), Duration::ZERO)
+        .unwrap();
+    let tiny = inf
+        .add_event_handler("tiny", Box::new(Recorder::new()), Duration::from_millis(10))
+        .unwrap();
+    assert_eq!(
+        tiny.resync_period(),
+        MINIMUM_RESYNC_PERIOD,
+        "below 1 s is raised to 1 s"
+    );
+    assert_eq!(
+        inf.resync_check_period(),
+        MINIMUM_RESYNC_PERIOD,
+        "the check period is the smallest listener period"
+    );
+    let slow = inf
+        .add_event_handler("slow", Box::new(Recorder::new()), Duration::from_secs(30))
+        .unwrap();
     assert_eq!(never.resync_period(), Duration::ZERO, "0 means never");
     assert_eq!(slow.resync_period(), Duration::from_secs(30));
 }
@@ -211,11 +295,16 @@ async fn a_listener_added_after_start_with_a_shorter_period_is_raised_to_the_che
     let inf = SharedInformer::new(
         "pods",
         Arc::new(src.clone()),
-        InformerConfig { default_resync: Duration::from_secs(10), ..Default::default() },
+        InformerConfig {
+            default_resync: Duration::from_secs(10),
+            ..Default::default()
+        },
     );
     let _stop = start(&inf);
     assert!(wait_for(T, || inf.has_synced()).await);
-    let reg = inf.add_event_handler("late", Box::new(Recorder::new()), Duration::from_secs(2)).unwrap();
+    let reg = inf
+        .add_event_handler("late", Box::new(Recorder::new()), Duration::from_secs(2))
+        .unwrap();
     assert_eq!(reg.resync_period(), Duration::from_secs(10));
     assert_eq!(inf.resync_check_period(), Duration::from_secs(10));
 }
@@ -225,9 +314,19 @@ fn an_update_with_unchanged_resource_version_goes_only_to_listeners_whose_resync
     let inf = informer_over(&MemorySource::new());
     let with = Recorder::new();
     let without = Recorder::new();
-    let rw = inf.add_event_handler("resync", Box::new(with.clone()), Duration::from_secs(1)).unwrap();
-    let rn = inf.add_event_handler("no-resync", Box::new(without.clone()), Duration::ZERO).unwrap();
-    inf.handle_deltas(vec![Delta::Added(obj(Some("ns"), "a", "1")), Delta::Added(obj(Some("ns"), "b", "1"))], true);
+    let rw = inf
+        .add_event_handler("resync", Box::new(with.clone()), Duration::from_secs(1))
+        .unwrap();
+    let rn = inf
+        .add_event_handler("no-resync", Box::new(without.clone()), Duration::ZERO)
+        .unwrap();
+    inf.handle_deltas(
+        vec![
+            Delta::Added(obj(Some("ns"), "a", "1")),
+            Delta::Added(obj(Some("ns"), "b", "1")),
+        ],
+        true,
+    );
     // A relist: a unchanged, b changed.
     inf.handle_deltas(vec![Delta::Replaced(obj(Some("ns"), "a", "1"))], false);
     inf.handle_deltas(vec![Delta::Replaced(obj(Some("ns"), "b", "2"))], false);
@@ -239,8 +338,14 @@ fn an_update_with_unchanged_resource_version_goes_only_to_listeners_whose_resync
     };
     wait(&rw, 4);
     wait(&rn, 3);
-    assert_eq!(kinds(&with.deliveries()), ["add(initial)", "add(initial)", "resync", "update"]);
-    assert_eq!(kinds(&without.deliveries()), ["add(initial)", "add(initial)", "update"]);
+    assert_eq!(
+        kinds(&with.deliveries()),
+        ["add(initial)", "add(initial)", "resync", "update"]
+    );
+    assert_eq!(
+        kinds(&without.deliveries()),
+        ["add(initial)", "add(initial)", "update"]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -248,8 +353,12 @@ async fn the_resync_timer_delivers_syncs_only_to_due_listeners() {
     let inf = informer_over(&MemorySource::new());
     let fast = Recorder::new();
     let slow = Recorder::new();
-    let rf = inf.add_event_handler("fast", Box::new(fast.clone()), Duration::from_secs(1)).unwrap();
-    let rs = inf.add_event_handler("slow", Box::new(slow.clone()), Duration::from_secs(3)).unwrap();
+    let rf = inf
+        .add_event_handler("fast", Box::new(fast.clone()), Duration::from_secs(1))
+        .unwrap();
+    let rs = inf
+        .add_event_handler("slow", Box::new(slow.clone()), Duration::from_secs(3))
+        .unwrap();
     inf.handle_deltas(vec![Delta::Added(obj(Some("ns"), "a", "1"))], true);
     // Like the reflector's resync loop: every check period, resync when any listener is due.
     for _ in 0..3 {
@@ -269,6 +378,9 @@ async fn the_resync_timer_delivers_syncs_only_to_due_listeners() {
     };
     settle(&rf, 4);
     settle(&rs, 2);
-    assert_eq!(kinds(&fast.deliveries()), ["add(initial)", "resync", "resync", "resync"]);
+    assert_eq!(
+        kinds(&fast.deliveries()),
+        ["add(initial)", "resync", "resync", "resync"]
+    );
     assert_eq!(kinds(&slow.deliveries()), ["add(initial)", "resync"]);
 }

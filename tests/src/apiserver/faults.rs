@@ -1,0 +1,215 @@
+//! Fault knobs: the misbehaviour of a real API server, on demand.
+//!
+//! Each knob arms a one-shot (or n-shot) fault that the next matching request consumes, so a test
+//! states exactly which request fails and nothing else is disturbed.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use super::Verb;
+
+/// Bookmark interval of a fresh server.
+pub const DEFAULT_BOOKMARK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A failure armed by [`Faults::fail_next`].
+#[derive(Debug, Clone)]
+struct FailRule {
+    /// Requests of this verb consume the rule.
+    verb: Verb,
+    /// HTTP status to answer with.
+    status: u16,
+    /// Sent as the `Retry-After` header (and `details.retryAfterSeconds`).
+    retry_after_secs: Option<u64>,
+    /// How many more matching requests fail.
+    remaining: usize,
+}
+
+/// A failure the server answers a request with instead of serving it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct InjectedFailure {
+    /// HTTP status code.
+    pub status: u16,
+    /// `Retry-After` seconds, if any.
+    pub retry_after_secs: Option<u64>,
+}
+
+#[derive(Debug)]
+struct FaultState {
+    /// Armed failures, consumed in order by matching requests.
+    fail: VecDeque<FailRule>,
+    /// For each of the next watch streams, how many object events it sends before closing.
+    close_after: VecDeque<usize>,
+    /// Whether the next watch stream starts with a line that is not JSON.
+    malformed_next: bool,
+    /// Added to every response.
+    delay: Duration,
+    /// (page index, status) for the next paginated list.
+    list_page: Option<(usize, u16)>,
+    /// How often watches that allow bookmarks get one; zero disables them.
+    bookmark_interval: Duration,
+}
+
+/// Handle to the fault knobs of a [`TestApiServer`](super::TestApiServer); cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Faults {
+    state: Arc<Mutex<FaultState>>,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Self {
+            state: Arc::new(Mutex::new(FaultState {
+                fail: VecDeque::new(),
+                close_after: VecDeque::new(),
+                malformed_next: false,
+                delay: Duration::ZERO,
+                list_page: None,
+                bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
+            })),
+        }
+    }
+}
+
+impl Faults {
+    fn lock(&self) -> MutexGuard<'_, FaultState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The next `count` requests of `verb` get HTTP `status` with a Kubernetes Status body whose
+    /// reason matches the code (429 TooManyRequests, 500 InternalError, 410 Expired, 504 Timeout,
+    /// ...). `retry_after_secs` adds a `Retry-After` header. Rules queue up in arming order.
+    pub fn fail_next(&self, verb: Verb, status: u16, retry_after_secs: Option<u64>, count: usize) {
+        if count == 0 {
+            return;
+        }
+        self.lock().fail.push_back(FailRule {
+            verb,
+            status,
+            retry_after_secs,
+            remaining: count,
+        });
+    }
+
+    /// The next `times` watch streams close (cleanly, end of body) right after sending `events`
+    /// object events (ADDED, MODIFIED, DELETED; bookmarks are not counted). `events == 0` closes
+    /// a stream right after its response headers.
+    pub fn close_watch_after(&self, events: usize, times: usize) {
+        self.lock()
+            .close_after
+            .extend(std::iter::repeat_n(events, times));
+    }
+
+    /// The next watch stream starts with one line that is not JSON, then carries on normally.
+    pub fn malformed_line_next_watch(&self) {
+        self.lock().malformed_next = true;
+    }
+
+    /// Delays every response (watch: its headers) by `delay`; `Duration::ZERO` resets.
+    pub fn slow(&self, delay: Duration) {
+        self.lock().delay = delay;
+    }
+
+    /// In the next paginated list (a list with `limit`), page `page_index` fails with `status`.
+    /// Page 0 is the request without `continue`; page N >= 1 is the N-th continuation.
+    pub fn fail_list_page(&self, page_index: usize, status: u16) {
+        self.lock().list_page = Some((page_index, status));
+    }
+
+    /// How often watches with `allowWatchBookmarks=true` get a BOOKMARK (default 1 s,
+    /// `Duration::ZERO` = never). Read when a watch starts.
+    pub fn bookmark_interval(&self, interval: Duration) {
+        self.lock().bookmark_interval = interval;
+    }
+
+    /// Disarms every fault and restores the defaults.
+    pub fn reset(&self) {
+        let mut s = self.lock();
+        s.fail.clear();
+        s.close_after.clear();
+        s.malformed_next = false;
+        s.delay = Duration::ZERO;
+        s.list_page = None;
+        s.bookmark_interval = DEFAULT_BOOKMARK_INTERVAL;
+    }
+
+    /// Consumes one armed failure for a request of `verb`, if any.
+    pub(crate) fn take_failure(&self, verb: Verb) -> Option<InjectedFailure> {
+        let mut s = self.lock();
+        let idx = s.fail.iter().position(|r| r.verb == verb)?;
+        let rule = s.fail.get_mut(idx)?;
+        rule.remaining = rule.remaining.saturating_sub(1);
+        let failure = InjectedFailure {
+            status: rule.status,
+            retry_after_secs: rule.retry_after_secs,
+        };
+        if rule.remaining == 0 {
+            s.fail.remove(idx);
+        }
+        Some(failure)
+    }
+
+    /// Consumes the page failure if this paginated list request is the armed page.
+    pub(crate) fn take_list_page_failure(&self, page_index: usize) -> Option<u16> {
+        let mut s = self.lock();
+        match s.list_page {
+            Some((page, status)) if page == page_index => {
+                s.list_page = None;
+                Some(status)
+            }
+            _ => None,
+        }
+    }
+
+    /// The per-response delay.
+    pub(crate) fn delay(&self) -> Duration {
+        self.lock().delay
+    }
+
+    /// The per-watch settings, consumed as a new watch starts.
+    pub(crate) fn take_watch_faults(&self) -> WatchFaults {
+        let mut s = self.lock();
+        WatchFaults {
+            close_after: s.close_after.pop_front(),
+            malformed_line: std::mem::take(&mut s.malformed_next),
+            bookmark_interval: s.bookmark_interval,
+        }
+    }
+}
+
+/// Faults and settings one watch stream runs with.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WatchFaults {
+    /// Close after this many object events.
+    pub close_after: Option<usize>,
+    /// Start with a line that is not JSON.
+    pub malformed_line: bool,
+    /// Bookmark period; zero = never.
+    pub bookmark_interval: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fail_next_is_consumed_by_matching_verbs_only() {
+        let f = Faults::default();
+        f.fail_next(Verb::Watch, 500, None, 2);
+        assert_eq!(f.take_failure(Verb::List), None);
+        assert_eq!(f.take_failure(Verb::Watch).map(|x| x.status), Some(500));
+        assert_eq!(f.take_failure(Verb::Watch).map(|x| x.status), Some(500));
+        assert_eq!(f.take_failure(Verb::Watch), None);
+    }
+
+    #[test]
+    fn close_after_applies_to_the_next_n_watches() {
+        let f = Faults::default();
+        f.close_watch_after(3, 2);
+        assert_eq!(f.take_watch_faults().close_after, Some(3));
+        assert_eq!(f.take_watch_faults().close_after, Some(3));
+        assert_eq!(f.take_watch_faults().close_after, None);
+    }
+}

@@ -1,0 +1,238 @@
+//! Routing: URL paths to collections, query strings to parameters, requests to handlers.
+//!
+//! Every request is recorded, delayed if `slow` is set, and may be answered by an armed fault
+//! before it reaches its handler.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode};
+use axum::response::Response;
+use serde_json::json;
+
+use super::resource::ResourceKey;
+use super::status::{error_response, injected_failure, json_response};
+use super::{RecordedRequest, Shared, Verb, list, watch, write};
+
+/// Decoded query parameters; for a repeated key the last value wins.
+pub(crate) type Query = BTreeMap<String, String>;
+
+/// The request target under `/api` or `/apis`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Target {
+    /// The collection.
+    pub resource: ResourceKey,
+    /// `namespaces/{ns}/` in the path; `None` for cluster-wide or cluster-scoped requests.
+    pub namespace: Option<String>,
+    /// The object name, for single-object requests.
+    pub name: Option<String>,
+    /// `status`, `scale`, ... after the name.
+    pub subresource: Option<String>,
+}
+
+/// What a path addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Route {
+    /// `/version`.
+    Version,
+    /// A collection or an object.
+    Resource(Target),
+    /// Anything else.
+    Unknown,
+}
+
+/// The axum router serving every path through [`handle`].
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    Router::new().fallback(handle).with_state(shared)
+}
+
+/// Parses `/api/v1/[namespaces/{ns}/]{plural}[/{name}[/{sub}]]` and the `/apis/{group}/{version}/`
+/// equivalent. `/api/v1/namespaces/{name}` is the Namespace object `name`.
+fn parse_path(path: &str) -> Route {
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let (group, version, rest) = match segments.as_slice() {
+        ["version"] => return Route::Version,
+        ["api", version, rest @ ..] => ("", *version, rest),
+        ["apis", group, version, rest @ ..] => (*group, *version, rest),
+        _ => return Route::Unknown,
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, tail @ ..] if !tail.is_empty() => (Some(ns.to_string()), tail),
+        _ => (None, rest),
+    };
+    let (plural, name, subresource) = match rest {
+        [plural] => (*plural, None, None),
+        [plural, name] => (*plural, Some(name.to_string()), None),
+        [plural, name, sub] => (*plural, Some(name.to_string()), Some(sub.to_string())),
+        _ => return Route::Unknown,
+    };
+    Route::Resource(Target {
+        resource: ResourceKey {
+            group: group.to_string(),
+            version: version.to_string(),
+            plural: plural.to_string(),
+        },
+        namespace,
+        name,
+        subresource,
+    })
+}
+
+/// Parses a query string permissively: empty pairs are skipped, `+` and `%XX` are decoded.
+pub(crate) fn parse_query(query: Option<&str>) -> Query {
+    form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .filter(|(k, _)| !k.is_empty())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+/// Whether a boolean query parameter is set (`true` or `1`).
+pub(crate) fn flag(query: &Query, key: &str) -> bool {
+    query.get(key).is_some_and(|v| v == "true" || v == "1")
+}
+
+fn classify(method: &Method, route: &Route, query: &Query) -> Verb {
+    match (method, route) {
+        (&Method::GET, Route::Resource(t)) if t.name.is_some() => Verb::Get,
+        (&Method::GET, Route::Resource(_)) if flag(query, "watch") => Verb::Watch,
+        (&Method::GET, Route::Resource(_)) => Verb::List,
+        _ => Verb::Other,
+    }
+}
+
+async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let query = parse_query(parts.uri.query());
+    let route = parse_path(parts.uri.path());
+    let verb = classify(&parts.method, &route, &query);
+    shared.record(RecordedRequest {
+        method: parts.method.to_string(),
+        path: parts.uri.path().to_string(),
+        verb,
+        query: query.clone(),
+    });
+    let delay = shared.faults.delay();
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    if let Some(failure) = shared.faults.take_failure(verb) {
+        return injected_failure(failure.status, failure.retry_after_secs);
+    }
+    let target = match route {
+        Route::Resource(target) => target,
+        Route::Version => return version(),
+        Route::Unknown => {
+            return error_response(
+                404,
+                "NotFound",
+                &format!(
+                    "the server could not find the requested resource ({})",
+                    parts.uri.path()
+                ),
+            );
+        }
+    };
+    let method = parts.method;
+    match (verb, &method, target.name.is_some()) {
+        (Verb::List, _, _) => list::list(&shared, &target, &query),
+        (Verb::Watch, _, _) => watch::watch(&shared, target, &query),
+        (Verb::Get, _, _) => write::get(&shared, &target),
+        (_, &Method::POST, false) => write::create(&shared, &target, body).await,
+        (_, &Method::PUT, true) => write::replace(&shared, &target, body).await,
+        (_, &Method::PATCH, true) => {
+            let content_type = parts
+                .headers
+                .get(axum::http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            write::patch(&shared, &target, &query, &content_type, body).await
+        }
+        (_, &Method::DELETE, true) => write::delete(&shared, &target),
+        _ => error_response(
+            405,
+            "MethodNotAllowed",
+            &format!("the server does not allow this method on the requested resource ({method})"),
+        ),
+    }
+}
+
+/// `/version`, so `Client::apiserver_version` works.
+fn version() -> Response {
+    let body = json!({
+        "major": "1",
+        "minor": "33",
+        "gitVersion": "v1.33.0-wisp-test",
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2025-01-01T00:00:00Z",
+        "goVersion": "go1.24",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    });
+    json_response(StatusCode::OK, body.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(path: &str) -> Option<(String, Option<String>, Option<String>)> {
+        match parse_path(path) {
+            Route::Resource(t) => Some((
+                t.resource.api_version() + "/" + &t.resource.plural,
+                t.namespace,
+                t.name,
+            )),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn paths_map_to_collections_and_objects() {
+        let s = |v: &str| Some(v.to_string());
+        assert_eq!(target("/api/v1/pods"), Some(("v1/pods".into(), None, None)));
+        assert_eq!(
+            target("/api/v1/namespaces/ns/pods"),
+            Some(("v1/pods".into(), s("ns"), None))
+        );
+        assert_eq!(
+            target("/api/v1/namespaces/ns/pods/p"),
+            Some(("v1/pods".into(), s("ns"), s("p")))
+        );
+        assert_eq!(
+            target("/api/v1/namespaces"),
+            Some(("v1/namespaces".into(), None, None))
+        );
+        assert_eq!(
+            target("/api/v1/namespaces/ns"),
+            Some(("v1/namespaces".into(), None, s("ns")))
+        );
+        assert_eq!(
+            target("/apis/apps/v1/namespaces/ns/deployments"),
+            Some(("apps/v1/deployments".into(), s("ns"), None))
+        );
+        assert_eq!(
+            target("/apis/example.com/v1/widgets/w"),
+            Some(("example.com/v1/widgets".into(), None, s("w")))
+        );
+        assert_eq!(parse_path("/version"), Route::Version);
+        assert_eq!(parse_path("/healthz"), Route::Unknown);
+    }
+
+    #[test]
+    fn query_strings_starting_with_ampersand_are_decoded() {
+        let q = parse_query(Some(
+            "&labelSelector=app%3Dweb%2Ctier+in+%28a%2Cb%29&&watch=true&limit=5",
+        ));
+        assert_eq!(
+            q.get("labelSelector").map(String::as_str),
+            Some("app=web,tier in (a,b)")
+        );
+        assert_eq!(q.get("limit").map(String::as_str), Some("5"));
+        assert!(flag(&q, "watch"));
+        assert_eq!(q.len(), 3);
+    }
+}

@@ -1,0 +1,353 @@
+//! GET on a collection: resourceVersion semantics, selectors and consistent pagination.
+//!
+//! The first page of a paginated list fixes its resourceVersion; the filtered, sorted items are
+//! kept in a small cache keyed by the id inside the continue token, and continuation pages are
+//! cut from that snapshot. A token whose snapshot was evicted is served by rebuilding the state
+//! at its RV from history; a token whose RV is below the compaction floor gets 410 Expired.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::Shared;
+use super::http::{Query, Target};
+use super::object::Obj;
+use super::selector::Filter;
+use super::status::{
+    ApiError, bad_request, error_response, injected_failure, json_response, read_error,
+};
+use super::store::ReadAt;
+
+/// Snapshots of paginated lists kept at once; older ones are rebuilt from history if needed.
+const SNAPSHOT_CACHE_SIZE: usize = 16;
+
+/// The state a continue token carries.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+struct ContinueToken {
+    /// Always `meta.k8s.io/v1`, as in Kubernetes' tokens.
+    v: String,
+    /// The list's resourceVersion.
+    rv: u64,
+    /// Index of the next item in the snapshot.
+    start: usize,
+    /// Snapshot cache id.
+    snap: u64,
+    /// Index of the page this token asks for (1 = first continuation).
+    page: usize,
+}
+
+impl ContinueToken {
+    fn encode(&self) -> String {
+        URL_SAFE_NO_PAD.encode(serde_json::to_vec(self).unwrap_or_default())
+    }
+
+    fn decode(token: &str) -> Option<Self> {
+        let bytes = URL_SAFE_NO_PAD.decode(token.trim_end_matches('=')).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+}
+
+/// Filtered, sorted items of paginated lists in progress.
+#[derive(Debug, Default)]
+pub(crate) struct SnapshotCache {
+    inner: Mutex<Snapshots>,
+}
+
+#[derive(Debug, Default)]
+struct Snapshots {
+    /// Last id handed out.
+    last_id: u64,
+    /// (id, items), oldest first.
+    entries: VecDeque<(u64, Arc<Vec<Obj>>)>,
+}
+
+impl SnapshotCache {
+    fn lock(&self) -> MutexGuard<'_, Snapshots> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn insert(&self, items: Arc<Vec<Obj>>) -> u64 {
+        let mut s = self.lock();
+        s.last_id += 1;
+        let id = s.last_id;
+        s.entries.push_back((id, items));
+        while s.entries.len() > SNAPSHOT_CACHE_SIZE {
+            s.entries.pop_front();
+        }
+        id
+    }
+
+    fn get(&self, id: u64) -> Option<Arc<Vec<Obj>>> {
+        let s = self.lock();
+        s.entries
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map(|(_, items)| Arc::clone(items))
+    }
+
+    fn remove(&self, id: u64) {
+        self.lock().entries.retain(|(i, _)| *i != id);
+    }
+}
+
+/// How `resourceVersion` / `resourceVersionMatch` / `limit` select the state to list.
+fn read_at(query: &Query, paginated: bool) -> Result<ReadAt, ApiError> {
+    let rv = query.get("resourceVersion").map_or("", String::as_str);
+    let matching = query.get("resourceVersionMatch").map_or("", String::as_str);
+    if rv.is_empty() {
+        if !matching.is_empty() {
+            return Err(ApiError::invalid(
+                "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+            ));
+        }
+        return Ok(ReadAt::Latest);
+    }
+    let n: u64 = rv.parse().map_err(|_| {
+        ApiError::bad_request(format!(
+            "resourceVersion: Invalid value: \"{rv}\": must be an unsigned integer"
+        ))
+    })?;
+    match (matching, n) {
+        ("" | "NotOlderThan", 0) => Ok(ReadAt::Latest),
+        ("", _) if paginated => Ok(ReadAt::Exact(n)),
+        ("" | "NotOlderThan", _) => Ok(ReadAt::NotOlderThan(n)),
+        ("Exact", 0) => Err(ApiError::invalid(
+            "resourceVersionMatch: Forbidden: resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"",
+        )),
+        ("Exact", _) => Ok(ReadAt::Exact(n)),
+        (other, _) => Err(ApiError::invalid(format!(
+            "resourceVersionMatch: Unsupported value: \"{other}\""
+        ))),
+    }
+}
+
+/// Serves a list request.
+pub(crate) fn list(shared: &Shared, target: &Target, query: &Query) -> Response {
+    let filter = match Filter::new(
+        target.namespace.clone(),
+        query.get("labelSelector").map(String::as_str),
+        query.get("fieldSelector").map(String::as_str),
+    ) {
+        Ok(filter) => filter,
+        Err(e) => return bad_request(&e.to_string()),
+    };
+    let limit = match query.get("limit").map(|l| l.parse::<usize>()) {
+        None | Some(Ok(0)) => None,
+        Some(Ok(n)) => Some(n),
+        Some(Err(_)) => return bad_request("limit: Invalid value: must be a non-negative integer"),
+    };
+    if let Some(token) = query.get("continue").filter(|t| !t.is_empty()) {
+        return continue_list(shared, target, &filter, token, limit);
+    }
+    let at = match read_at(query, limit.is_some()) {
+        Ok(at) => at,
+        Err(e) => return e.into_response(),
+    };
+    if limit.is_some()
+        && let Some(status) = shared.faults.take_list_page_failure(0)
+    {
+        return injected_failure(status, None);
+    }
+    let snapshot = match shared
+        .store
+        .list(&target.resource, target.namespace.as_deref(), at)
+    {
+        Ok(snapshot) => snapshot,
+        Err(e) => return read_error(e),
+    };
+    let items: Vec<Obj> = snapshot
+        .objects
+        .into_iter()
+        .filter(|o| filter.matches(&o.value))
+        .collect();
+    let page = Page {
+        rv: snapshot.rv,
+        items: Arc::new(items),
+        start: 0,
+        next_page: 1,
+        snapshot_id: None,
+    };
+    serve_page(shared, target, &filter, page, limit)
+}
+
+fn continue_list(
+    shared: &Shared,
+    target: &Target,
+    filter: &Filter,
+    token: &str,
+    limit: Option<usize>,
+) -> Response {
+    let Some(token) = ContinueToken::decode(token) else {
+        return bad_request("continue key is not valid: illegal base64 data or JSON");
+    };
+    if let Some(status) = shared.faults.take_list_page_failure(token.page) {
+        return injected_failure(status, None);
+    }
+    if token.rv < shared.store.floor() {
+        return error_response(
+            410,
+            "Expired",
+            "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+        );
+    }
+    let (items, snapshot_id) = match shared.snapshots.get(token.snap) {
+        Some(items) => (items, Some(token.snap)),
+        None => match shared.store.list(
+            &target.resource,
+            target.namespace.as_deref(),
+            ReadAt::Exact(token.rv),
+        ) {
+            Ok(snapshot) => {
+                let items: Vec<Obj> = snapshot
+                    .objects
+                    .into_iter()
+                    .filter(|o| filter.matches(&o.value))
+                    .collect();
+                (Arc::new(items), None)
+            }
+            Err(e) => return read_error(e),
+        },
+    };
+    let page = Page {
+        rv: token.rv,
+        items,
+        start: token.start,
+        next_page: token.page + 1,
+        snapshot_id,
+    };
+    serve_page(shared, target, filter, page, limit)
+}
+
+/// One page to cut from a list snapshot.
+struct Page {
+    rv: u64,
+    items: Arc<Vec<Obj>>,
+    start: usize,
+    next_page: usize,
+    snapshot_id: Option<u64>,
+}
+
+fn serve_page(
+    shared: &Shared,
+    target: &Target,
+    filter: &Filter,
+    page: Page,
+    limit: Option<usize>,
+) -> Response {
+    let total = page.items.len();
+    let start = page.start.min(total);
+    let end = limit.map_or(total, |l| start.saturating_add(l).min(total));
+    let mut metadata = Map::new();
+    metadata.insert("resourceVersion".into(), Value::String(page.rv.to_string()));
+    if end < total {
+        let snap = page
+            .snapshot_id
+            .unwrap_or_else(|| shared.snapshots.insert(Arc::clone(&page.items)));
+        let token = ContinueToken {
+            v: "meta.k8s.io/v1".into(),
+            rv: page.rv,
+            start: end,
+            snap,
+            page: page.next_page,
+        };
+        metadata.insert("continue".into(), Value::String(token.encode()));
+        if !filter.has_selectors() {
+            metadata.insert("remainingItemCount".into(), Value::from(total - end));
+        }
+    } else if let Some(id) = page.snapshot_id {
+        shared.snapshots.remove(id);
+    }
+    let head = serde_json::json!({
+        "kind": format!("{}List", shared.store.kind_of(&target.resource)),
+        "apiVersion": target.resource.api_version(),
+        "metadata": metadata,
+    })
+    .to_string();
+    let items = &page.items[start..end];
+    let mut body =
+        Vec::with_capacity(head.len() + 16 + items.iter().map(|o| o.json.len() + 1).sum::<usize>());
+    // `head` ends with '}': reopen it to append the items array.
+    body.extend_from_slice(&head.as_bytes()[..head.len().saturating_sub(1)]);
+    body.extend_from_slice(b",\"items\":[");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(&item.json);
+    }
+    body.extend_from_slice(b"]}");
+    json_response(StatusCode::OK, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(pairs: &[(&str, &str)]) -> Query {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn continue_tokens_round_trip() {
+        let token = ContinueToken {
+            v: "meta.k8s.io/v1".into(),
+            rv: 42,
+            start: 500,
+            snap: 3,
+            page: 1,
+        };
+        assert_eq!(ContinueToken::decode(&token.encode()), Some(token));
+        assert_eq!(ContinueToken::decode("not a token"), None);
+    }
+
+    #[test]
+    fn resource_version_semantics_follow_the_api_conventions() {
+        let at = |pairs: &[(&str, &str)], paginated| read_at(&q(pairs), paginated).ok();
+        assert_eq!(at(&[], false), Some(ReadAt::Latest));
+        assert_eq!(at(&[("resourceVersion", "0")], false), Some(ReadAt::Latest));
+        assert_eq!(
+            at(&[("resourceVersion", "7")], false),
+            Some(ReadAt::NotOlderThan(7))
+        );
+        assert_eq!(
+            at(&[("resourceVersion", "7")], true),
+            Some(ReadAt::Exact(7))
+        );
+        assert_eq!(
+            at(
+                &[("resourceVersion", "7"), ("resourceVersionMatch", "Exact")],
+                false
+            ),
+            Some(ReadAt::Exact(7))
+        );
+        assert_eq!(
+            at(
+                &[
+                    ("resourceVersion", "7"),
+                    ("resourceVersionMatch", "NotOlderThan")
+                ],
+                true
+            ),
+            Some(ReadAt::NotOlderThan(7))
+        );
+        assert_eq!(at(&[("resourceVersion", "x")], false), None);
+        assert_eq!(
+            at(
+                &[("resourceVersion", "0"), ("resourceVersionMatch", "Exact")],
+                false
+            ),
+            None
+        );
+    }
+}

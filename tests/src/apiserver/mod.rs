@@ -1,0 +1,349 @@
+//! An in-process Kubernetes API server for tests, speaking the real list/watch protocol over
+//! HTTP on `127.0.0.1:0`, so tests drive a real `kube::Client`.
+//!
+//! Layout:
+//! - `store`: current objects, the global resourceVersion, open watches
+//! - `history`: the event log behind replays, exact reads and compaction
+//! - `object`: stored objects (value + serialized bytes), identity, write errors
+//! - `http`: paths and query strings to handlers; recording, delays and injected failures
+//! - `list`: resourceVersion semantics, selectors, consistent pagination
+//! - `watch`: one task per watch stream: initial events, replay, bookmarks, selector transitions
+//! - `write`: GET / POST / PUT / PATCH / DELETE of single objects
+//! - `selector`: label and field selectors
+//! - `faults`: the fault knobs
+//! - `status`: Kubernetes Status bodies
+//! - `resource`: plurals, kinds, timestamps, uids
+//! - `fixtures`: realistic objects
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use kube::api::{Api, DynamicObject, ListParams};
+//! use kube::core::{ApiResource, GroupVersionKind};
+//! use wisp_tests::{TestApiServer, pod};
+//!
+//! let server = TestApiServer::start().await?;
+//! server.create(pod("default", "web-1"))?;
+//! let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Pod"));
+//! let pods: Api<DynamicObject> = Api::namespaced_with(server.client(), "default", &ar);
+//! assert_eq!(pods.list(&ListParams::default()).await?.items.len(), 1);
+//! # Ok(()) }
+//! ```
+
+mod faults;
+mod fixtures;
+mod history;
+mod http;
+mod list;
+mod object;
+mod resource;
+mod selector;
+mod status;
+mod store;
+mod watch;
+mod write;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde_json::Value;
+use tokio::net::TcpListener;
+
+pub use faults::{DEFAULT_BOOKMARK_INTERVAL, Faults};
+pub use fixtures::{config_map, pod};
+pub use store::DEFAULT_HISTORY_LIMIT;
+
+use resource::ResourceKey;
+use store::Store;
+
+/// What kind of request the server saw; faults are armed per verb.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verb {
+    /// GET on a collection without `watch`.
+    List,
+    /// GET on a collection with `watch=true` (or `1`).
+    Watch,
+    /// GET on one object.
+    Get,
+    /// Anything else: writes, unknown paths.
+    Other,
+}
+
+/// One request as the server received it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedRequest {
+    /// HTTP method, e.g. `GET`.
+    pub method: String,
+    /// URL path without the query string.
+    pub path: String,
+    /// How the server classified it.
+    pub verb: Verb,
+    /// Decoded query parameters (the last value of a repeated key).
+    pub query: BTreeMap<String, String>,
+}
+
+/// State shared by the handle, the HTTP handlers and the watch tasks.
+pub(crate) struct Shared {
+    /// Objects, history and open watches.
+    pub store: Store,
+    /// Armed faults.
+    pub faults: Faults,
+    /// Every request, in arrival order.
+    pub requests: Mutex<Vec<RecordedRequest>>,
+    /// Paginated lists in progress.
+    pub snapshots: list::SnapshotCache,
+    /// Becomes `true` (or its sender drops) when the server stops; ends watches.
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Shared {
+    fn requests(&self) -> MutexGuard<'_, Vec<RecordedRequest>> {
+        self.requests
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn record(&self, request: RecordedRequest) {
+        self.requests().push(request);
+    }
+}
+
+/// Owner of the server task: dropping the last handle stops it.
+struct Handle {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    shutdown: tokio::sync::watch::Sender<bool>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+    }
+}
+
+/// A running test API server. Clones share one server; it stops on [`shutdown`](Self::shutdown)
+/// or when the last clone drops.
+///
+/// Every state change takes the next global resourceVersion, as etcd assigns them; creates set
+/// `metadata.uid`, `creationTimestamp` and `generation: 1`. The collection of an object is named
+/// from its kind exactly as `kube::core::ApiResource::from_gvk` names it.
+#[derive(Clone)]
+pub struct TestApiServer {
+    inner: Arc<Handle>,
+}
+
+impl std::fmt::Debug for TestApiServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestApiServer")
+            .field("addr", &self.inner.addr)
+            .finish()
+    }
+}
+
+impl TestApiServer {
+    /// Binds `127.0.0.1:0` and serves in a background task of the current tokio runtime.
+    pub async fn start() -> anyhow::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("binding 127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+        let shared = Arc::new(Shared {
+            store: Store::default(),
+            faults: Faults::default(),
+            requests: Mutex::new(Vec::new()),
+            snapshots: list::SnapshotCache::default(),
+            shutdown: shutdown_rx.clone(),
+        });
+        let app = http::router(Arc::clone(&shared));
+        let mut stop = shutdown_rx;
+        tokio::spawn(async move {
+            let signal = async move {
+                let _ = stop.wait_for(|stopped| *stopped).await;
+            };
+            if let Err(e) = axum::serve(listener, app)
+                .with_graceful_shutdown(signal)
+                .await
+            {
+                tracing::warn!(error = %e, "test API server stopped with an error");
+            }
+        });
+        Ok(Self {
+            inner: Arc::new(Handle {
+                shared,
+                addr,
+                shutdown: shutdown_tx,
+            }),
+        })
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.inner.shared
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.inner.addr)
+    }
+
+    /// A kube `Config` for this server, default namespace `default`, kube's retries on.
+    pub fn config(&self) -> kube::Config {
+        let uri = axum::http::Uri::from_maybe_shared(self.url())
+            .unwrap_or_else(|_| axum::http::Uri::from_static("http://127.0.0.1/"));
+        let mut config = kube::Config::new(uri);
+        config.default_namespace = "default".into();
+        config
+    }
+
+    /// A real `kube::Client` for this server (default namespace `default`). Its own retry layer
+    /// is on: it retries 429/503/504 up to 15 times and honours `Retry-After`.
+    pub fn client(&self) -> kube::Client {
+        Self::build(self.config())
+    }
+
+    /// Like [`client`](Self::client) with kube's retry layer off (`Config::default_retry =
+    /// false`): every injected failure reaches the caller.
+    pub fn client_no_retry(&self) -> kube::Client {
+        let mut config = self.config();
+        config.default_retry = false;
+        Self::build(config)
+    }
+
+    fn build(config: kube::Config) -> kube::Client {
+        // Building a plain-HTTP client only fails on TLS or auth settings, which are never set.
+        kube::Client::try_from(config).expect("a plain-HTTP kube client always builds")
+    }
+
+    /// Creates `obj` (which must carry apiVersion, kind, metadata.name; namespace for namespaced
+    /// kinds). Fails if it exists. Returns the stored object.
+    pub fn create(&self, obj: Value) -> anyhow::Result<Value> {
+        Ok(self.shared().store.create(obj)?)
+    }
+
+    /// Replaces an existing object, keeping its uid and creationTimestamp; `metadata.generation`
+    /// goes up when `spec` changed. `metadata.resourceVersion` in `obj` is ignored.
+    pub fn update(&self, obj: Value) -> anyhow::Result<Value> {
+        Ok(self.shared().store.update(obj, false)?)
+    }
+
+    /// Deletes an object; returns its last state, stamped with the delete's resourceVersion.
+    pub fn delete(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> anyhow::Result<Value> {
+        Ok(self.shared().store.delete(
+            &ResourceKey::for_kind(api_version, kind),
+            namespace,
+            name,
+        )?)
+    }
+
+    /// The current state of one object.
+    pub fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Value> {
+        let obj =
+            self.shared()
+                .store
+                .get(&ResourceKey::for_kind(api_version, kind), namespace, name)?;
+        Some(obj.value.clone())
+    }
+
+    /// Every current object of a kind, sorted by (namespace, name).
+    pub fn objects(&self, api_version: &str, kind: &str) -> Vec<Value> {
+        self.shared()
+            .store
+            .objects(&ResourceKey::for_kind(api_version, kind))
+    }
+
+    /// The latest resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.shared().store.resource_version()
+    }
+
+    /// The compaction floor: lists and watches at resourceVersions below it get 410 Expired.
+    pub fn compaction_floor(&self) -> u64 {
+        self.shared().store.floor()
+    }
+
+    /// Drops all history up to the current resourceVersion; older RVs are now Expired (exact
+    /// lists, continue tokens and watches from them). Open watches carry on.
+    pub fn compact(&self) {
+        self.shared().store.compact();
+    }
+
+    /// Keeps at most `events` events of history (default [`DEFAULT_HISTORY_LIMIT`]), compacting
+    /// the oldest beyond it, as etcd's periodic compaction would.
+    pub fn history_limit(&self, events: usize) {
+        self.shared().store.set_history_limit(events);
+    }
+
+    /// Simulates an API server and etcd restart: closes every open watch, clears the history and
+    /// jumps the resourceVersion by 1,000,000 (a new epoch). Objects survive.
+    pub fn restart(&self) {
+        self.shared().store.restart();
+    }
+
+    /// Ends every open watch stream cleanly (normal end of body) after the events already queued.
+    pub fn close_watches(&self) {
+        self.shared().store.close_watches();
+    }
+
+    /// Sends an ERROR 410 Expired event on every open watch, then ends it.
+    pub fn expire_watches(&self) {
+        self.shared().store.expire_watches();
+    }
+
+    /// Every request so far, in arrival order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared().requests().clone()
+    }
+
+    /// Forgets the recorded requests.
+    pub fn clear_requests(&self) {
+        self.shared().requests().clear();
+    }
+
+    /// Watches currently registered (receiving events).
+    pub fn open_watches(&self) -> usize {
+        self.shared().store.open_watches()
+    }
+
+    /// Waits until at least `count` watches are open; fails after `timeout`.
+    pub async fn wait_for_open_watches(
+        &self,
+        count: usize,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self.open_watches() < count {
+            if tokio::time::Instant::now() >= deadline {
+                anyhow::bail!(
+                    "{} open watches after {timeout:?}, wanted {count}",
+                    self.open_watches()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        Ok(())
+    }
+
+    /// The fault knobs.
+    pub fn faults(&self) -> Faults {
+        self.shared().faults.clone()
+    }
+
+    /// Stops the server: the listener closes and every watch stream ends.
+    pub fn shutdown(&self) {
+        let _ = self.inner.shutdown.send(true);
+    }
+}

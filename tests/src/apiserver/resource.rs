@@ -1,0 +1,219 @@
+//! Naming: which collection an object or a URL path belongs to, and the small metadata helpers
+//! (plural names, list kinds, timestamps, uids) the store stamps onto objects.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// One collection of the API: everything after `/api/v1/` or `/apis/{group}/{version}/`.
+///
+/// Any group, version and plural is accepted; the store creates collections on first use.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct ResourceKey {
+    /// API group, empty for the core group.
+    pub group: String,
+    /// API version inside the group, e.g. `v1`.
+    pub version: String,
+    /// Lower-case plural resource name, as it appears in URL paths.
+    pub plural: String,
+}
+
+impl ResourceKey {
+    /// The collection an object of this `apiVersion` and `kind` lives in, named the way
+    /// `kube::core::ApiResource::from_gvk` names it.
+    pub fn for_kind(api_version: &str, kind: &str) -> Self {
+        let (group, version) = split_api_version(api_version);
+        Self {
+            group: group.to_string(),
+            version: version.to_string(),
+            plural: to_plural(&kind.to_ascii_lowercase()),
+        }
+    }
+
+    /// `v1` for the core group, `group/version` otherwise.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// Best guess at the kind when no object of this collection has been seen yet.
+    pub fn guess_kind(&self) -> String {
+        if let Some((_, kind)) = KNOWN_KINDS
+            .iter()
+            .find(|(plural, _)| *plural == self.plural)
+        {
+            return (*kind).to_string();
+        }
+        let singular = if let Some(stem) = self.plural.strip_suffix("ies") {
+            format!("{stem}y")
+        } else if ["sses", "uses", "xes", "zes", "ches", "shes"]
+            .iter()
+            .any(|suffix| self.plural.ends_with(suffix))
+        {
+            self.plural[..self.plural.len() - 2].to_string()
+        } else if let Some(stem) = self.plural.strip_suffix('s') {
+            stem.to_string()
+        } else {
+            self.plural.clone()
+        };
+        let mut chars = singular.chars();
+        match chars.next() {
+            Some(first) => first.to_ascii_uppercase().to_string() + chars.as_str(),
+            None => String::new(),
+        }
+    }
+}
+
+/// Plural to kind for built-in kinds whose kind is not the capitalised singular of the plural.
+const KNOWN_KINDS: &[(&str, &str)] = &[
+    ("configmaps", "ConfigMap"),
+    ("endpoints", "Endpoints"),
+    ("endpointslices", "EndpointSlice"),
+    ("persistentvolumes", "PersistentVolume"),
+    ("persistentvolumeclaims", "PersistentVolumeClaim"),
+    ("replicasets", "ReplicaSet"),
+    ("replicationcontrollers", "ReplicationController"),
+    ("statefulsets", "StatefulSet"),
+    ("daemonsets", "DaemonSet"),
+    ("cronjobs", "CronJob"),
+    ("serviceaccounts", "ServiceAccount"),
+    ("networkpolicies", "NetworkPolicy"),
+    ("ingresses", "Ingress"),
+    ("ingressclasses", "IngressClass"),
+    ("resourcequotas", "ResourceQuota"),
+    ("limitranges", "LimitRange"),
+    ("priorityclasses", "PriorityClass"),
+    ("storageclasses", "StorageClass"),
+    ("clusterroles", "ClusterRole"),
+    ("clusterrolebindings", "ClusterRoleBinding"),
+    ("rolebindings", "RoleBinding"),
+    ("customresourcedefinitions", "CustomResourceDefinition"),
+    ("horizontalpodautoscalers", "HorizontalPodAutoscaler"),
+    ("poddisruptionbudgets", "PodDisruptionBudget"),
+    ("controllerrevisions", "ControllerRevision"),
+];
+
+/// Splits `apps/v1` into (`apps`, `v1`) and `v1` into (``, `v1`).
+pub(crate) fn split_api_version(api_version: &str) -> (&str, &str) {
+    match api_version.split_once('/') {
+        Some((group, version)) => (group, version),
+        None => ("", api_version),
+    }
+}
+
+/// The pluraliser of kube-core's `ApiResource::from_gvk` (`discovery/mod.rs`), copied so that
+/// both sides of the wire agree on every collection name.
+pub(crate) fn to_plural(word: &str) -> String {
+    match word {
+        "endpoints" | "endpointslices" => return word.to_owned(),
+        "nodemetrics" => return "nodes".to_owned(),
+        "podmetrics" => return "pods".to_owned(),
+        _ => {}
+    }
+    if word.ends_with('s')
+        || word.ends_with('x')
+        || word.ends_with('z')
+        || word.ends_with("ch")
+        || word.ends_with("sh")
+    {
+        return format!("{word}es");
+    }
+    if let Some(stem) = word.strip_suffix('y')
+        && let Some(c) = stem.chars().last()
+        && !matches!(c, 'a' | 'e' | 'i' | 'o' | 'u')
+    {
+        return format!("{stem}ies");
+    }
+    format!("{word}s")
+}
+
+/// The current UTC time as an RFC 3339 timestamp with second precision, like Kubernetes writes.
+pub(crate) fn now_rfc3339() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian (year, month, day); Howard Hinnant's algorithm.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// A process-unique, UUID-shaped uid.
+pub(crate) fn new_uid() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{seed:08x}-{:04x}-4{:03x}-8000-{:012x}",
+        (n >> 48) & 0xffff,
+        (n >> 36) & 0xfff,
+        n & 0xffff_ffff_ffff
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plurals_match_kube_from_gvk() {
+        for (kind, plural) in [
+            ("Pod", "pods"),
+            ("ConfigMap", "configmaps"),
+            ("Ingress", "ingresses"),
+            ("NetworkPolicy", "networkpolicies"),
+            ("Endpoints", "endpoints"),
+            ("Gateway", "gateways"),
+        ] {
+            assert_eq!(to_plural(&kind.to_ascii_lowercase()), plural);
+        }
+    }
+
+    #[test]
+    fn kind_guess_inverts_common_plurals() {
+        for (av, kind) in [
+            ("v1", "Pod"),
+            ("v1", "ConfigMap"),
+            ("apps/v1", "Deployment"),
+            ("networking.k8s.io/v1", "NetworkPolicy"),
+            ("v1", "Namespace"),
+            ("example.com/v1", "Widget"),
+            ("v1", "Service"),
+            ("example.com/v1", "Box"),
+        ] {
+            assert_eq!(ResourceKey::for_kind(av, kind).guess_kind(), kind);
+        }
+    }
+
+    #[test]
+    fn epoch_days_convert_to_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
+        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
+    }
+}

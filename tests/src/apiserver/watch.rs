@@ -1,0 +1,364 @@
+//! GET with `watch=true`: one chunked 200 response, one JSON WatchEvent per line.
+//!
+//! The handler registers the watch with the store (which hands back the initial events) and
+//! spawns one task per stream. The task reads the watch's unbounded event channel, applies the
+//! namespace and selectors (turning selector transitions into ADDED / DELETED), writes lines into
+//! a small bounded body channel, and ends on timeout, close, expiry, shutdown or disconnect.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::Response;
+use bytes::{Bytes, BytesMut};
+use serde_json::json;
+use tokio::sync::mpsc::error::TryRecvError;
+use tokio::sync::mpsc::{self, UnboundedReceiver};
+use tokio::time::{Instant, Interval, MissedTickBehavior};
+
+use super::Shared;
+use super::faults::WatchFaults;
+use super::history::{EventKind, LoggedEvent};
+use super::http::{Query, Target, flag};
+use super::object::Obj;
+use super::resource::ResourceKey;
+use super::selector::Filter;
+use super::status::{bad_request, error_response, status_body};
+use super::store::{Initial, WatchFrom, WatchMsg};
+
+/// Chunks buffered between a watch task and its connection; the task waits when a client reads
+/// slowly, while writers keep filling its unbounded event channel.
+const BODY_BUFFER: usize = 64;
+
+/// Queued events coalesced into one chunk at most, to keep up with thousands of changes a second.
+const MAX_EVENTS_PER_CHUNK: usize = 256;
+
+/// The line a malformed-line fault sends.
+const MALFORMED_LINE: &[u8] = b"this is not json {\n";
+
+/// Serves a watch request.
+pub(crate) fn watch(shared: &Arc<Shared>, target: Target, query: &Query) -> Response {
+    let filter = match Filter::new(
+        target.namespace.clone(),
+        query.get("labelSelector").map(String::as_str),
+        query.get("fieldSelector").map(String::as_str),
+    ) {
+        Ok(filter) => filter,
+        Err(e) => return bad_request(&e.to_string()),
+    };
+    let bookmarks = flag(query, "allowWatchBookmarks");
+    let matching = query.get("resourceVersionMatch").map_or("", String::as_str);
+    let rv = query.get("resourceVersion").map_or("", String::as_str);
+    let timeout = match query.get("timeoutSeconds").map(|t| t.parse::<u64>()) {
+        None | Some(Ok(0)) => None,
+        Some(Ok(secs)) => Some(Duration::from_secs(secs)),
+        Some(Err(_)) => {
+            return bad_request("timeoutSeconds: Invalid value: must be a non-negative integer");
+        }
+    };
+    let from = if flag(query, "sendInitialEvents") {
+        if matching != "NotOlderThan" {
+            return error_response(
+                422,
+                "Invalid",
+                "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            );
+        }
+        if !bookmarks {
+            return error_response(
+                422,
+                "Invalid",
+                "allowWatchBookmarks: Required value: allowWatchBookmarks must be true when sendInitialEvents is true",
+            );
+        }
+        WatchFrom::InitialEvents
+    } else if !matching.is_empty() {
+        return error_response(
+            422,
+            "Invalid",
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+        );
+    } else {
+        match rv {
+            "" | "0" => WatchFrom::Now,
+            n => match n.parse::<u64>() {
+                Ok(n) => WatchFrom::Rv(n),
+                Err(_) => return bad_request(&format!("resourceVersion: Invalid value: \"{n}\"")),
+            },
+        }
+    };
+
+    let faults = shared.faults.take_watch_faults();
+    let (body_tx, body_rx) = mpsc::channel::<Bytes>(BODY_BUFFER);
+    let stream = futures::stream::unfold(body_rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|chunk| (Ok::<Bytes, Infallible>(chunk), rx))
+    });
+    match shared.store.watch(&target.resource, from) {
+        Err(expired) => {
+            let status = status_body(
+                410,
+                "Expired",
+                &format!(
+                    "too old resource version: {} ({})",
+                    expired.requested, expired.floor
+                ),
+                None,
+            );
+            let line = format!("{}\n", json!({"type": "ERROR", "object": status}));
+            // The receiver is still held by the body stream, so this cannot fail.
+            let _ = body_tx.try_send(Bytes::from(line));
+        }
+        Ok(registration) => {
+            let task = WatchTask {
+                shared: Arc::clone(shared),
+                kind: shared.store.kind_of(&target.resource),
+                resource: target.resource,
+                id: registration.id,
+                filter,
+                bookmarks,
+                faults,
+                deadline: timeout.map(|t| Instant::now() + t),
+                synced_rv: registration.synced_rv,
+                sent: 0,
+                buf: BytesMut::new(),
+                body: body_tx,
+            };
+            let end_bookmark = from == WatchFrom::InitialEvents;
+            tokio::spawn(task.run(registration.initial, end_bookmark, registration.rx));
+        }
+    }
+    let mut response = Response::new(Body::from_stream(stream));
+    *response.status_mut() = StatusCode::OK;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// Whether a watch goes on after handling a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    Continue,
+    Stop,
+}
+
+/// One open watch stream.
+struct WatchTask {
+    /// For the store (bookmark RVs, unregistering) and the shutdown signal.
+    shared: Arc<Shared>,
+    /// The watched collection.
+    resource: ResourceKey,
+    /// Kind written into bookmarks.
+    kind: String,
+    /// Registry id in the store.
+    id: u64,
+    /// Namespace and selectors.
+    filter: Filter,
+    /// Whether the client allowed bookmarks.
+    bookmarks: bool,
+    /// Fault settings taken when the watch started.
+    faults: WatchFaults,
+    /// End of `timeoutSeconds`.
+    deadline: Option<Instant>,
+    /// The RV every event up to which has been handled; what a bookmark reports.
+    synced_rv: u64,
+    /// Object events sent, for `close_watch_after`.
+    sent: usize,
+    /// Lines not yet handed to the connection.
+    buf: BytesMut,
+    /// Chunks to the connection.
+    body: mpsc::Sender<Bytes>,
+}
+
+impl Drop for WatchTask {
+    fn drop(&mut self) {
+        self.shared.store.unregister(&self.resource, self.id);
+    }
+}
+
+impl WatchTask {
+    async fn run(
+        mut self,
+        initial: Initial,
+        end_bookmark: bool,
+        mut rx: UnboundedReceiver<WatchMsg>,
+    ) {
+        if self.faults.malformed_line {
+            self.buf.extend_from_slice(MALFORMED_LINE);
+        }
+        if self.faults.close_after == Some(0) {
+            self.flush().await;
+            return;
+        }
+        let flow = match initial {
+            Initial::Objects(objects) => self.initial_objects(&objects),
+            Initial::Replay(events) => self.replay(&events),
+        };
+        if flow == Flow::Stop {
+            self.flush().await;
+            return;
+        }
+        if end_bookmark {
+            self.bookmark(true);
+        }
+        if !self.flush().await {
+            return;
+        }
+        let mut ticker = self.ticker();
+        let mut shutdown = self.shared.shutdown.clone();
+        loop {
+            let deadline = self.deadline;
+            tokio::select! {
+                biased;
+                _ = shutdown.changed() => return,
+                () = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => break,
+                msg = rx.recv() => {
+                    if self.handle(msg) == Flow::Stop || self.drain(&mut rx, MAX_EVENTS_PER_CHUNK) == Flow::Stop {
+                        break;
+                    }
+                }
+                _ = async { match ticker.as_mut() { Some(t) => t.tick().await, None => std::future::pending().await } } => {
+                    // Events up to `current` were queued before it was read: handle them first so
+                    // the bookmark never claims an RV whose events this client has not seen.
+                    let current = self.shared.store.resource_version();
+                    if self.drain(&mut rx, usize::MAX) == Flow::Stop {
+                        break;
+                    }
+                    self.synced_rv = self.synced_rv.max(current);
+                    self.bookmark(false);
+                }
+                () = self.body.closed() => return,
+            }
+            if !self.flush().await {
+                return;
+            }
+        }
+        self.flush().await;
+    }
+
+    fn ticker(&self) -> Option<Interval> {
+        let period = self.faults.bookmark_interval;
+        if !self.bookmarks || period.is_zero() {
+            return None;
+        }
+        let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        Some(ticker)
+    }
+
+    fn initial_objects(&mut self, objects: &[Obj]) -> Flow {
+        for obj in objects {
+            if self.filter.matches(&obj.value) && self.object_event("ADDED", obj) == Flow::Stop {
+                return Flow::Stop;
+            }
+        }
+        Flow::Continue
+    }
+
+    fn replay(&mut self, events: &[Arc<LoggedEvent>]) -> Flow {
+        for event in events {
+            if self.event(event) == Flow::Stop {
+                return Flow::Stop;
+            }
+        }
+        Flow::Continue
+    }
+
+    /// Handles up to `max` already queued messages without waiting.
+    fn drain(&mut self, rx: &mut UnboundedReceiver<WatchMsg>, max: usize) -> Flow {
+        for _ in 0..max {
+            match rx.try_recv() {
+                Ok(msg) => {
+                    if self.handle(Some(msg)) == Flow::Stop {
+                        return Flow::Stop;
+                    }
+                }
+                Err(TryRecvError::Empty) => return Flow::Continue,
+                Err(TryRecvError::Disconnected) => return Flow::Stop,
+            }
+        }
+        Flow::Continue
+    }
+
+    fn handle(&mut self, msg: Option<WatchMsg>) -> Flow {
+        match msg {
+            Some(WatchMsg::Event(event)) => self.event(&event),
+            Some(WatchMsg::Expire) => {
+                let current = self.shared.store.resource_version();
+                let message = format!("too old resource version: {} ({current})", self.synced_rv);
+                let status = status_body(410, "Expired", &message, None);
+                self.line(&json!({"type": "ERROR", "object": status}).to_string());
+                Flow::Stop
+            }
+            Some(WatchMsg::Close) | None => Flow::Stop,
+        }
+    }
+
+    /// Sends a logged change as this watch sees it through its filter.
+    fn event(&mut self, event: &LoggedEvent) -> Flow {
+        self.synced_rv = self.synced_rv.max(event.rv);
+        let now = self.filter.matches(&event.object.value);
+        let before = event
+            .prev
+            .as_ref()
+            .is_some_and(|p| self.filter.matches(&p.value));
+        let kind = match (event.kind, before, now) {
+            (EventKind::Added, _, true) => "ADDED",
+            (EventKind::Modified, true, true) => "MODIFIED",
+            (EventKind::Modified, false, true) => "ADDED",
+            (EventKind::Modified, true, false) => "DELETED",
+            (EventKind::Deleted, true, _) => "DELETED",
+            _ => return Flow::Continue,
+        };
+        self.object_event(kind, &event.object)
+    }
+
+    fn object_event(&mut self, kind: &str, obj: &Obj) -> Flow {
+        self.buf.extend_from_slice(b"{\"type\":\"");
+        self.buf.extend_from_slice(kind.as_bytes());
+        self.buf.extend_from_slice(b"\",\"object\":");
+        self.buf.extend_from_slice(&obj.json);
+        self.buf.extend_from_slice(b"}\n");
+        self.sent += 1;
+        match self.faults.close_after {
+            Some(n) if self.sent >= n => Flow::Stop,
+            _ => Flow::Continue,
+        }
+    }
+
+    fn bookmark(&mut self, initial_events_end: bool) {
+        let mut metadata = json!({"resourceVersion": self.synced_rv.to_string()});
+        if initial_events_end {
+            metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let object = json!({
+            "kind": self.kind,
+            "apiVersion": self.resource.api_version(),
+            "metadata": metadata,
+        });
+        self.line(&json!({"type": "BOOKMARK", "object": object}).to_string());
+    }
+
+    fn line(&mut self, line: &str) {
+        self.buf.extend_from_slice(line.as_bytes());
+        self.buf.extend_from_slice(b"\n");
+    }
+
+    /// Hands buffered lines to the connection; false once the client is gone or the server stops.
+    async fn flush(&mut self) -> bool {
+        if self.buf.is_empty() {
+            return true;
+        }
+        let chunk = self.buf.split().freeze();
+        let mut shutdown = self.shared.shutdown.clone();
+        tokio::select! {
+            sent = self.body.send(chunk) => sent.is_ok(),
+            _ = shutdown.changed() => false,
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! Helpers shared by the informer integration tests.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use wisp_host::informer::backoff::BackoffConfig;
+use wisp_host::informer::handler::Delivery;
+use wisp_host::informer::reflector::ReflectorConfig;
+use wisp_host::informer::shared_informer::{InformerConfig, wait_for};
+use wisp_host::informer::{Notification, SharedInformer};
+use wisp_host::source::kube::KubeSource;
+use wisp_tests::{RecordedRequest, TestApiServer, Verb};
+
+/// Generous bound for anything that should happen promptly.
+pub const T: Duration = Duration::from_secs(30);
+
+/// Informer settings with a short backoff so fault tests run quickly.
+pub fn fast_config() -> InformerConfig {
+    InformerConfig {
+        reflector: ReflectorConfig {
+            backoff: BackoffConfig {
+                initial: Duration::from_millis(20),
+                max: Duration::from_millis(200),
+                ..BackoffConfig::default()
+            },
+            ..ReflectorConfig::default()
+        },
+        ..InformerConfig::default()
+    }
+}
+
+/// A pod informer on all namespaces of `server`, through a real `kube::Client` without retries.
+pub fn pod_informer(server: &TestApiServer, config: InformerConfig) -> Arc<SharedInformer> {
+    let source = KubeSource::new(server.client_no_retry(), "v1", "Pod", None);
+    SharedInformer::new("pods", Arc::new(source), config)
+}
+
+/// Runs the informer in the background; dropping the sender stops it.
+pub fn start(inf: &Arc<SharedInformer>) -> tokio::sync::oneshot::Sender<()> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_test_writer()
+        .try_init();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(inf.clone().run(async {
+        let _ = rx.await;
+    }));
+    tx
+}
+
+/// Waits for `cond` (panics with `what` after [`T`]).
+pub async fn until(what: &str, cond: impl FnMut() -> bool) {
+    assert!(wait_for(T, cond).await, "timed out waiting for: {what}");
+}
+
+/// Waits until the informer has a watch open that has delivered at least one event (a bookmark
+/// will do: the server should send them often). Closing a watch that lasted under a second with no
+/// event is, as in client-go, a "very short watch" that relists; tests that close watches to test
+/// a re-watch wait for this first.
+pub async fn watching(server: &TestApiServer, inf: &SharedInformer) {
+    let before = inf.stats().events;
+    until("an open watch with an event", || {
+        server.open_watches() == 1 && inf.stats().events > before
+    })
+    .await;
+}
+
+/// A test server with `n` pods in `default`, sending bookmarks every 10 ms.
+pub async fn server_with_pods(n: usize) -> TestApiServer {
+    let server = TestApiServer::start()
+        .await
+        .expect("test API server starts");
+    server.faults().bookmark_interval(Duration::from_millis(10));
+    for i in 0..n {
+        server
+            .create(wisp_tests::pod("default", &format!("web-{i}")))
+            .expect("create pod");
+    }
+    server
+}
+
+/// Requests of one verb.
+pub fn requests_of(server: &TestApiServer, verb: Verb) -> Vec<RecordedRequest> {
+    server
+        .requests()
+        .into_iter()
+        .filter(|r| r.verb == verb)
+        .collect()
+}
+
+/// First-page list requests (no continue token): one per list or relist.
+pub fn lists(server: &TestApiServer) -> Vec<RecordedRequest> {
+    requests_of(server, Verb::List)
+        .into_iter()
+        .filter(|r| !r.query.contains_key("continue"))
+        .collect()
+}
+
+/// The resourceVersion a request asked for ("" when absent).
+pub fn rv_of(r: &RecordedRequest) -> String {
+    r.query.get("resourceVersion").cloned().unwrap_or_default()
+}
+
+/// The server's pods as key -> resourceVersion.
+pub fn server_state(server: &TestApiServer) -> BTreeMap<String, String> {
+    server
+        .objects("v1", "Pod")
+        .iter()
+        .map(|o| {
+            let md = &o["metadata"];
+            (
+                format!(
+                    "{}/{}",
+                    md["namespace"].as_str().unwrap_or(""),
+                    md["name"].as_str().unwrap_or("")
+                ),
+                md["resourceVersion"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The informer's cache as key -> resourceVersion.
+pub fn cache_state(inf: &SharedInformer) -> BTreeMap<String, String> {
+    inf.cache()
+        .snapshot()
+        .into_iter()
+        .map(|(k, o)| (k, o.resource_version().to_owned()))
+        .collect()
+}
+
+/// A pod with a changed annotation (a real update).
+pub fn touched(mut pod: Value, n: u64) -> Value {
+    pod["metadata"]["annotations"]["wisp.test/generation"] = Value::from(n.to_string());
+    pod
+}
+
+/// Replays a listener's deliveries and checks they form a consistent history: sequence numbers
+/// 1..=n, adds only of absent keys, updates and deletes only of present keys with the old state
+/// equal to what the listener last saw (tombstones allowed to be stale). Returns the final view.
+pub fn replay(deliveries: &[Delivery]) -> Result<BTreeMap<String, String>, String> {
+    let mut view: BTreeMap<String, String> = BTreeMap::new();
+    for (i, d) in deliveries.iter().enumerate() {
+        if d.seq != i as u64 + 1 {
+            return Err(format!(
+                "delivery {i} has seq {} (expected {})",
+                d.seq,
+                i + 1
+            ));
+        }
+        let key = |o: &wisp_host::informer::Object| {
+            format!(
+                "{}/{}",
+                o.meta().namespace.as_deref().unwrap_or(""),
+                o.meta().name
+            )
+        };
+        match &d.notification {
+            Notification::Add { obj, .. } => {
+                if let Some(prev) = view.insert(key(obj), obj.resource_version().to_owned()) {
+                    return Err(format!(
+                        "seq {}: add of {} already present at rv {prev}",
+                        d.seq,
+                        key(obj)
+                    ));
+                }
+            }
+            Notification::Update { old, new } => {
+                let k = key(new);
+                match view.get(&k) {
+                    Some(rv) if rv == old.resource_version() => {}
+                    other => {
+                        return Err(format!(
+                            "seq {}: update of {k} from rv {} but view has {other:?}",
+                            d.seq,
+                            old.resource_version()
+                        ));
+                    }
+                }
+                view.insert(k, new.resource_version().to_owned());
+            }
+            Notification::Delete { obj } => {
+                let k = key(obj.object());
+                if view.remove(&k).is_none() {
+                    return Err(format!("seq {}: delete of absent {k}", d.seq));
+                }
+            }
+        }
+    }
+    Ok(view)
+}

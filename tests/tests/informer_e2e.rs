@@ -1,0 +1,221 @@
+//! End to end: 10,000 objects listed in pages, 5,000 changes while watching with two forced watch
+//! drops and one compaction while the watch was down. The cache must end equal to the server's
+//! state and every handler must have seen a consistent history (tombstones for missed deletes).
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use wisp_host::informer::Notification;
+use wisp_host::informer::handler::Recorder;
+use wisp_tests::{TestApiServer, Verb, pod};
+
+/// Deterministic pseudo-random numbers (no dependency, reproducible runs).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+struct Cluster {
+    server: TestApiServer,
+    live: Vec<(String, String)>,
+    next_name: u64,
+    rng: Lcg,
+    deletes: u64,
+    deleted: Vec<String>,
+}
+
+impl Cluster {
+    /// One random change: update (60%), create (20%) or delete (20%).
+    fn change(&mut self, n: u64) {
+        let roll = self.rng.next(10);
+        if roll < 6 && !self.live.is_empty() {
+            let (ns, name) = self.live[self.rng.next(self.live.len() as u64) as usize].clone();
+            self.server
+                .update(touched(pod(&ns, &name), n))
+                .expect("update");
+        } else if roll < 8 || self.live.is_empty() {
+            let ns = format!("ns-{}", self.rng.next(10));
+            let name = format!("new-{}", self.next_name);
+            self.next_name += 1;
+            self.server.create(pod(&ns, &name)).expect("create");
+            self.live.push((ns, name));
+        } else {
+            let i = self.rng.next(self.live.len() as u64) as usize;
+            let (ns, name) = self.live.swap_remove(i);
+            self.server
+                .delete("v1", "Pod", Some(&ns), &name)
+                .expect("delete");
+            self.deletes += 1;
+            self.deleted.push(format!("{ns}/{name}"));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_objects_and_five_thousand_changes_through_drops_and_compaction_stay_consistent()
+ {
+    let server = TestApiServer::start().await.unwrap();
+    server.faults().bookmark_interval(Duration::from_millis(50));
+    let mut live = Vec::new();
+    for i in 0..10_000 {
+        let (ns, name) = (format!("ns-{}", i % 10), format!("pod-{i}"));
+        server.create(pod(&ns, &name)).unwrap();
+        live.push((ns, name));
+    }
+    let mut cluster = Cluster {
+        server: server.clone(),
+        live,
+        next_name: 0,
+        rng: Lcg(42),
+        deletes: 0,
+        deleted: Vec::new(),
+    };
+
+    let inf = pod_informer(&server, fast_config());
+    let early = Recorder::new();
+    let early_reg = inf
+        .add_event_handler("early", Box::new(early.clone()), Duration::ZERO)
+        .unwrap();
+    let _stop = start(&inf);
+    until("synced", || early_reg.has_synced()).await;
+    assert_eq!(inf.cache().len(), 10_000);
+    assert_eq!(
+        requests_of(&server, Verb::List).len(),
+        20,
+        "listed in 20 pages of 500"
+    );
+    watching(&server, &inf).await;
+
+    let late = Recorder::new();
+    let mut late_reg = None;
+    let mut deleted_while_down: Vec<String> = Vec::new();
+    for n in 1..=5_000u64 {
+        match n {
+            1_000 | 3_000 => {
+                watching(&server, &inf).await;
+                server.close_watches();
+            }
+            2_500 => {
+                late_reg = Some(
+                    inf.add_event_handler("late", Box::new(late.clone()), Duration::ZERO)
+                        .unwrap(),
+                )
+            }
+            4_000 => {
+                // The watch goes down; 200 changes happen; history is compacted past them.
+                watching(&server, &inf).await;
+                server.faults().fail_next(Verb::Watch, 429, None, 1_000_000);
+                server.close_watches();
+                let before = cluster.deleted.len();
+                let first_new = cluster.next_name;
+                for m in 0..200 {
+                    cluster.change(100_000 + m);
+                }
+                // Objects both created and deleted while down were never known: no tombstone.
+                let known_before = |k: &String| {
+                    k.rsplit_once("/new-")
+                        .is_none_or(|(_, n)| n.parse::<u64>().is_ok_and(|n| n < first_new))
+                };
+                deleted_while_down = cluster.deleted[before..]
+                    .iter()
+                    .filter(|k| known_before(k))
+                    .cloned()
+                    .collect();
+                server.compact();
+                let watches = requests_of(&server, Verb::Watch).len();
+                until("a refused re-watch", || {
+                    requests_of(&server, Verb::Watch).len() > watches
+                })
+                .await;
+                server.faults().reset();
+            }
+            _ => {}
+        }
+        cluster.change(n);
+        if n % 500 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    assert!(
+        !deleted_while_down.is_empty(),
+        "the scenario deletes objects while the watch is down"
+    );
+
+    let want = server_state(&server);
+    until("cache equals the server", || cache_state(&inf) == want).await;
+    let late_reg = late_reg.unwrap();
+    until("handlers caught up", || {
+        let (e, l) = (early_reg.stats(), late_reg.stats());
+        e.depth == 0 && l.depth == 0 && e.delivered == e.queued && l.delivered == l.queued
+    })
+    .await;
+
+    for (name, rec) in [("early", &early), ("late", &late)] {
+        let seen = rec.deliveries();
+        let view = replay(&seen).unwrap_or_else(|e| panic!("{name}: inconsistent history: {e}"));
+        assert_eq!(
+            view, want,
+            "{name}: replaying its notifications gives the server's state"
+        );
+        let tombstones: std::collections::BTreeSet<String> = seen
+            .iter()
+            .filter_map(|d| match &d.notification {
+                Notification::Delete { obj } if obj.is_tombstone() => {
+                    let m = obj.object().meta();
+                    Some(format!(
+                        "{}/{}",
+                        m.namespace.as_deref().unwrap_or(""),
+                        m.name
+                    ))
+                }
+                _ => None,
+            })
+            .collect();
+        for key in &deleted_while_down {
+            assert!(
+                tombstones.contains(key),
+                "{name}: {key} was deleted while the watch was down: expected a tombstone"
+            );
+        }
+        let deleted: std::collections::BTreeSet<&String> = cluster.deleted.iter().collect();
+        assert!(
+            tombstones.iter().all(|k| deleted.contains(k)),
+            "{name}: a tombstone only for an object really deleted"
+        );
+    }
+    let late_initial = late
+        .deliveries()
+        .iter()
+        .take_while(|d| {
+            matches!(
+                d.notification,
+                Notification::Add {
+                    initial_list: true,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert!(
+        late_initial > 9_000,
+        "the late handler started with a replay of the cache ({late_initial})"
+    );
+    assert!(late_reg.has_synced());
+    assert!(inf.stats().lists >= 2, "the compaction forced a relist");
+    eprintln!(
+        "lists: {}, watches: {}, deletes: {}, missed while down: {}",
+        inf.stats().lists,
+        inf.stats().watches,
+        cluster.deletes,
+        deleted_while_down.len()
+    );
+}

@@ -1,0 +1,352 @@
+//! Reflector behaviours (CONFORMANCE.md "Reflector"), driven through a real `kube::Client`
+//! against the in-tree test API server.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use wisp_host::informer::Notification;
+use wisp_host::informer::handler::Recorder;
+use wisp_host::informer::reflector::ReflectorConfig;
+use wisp_host::informer::shared_informer::InformerConfig;
+use wisp_tests::{Verb, config_map, pod};
+
+#[tokio::test]
+async fn first_list_asks_for_resource_version_0_in_pages_of_500_and_continuations_drop_it() {
+    let server = server_with_pods(1200).await;
+    let inf = pod_informer(&server, fast_config());
+    let _stop = start(&inf);
+    until("synced", || inf.has_synced()).await;
+    assert_eq!(inf.cache().len(), 1200);
+    let pages = requests_of(&server, Verb::List);
+    assert_eq!(pages.len(), 3, "1200 objects in pages of 500");
+    assert_eq!(rv_of(&pages[0]), "0");
+    assert!(
+        pages
+            .iter()
+            .all(|p| p.query.get("limit").map(String::as_str) == Some("500"))
+    );
+    for p in &pages[1..] {
+        assert!(p.query.contains_key("continue"));
+        assert!(
+            !p.query.contains_key("resourceVersion"),
+            "continuation pages drop the RV: {:?}",
+            p.query
+        );
+    }
+}
+
+#[tokio::test]
+async fn watch_starts_from_the_list_version_with_bookmarks_and_a_5_to_10_minute_timeout() {
+    let server = server_with_pods(3).await;
+    let list_rv = server.resource_version().to_string();
+    let inf = pod_informer(&server, fast_config());
+    let _stop = start(&inf);
+    watching(&server, &inf).await;
+    let w = &requests_of(&server, Verb::Watch)[0];
+    assert_eq!(rv_of(w), list_rv);
+    assert_eq!(
+        w.query.get("allowWatchBookmarks").map(String::as_str),
+        Some("true")
+    );
+    let timeout: u32 = w.query["timeoutSeconds"].parse().unwrap();
+    assert!((300..=600).contains(&timeout), "timeout {timeout}");
+}
+
+#[tokio::test]
+async fn a_normally_closed_watch_is_resumed_from_the_last_version_without_relist() {
+    let server = server_with_pods(3).await;
+    let inf = pod_informer(&server, fast_config());
+    let _stop = start(&inf);
+    watching(&server, &inf).await;
+    let changed = server.update(touched(pod("default", "web-0"), 1)).unwrap();
+    let rv = changed["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    until("update seen", || {
+        inf.stats().last_sync_resource_version == rv
+    })
+    .await;
+    server.close_watches();
+    until("second watch", || {
+        requests_of(&server, Verb::Watch).len() == 2 && server.open_watches() == 1
+    })
+    .await;
+    assert_eq!(rv_of(&requests_of(&server, Verb::Watch)[1]), rv);
+    assert_eq!(lists(&server).len(), 1, "no relist after a normal close");
+}
+
+#[tokio::test]
+async fn bookmarks_advance_the_resource_version_without_touching_the_store() {
+    let server = server_with_pods(2).await;
+    server.faults().bookmark_interval(Duration::from_millis(20));
+    let inf = pod_informer(&server, fast_config());
+    let rec = Recorder::new();
+    inf.add_event_handler("rec", Box::new(rec.clone()), Duration::ZERO)
+        .unwrap();
+    let _stop = start(&inf);
+    until("synced", || inf.has_synced() && rec.len() == 2).await;
+    // Changes in another collection move the global resourceVersion but send no pod event.
+    for i in 0..3 {
+        server
+            .create(config_map("default", &format!("cm-{i}"), &[("k", "v")]))
+            .unwrap();
+    }
+    let latest = server.resource_version().to_string();
+    until("bookmark at the latest RV", || {
+        inf.stats().last_sync_resource_version == latest
+    })
+    .await;
+    assert_eq!(rec.len(), 2, "bookmarks reach no handler");
+    assert_eq!(inf.cache().len(), 2);
+    server.close_watches();
+    until("re-watch", || requests_of(&server, Verb::Watch).len() >= 2).await;
+    assert_eq!(
+        rv_of(&requests_of(&server, Verb::Watch)[1]),
+        latest,
+        "re-watch from the bookmark's RV"
+    );
+}
+
+#[tokio::test]
+async fn expired_watch_relists_at_the_last_version_then_at_empty_when_that_is_expired_too() {
+    // client-go TestReflectorFullListIfExpired / ExpiredExactResourceVersion: "0", "10", "", "10".
+    let server = server_with_pods(5).await;
+    let inf = pod_informer(&server, fast_config());
+    let _stop = start(&inf);
+    watching(&server, &inf).await;
+    let synced_rv = server.resource_version().to_string();
+
+    server.faults().fail_next(Verb::List, 410, None, 1);
+    server.expire_watches();
+    until("relisted twice", || lists(&server).len() == 3).await;
+    watching(&server, &inf).await;
+
+    server.expire_watches();
+    until("relisted again", || lists(&server).len() == 4).await;
+    let rvs: Vec<String> = lists(&server).iter().map(rv_of).collect();
+    assert_eq!(rvs, ["0", synced_rv.as_str(), "", synced_rv.as_str()]);
+}
+
+#[tokio::test]
+async fn too_many_requests_on_watch_backs_off_and_rewatches_without_relist() {
+    let server = server_with_pods(2).await;
+    let inf = pod_informer(&server, fast_config());
+    let _stop = start(&inf);
+    watching(&server, &inf).await;
+    server.faults().fail_next(Verb::Watch, 429, Some(1), 3);
+    server.close_watches();
+    until("watch open again", || {
+        requests_of(&server, Verb::Watch).len() == 5 && server.open_watches() == 1
+    })
+    .await;
+    assert_eq!(lists(&server).len(), 1, "429 never causes a relist");
+}
+
+#[tokio::test]
+async fn a_broken_watch_stream_is_retried_as_an_internal_error_without_relist() {
+    let server = server_with_pods(2).await;
+    let inf = pod_informer(&server, fast_config());
+    let _stop = start(&inf);
+    watching(&server, &inf).await;
+    server.faults().malformed_line_next_watch();
+    server.close_watches();
+    until("third watch", || {
+        requests_of(&server, Verb::Watch).len() >= 3 && server.open_watches() == 1
+    })
+    .await;
+    server.update(touched(pod("default", "web-1"), 7)).unwrap();
+    let rv = server.resource_version().to_string();
+    until("change seen", || {
+        inf.stats().last_sync_resource_version == rv
+    })
+    .await;
+    assert_eq!(lists(&server).len(), 1);
+}
+
+#[tokio::test]
+async fn a_500_at_watch_start_relists_after_backoff() {
+    let server = server_with_pods(2).await;
+    let inf = pod_informer(&server, fast_config());
+    let _stop = start(&inf);
+    watching(&server, &inf).await;
+    server.faults().fail_next(Verb::Watch, 500, None, 1);
+    server.close_watches();
+    until("relist", || lists(&server).len() == 2).await;
+    until("watching", || server.open_watches() == 1).await;
+}
+
+#[tokio::test]
+async fn an_expired_continuation_page_falls_back_to_one_full_list() {
+    let server = server_with_pods(1100).await;
+    server.faults().fail_list_page(1, 410);
+    let inf = pod_informer(&server, fast_config());
+    let _stop = start(&inf);
+    until("synced", || inf.has_synced()).await;
+    assert_eq!(cache_state(&inf), server_state(&server));
+    let reqs = requests_of(&server, Verb::List);
+    assert_eq!(
+        reqs.len(),
+        3,
+        "first page, failed continuation, full list: {reqs:#?}"
+    );
+    assert!(
+        !reqs[2].query.contains_key("limit"),
+        "the fallback list is not paginated"
+    );
+}
+
+fn watch_list_config() -> InformerConfig {
+    let mut c = fast_config();
+    c.reflector = ReflectorConfig {
+        use_watch_list: true,
+        ..c.reflector
+    };
+    c
+}
+
+#[tokio::test]
+async fn streaming_list_fills_the_cache_at_the_initial_events_end_bookmark_without_a_list() {
+    let server = server_with_pods(300).await;
+    let inf = pod_informer(&server, watch_list_config());
+    let rec = Recorder::new();
+    let reg = inf
+        .add_event_handler("rec", Box::new(rec.clone()), Duration::ZERO)
+        .unwrap();
+    let _stop = start(&inf);
+    until("synced", || reg.has_synced()).await;
+    assert_eq!(cache_state(&inf), server_state(&server));
+    assert!(
+        requests_of(&server, Verb::List).is_empty(),
+        "no list request"
+    );
+    let w = &requests_of(&server, Verb::Watch)[0];
+    assert_eq!(
+        w.query.get("sendInitialEvents").map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(
+        w.query.get("resourceVersionMatch").map(String::as_str),
+        Some("NotOlderThan")
+    );
+    let d = rec.deliveries();
+    assert_eq!(d.len(), 300);
+    assert!(d.iter().all(|d| matches!(
+        d.notification,
+        Notification::Add {
+            initial_list: true,
+            ..
+        }
+    )));
+    server.create(pod("default", "late-1")).unwrap();
+    until("the same stream goes on", || inf.cache().len() == 301).await;
+    assert_eq!(requests_of(&server, Verb::Watch).len(), 1);
+}
+
+#[tokio::test]
+async fn streaming_list_falls_back_to_a_list_on_error() {
+    let server = server_with_pods(10).await;
+    server.faults().fail_next(Verb::Watch, 500, None, 1);
+    let inf = pod_informer(&server, watch_list_config());
+    let _stop = start(&inf);
+    until("synced", || inf.has_synced()).await;
+    assert_eq!(cache_state(&inf), server_state(&server));
+    assert_eq!(lists(&server).len(), 1);
+}
+
+#[tokio::test]
+async fn a_deletion_missed_while_the_watch_was_down_is_delivered_as_a_tombstone() {
+    let server = server_with_pods(4).await;
+    let inf = pod_informer(&server, fast_config());
+    let rec = Recorder::new();
+    inf.add_event_handler("rec", Box::new(rec.clone()), Duration::ZERO)
+        .unwrap();
+    let _stop = start(&inf);
+    until("synced", || inf.has_synced()).await;
+    watching(&server, &inf).await;
+
+    // Take the watch down and keep it down while web-2 is deleted and history is compacted.
+    server.faults().fail_next(Verb::Watch, 429, None, 1_000_000);
+    server.close_watches();
+    server
+        .delete("v1", "Pod", Some("default"), "web-2")
+        .unwrap();
+    server.compact();
+    let watches = requests_of(&server, Verb::Watch).len();
+    until("a refused re-watch", || {
+        requests_of(&server, Verb::Watch).len() > watches + 1
+    })
+    .await;
+    server.faults().reset();
+
+    until("relisted", || lists(&server).len() >= 2).await;
+    until("tombstone delivered", || rec.len() == 5).await;
+    let last = rec.deliveries().pop().unwrap();
+    match last.notification {
+        Notification::Delete { obj } => {
+            assert!(obj.is_tombstone(), "the deletion was missed: a tombstone");
+            assert_eq!(obj.object().meta().name, "web-2");
+        }
+        other => panic!("expected a delete, got {other:?}"),
+    }
+    assert_eq!(cache_state(&inf), server_state(&server));
+}
+
+#[tokio::test]
+async fn after_a_relist_a_listener_without_resync_sees_only_changed_objects() {
+    // client-go TestSharedInformerWatchDisruption.
+    let server = server_with_pods(3).await;
+    let inf = pod_informer(&server, fast_config());
+    let with = Recorder::new();
+    let without = Recorder::new();
+    inf.add_event_handler("resync", Box::new(with.clone()), Duration::from_secs(3600))
+        .unwrap();
+    let rn = inf
+        .add_event_handler("no-resync", Box::new(without.clone()), Duration::ZERO)
+        .unwrap();
+    let _stop = start(&inf);
+    until("synced", || rn.has_synced()).await;
+    watching(&server, &inf).await;
+
+    server.faults().fail_next(Verb::Watch, 429, None, 1_000_000);
+    server.close_watches();
+    server.update(touched(pod("default", "web-1"), 1)).unwrap();
+    server.compact();
+    let watches = requests_of(&server, Verb::Watch).len();
+    until("a refused re-watch", || {
+        requests_of(&server, Verb::Watch).len() > watches + 1
+    })
+    .await;
+    server.faults().reset();
+    until("relisted", || lists(&server).len() >= 2).await;
+    until("listeners caught up", || {
+        without.len() == 4 && with.len() == 6
+    })
+    .await;
+
+    let updates = |r: &Recorder| -> Vec<(String, bool)> {
+        r.deliveries()
+            .iter()
+            .filter(|d| matches!(d.notification, Notification::Update { .. }))
+            .map(|d| {
+                (
+                    d.notification.object().meta().name.clone(),
+                    d.notification.is_resync(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(updates(&without), [("web-1".to_owned(), false)]);
+    let mut w = updates(&with);
+    w.sort();
+    assert_eq!(
+        w,
+        [
+            ("web-0".to_owned(), true),
+            ("web-1".to_owned(), false),
+            ("web-2".to_owned(), true)
+        ]
+    );
+}
