@@ -451,3 +451,6 @@ async fn resync_loop(period: Duration, store: Arc<DeltaFifo>, should_resync: Opt
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

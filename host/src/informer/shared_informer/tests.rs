@@ -384,3 +384,34 @@ async fn the_resync_timer_delivers_syncs_only_to_due_listeners() {
     );
     assert_eq!(kinds(&slow.deliveries()), ["add(initial)", "resync"]);
 }
+
+#[tokio::test]
+async fn a_running_informer_resyncs_due_listeners_on_its_timer() {
+    let src = MemorySource::new();
+    src.apply(pod("a")).unwrap();
+    let inf = informer_over(&src);
+    let syncing = Recorder::new();
+    let quiet = Recorder::new();
+    inf.add_event_handler("syncing", Box::new(syncing.clone()), Duration::from_secs(1))
+        .unwrap();
+    let rq = inf
+        .add_event_handler("quiet", Box::new(quiet.clone()), Duration::ZERO)
+        .unwrap();
+    let _stop = start(&inf);
+    assert!(wait_for(T, || rq.has_synced()).await);
+    let resyncs = || {
+        kinds(&syncing.deliveries())
+            .iter()
+            .filter(|k| **k == "resync")
+            .count()
+    };
+    assert!(
+        wait_for(T, || resyncs() >= 2).await,
+        "two resyncs within the timeout"
+    );
+    assert_eq!(
+        kinds(&quiet.deliveries()),
+        ["add(initial)"],
+        "a listener without resync gets none"
+    );
+}

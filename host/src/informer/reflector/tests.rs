@@ -1,0 +1,225 @@
+//! Reflector unit tests with a scripted source (the protocol-level tests run against the test
+//! API server in `tests/tests/reflector.rs`). Time is paused: backoffs elapse instantly.
+
+use std::collections::VecDeque;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+
+use super::*;
+use crate::informer::indexer::Indexer;
+use crate::informer::lister_watcher::ListPage;
+use crate::informer::object::test_util::obj;
+
+type WatchScript = Result<Vec<Result<WatchEvent, SourceError>>, SourceError>;
+
+#[derive(Default)]
+struct Script {
+    lists: VecDeque<Result<ListPage, SourceError>>,
+    watches: VecDeque<WatchScript>,
+    list_calls: Vec<ListOptions>,
+    watch_calls: Vec<WatchOptions>,
+}
+
+#[derive(Clone, Default)]
+struct Scripted(Arc<Mutex<Script>>);
+
+impl Scripted {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Script> {
+        self.0.lock().unwrap()
+    }
+}
+
+impl ListerWatcher for Scripted {
+    fn list(&self, opts: ListOptions) -> BoxFuture<'_, Result<ListPage, SourceError>> {
+        let mut s = self.lock();
+        s.list_calls.push(opts);
+        let r = s.lists.pop_front().unwrap_or_else(|| {
+            Ok(ListPage {
+                resource_version: "99".into(),
+                ..Default::default()
+            })
+        });
+        async move { r }.boxed()
+    }
+
+    fn watch(&self, opts: WatchOptions) -> BoxFuture<'_, Result<WatchStream, SourceError>> {
+        let mut s = self.lock();
+        s.watch_calls.push(opts);
+        let r = match s.watches.pop_front() {
+            Some(Ok(events)) => Ok(futures::stream::iter(events).boxed()),
+            Some(Err(e)) => Err(e),
+            // Out of script: a watch that never ends.
+            None => Ok(futures::stream::pending().boxed()),
+        };
+        async move { r }.boxed()
+    }
+
+    fn describe(&self) -> String {
+        "scripted".into()
+    }
+}
+
+fn page(rv: &str, names: &[&str]) -> Result<ListPage, SourceError> {
+    Ok(ListPage {
+        resource_version: rv.into(),
+        continue_token: None,
+        items: names.iter().map(|n| obj(Some("ns"), n, rv)).collect(),
+    })
+}
+
+fn added(name: &str, rv: &str) -> Result<WatchEvent, SourceError> {
+    Ok(WatchEvent::Added(obj(Some("ns"), name, rv)))
+}
+
+async fn run_for(lw: &Scripted, fifo: Arc<DeltaFifo>, d: Duration) {
+    let r = Reflector::new(
+        "test",
+        Arc::new(lw.clone()),
+        fifo,
+        ReflectorConfig::default(),
+        Duration::ZERO,
+        None,
+    );
+    r.run(tokio::time::sleep(d)).await;
+}
+
+fn fifo() -> Arc<DeltaFifo> {
+    Arc::new(DeltaFifo::new(Some(Indexer::new().cache()), None))
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unreachable_server_at_watch_start_backs_off_and_rewatches_without_relist() {
+    let lw = Scripted::default();
+    lw.lock().lists.push_back(page("10", &["a"]));
+    for _ in 0..3 {
+        lw.lock()
+            .watches
+            .push_back(Err(SourceError::Connect("connection refused".into())));
+    }
+    run_for(&lw, fifo(), Duration::from_secs(60)).await;
+    let s = lw.lock();
+    assert_eq!(s.list_calls.len(), 1);
+    assert_eq!(s.watch_calls.len(), 4);
+    assert!(s.watch_calls.iter().all(|w| w.resource_version == "10"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_internal_error_event_in_the_stream_rewatches_from_the_last_version() {
+    let lw = Scripted::default();
+    lw.lock().lists.push_back(page("10", &["a"]));
+    let internal = SourceError::Api {
+        code: 500,
+        reason: "InternalError".into(),
+        message: "etcd hiccup".into(),
+    };
+    lw.lock()
+        .watches
+        .push_back(Ok(vec![added("b", "11"), Ok(WatchEvent::Error(internal))]));
+    run_for(&lw, fifo(), Duration::from_secs(60)).await;
+    let s = lw.lock();
+    assert_eq!(s.list_calls.len(), 1, "no relist within the retry window");
+    assert_eq!(s.watch_calls[1].resource_version, "11");
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_internal_error_retry_off_an_internal_error_relists() {
+    let lw = Scripted::default();
+    lw.lock().lists.push_back(page("10", &["a"]));
+    let internal = SourceError::Api {
+        code: 500,
+        reason: "InternalError".into(),
+        message: "x".into(),
+    };
+    lw.lock()
+        .watches
+        .push_back(Ok(vec![added("b", "11"), Ok(WatchEvent::Error(internal))]));
+    let config = ReflectorConfig {
+        max_internal_error_retry: Duration::ZERO,
+        ..Default::default()
+    };
+    let r = Reflector::new(
+        "test",
+        Arc::new(lw.clone()),
+        fifo(),
+        config,
+        Duration::ZERO,
+        None,
+    );
+    r.run(tokio::time::sleep(Duration::from_secs(60))).await;
+    let s = lw.lock();
+    assert_eq!(s.list_calls.len(), 2);
+    assert_eq!(
+        s.list_calls[1].resource_version, "11",
+        "relist from the last synced version"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn relists_are_spaced_by_a_growing_backoff() {
+    let lw = Scripted::default();
+    for _ in 0..5 {
+        lw.lock().lists.push_back(Err(SourceError::Api {
+            code: 403,
+            reason: "Forbidden".into(),
+            message: "no".into(),
+        }));
+    }
+    let start = Instant::now();
+    let times = Arc::new(Mutex::new(Vec::new()));
+    struct Timed(Scripted, Arc<Mutex<Vec<Duration>>>, Instant);
+    impl ListerWatcher for Timed {
+        fn list(&self, o: ListOptions) -> BoxFuture<'_, Result<ListPage, SourceError>> {
+            self.1.lock().unwrap().push(self.2.elapsed());
+            self.0.list(o)
+        }
+        fn watch(&self, o: WatchOptions) -> BoxFuture<'_, Result<WatchStream, SourceError>> {
+            self.0.watch(o)
+        }
+        fn describe(&self) -> String {
+            "timed".into()
+        }
+    }
+    let config = ReflectorConfig {
+        backoff: BackoffConfig {
+            jitter: 0.0,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let r = Reflector::new(
+        "t",
+        Arc::new(Timed(lw.clone(), times.clone(), start)),
+        fifo(),
+        config,
+        Duration::ZERO,
+        None,
+    );
+    r.run(tokio::time::sleep(Duration::from_secs(30))).await;
+    let t = times.lock().unwrap().clone();
+    let gaps: Vec<u64> = t
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_millis() as u64)
+        .collect();
+    assert_eq!(&gaps[..4], [800, 1600, 3200, 6400]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_first_page_is_retried_once_at_the_latest_version() {
+    let lw = Scripted::default();
+    lw.lock()
+        .lists
+        .push_back(Err(SourceError::Expired("too old".into())));
+    lw.lock().lists.push_back(page("20", &["a", "b"]));
+    let f = fifo();
+    run_for(&lw, f.clone(), Duration::from_secs(1)).await;
+    let rvs: Vec<String> = lw
+        .lock()
+        .list_calls
+        .iter()
+        .map(|l| l.resource_version.clone())
+        .collect();
+    assert_eq!(rvs, ["0", ""]);
+    assert_eq!(f.len(), 2);
+    assert_eq!(lw.lock().watch_calls[0].resource_version, "20");
+}
