@@ -112,31 +112,24 @@ async fn ten_thousand_objects_and_five_thousand_changes_through_drops_and_compac
             }
             4_000 => {
                 // The watch goes down; 200 changes happen; history is compacted past them.
-                watching(&server, &inf).await;
-                server.faults().fail_next(Verb::Watch, 429, None, 1_000_000);
-                server.close_watches();
-                let before = cluster.deleted.len();
-                let first_new = cluster.next_name;
-                for m in 0..200 {
-                    cluster.change(100_000 + m);
-                }
-                // Objects both created and deleted while down were never known: no tombstone.
-                let known_before = |k: &String| {
-                    k.rsplit_once("/new-")
-                        .is_none_or(|(_, n)| n.parse::<u64>().is_ok_and(|n| n < first_new))
-                };
-                deleted_while_down = cluster.deleted[before..]
-                    .iter()
-                    .filter(|k| known_before(k))
-                    .cloned()
-                    .collect();
-                server.compact();
-                let watches = requests_of(&server, Verb::Watch).len();
-                until("a refused re-watch", || {
-                    requests_of(&server, Verb::Watch).len() > watches
+                deleted_while_down = while_watch_down(&server, &inf, || {
+                    let before = cluster.deleted.len();
+                    let first_new = cluster.next_name;
+                    for m in 0..200 {
+                        cluster.change(100_000 + m);
+                    }
+                    // Objects both created and deleted while down were never known: no tombstone.
+                    let known_before = |k: &String| {
+                        k.rsplit_once("/new-")
+                            .is_none_or(|(_, n)| n.parse::<u64>().is_ok_and(|n| n < first_new))
+                    };
+                    cluster.deleted[before..]
+                        .iter()
+                        .filter(|k| known_before(k))
+                        .cloned()
+                        .collect()
                 })
                 .await;
-                server.faults().reset();
             }
             _ => {}
         }

@@ -267,19 +267,13 @@ async fn a_deletion_missed_while_the_watch_was_down_is_delivered_as_a_tombstone(
     until("synced", || inf.has_synced()).await;
     watching(&server, &inf).await;
 
-    // Take the watch down and keep it down while web-2 is deleted and history is compacted.
-    server.faults().fail_next(Verb::Watch, 429, None, 1_000_000);
-    server.close_watches();
-    server
-        .delete("v1", "Pod", Some("default"), "web-2")
-        .unwrap();
-    server.compact();
-    let watches = requests_of(&server, Verb::Watch).len();
-    until("a refused re-watch", || {
-        requests_of(&server, Verb::Watch).len() > watches + 1
+    // web-2 is deleted while the watch is down, and history is compacted past it.
+    while_watch_down(&server, &inf, || {
+        server
+            .delete("v1", "Pod", Some("default"), "web-2")
+            .unwrap()
     })
     .await;
-    server.faults().reset();
 
     until("relisted", || lists(&server).len() >= 2).await;
     until("tombstone delivered", || rec.len() == 5).await;
@@ -310,16 +304,10 @@ async fn after_a_relist_a_listener_without_resync_sees_only_changed_objects() {
     until("synced", || rn.has_synced()).await;
     watching(&server, &inf).await;
 
-    server.faults().fail_next(Verb::Watch, 429, None, 1_000_000);
-    server.close_watches();
-    server.update(touched(pod("default", "web-1"), 1)).unwrap();
-    server.compact();
-    let watches = requests_of(&server, Verb::Watch).len();
-    until("a refused re-watch", || {
-        requests_of(&server, Verb::Watch).len() > watches + 1
+    while_watch_down(&server, &inf, || {
+        server.update(touched(pod("default", "web-1"), 1)).unwrap()
     })
     .await;
-    server.faults().reset();
     until("relisted", || lists(&server).len() >= 2).await;
     until("listeners caught up", || {
         without.len() == 4 && with.len() == 6

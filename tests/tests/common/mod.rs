@@ -70,6 +70,28 @@ pub async fn watching(server: &TestApiServer, inf: &SharedInformer) {
     .await;
 }
 
+/// Takes the informer's watch down and keeps it down (re-watches refused with 429) while
+/// `change` runs, compacts the history past those changes, then lets the watch come back: it
+/// finds its resourceVersion expired and the informer relists. Returns what `change` returned.
+pub async fn while_watch_down<R>(
+    server: &TestApiServer,
+    inf: &SharedInformer,
+    change: impl FnOnce() -> R,
+) -> R {
+    watching(server, inf).await;
+    server.faults().fail_next(Verb::Watch, 429, None, 1_000_000);
+    server.close_watches();
+    let out = change();
+    server.compact();
+    let watches = requests_of(server, Verb::Watch).len();
+    until("a refused re-watch", || {
+        requests_of(server, Verb::Watch).len() > watches
+    })
+    .await;
+    server.faults().reset();
+    out
+}
+
 /// A test server with `n` pods in `default`, sending bookmarks every 10 ms.
 pub async fn server_with_pods(n: usize) -> TestApiServer {
     let server = TestApiServer::start()
