@@ -4,9 +4,11 @@
 //! - [`informer`]: the client-go informer pipeline (reflector, DeltaFIFO, indexer, shared
 //!   informer, processor and listeners). Knows nothing of wasm, HTTP or kube.
 //! - [`demo`]: the built-in demo on an in-memory cluster.
+//! - [`plugin`]: wasm plugins (wasmtime): engine, sandbox, host API, failure policy.
 //! - [`source`]: `ListerWatcher` implementations (the Kubernetes API through `kube`).
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod demo;
 pub mod informer;
+pub mod plugin;
 pub mod source;

@@ -84,6 +84,11 @@ pub trait EventHandler: Send + 'static {
     /// An object was deleted; a tombstone when the deletion was missed.
     fn on_delete(&mut self, _obj: &DeletedObject) {}
 
+    /// The largest batch this handler wants at once (`None`: the informer's default).
+    fn batch_max(&self) -> Option<usize> {
+        None
+    }
+
     /// Handles a batch of consecutive deliveries. The default calls the three methods above in
     /// order; handlers with a per-call cost (wasm) override it to take the batch at once.
     fn handle(&mut self, batch: &[Delivery]) {

@@ -103,7 +103,7 @@ impl Listener {
         });
         let worker = shared.clone();
         let thread_name = format!("wisp-listener-{name}");
-        let batch = batch_max.max(1);
+        let batch = handler.batch_max().unwrap_or(batch_max).max(1);
         let log_name = name.clone();
         let handle = std::thread::Builder::new()
             .name(thread_name)

@@ -16,6 +16,7 @@
 //! - [`handler`]: the listener trait (native now, wasm later) and notifications.
 //! - [`listener`] / [`processor`]: per-listener queues and fan-out.
 //! - [`shared_informer`]: wires it together.
+//! - [`selector`]: label selectors.
 //!
 //! Nothing here knows about wasm, HTTP or kube: sources implement [`lister_watcher::ListerWatcher`].
 
@@ -29,6 +30,7 @@ pub mod lister_watcher;
 pub mod object;
 pub mod processor;
 pub mod reflector;
+pub mod selector;
 pub mod shared_informer;
 
 pub use delta_fifo::{Delta, DeltaFifo, DeltaType};

@@ -216,3 +216,33 @@ pub fn replay(deliveries: &[Delivery]) -> Result<BTreeMap<String, String>, Strin
     }
     Ok(view)
 }
+
+/// Path of a compiled plugin (`plugins/dist/<name>.wasm`), building the plugins once if needed
+/// (`cargo xtask test` builds them first and says where through `WISP_PLUGIN_DIR`).
+pub fn plugin_path(name: &str) -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("repo root")
+            .to_path_buf();
+        if let Some(d) = std::env::var_os("WISP_PLUGIN_DIR") {
+            return d.into();
+        }
+        let status =
+            std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .args(["xtask", "plugins"])
+                .current_dir(&root)
+                .status()
+                .expect("run cargo xtask plugins");
+        assert!(status.success(), "building the plugins failed");
+        root.join("plugins").join("dist")
+    });
+    let p = dir.join(format!("{name}.wasm"));
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo xtask plugins`",
+        p.display()
+    );
+    p
+}

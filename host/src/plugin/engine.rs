@@ -1,0 +1,284 @@
+//! One wasmtime `Engine` per host: epoch ticker, shared linker (WASI p2 with nothing granted plus
+//! the `host` interface), and compilation once per content hash with an on-disk cache of
+//! precompiled artifacts.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Engine};
+
+use super::bindings::{Plugin, PluginPre};
+use super::error::PluginError;
+use super::state::StoreData;
+
+/// Default epoch tick: deadlines are enforced to within one tick.
+pub const DEFAULT_EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Engine settings.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Directory of precompiled artifacts (`None`: compile in memory only).
+    pub cache_dir: Option<PathBuf>,
+    /// Epoch tick.
+    pub epoch_tick: Duration,
+    /// Fuel metering (needed for `limits.fuel`; costs some speed).
+    pub fuel: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            cache_dir: default_cache_dir(),
+            epoch_tick: DEFAULT_EPOCH_TICK,
+            fuel: false,
+        }
+    }
+}
+
+/// `$XDG_CACHE_HOME/wisp/modules` or `$HOME/.cache/wisp/modules`.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("wisp").join("modules"))
+}
+
+/// Where a component came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoadSource {
+    /// Already compiled in this process.
+    Memory,
+    /// Loaded from the on-disk cache of precompiled artifacts.
+    Disk,
+    /// Compiled now.
+    Compiled,
+}
+
+/// A compiled component and how it was obtained.
+#[derive(Clone)]
+pub struct LoadedComponent {
+    /// The component.
+    pub component: Component,
+    /// Where it came from.
+    pub source: LoadSource,
+    /// How long loading took.
+    pub elapsed: Duration,
+    /// SHA-256 of the module bytes, hex.
+    pub hash: String,
+}
+
+/// Why bytes could not become a component (the caller adds the plugin and path).
+#[derive(Debug)]
+pub enum LoadError {
+    /// No `\0asm` header.
+    NotWasm,
+    /// A core module.
+    NotComponent,
+    /// Invalid component.
+    Invalid(String),
+}
+
+struct ShaHasher(Sha256);
+
+impl Hasher for ShaHasher {
+    fn finish(&self) -> u64 {
+        0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The shared engine.
+pub struct PluginEngine {
+    engine: Engine,
+    linker: Linker<StoreData>,
+    cache_dir: Option<PathBuf>,
+    /// Identifies engine settings + wasmtime version: artifacts only load into a matching engine.
+    fingerprint: String,
+    compiled: Mutex<HashMap<String, Component>>,
+    tick: Duration,
+    fuel: bool,
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for PluginEngine {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl PluginEngine {
+    /// Builds the engine and starts its epoch ticker thread.
+    pub fn new(config: EngineConfig) -> Result<Arc<Self>, PluginError> {
+        let mut c = Config::new();
+        c.wasm_component_model(true);
+        c.epoch_interruption(true);
+        c.consume_fuel(config.fuel);
+        let engine = Engine::new(&c).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
+        let mut linker: Linker<StoreData> = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .map_err(|e| PluginError::Engine(format!("{e:#}")))?;
+        Plugin::add_to_linker::<StoreData, HasSelf<StoreData>>(&mut linker, |s| s)
+            .map_err(|e| PluginError::Engine(format!("{e:#}")))?;
+
+        let mut h = ShaHasher(Sha256::new());
+        engine.precompile_compatibility_hash().hash(&mut h);
+        env!("CARGO_PKG_VERSION").hash(&mut h);
+        let fingerprint = hex(&h.0.finalize()[..8]);
+
+        if let Some(dir) = &config.cache_dir
+            && let Err(e) = create_private_dir(dir)
+        {
+            tracing::warn!(dir = %dir.display(), error = %e, "module cache directory unusable; compiling in memory only");
+        }
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ticker, flag, tick) = (
+            engine.clone(),
+            stop.clone(),
+            config.epoch_tick.max(Duration::from_millis(1)),
+        );
+        std::thread::Builder::new()
+            .name("wisp-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(tick);
+                    ticker.increment_epoch();
+                }
+            })
+            .map_err(|e| PluginError::Engine(format!("cannot start the epoch thread: {e}")))?;
+        Ok(Arc::new(Self {
+            engine,
+            linker,
+            cache_dir: config.cache_dir,
+            fingerprint,
+            compiled: Mutex::default(),
+            tick,
+            fuel: config.fuel,
+            stop,
+        }))
+    }
+
+    /// The wasmtime engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Whether fuel metering is on.
+    pub fn fuel(&self) -> bool {
+        self.fuel
+    }
+
+    /// Epoch ticks for a deadline (at least one).
+    pub fn deadline_ticks(&self, deadline: Duration) -> u64 {
+        (deadline.as_nanos().div_ceil(self.tick.as_nanos())).max(1) as u64
+    }
+
+    /// Compiles `bytes`, or takes the compiled component from memory or the disk cache.
+    pub fn load(&self, bytes: &[u8]) -> Result<LoadedComponent, LoadError> {
+        let start = Instant::now();
+        if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+            return Err(LoadError::NotWasm);
+        }
+        if bytes[4..8] == [1, 0, 0, 0] {
+            return Err(LoadError::NotComponent);
+        }
+        let hash = hex(&Sha256::digest(bytes));
+        let key = format!("{hash}-{}", self.fingerprint);
+        let done = |component: Component, source| LoadedComponent {
+            component,
+            source,
+            elapsed: start.elapsed(),
+            hash: hash.clone(),
+        };
+        if let Some(c) = self
+            .compiled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+        {
+            return Ok(done(c.clone(), LoadSource::Memory));
+        }
+        let path = self
+            .cache_dir
+            .as_ref()
+            .map(|d| d.join(format!("{key}.cwasm")));
+        if let Some(p) = path.as_ref().filter(|p| p.exists()) {
+            match load_precompiled(&self.engine, p) {
+                Ok(c) => {
+                    self.remember(&key, &c);
+                    return Ok(done(c, LoadSource::Disk));
+                }
+                Err(e) => {
+                    tracing::warn!(path = %p.display(), error = %e, "precompiled module unusable; compiling again")
+                }
+            }
+        }
+        let c = Component::new(&self.engine, bytes)
+            .map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
+        if let Some(p) = &path {
+            match c.serialize() {
+                Ok(art) => {
+                    let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+                    if let Err(e) =
+                        std::fs::write(&tmp, art).and_then(|()| std::fs::rename(&tmp, p))
+                    {
+                        tracing::warn!(path = %p.display(), error = %e, "could not write the precompiled module");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "could not serialize the compiled module"),
+            }
+        }
+        self.remember(&key, &c);
+        Ok(done(c, LoadSource::Compiled))
+    }
+
+    fn remember(&self, key: &str, c: &Component) {
+        self.compiled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.to_owned(), c.clone());
+    }
+
+    /// Links the component against the host: fails when it imports what the host does not
+    /// provide or does not export the `listener` interface.
+    pub fn instance_pre(&self, component: &Component) -> Result<PluginPre<StoreData>, String> {
+        let pre = self
+            .linker
+            .instantiate_pre(component)
+            .map_err(|e| format!("{e:#}"))?;
+        PluginPre::new(pre).map_err(|e| format!("{e:#}"))
+    }
+}
+
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// Loads an artifact this engine wrote.
+#[allow(unsafe_code)]
+fn load_precompiled(engine: &Engine, path: &Path) -> wasmtime::Result<Component> {
+    // SAFETY: `deserialize_file` trusts the file to be an artifact produced by
+    // `Component::serialize` for a compatible engine. Only this engine writes into the cache
+    // directory (created 0700), names files by module hash plus engine fingerprint, and writes
+    // them atomically (temp file + rename); wasmtime still checks the header and the engine
+    // compatibility before using the code.
+    unsafe { Component::deserialize_file(engine, path) }
+}

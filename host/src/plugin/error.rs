@@ -1,0 +1,100 @@
+//! Errors of loading and starting plugins. Each names the plugin, the part and the fix.
+
+use std::path::PathBuf;
+
+/// Why a plugin could not be loaded or started. None of these disturb plugins already running.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    /// The module file cannot be read.
+    #[error("plugin {plugin:?}: module {path}: cannot read: {source}")]
+    Read {
+        /// Plugin name.
+        plugin: String,
+        /// Module path.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not WebAssembly at all.
+    #[error(
+        "plugin {plugin:?}: module {path}: not a WebAssembly file (it does not start with \"\\0asm\")"
+    )]
+    NotWasm {
+        /// Plugin name.
+        plugin: String,
+        /// Module path.
+        path: PathBuf,
+    },
+    /// A core module, not a component.
+    #[error(
+        "plugin {plugin:?}: module {path}: a core WebAssembly module, not a component; build the plugin with `cargo build --target wasm32-wasip2`"
+    )]
+    NotComponent {
+        /// Plugin name.
+        plugin: String,
+        /// Module path.
+        path: PathBuf,
+    },
+    /// The component does not validate or compile.
+    #[error("plugin {plugin:?}: module {path}: invalid component: {detail}")]
+    Compile {
+        /// Plugin name.
+        plugin: String,
+        /// Module path.
+        path: PathBuf,
+        /// Compiler message.
+        detail: String,
+    },
+    /// The component is not of world `wisp:plugin/plugin@0.1.0`.
+    #[error("plugin {plugin:?}: module {path}: not a wisp:plugin/plugin@0.1.0 component: {detail}")]
+    WrongWorld {
+        /// Plugin name.
+        plugin: String,
+        /// Module path.
+        path: PathBuf,
+        /// What is missing or mismatched.
+        detail: String,
+    },
+    /// `init` refused the settings.
+    #[error("plugin {plugin:?}: init: settings rejected: {message}")]
+    SettingsRejected {
+        /// Plugin name.
+        plugin: String,
+        /// The plugin's message.
+        message: String,
+    },
+    /// Instantiation, `describe` or `init` trapped or overran its limits.
+    #[error("plugin {plugin:?}: {phase}: {detail}")]
+    Failed {
+        /// Plugin name.
+        plugin: String,
+        /// `instantiate`, `describe` or `init`.
+        phase: &'static str,
+        /// What happened.
+        detail: String,
+    },
+    /// The plugin names an informer the host does not run.
+    #[error(
+        "plugin {plugin:?}: informers: {informer:?} is not a configured informer (configured: {known})"
+    )]
+    UnknownInformer {
+        /// Plugin name.
+        plugin: String,
+        /// The unknown name.
+        informer: String,
+        /// The configured names.
+        known: String,
+    },
+    /// `limits.fuel` needs an engine with fuel metering.
+    #[error(
+        "plugin {plugin:?}: limits.fuel is set but the engine runs without fuel metering; enable it in the engine settings"
+    )]
+    FuelDisabled {
+        /// Plugin name.
+        plugin: String,
+    },
+    /// The engine itself could not be set up.
+    #[error("plugin engine: {0}")]
+    Engine(String),
+}

@@ -1,0 +1,154 @@
+//! One live instance of a plugin: its own `Store`, armed with a deadline (and fuel) before every
+//! call. After any trap the store is dead and must be replaced (see `runtime`).
+
+use std::time::Duration;
+
+use wasmtime::{Store, Trap};
+
+use super::bindings::{Delivery, Outcome, Plugin, PluginInfo, PluginPre};
+use super::engine::PluginEngine;
+use super::spec::Limits;
+use super::state::{HostApi, StoreData};
+
+/// How a call into a plugin failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CallError {
+    /// Cut by the wall-clock deadline.
+    Deadline(Duration),
+    /// The plugin tried to grow its memory beyond the cap.
+    OutOfMemory(u64),
+    /// Fuel ran out.
+    OutOfFuel,
+    /// Any other trap (panic, unreachable, bad cast...).
+    Trap(String),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Deadline(d) => write!(f, "deadline of {d:?} exceeded"),
+            CallError::OutOfMemory(cap) => write!(f, "memory limit of {cap} bytes exceeded"),
+            CallError::OutOfFuel => write!(f, "fuel exhausted"),
+            CallError::Trap(t) => write!(f, "trapped: {t}"),
+        }
+    }
+}
+
+/// A plugin instance.
+pub struct Instance {
+    store: Store<StoreData>,
+    plugin: Plugin,
+    ticks: u64,
+    limits: Limits,
+    fuel_engine: bool,
+}
+
+impl Instance {
+    /// A fresh store and instance from the pre-instantiated component.
+    pub fn new(
+        engine: &PluginEngine,
+        pre: &PluginPre<StoreData>,
+        api: HostApi,
+        limits: &Limits,
+    ) -> Result<Self, CallError> {
+        let mut store = Store::new(engine.engine(), StoreData::new(api, limits.memory));
+        store.limiter(|s| &mut s.limiter);
+        let ticks = engine.deadline_ticks(limits.deadline);
+        // Instantiation runs wasm (start functions): arm the deadline first.
+        store.set_epoch_deadline(ticks);
+        if engine.fuel() {
+            let _ = store.set_fuel(limits.fuel.unwrap_or(u64::MAX));
+        }
+        let plugin = match pre.instantiate(&mut store) {
+            Ok(p) => p,
+            Err(e) => return Err(classify(&store, limits, e)),
+        };
+        Ok(Self {
+            store,
+            plugin,
+            ticks,
+            limits: limits.clone(),
+            fuel_engine: engine.fuel(),
+        })
+    }
+
+    fn arm(&mut self) {
+        self.store.set_epoch_deadline(self.ticks);
+        if self.fuel_engine {
+            let _ = self.store.set_fuel(self.limits.fuel.unwrap_or(u64::MAX));
+        }
+        self.store.data_mut().limiter.hit = false;
+    }
+
+    fn fail(&self, e: wasmtime::Error) -> CallError {
+        classify(&self.store, &self.limits, e)
+    }
+
+    /// `describe`.
+    pub fn describe(&mut self) -> Result<PluginInfo, CallError> {
+        self.arm();
+        self.plugin
+            .wisp_plugin_listener()
+            .call_describe(&mut self.store)
+            .map_err(|e| self.fail(e))
+    }
+
+    /// `init(settings)`: the inner error is the plugin refusing its settings.
+    pub fn init(&mut self, settings: &str) -> Result<Result<(), String>, CallError> {
+        self.arm();
+        self.plugin
+            .wisp_plugin_listener()
+            .call_init(&mut self.store, settings)
+            .map_err(|e| self.fail(e))
+    }
+
+    /// `handle(batch)`.
+    pub fn handle(&mut self, batch: &[Delivery]) -> Result<Vec<Outcome>, CallError> {
+        self.arm();
+        self.plugin
+            .wisp_plugin_listener()
+            .call_handle(&mut self.store, batch)
+            .map_err(|e| self.fail(e))
+    }
+
+    /// `snapshot()`.
+    pub fn snapshot(&mut self) -> Result<Option<Vec<u8>>, CallError> {
+        self.arm();
+        self.plugin
+            .wisp_plugin_listener()
+            .call_snapshot(&mut self.store)
+            .map_err(|e| self.fail(e))
+    }
+
+    /// `restore(state)`.
+    pub fn restore(&mut self, state: &[u8]) -> Result<Result<(), String>, CallError> {
+        self.arm();
+        self.plugin
+            .wisp_plugin_listener()
+            .call_restore(&mut self.store, state)
+            .map_err(|e| self.fail(e))
+    }
+}
+
+fn classify(store: &Store<StoreData>, limits: &Limits, e: wasmtime::Error) -> CallError {
+    if store.data().limiter.hit {
+        return CallError::OutOfMemory(limits.memory);
+    }
+    match e.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => CallError::Deadline(limits.deadline),
+        Some(Trap::OutOfFuel) => CallError::OutOfFuel,
+        _ => {
+            // The root cause ("wasm trap: ..."), without the wasm backtrace.
+            let mut msg = e.root_cause().to_string();
+            if msg.len() > 2000 {
+                let mut cut = 2000;
+                while !msg.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                msg.truncate(cut);
+                msg.push_str(" ...");
+            }
+            CallError::Trap(msg)
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! Starting plugins: read, compile (or take from cache), check the world, `describe`, `init`,
+//! then attach one listener per granted informer.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::bindings::PluginInfo;
+use super::engine::{LoadError, LoadSource, LoadedComponent, PluginEngine};
+use super::error::PluginError;
+use super::instance::{CallError, Instance};
+use super::runtime::{PluginRuntime, WasmHandler};
+use super::spec::PluginSpec;
+use super::state::Grants;
+use super::status::{PluginState, PluginStatus};
+use crate::informer::shared_informer::HandlerRegistration;
+use crate::informer::{Cache, SharedInformer};
+
+/// How a plugin was loaded: timings for the benchmarks and the log.
+#[derive(Clone, Debug)]
+pub struct LoadReport {
+    /// Where the compiled component came from.
+    pub source: LoadSource,
+    /// Time to obtain the compiled component.
+    pub load: Duration,
+    /// Time to link, instantiate, `describe` and `init`.
+    pub instantiate: Duration,
+    /// SHA-256 of the module.
+    pub hash: String,
+}
+
+/// A plugin that passed every check: compiled, right world, `describe` and `init` accepted.
+pub struct CheckedPlugin {
+    /// What the plugin says about itself.
+    pub info: PluginInfo,
+    /// Timings.
+    pub report: LoadReport,
+    spec: PluginSpec,
+    pre: super::bindings::PluginPre<super::state::StoreData>,
+    instance: Instance,
+    status: Arc<PluginStatus>,
+    grants: Grants,
+}
+
+/// A running plugin.
+pub struct PluginHandle {
+    name: String,
+    info: PluginInfo,
+    report: LoadReport,
+    status: Arc<PluginStatus>,
+    registrations: Vec<(Arc<SharedInformer>, HandlerRegistration)>,
+}
+
+impl PluginHandle {
+    /// The plugin's configured name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What the plugin said about itself.
+    pub fn info(&self) -> &PluginInfo {
+        &self.info
+    }
+
+    /// Load timings.
+    pub fn report(&self) -> &LoadReport {
+        &self.report
+    }
+
+    /// Counters, state, last error, logs and the plugin's own metrics.
+    pub fn status(&self) -> &Arc<PluginStatus> {
+        &self.status
+    }
+
+    /// Whether the plugin is running (not quarantined).
+    pub fn state(&self) -> PluginState {
+        self.status.state()
+    }
+
+    /// Every listener of the plugin has handled its initial list.
+    pub fn has_synced(&self) -> bool {
+        self.registrations.iter().all(|(_, r)| r.has_synced())
+    }
+
+    /// Per-informer queue counters.
+    pub fn queues(&self) -> Vec<(String, crate::informer::listener::ListenerStats)> {
+        self.registrations
+            .iter()
+            .map(|(i, r)| (i.name().to_owned(), r.stats()))
+            .collect()
+    }
+
+    /// Detaches the plugin from its informers; what was queued for it is dropped.
+    pub fn stop(&self) {
+        for (inf, reg) in &self.registrations {
+            inf.remove_event_handler(reg);
+        }
+    }
+}
+
+/// Loads and starts plugins against a set of informers.
+pub struct PluginManager {
+    engine: Arc<PluginEngine>,
+    informers: BTreeMap<String, Arc<SharedInformer>>,
+}
+
+impl PluginManager {
+    /// A manager on `engine` with no informers yet.
+    pub fn new(engine: Arc<PluginEngine>) -> Self {
+        Self {
+            engine,
+            informers: BTreeMap::new(),
+        }
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Arc<PluginEngine> {
+        &self.engine
+    }
+
+    /// Makes an informer available to plugins under its name.
+    pub fn add_informer(&mut self, informer: Arc<SharedInformer>) {
+        self.informers.insert(informer.name().to_owned(), informer);
+    }
+
+    fn grants(&self, spec: &PluginSpec) -> Result<Grants, PluginError> {
+        let mut g: BTreeMap<String, Cache> = BTreeMap::new();
+        for name in &spec.informers {
+            let inf = self
+                .informers
+                .get(name)
+                .ok_or_else(|| PluginError::UnknownInformer {
+                    plugin: spec.name.clone(),
+                    informer: name.clone(),
+                    known: self
+                        .informers
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                })?;
+            g.insert(name.clone(), inf.cache());
+        }
+        Ok(Arc::new(g))
+    }
+
+    /// Compiles and checks a plugin without attaching it: right world, `describe` works, `init`
+    /// accepts the settings. Nothing running is touched.
+    pub fn check(&self, spec: &PluginSpec) -> Result<CheckedPlugin, PluginError> {
+        let grants = self.grants(spec)?;
+        check_with(&self.engine, spec, grants)
+    }
+
+    /// Checks, then attaches the plugin to each of its informers (a late-joining plugin first
+    /// receives every cached object as an initial-list add).
+    pub fn start(&self, spec: PluginSpec) -> Result<PluginHandle, PluginError> {
+        let checked = self.check(&spec)?;
+        Ok(self.attach(checked))
+    }
+
+    /// Attaches a checked plugin to its informers.
+    pub fn attach(&self, checked: CheckedPlugin) -> PluginHandle {
+        let CheckedPlugin {
+            info,
+            report,
+            spec,
+            pre,
+            instance,
+            status,
+            grants,
+        } = checked;
+        let name = spec.name.clone();
+        let batch_max = spec.batch_max.max(1);
+        let resync = spec.resync;
+        let informers = spec.informers.clone();
+        let runtime = Arc::new(Mutex::new(PluginRuntime::new(
+            spec,
+            self.engine.clone(),
+            pre,
+            grants,
+            status.clone(),
+            instance,
+        )));
+        let mut registrations = Vec::new();
+        for inf_name in informers {
+            let Some(inf) = self.informers.get(&inf_name) else {
+                continue;
+            };
+            let handler = WasmHandler {
+                runtime: runtime.clone(),
+                informer: inf_name.clone(),
+                batch_max,
+            };
+            match inf.add_event_handler(name.clone(), Box::new(handler), resync) {
+                Ok(reg) => registrations.push((inf.clone(), reg)),
+                Err(e) => {
+                    tracing::error!(plugin = %name, informer = %inf_name, error = %e, "cannot attach the plugin")
+                }
+            }
+        }
+        tracing::info!(plugin = %name, version = %info.version, source = ?report.source, load = ?report.load, "plugin started");
+        PluginHandle {
+            name,
+            info,
+            report,
+            status,
+            registrations,
+        }
+    }
+}
+
+/// Reads, compiles and checks a plugin (no informers needed: `grants` may be empty).
+pub fn check_with(
+    engine: &Arc<PluginEngine>,
+    spec: &PluginSpec,
+    grants: Grants,
+) -> Result<CheckedPlugin, PluginError> {
+    let bytes = std::fs::read(&spec.module).map_err(|source| PluginError::Read {
+        plugin: spec.name.clone(),
+        path: spec.module.clone(),
+        source,
+    })?;
+    check_bytes(engine, spec, &bytes, grants)
+}
+
+/// [`check_with`] on bytes already read.
+pub fn check_bytes(
+    engine: &Arc<PluginEngine>,
+    spec: &PluginSpec,
+    bytes: &[u8],
+    grants: Grants,
+) -> Result<CheckedPlugin, PluginError> {
+    let (plugin, path) = (spec.name.clone(), spec.module.clone());
+    if spec.limits.fuel.is_some() && !engine.fuel() {
+        return Err(PluginError::FuelDisabled { plugin });
+    }
+    let LoadedComponent {
+        component,
+        source,
+        elapsed,
+        hash,
+    } = engine.load(bytes).map_err(|e| match e {
+        LoadError::NotWasm => PluginError::NotWasm {
+            plugin: plugin.clone(),
+            path: path.clone(),
+        },
+        LoadError::NotComponent => PluginError::NotComponent {
+            plugin: plugin.clone(),
+            path: path.clone(),
+        },
+        LoadError::Invalid(detail) => PluginError::Compile {
+            plugin: plugin.clone(),
+            path: path.clone(),
+            detail,
+        },
+    })?;
+    let start = std::time::Instant::now();
+    let pre = engine
+        .instance_pre(&component)
+        .map_err(|detail| PluginError::WrongWorld {
+            plugin: plugin.clone(),
+            path: path.clone(),
+            detail,
+        })?;
+    let status = Arc::new(PluginStatus::default());
+    let name: Arc<str> = spec.name.as_str().into();
+    let api = PluginRuntime::api(&name, spec, &grants, &status);
+    let failed = |phase, e: CallError| PluginError::Failed {
+        plugin: plugin.clone(),
+        phase,
+        detail: e.to_string(),
+    };
+    let mut instance =
+        Instance::new(engine, &pre, api, &spec.limits).map_err(|e| failed("instantiate", e))?;
+    let info = instance.describe().map_err(|e| failed("describe", e))?;
+    instance
+        .init(&spec.settings.to_string())
+        .map_err(|e| failed("init", e))?
+        .map_err(|message| PluginError::SettingsRejected {
+            plugin: plugin.clone(),
+            message,
+        })?;
+    let report = LoadReport {
+        source,
+        load: elapsed,
+        instantiate: start.elapsed(),
+        hash,
+    };
+    Ok(CheckedPlugin {
+        info,
+        report,
+        spec: spec.clone(),
+        pre,
+        instance,
+        status,
+        grants,
+    })
+}
+
+/// Checks a module file with settings, with no informers granted (for `wisp check`).
+pub fn check_module(
+    engine: &Arc<PluginEngine>,
+    module: &Path,
+    settings: serde_json::Value,
+) -> Result<CheckedPlugin, PluginError> {
+    let name = module
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "plugin".into());
+    let mut spec = PluginSpec::new(name, module, &[]);
+    spec.settings = settings;
+    check_with(engine, &spec, Arc::new(BTreeMap::new()))
+}

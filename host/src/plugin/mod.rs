@@ -1,0 +1,31 @@
+//! Wasm plugins: each registered listener is a sandboxed WebAssembly component (world
+//! `wisp:plugin/plugin`, see `wit/`) receiving its notifications over WIT from its own queue.
+//!
+//! - [`bindings`]: every `bindgen!` output.
+//! - [`engine`]: the shared engine, epoch ticker, compile cache.
+//! - [`state`] / [`host_api`]: store data and the `host` interface (logs, cache reads within
+//!   grants, metrics); [`output`]: stdout/stderr to the log.
+//! - [`instance`]: one store + instance with deadline, memory cap and fuel.
+//! - [`runtime`]: failure policy, fresh instances, quarantine; the informer handler.
+//! - [`manager`]: load, check and attach plugins.
+//! - [`spec`] / [`status`] / [`error`]: what to run, what can be read, what went wrong.
+//!
+//! Nothing here knows about HTTP or kube.
+
+pub mod bindings;
+pub mod engine;
+pub mod error;
+pub mod host_api;
+pub mod instance;
+pub mod manager;
+pub mod output;
+pub mod runtime;
+pub mod spec;
+pub mod state;
+pub mod status;
+
+pub use engine::{EngineConfig, LoadSource, PluginEngine};
+pub use error::PluginError;
+pub use manager::{CheckedPlugin, LoadReport, PluginHandle, PluginManager, check_module};
+pub use spec::{FailurePolicy, Limits, LogLevel, OnFailure, PluginSpec};
+pub use status::{PluginState, PluginStatus};

@@ -1,0 +1,304 @@
+//! A running plugin: its instance, failure policy and quarantine. Shared by the plugin's
+//! listeners (one per informer it receives), each of which hands it batches from its own queue.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::bindings::{Added, Deleted, Delivery, Notification, Outcome, PluginPre, Updated};
+use super::engine::PluginEngine;
+use super::host_api::to_wit;
+use super::instance::{CallError, Instance};
+use super::spec::{FailurePolicy, PluginSpec};
+use super::state::{Grants, HostApi, StoreData};
+use super::status::{PluginCounters, PluginState, PluginStatus};
+use crate::informer::{self, DeletedObject, EventHandler};
+
+/// The mutable heart of a plugin.
+pub struct PluginRuntime {
+    name: Arc<str>,
+    spec: PluginSpec,
+    settings: String,
+    engine: Arc<PluginEngine>,
+    pre: PluginPre<StoreData>,
+    grants: Grants,
+    status: Arc<PluginStatus>,
+    /// `None` after a failure until the next delivery makes a fresh one.
+    instance: Option<Instance>,
+    consecutive_failures: u32,
+}
+
+fn to_wit_delivery(informer: &str, d: &informer::Delivery) -> Delivery {
+    let notification = match &d.notification {
+        informer::Notification::Add { obj, initial_list } => Notification::Added(Added {
+            object: to_wit(obj),
+            initial_list: *initial_list,
+        }),
+        informer::Notification::Update { old, new } => Notification::Updated(Updated {
+            old: to_wit(old),
+            new: to_wit(new),
+            resync: d.notification.is_resync(),
+        }),
+        informer::Notification::Delete { obj } => Notification::Deleted(Deleted {
+            object: to_wit(obj.object()),
+            final_state_unknown: matches!(obj, DeletedObject::Tombstone(_)),
+        }),
+    };
+    Delivery {
+        seq: d.seq,
+        informer: informer.to_owned(),
+        notification,
+    }
+}
+
+impl PluginRuntime {
+    /// A runtime around an already checked first instance.
+    pub(crate) fn new(
+        spec: PluginSpec,
+        engine: Arc<PluginEngine>,
+        pre: PluginPre<StoreData>,
+        grants: Grants,
+        status: Arc<PluginStatus>,
+        instance: Instance,
+    ) -> Self {
+        Self {
+            name: spec.name.as_str().into(),
+            settings: spec.settings.to_string(),
+            spec,
+            engine,
+            pre,
+            grants,
+            status,
+            instance: Some(instance),
+            consecutive_failures: 0,
+        }
+    }
+
+    pub(crate) fn api(
+        name: &Arc<str>,
+        spec: &PluginSpec,
+        grants: &Grants,
+        status: &Arc<PluginStatus>,
+    ) -> HostApi {
+        HostApi {
+            plugin: name.clone(),
+            grants: grants.clone(),
+            log_level: spec.log_level,
+            status: status.clone(),
+        }
+    }
+
+    /// A fresh instance, initialised with the plugin's settings.
+    fn fresh(&mut self) -> Result<&mut Instance, String> {
+        if self.instance.is_none() {
+            let api = Self::api(&self.name, &self.spec, &self.grants, &self.status);
+            let mut inst = Instance::new(&self.engine, &self.pre, api, &self.spec.limits)
+                .map_err(|e| e.to_string())?;
+            match inst.init(&self.settings) {
+                Ok(Ok(())) => {}
+                Ok(Err(msg)) => return Err(format!("init refused its settings on restart: {msg}")),
+                Err(e) => return Err(format!("init failed on restart: {e}")),
+            }
+            PluginCounters::add(&self.status.counters.restarts, 1);
+            self.instance = Some(inst);
+        }
+        self.instance
+            .as_mut()
+            .ok_or_else(|| "no instance".to_owned())
+    }
+
+    fn record_call_error(&mut self, e: &CallError, logs_before: u64) {
+        let c = &self.status.counters;
+        match e {
+            CallError::Deadline(_) => PluginCounters::add(&c.deadline_hits, 1),
+            CallError::OutOfMemory(_) => PluginCounters::add(&c.out_of_memory, 1),
+            CallError::OutOfFuel => PluginCounters::add(&c.out_of_fuel, 1),
+            CallError::Trap(_) => PluginCounters::add(&c.traps, 1),
+        }
+        // The store is unusable after a trap: the next call gets a fresh instance.
+        self.instance = None;
+        // A guest panic prints its message to stderr before it traps: add it to the error.
+        let stderr: Vec<String> = self
+            .status
+            .logs
+            .since(logs_before)
+            .into_iter()
+            .filter_map(|l| l.strip_prefix("stderr: ").map(str::to_owned))
+            .collect();
+        let said = stderr.iter().position(|l| l.contains("panicked")).map(|i| {
+            stderr[i..]
+                .iter()
+                .take(2)
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(" ")
+        });
+        let msg = match said {
+            Some(p) => format!("{e} ({})", p.trim()),
+            None => e.to_string(),
+        };
+        tracing::warn!(plugin = %self.name, error = %msg, "plugin call failed; its instance will be replaced");
+        self.status.set_last_error(msg);
+        self.status.logs.push(format!("host: call failed: {e}"));
+    }
+
+    fn call(&mut self, batch: &[Delivery]) -> Result<Vec<Outcome>, CallError> {
+        let start = Instant::now();
+        match self.fresh() {
+            Ok(_) => {}
+            Err(msg) => {
+                self.quarantine(format!("cannot make a fresh instance: {msg}"));
+                return Err(CallError::Trap(msg));
+            }
+        }
+        let logs_before = self.status.logs.total();
+        let inst = match self.instance.as_mut() {
+            Some(i) => i,
+            None => return Err(CallError::Trap("no instance".into())),
+        };
+        let r = inst.handle(batch);
+        let c = &self.status.counters;
+        PluginCounters::add(&c.calls, 1);
+        PluginCounters::add(&c.handle_nanos, start.elapsed().as_nanos() as u64);
+        if let Err(e) = &r {
+            self.record_call_error(e, logs_before);
+        }
+        r
+    }
+
+    fn quarantine(&mut self, reason: String) {
+        if self.is_quarantined() {
+            return;
+        }
+        tracing::error!(plugin = %self.name, %reason, "plugin quarantined: it receives nothing more until reloaded");
+        self.status.set_last_error(reason.clone());
+        self.status
+            .logs
+            .push(format!("host: quarantined: {reason}"));
+        self.status.set_state(PluginState::Quarantined { reason });
+    }
+
+    /// Whether the plugin is quarantined.
+    pub fn is_quarantined(&self) -> bool {
+        matches!(self.status.state(), PluginState::Quarantined { .. })
+    }
+
+    fn succeeded(&mut self, n: u64) {
+        self.consecutive_failures = 0;
+        PluginCounters::add(&self.status.counters.delivered, n);
+    }
+
+    /// Applies the failure policy to one delivery whose first attempt failed with `why`.
+    fn settle(&mut self, d: &Delivery, why: String) {
+        if let FailurePolicy::Retry { retries, backoff } = self.spec.on_failure.policy.clone() {
+            let mut wait = backoff;
+            for _ in 0..retries {
+                if self.is_quarantined() {
+                    break;
+                }
+                std::thread::sleep(wait);
+                wait = wait.saturating_mul(2).min(Duration::from_secs(60));
+                PluginCounters::add(&self.status.counters.retries, 1);
+                match self.call(std::slice::from_ref(d)) {
+                    Ok(o) if matches!(o.first(), Some(Outcome::Ok)) => {
+                        self.succeeded(1);
+                        return;
+                    }
+                    Ok(o) => {
+                        if let Some(Outcome::Error(m)) = o.first() {
+                            PluginCounters::add(&self.status.counters.errors, 1);
+                            self.status.set_last_error(m.clone());
+                        }
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        PluginCounters::add(&self.status.counters.failed, 1);
+        self.consecutive_failures += 1;
+        let limit = self.spec.on_failure.quarantine_after;
+        tracing::debug!(plugin = %self.name, seq = d.seq, informer = %d.informer, error = %why, "notification failed");
+        if limit > 0 && self.consecutive_failures >= limit {
+            self.quarantine(format!(
+                "{} notifications failed in a row; last: {why}",
+                self.consecutive_failures
+            ));
+        }
+    }
+
+    /// Delivers one batch from `informer`'s listener.
+    pub fn handle(&mut self, informer: &str, batch: &[informer::Delivery]) {
+        if self.is_quarantined() {
+            PluginCounters::add(&self.status.counters.dropped, batch.len() as u64);
+            return;
+        }
+        let wit: Vec<Delivery> = batch.iter().map(|d| to_wit_delivery(informer, d)).collect();
+        match self.call(&wit) {
+            Ok(outcomes) if outcomes.len() == wit.len() => {
+                for (d, o) in wit.iter().zip(outcomes) {
+                    match o {
+                        Outcome::Ok => self.succeeded(1),
+                        Outcome::Error(msg) => {
+                            PluginCounters::add(&self.status.counters.errors, 1);
+                            self.status.set_last_error(msg.clone());
+                            self.settle(d, msg);
+                        }
+                    }
+                }
+            }
+            Ok(outcomes) => {
+                let why = format!(
+                    "returned {} outcomes for {} deliveries",
+                    outcomes.len(),
+                    wit.len()
+                );
+                self.status.set_last_error(why.clone());
+                for d in &wit {
+                    self.settle(d, why.clone());
+                }
+            }
+            Err(e) if wit.len() == 1 => self.settle(&wit[0], e.to_string()),
+            Err(_) => {
+                // The batch died with its instance: deliver its items one by one to a fresh
+                // instance, so only the one at fault meets the failure policy.
+                for d in &wit {
+                    if self.is_quarantined() {
+                        PluginCounters::add(&self.status.counters.dropped, 1);
+                        continue;
+                    }
+                    match self.call(std::slice::from_ref(d)) {
+                        Ok(o) if matches!(o.first(), Some(Outcome::Ok)) => self.succeeded(1),
+                        Ok(o) => {
+                            let msg = match o.into_iter().next() {
+                                Some(Outcome::Error(m)) => m,
+                                _ => "no outcome".to_owned(),
+                            };
+                            PluginCounters::add(&self.status.counters.errors, 1);
+                            self.settle(d, msg);
+                        }
+                        Err(e) => self.settle(d, e.to_string()),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The informer-side handler of one (plugin, informer) pair.
+pub struct WasmHandler {
+    pub(crate) runtime: Arc<Mutex<PluginRuntime>>,
+    pub(crate) informer: String,
+    pub(crate) batch_max: usize,
+}
+
+impl EventHandler for WasmHandler {
+    fn handle(&mut self, batch: &[informer::Delivery]) {
+        self.runtime
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .handle(&self.informer, batch);
+    }
+
+    fn batch_max(&self) -> Option<usize> {
+        Some(self.batch_max)
+    }
+}

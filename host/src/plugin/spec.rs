@@ -1,0 +1,119 @@
+//! What the host needs to run one plugin: module, grants, settings, limits, failure policy.
+//! (The YAML config maps onto this.)
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Default wall-clock deadline of one call into a plugin.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(50);
+/// Default cap of a plugin's linear memory.
+pub const DEFAULT_MEMORY: u64 = 64 * 1024 * 1024;
+
+/// Resource limits of one plugin instance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest linear memory, in bytes.
+    pub memory: u64,
+    /// Wall-clock deadline of one call (enforced by epoch interruption, to one tick).
+    pub deadline: Duration,
+    /// Fuel per call (instructions, roughly); `None` = unlimited. Needs an engine with fuel on.
+    pub fuel: Option<u64>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            memory: DEFAULT_MEMORY,
+            deadline: DEFAULT_DEADLINE,
+            fuel: None,
+        }
+    }
+}
+
+/// What happens to a notification the plugin failed (error outcome, trap, deadline, OOM).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// Count it and move on.
+    Skip,
+    /// Deliver it again, alone, up to `retries` more times, waiting `backoff`, doubled each time.
+    Retry {
+        /// Further attempts after the first.
+        retries: u32,
+        /// Wait before the first retry.
+        backoff: Duration,
+    },
+}
+
+/// Failure handling of a plugin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OnFailure {
+    /// Per-notification policy.
+    pub policy: FailurePolicy,
+    /// Stop delivering to the plugin after this many notifications failed in a row (0 = never).
+    pub quarantine_after: u32,
+}
+
+impl Default for OnFailure {
+    fn default() -> Self {
+        Self {
+            policy: FailurePolicy::Skip,
+            quarantine_after: 20,
+        }
+    }
+}
+
+/// Log levels a plugin may log at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    /// Very detailed.
+    Trace,
+    /// Debugging.
+    Debug,
+    /// Normal.
+    Info,
+    /// Something looks wrong.
+    Warn,
+    /// Something failed.
+    Error,
+}
+
+/// One plugin to run.
+#[derive(Clone, Debug)]
+pub struct PluginSpec {
+    /// Unique name (from the config): in logs, metrics and errors.
+    pub name: String,
+    /// Path of the component (`.wasm`).
+    pub module: PathBuf,
+    /// Informers it receives and may read through the cache API (its grants).
+    pub informers: Vec<String>,
+    /// Settings passed to `init`, as JSON.
+    pub settings: serde_json::Value,
+    /// Resync period of its listeners (0 = none).
+    pub resync: Duration,
+    /// Instance limits.
+    pub limits: Limits,
+    /// Failure handling.
+    pub on_failure: OnFailure,
+    /// Lowest level of its log messages that is kept.
+    pub log_level: LogLevel,
+    /// Largest batch of notifications per call.
+    pub batch_max: usize,
+}
+
+impl PluginSpec {
+    /// A spec with defaults: no settings, 50 ms deadline, 64 MiB, skip failures, quarantine after
+    /// 20, info logs, batches of 64.
+    pub fn new(name: impl Into<String>, module: impl Into<PathBuf>, informers: &[&str]) -> Self {
+        Self {
+            name: name.into(),
+            module: module.into(),
+            informers: informers.iter().map(|s| (*s).to_owned()).collect(),
+            settings: serde_json::json!({}),
+            resync: Duration::ZERO,
+            limits: Limits::default(),
+            on_failure: OnFailure::default(),
+            log_level: LogLevel::Info,
+            batch_max: 64,
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! The data of one plugin's `Store`: WASI context (nothing granted), resource limiter, and the
+//! state behind the host API (grants, log level, status).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use wasmtime::ResourceLimiter;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::output::LogStream;
+use super::spec::LogLevel;
+use super::status::PluginStatus;
+use crate::informer::Cache;
+
+/// Most table elements an instance may have.
+const MAX_TABLE_ELEMENTS: usize = 100_000;
+
+/// Caps linear memory; remembers whether the cap was hit (to name an OOM trap as such).
+pub struct MemoryLimiter {
+    cap: usize,
+    /// Set when a growth beyond the cap was refused.
+    pub hit: bool,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.cap {
+            self.hit = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+
+    fn instances(&self) -> usize {
+        64
+    }
+
+    fn memories(&self) -> usize {
+        64
+    }
+}
+
+/// The informers a plugin may read, by name.
+pub type Grants = Arc<BTreeMap<String, Cache>>;
+
+/// State behind the `host` interface.
+pub struct HostApi {
+    /// The plugin's name (log and metric tag).
+    pub plugin: Arc<str>,
+    /// Informers it may read.
+    pub grants: Grants,
+    /// Lowest level kept.
+    pub log_level: LogLevel,
+    /// Where counters, gauges and logs go.
+    pub status: Arc<PluginStatus>,
+}
+
+/// Everything a plugin's `Store` holds.
+pub struct StoreData {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    /// Memory cap.
+    pub limiter: MemoryLimiter,
+    /// Host API state.
+    pub api: HostApi,
+}
+
+impl StoreData {
+    /// Store data for a plugin: WASI with nothing granted (no files, env, args or sockets;
+    /// stdout/stderr to the host log), a memory cap of `memory` bytes.
+    pub fn new(api: HostApi, memory: u64) -> Self {
+        let out = LogStream::new(api.plugin.clone(), "stdout", api.status.logs.clone());
+        let err = LogStream::new(api.plugin.clone(), "stderr", api.status.logs.clone());
+        let wasi = WasiCtxBuilder::new()
+            .stdout(out)
+            .stderr(err)
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        Self {
+            wasi,
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter {
+                cap: usize::try_from(memory).unwrap_or(usize::MAX),
+                hit: false,
+            },
+            api,
+        }
+    }
+}
+
+impl WasiView for StoreData {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! What can be read about a running plugin without touching its instance: counters, status,
+//! last error, recent log lines and the metrics the plugin itself reports.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// How many recent log lines a plugin keeps for `/plugins` and the replay tool.
+pub const LOG_RING_LINES: usize = 1000;
+/// Most metric series one plugin may create; further ones are dropped (and logged once).
+pub const MAX_GUEST_SERIES: usize = 1000;
+
+#[derive(Default)]
+struct Ring {
+    lines: VecDeque<String>,
+    /// Lines ever pushed.
+    total: u64,
+}
+
+/// The last [`LOG_RING_LINES`] log lines of a plugin.
+#[derive(Clone, Default)]
+pub struct LogRing(Arc<Mutex<Ring>>);
+
+impl LogRing {
+    /// Appends a line, dropping the oldest beyond the bound.
+    pub fn push(&self, line: String) {
+        let mut r = lock(&self.0);
+        if r.lines.len() == LOG_RING_LINES {
+            r.lines.pop_front();
+        }
+        r.lines.push_back(line);
+        r.total += 1;
+    }
+
+    /// Lines ever pushed (a position for [`LogRing::since`]).
+    pub fn total(&self) -> u64 {
+        lock(&self.0).total
+    }
+
+    /// The kept lines pushed after position `total`.
+    pub fn since(&self, total: u64) -> Vec<String> {
+        let r = lock(&self.0);
+        let n = usize::try_from(r.total.saturating_sub(total))
+            .unwrap_or(usize::MAX)
+            .min(r.lines.len());
+        r.lines.iter().skip(r.lines.len() - n).cloned().collect()
+    }
+
+    /// The kept lines, oldest first.
+    pub fn lines(&self) -> Vec<String> {
+        lock(&self.0).lines.iter().cloned().collect()
+    }
+}
+
+/// Counters of one plugin (all monotonic except `quarantined`).
+#[derive(Debug, Default)]
+pub struct PluginCounters {
+    /// Notifications handed to the plugin and handled with an ok outcome.
+    pub delivered: AtomicU64,
+    /// Notifications that failed for good (after retries).
+    pub failed: AtomicU64,
+    /// Calls cut by the deadline.
+    pub deadline_hits: AtomicU64,
+    /// Calls that hit the memory cap.
+    pub out_of_memory: AtomicU64,
+    /// Calls that ran out of fuel.
+    pub out_of_fuel: AtomicU64,
+    /// Other traps (panics, unreachable, ...).
+    pub traps: AtomicU64,
+    /// Error outcomes returned by the plugin.
+    pub errors: AtomicU64,
+    /// Fresh instances made after a failure.
+    pub restarts: AtomicU64,
+    /// Retries of single notifications.
+    pub retries: AtomicU64,
+    /// Cache reads of informers not granted to the plugin, refused.
+    pub denied: AtomicU64,
+    /// Notifications dropped because the plugin is quarantined.
+    pub dropped: AtomicU64,
+    /// Calls into `handle`.
+    pub calls: AtomicU64,
+    /// Total nanoseconds spent in `handle` calls.
+    pub handle_nanos: AtomicU64,
+}
+
+impl PluginCounters {
+    /// Adds `n` to `counter`.
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Reads a counter.
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+/// Where a plugin is in its life.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PluginState {
+    /// Receiving notifications.
+    Running,
+    /// Stopped receiving after repeated failures; notifications are dropped and counted.
+    Quarantined {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A metric series a plugin reports: name plus sorted labels.
+pub type SeriesKey = (String, Vec<(String, String)>);
+
+/// Shared, lock-light view of a plugin.
+#[derive(Default)]
+pub struct PluginStatus {
+    /// Counters.
+    pub counters: PluginCounters,
+    state: Mutex<Option<PluginState>>,
+    last_error: Mutex<Option<String>>,
+    /// Recent log lines (plugin logs and stdout/stderr).
+    pub logs: LogRing,
+    counters_guest: Mutex<BTreeMap<SeriesKey, u64>>,
+    gauges_guest: Mutex<BTreeMap<SeriesKey, f64>>,
+    series_dropped: AtomicU64,
+}
+
+impl PluginStatus {
+    /// The current state.
+    pub fn state(&self) -> PluginState {
+        lock(&self.state).clone().unwrap_or(PluginState::Running)
+    }
+
+    pub(crate) fn set_state(&self, s: PluginState) {
+        *lock(&self.state) = Some(s);
+    }
+
+    /// The last failure, if any.
+    pub fn last_error(&self) -> Option<String> {
+        lock(&self.last_error).clone()
+    }
+
+    pub(crate) fn set_last_error(&self, e: String) {
+        *lock(&self.last_error) = Some(e);
+    }
+
+    fn series_allowed(&self, len: usize, exists: bool) -> bool {
+        if exists || len < MAX_GUEST_SERIES {
+            return true;
+        }
+        self.series_dropped.fetch_add(1, Ordering::Relaxed);
+        false
+    }
+
+    pub(crate) fn counter_add(&self, key: SeriesKey, v: u64) -> bool {
+        let mut m = lock(&self.counters_guest);
+        if !self.series_allowed(m.len(), m.contains_key(&key)) {
+            return false;
+        }
+        *m.entry(key).or_default() += v;
+        true
+    }
+
+    pub(crate) fn gauge_set(&self, key: SeriesKey, v: f64) -> bool {
+        let mut m = lock(&self.gauges_guest);
+        if !self.series_allowed(m.len(), m.contains_key(&key)) {
+            return false;
+        }
+        m.insert(key, v);
+        true
+    }
+
+    /// Counters the plugin reported.
+    pub fn guest_counters(&self) -> BTreeMap<SeriesKey, u64> {
+        lock(&self.counters_guest).clone()
+    }
+
+    /// Gauges the plugin reported.
+    pub fn guest_gauges(&self) -> BTreeMap<SeriesKey, f64> {
+        lock(&self.gauges_guest).clone()
+    }
+
+    /// A counter the plugin reported, by name and labels (0 when never reported).
+    pub fn guest_counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        lock(&self.counters_guest)
+            .get(&series_key(name, labels))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// A gauge the plugin reported, by name and labels.
+    pub fn guest_gauge(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        lock(&self.gauges_guest)
+            .get(&series_key(name, labels))
+            .copied()
+    }
+}
+
+/// The key of a series: name plus labels sorted by name.
+pub fn series_key(name: &str, labels: &[(&str, &str)]) -> SeriesKey {
+    let mut l: Vec<(String, String)> = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    l.sort();
+    (name.to_owned(), l)
+}

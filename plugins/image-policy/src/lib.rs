@@ -1,0 +1,169 @@
+//! Image policy hook: reports pods whose containers use a `:latest` (or untagged) image or have no
+//! resource limits. Each violation is logged when it appears, counted in
+//! `policy_violations_total{rule}`, and the current number of violating pods is the gauge
+//! `policy_violating_pods{rule}`; a pod that is fixed or deleted stops counting.
+//!
+//! Settings: `{"denyLatest": true, "requireLimits": true, "exemptNamespaces": ["kube-system"]}`
+//! (unknown fields and wrong types are refused at load).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use serde::Deserialize;
+use wisp_sdk::{Context, Object, Plugin, PluginInfo, metrics};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+struct Settings {
+    deny_latest: bool,
+    require_limits: bool,
+    exempt_namespaces: Vec<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            deny_latest: true,
+            require_limits: true,
+            exempt_namespaces: Vec::new(),
+        }
+    }
+}
+
+const LATEST: &str = "latest-tag";
+const LIMITS: &str = "missing-limits";
+
+struct ImagePolicy {
+    settings: Settings,
+    /// rule -> keys of pods violating it now.
+    violating: BTreeMap<&'static str, BTreeSet<String>>,
+}
+
+/// `nginx`, `nginx:latest`, `registry:5000/nginx` are latest; a digest pins the image.
+fn uses_latest(image: &str) -> bool {
+    if image.contains('@') {
+        return false;
+    }
+    let last = image.rsplit('/').next().unwrap_or(image);
+    match last.rsplit_once(':') {
+        Some((_, tag)) => tag == "latest",
+        None => true,
+    }
+}
+
+fn lacks_limits(c: &Container) -> bool {
+    let limits = c.resources.as_ref().and_then(|r| r.limits.as_ref());
+    !limits.is_some_and(|l| l.contains_key("cpu") && l.contains_key("memory"))
+}
+
+impl ImagePolicy {
+    fn evaluate(&self, pod: &Pod) -> Vec<(&'static str, String)> {
+        let mut found = Vec::new();
+        let Some(spec) = &pod.spec else { return found };
+        let containers = spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten());
+        for c in containers {
+            let image = c.image.as_deref().unwrap_or("");
+            if self.settings.deny_latest && uses_latest(image) {
+                found.push((
+                    LATEST,
+                    format!(
+                        "container {} uses image {image:?} without a pinned tag",
+                        c.name
+                    ),
+                ));
+            }
+            if self.settings.require_limits && lacks_limits(c) {
+                found.push((
+                    LIMITS,
+                    format!("container {} has no cpu and memory limits", c.name),
+                ));
+            }
+        }
+        found
+    }
+
+    fn check(&mut self, obj: &Object) -> Result<(), String> {
+        if obj.meta().kind != "Pod" {
+            return Ok(());
+        }
+        let key = obj.key();
+        if obj
+            .namespace()
+            .is_some_and(|ns| self.settings.exempt_namespaces.iter().any(|e| e == ns))
+        {
+            return Ok(());
+        }
+        let pod: Pod = obj.parse()?;
+        let found = self.evaluate(&pod);
+        for rule in [LATEST, LIMITS] {
+            let messages: Vec<&String> = found
+                .iter()
+                .filter(|(r, _)| *r == rule)
+                .map(|(_, m)| m)
+                .collect();
+            let set = self.violating.entry(rule).or_default();
+            if messages.is_empty() {
+                if set.remove(&key) {
+                    wisp_sdk::info!("pass {rule} {key}: fixed");
+                }
+            } else if set.insert(key.clone()) {
+                metrics::counter_add("policy_violations_total", &[("rule", rule)], 1);
+                for m in messages {
+                    wisp_sdk::warn!("violation {rule} {key}: {m}");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Plugin for ImagePolicy {
+    fn describe() -> PluginInfo {
+        wisp_sdk::info("image-policy", env!("CARGO_PKG_VERSION"), &["pods"])
+    }
+
+    fn init(settings: &str) -> Result<Self, String> {
+        let settings: Settings = wisp_sdk::parse_settings(settings)?;
+        if !settings.deny_latest && !settings.require_limits {
+            return Err("settings: nothing to check: enable denyLatest or requireLimits".into());
+        }
+        Ok(Self {
+            settings,
+            violating: BTreeMap::new(),
+        })
+    }
+
+    fn on_add(&mut self, _cx: &Context, obj: &Object, _initial: bool) -> Result<(), String> {
+        self.check(obj)
+    }
+
+    fn on_update(
+        &mut self,
+        _cx: &Context,
+        _old: &Object,
+        new: &Object,
+        _resync: bool,
+    ) -> Result<(), String> {
+        self.check(new)
+    }
+
+    fn on_delete(&mut self, _cx: &Context, obj: &Object, _unknown: bool) -> Result<(), String> {
+        let key = obj.key();
+        for set in self.violating.values_mut() {
+            set.remove(&key);
+        }
+        Ok(())
+    }
+
+    fn after_batch(&mut self) {
+        for rule in [LATEST, LIMITS] {
+            let n = self.violating.get(rule).map_or(0, BTreeSet::len);
+            metrics::gauge_set("policy_violating_pods", &[("rule", rule)], n as f64);
+        }
+    }
+}
+
+wisp_sdk::export_plugin!(ImagePolicy);

@@ -1,0 +1,150 @@
+//! A plugin that misbehaves on request, for the host's fault and sandbox tests. It always checks
+//! its sequence numbers: `seen_total{informer}`, `gaps_total`, `dups_total` and the gauge
+//! `last_seq{informer}` show loss or duplication.
+//!
+//! Settings: `{"mode": "ok" | "spin" | "alloc" | "trap" | "error" | "busy" | "probe",
+//!             "namePrefix": "bad-", "busyMs": 5}`; the mode applies to objects whose name
+//! starts with `namePrefix` (all objects when absent).
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use wisp_sdk::{CacheError, Context, Object, Plugin, PluginInfo, cache, metrics};
+
+#[derive(Deserialize, Default, PartialEq)]
+#[serde(rename_all = "lowercase")]
+enum Mode {
+    #[default]
+    Ok,
+    Spin,
+    Alloc,
+    Trap,
+    Error,
+    Busy,
+    Probe,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+struct Settings {
+    mode: Mode,
+    name_prefix: Option<String>,
+    busy_ms: u64,
+}
+
+struct Faults {
+    settings: Settings,
+    last: BTreeMap<String, u64>,
+}
+
+fn probe(what: &str, allowed: bool, detail: String) {
+    let result = if allowed { "allowed" } else { "refused" };
+    metrics::counter_add("probe_total", &[("what", what), ("result", result)], 1);
+    wisp_sdk::info!("probe {what}: {result}: {detail}");
+}
+
+fn run_probes() {
+    match std::fs::read_to_string("/etc/passwd") {
+        Ok(s) => probe("file", true, format!("read {} bytes", s.len())),
+        Err(e) => probe("file", false, e.to_string()),
+    }
+    match std::fs::read_dir("/") {
+        Ok(_) => probe("dir", true, "listed /".into()),
+        Err(e) => probe("dir", false, e.to_string()),
+    }
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    probe("env", !env.is_empty(), format!("{} variables", env.len()));
+    match std::net::TcpStream::connect("127.0.0.1:9") {
+        Ok(_) => probe("socket", true, "connected".into()),
+        Err(e) => probe("socket", false, e.to_string()),
+    }
+    match cache::list("secrets", None, None) {
+        Ok(v) => probe("ungranted-informer", true, format!("{} objects", v.len())),
+        Err(CacheError::NotGranted(i)) => {
+            probe("ungranted-informer", false, format!("not granted: {i}"))
+        }
+        Err(e) => probe("ungranted-informer", false, format!("{e:?}")),
+    }
+}
+
+impl Faults {
+    fn observe(&mut self, cx: &Context, obj: &Object) -> Result<(), String> {
+        let last = self.last.entry(cx.informer.to_owned()).or_insert(0);
+        if cx.seq <= *last {
+            metrics::counter_add("dups_total", &[], 1);
+        } else if cx.seq != *last + 1 {
+            metrics::counter_add("gaps_total", &[], cx.seq - *last - 1);
+        }
+        *last = (*last).max(cx.seq);
+        metrics::counter_add("seen_total", &[("informer", cx.informer)], 1);
+        metrics::gauge_set("last_seq", &[("informer", cx.informer)], *last as f64);
+
+        let hit = self
+            .settings
+            .name_prefix
+            .as_deref()
+            .is_none_or(|p| obj.name().starts_with(p));
+        if !hit {
+            return Ok(());
+        }
+        match self.settings.mode {
+            Mode::Ok => Ok(()),
+            Mode::Spin => loop {
+                std::hint::black_box(&obj);
+            },
+            Mode::Alloc => {
+                let mut hog: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hog.push(vec![1u8; 1 << 20]);
+                    std::hint::black_box(&hog);
+                }
+            }
+            Mode::Trap => panic!("trap on purpose at {}", obj.key()),
+            Mode::Error => Err(format!("refusing {} on purpose", obj.key())),
+            Mode::Busy => {
+                let start = std::time::Instant::now();
+                while start.elapsed().as_millis() < u128::from(self.settings.busy_ms) {
+                    std::hint::black_box(&obj);
+                }
+                Ok(())
+            }
+            Mode::Probe => {
+                run_probes();
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Plugin for Faults {
+    fn describe() -> PluginInfo {
+        wisp_sdk::info("test-faults", env!("CARGO_PKG_VERSION"), &[])
+    }
+
+    fn init(settings: &str) -> Result<Self, String> {
+        Ok(Self {
+            settings: wisp_sdk::parse_settings(settings)?,
+            last: BTreeMap::new(),
+        })
+    }
+
+    fn on_add(&mut self, cx: &Context, obj: &Object, _initial: bool) -> Result<(), String> {
+        self.observe(cx, obj)
+    }
+
+    fn on_update(
+        &mut self,
+        cx: &Context,
+        _old: &Object,
+        new: &Object,
+        _resync: bool,
+    ) -> Result<(), String> {
+        self.observe(cx, new)
+    }
+
+    fn on_delete(&mut self, cx: &Context, obj: &Object, _unknown: bool) -> Result<(), String> {
+        self.observe(cx, obj)
+    }
+}
+
+wisp_sdk::export_plugin!(Faults);

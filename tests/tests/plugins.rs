@@ -1,0 +1,559 @@
+//! Wasm plugins end to end: the test API server, a real `kube::Client`, the informer, and the
+//! compiled plugins in `plugins/`.
+
+mod common;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+use wisp_host::informer::SharedInformer;
+use wisp_host::informer::indexer::{index_by_json_pointer, index_by_owner_uid};
+use wisp_host::plugin::status::PluginCounters;
+use wisp_host::plugin::{
+    EngineConfig, FailurePolicy, LoadSource, OnFailure, PluginEngine, PluginError, PluginHandle,
+    PluginManager, PluginSpec, PluginState,
+};
+use wisp_tests::{TestApiServer, pod};
+
+/// One engine per test binary: each module compiles once.
+fn engine() -> Arc<PluginEngine> {
+    static ENGINE: OnceLock<(Arc<PluginEngine>, tempfile::TempDir)> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let e = PluginEngine::new(EngineConfig {
+                cache_dir: Some(dir.path().into()),
+                ..EngineConfig::default()
+            })
+            .unwrap();
+            (e, dir)
+        })
+        .0
+        .clone()
+}
+
+struct Rig {
+    server: TestApiServer,
+    inf: Arc<SharedInformer>,
+    manager: PluginManager,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+/// A running pod informer (indexes `node` and `owner`) over a server holding `pods`.
+async fn rig(pods: Vec<Value>) -> Rig {
+    let server = TestApiServer::start().await.unwrap();
+    for p in pods {
+        server.create(p).unwrap();
+    }
+    let inf = pod_informer(&server, fast_config());
+    inf.add_indexers([
+        ("node".to_owned(), index_by_json_pointer("/spec/nodeName")),
+        ("owner".to_owned(), index_by_owner_uid()),
+    ])
+    .unwrap();
+    let stop = start(&inf);
+    until("informer synced", || inf.has_synced()).await;
+    let mut manager = PluginManager::new(engine());
+    manager.add_informer(inf.clone());
+    Rig {
+        server,
+        inf,
+        manager,
+        _stop: stop,
+    }
+}
+
+fn spec(name: &str, module: &str, settings: Value) -> PluginSpec {
+    let mut s = PluginSpec::new(name, plugin_path(module), &["pods"]);
+    s.settings = settings;
+    s
+}
+
+fn counter(h: &PluginHandle, f: impl Fn(&PluginCounters) -> &std::sync::atomic::AtomicU64) -> u64 {
+    PluginCounters::get(f(&h.status().counters))
+}
+
+fn logs(h: &PluginHandle) -> Vec<String> {
+    h.status().logs.lines()
+}
+
+fn pod_with(ns: &str, name: &str, image: &str, limits: bool, node: &str) -> Value {
+    let mut p = pod(ns, name);
+    p["spec"]["nodeName"] = json!(node);
+    for c in p["spec"]["containers"].as_array_mut().unwrap() {
+        c["image"] = json!(image);
+        if !limits {
+            c["resources"] = json!({});
+        }
+    }
+    p
+}
+
+#[tokio::test]
+async fn audit_log_logs_each_lifecycle_event_including_a_late_join_replay() {
+    let r = rig(vec![pod("default", "web-1")]).await;
+    let h = r
+        .manager
+        .start(spec("audit", "audit_log", json!({})))
+        .unwrap();
+    until("initial list", || h.has_synced()).await;
+    r.server
+        .update(touched(pod("default", "web-1"), 1))
+        .unwrap();
+    r.server.create(pod("default", "web-2")).unwrap();
+    r.server
+        .delete("v1", "Pod", Some("default"), "web-1")
+        .unwrap();
+    until("4 delivered", || counter(&h, |c| &c.delivered) == 4).await;
+    let l = logs(&h);
+    assert!(
+        l.iter()
+            .any(|x| x.starts_with("info: ADDED v1 Pod default/web-1")
+                && x.ends_with("(initial list)")),
+        "{l:#?}"
+    );
+    assert!(
+        l.iter()
+            .any(|x| x.starts_with("info: UPDATED v1 Pod default/web-1")),
+        "{l:#?}"
+    );
+    assert!(
+        l.iter()
+            .any(|x| x.starts_with("info: ADDED v1 Pod default/web-2") && !x.contains("initial")),
+        "{l:#?}"
+    );
+    assert!(
+        l.iter()
+            .any(|x| x.starts_with("info: DELETED v1 Pod default/web-1")),
+        "{l:#?}"
+    );
+    let s = h.status();
+    assert_eq!(
+        s.guest_counter(
+            "audit_events_total",
+            &[("informer", "pods"), ("event", "added")]
+        ),
+        2
+    );
+    assert_eq!(
+        s.guest_counter(
+            "audit_events_total",
+            &[("informer", "pods"), ("event", "deleted")]
+        ),
+        1
+    );
+    assert_eq!(h.info().name, "audit-log");
+}
+
+#[tokio::test]
+async fn image_policy_reports_latest_images_and_missing_limits_and_clears_fixed_pods() {
+    let r = rig(vec![
+        pod_with("default", "good-1", "nginx:1.27", true, "n1"),
+        pod_with("default", "latest-1", "nginx:latest", true, "n1"),
+        pod_with(
+            "default",
+            "untagged-1",
+            "registry.local:5000/nginx",
+            true,
+            "n1",
+        ),
+        pod_with("default", "nolimits-1", "nginx:1.27", false, "n1"),
+        pod_with("kube-system", "latest-2", "nginx", false, "n1"),
+    ])
+    .await;
+    let h = r
+        .manager
+        .start(spec(
+            "policy",
+            "image_policy",
+            json!({"exemptNamespaces": ["kube-system"]}),
+        ))
+        .unwrap();
+    until("synced", || h.has_synced()).await;
+    let s = h.status().clone();
+    let gauge = |rule: &str| s.guest_gauge("policy_violating_pods", &[("rule", rule)]);
+    until("gauges", || {
+        gauge("latest-tag") == Some(2.0) && gauge("missing-limits") == Some(1.0)
+    })
+    .await;
+    assert!(
+        logs(&h)
+            .iter()
+            .any(|l| l.starts_with("warn: violation latest-tag default/latest-1"))
+    );
+    assert!(
+        !logs(&h).iter().any(|l| l.contains("kube-system/")),
+        "exempt namespace"
+    );
+
+    r.server
+        .update(pod_with("default", "latest-1", "nginx:1.27", true, "n1"))
+        .unwrap();
+    r.server
+        .delete("v1", "Pod", Some("default"), "nolimits-1")
+        .unwrap();
+    until("cleared", || {
+        gauge("latest-tag") == Some(1.0) && gauge("missing-limits") == Some(0.0)
+    })
+    .await;
+    assert_eq!(
+        s.guest_counter("policy_violations_total", &[("rule", "latest-tag")]),
+        2
+    );
+    assert!(
+        logs(&h)
+            .iter()
+            .any(|l| l == "info: pass latest-tag default/latest-1: fixed")
+    );
+}
+
+#[tokio::test]
+async fn a_plugin_that_rejects_its_settings_is_refused_with_the_field_named() {
+    let r = rig(vec![]).await;
+    let err = r
+        .manager
+        .start(spec("policy", "image_policy", json!({"denyLatest": "yes"})))
+        .err()
+        .unwrap();
+    let msg = err.to_string();
+    assert!(matches!(err, PluginError::SettingsRejected { .. }), "{msg}");
+    assert!(
+        msg.starts_with(
+            "plugin \"policy\": init: settings rejected: settings.denyLatest: invalid type"
+        ),
+        "{msg}"
+    );
+    let err = r
+        .manager
+        .start(spec(
+            "policy",
+            "image_policy",
+            json!({"denyLatest": false, "requireLimits": false}),
+        ))
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("nothing to check"), "{err}");
+}
+
+#[tokio::test]
+async fn inventory_counts_pods_per_node_and_owner_from_the_cache_indexes() {
+    let r = rig(vec![
+        pod_with("default", "web-1", "nginx:1", true, "node-a"),
+        pod_with("default", "web-2", "nginx:1", true, "node-a"),
+        pod_with("default", "db-1", "pg:1", true, "node-b"),
+    ])
+    .await;
+    let h = r
+        .manager
+        .start(spec("inventory", "inventory", json!({})))
+        .unwrap();
+    until("synced", || h.has_synced()).await;
+    let s = h.status().clone();
+    let node = |n: &str| s.guest_gauge("pods_per_node", &[("node", n)]);
+    until("per node", || {
+        node("node-a") == Some(2.0) && node("node-b") == Some(1.0)
+    })
+    .await;
+    assert_eq!(
+        s.guest_gauge("pods_per_owner", &[("owner", "ReplicaSet/web-7d9f8b6c5d")]),
+        Some(3.0)
+    );
+    r.server
+        .delete("v1", "Pod", Some("default"), "web-1")
+        .unwrap();
+    until("after delete", || node("node-a") == Some(1.0)).await;
+}
+
+fn faults(name: &str, settings: Value) -> PluginSpec {
+    spec(name, "test_faults", settings)
+}
+
+fn seq_ok(h: &PluginHandle, n: u64) -> bool {
+    let s = h.status();
+    s.guest_gauge("last_seq", &[("informer", "pods")]) == Some(n as f64)
+        && s.guest_counter("gaps_total", &[]) == 0
+        && s.guest_counter("dups_total", &[]) == 0
+}
+
+#[tokio::test]
+async fn a_stuck_plugin_is_cut_by_its_deadline_and_a_healthy_neighbour_gets_everything_in_order() {
+    let r = rig(vec![pod("default", "web-0")]).await;
+    let mut stuck = faults("stuck", json!({"mode": "spin", "namePrefix": "stuck-"}));
+    stuck.limits.deadline = Duration::from_millis(30);
+    let stuck = r.manager.start(stuck).unwrap();
+    let healthy = r.manager.start(faults("healthy", json!({}))).unwrap();
+    r.server.create(pod("default", "stuck-1")).unwrap();
+    for i in 1..200 {
+        r.server
+            .create(pod("default", &format!("web-{i}")))
+            .unwrap();
+    }
+    until("healthy saw all 201 in order", || seq_ok(&healthy, 201)).await;
+    until("stuck call cut", || {
+        counter(&stuck, |c| &c.deadline_hits) >= 1
+    })
+    .await;
+    until("stuck plugin went on", || {
+        stuck
+            .status()
+            .guest_counter("seen_total", &[("informer", "pods")])
+            >= 201
+    })
+    .await;
+    assert_eq!(stuck.state(), PluginState::Running);
+    assert!(
+        stuck.status().last_error().unwrap().contains("deadline"),
+        "{:?}",
+        stuck.status().last_error()
+    );
+}
+
+#[tokio::test]
+async fn a_memory_bomb_is_stopped_at_its_cap_and_gets_a_fresh_instance() {
+    let r = rig(vec![]).await;
+    let mut bomb = faults("bomb", json!({"mode": "alloc", "namePrefix": "bomb-"}));
+    bomb.limits.memory = 16 * 1024 * 1024;
+    bomb.limits.deadline = Duration::from_secs(5);
+    let bomb = r.manager.start(bomb).unwrap();
+    r.server.create(pod("default", "bomb-1")).unwrap();
+    r.server.create(pod("default", "web-1")).unwrap();
+    // Once in the batch, once more when the batch's items are retried one by one.
+    until("oom hit", || counter(&bomb, |c| &c.out_of_memory) >= 1).await;
+    until("next delivered", || {
+        counter(&bomb, |c| &c.delivered) >= 1 && counter(&bomb, |c| &c.restarts) >= 1
+    })
+    .await;
+    assert_eq!(
+        counter(&bomb, |c| &c.deadline_hits),
+        0,
+        "stopped by the memory cap, not the deadline"
+    );
+    assert!(bomb.status().last_error().unwrap().contains("memory limit"));
+}
+
+#[tokio::test]
+async fn a_trap_gets_a_fresh_instance_and_delivery_goes_on() {
+    let r = rig(vec![]).await;
+    let h = r
+        .manager
+        .start(faults(
+            "trappy",
+            json!({"mode": "trap", "namePrefix": "bad-"}),
+        ))
+        .unwrap();
+    r.server.create(pod("default", "ok-1")).unwrap();
+    r.server.create(pod("default", "bad-1")).unwrap();
+    r.server.create(pod("default", "ok-2")).unwrap();
+    until("two delivered", || {
+        counter(&h, |c| &c.delivered) == 2 && counter(&h, |c| &c.failed) == 1
+    })
+    .await;
+    assert!(counter(&h, |c| &c.traps) >= 1);
+    assert!(counter(&h, |c| &c.restarts) >= 1);
+    let err = h.status().last_error().unwrap();
+    assert!(
+        err.contains("unreachable") && err.contains("trap on purpose at default/bad-1"),
+        "{err}"
+    );
+    assert!(
+        logs(&h)
+            .iter()
+            .any(|l| l.starts_with("stderr: ") && l.contains("trap on purpose")),
+        "the panic message reaches the log"
+    );
+    assert_eq!(h.state(), PluginState::Running);
+}
+
+#[tokio::test]
+async fn a_plugin_failing_n_times_in_a_row_is_quarantined_and_receives_nothing_more() {
+    let r = rig(vec![]).await;
+    let mut s = faults("failing", json!({"mode": "error"}));
+    s.on_failure = OnFailure {
+        policy: FailurePolicy::Skip,
+        quarantine_after: 3,
+    };
+    let h = r.manager.start(s).unwrap();
+    for i in 0..3 {
+        r.server
+            .create(pod("default", &format!("web-{i}")))
+            .unwrap();
+    }
+    until("quarantined", || {
+        matches!(h.state(), PluginState::Quarantined { .. })
+    })
+    .await;
+    for i in 3..6 {
+        r.server
+            .create(pod("default", &format!("web-{i}")))
+            .unwrap();
+    }
+    until("later ones dropped", || counter(&h, |c| &c.dropped) == 3).await;
+    assert_eq!(counter(&h, |c| &c.failed), 3);
+    assert_eq!(
+        h.status()
+            .guest_counter("seen_total", &[("informer", "pods")]),
+        3,
+        "nothing reached it after"
+    );
+}
+
+#[tokio::test]
+async fn the_retry_policy_redelivers_a_failed_notification_alone_with_backoff() {
+    let r = rig(vec![]).await;
+    let mut s = faults("retrying", json!({"mode": "error", "namePrefix": "bad-"}));
+    s.on_failure = OnFailure {
+        policy: FailurePolicy::Retry {
+            retries: 2,
+            backoff: Duration::from_millis(5),
+        },
+        quarantine_after: 0,
+    };
+    let h = r.manager.start(s).unwrap();
+    r.server.create(pod("default", "bad-1")).unwrap();
+    r.server.create(pod("default", "ok-1")).unwrap();
+    until("settled", || {
+        counter(&h, |c| &c.failed) == 1 && counter(&h, |c| &c.delivered) == 1
+    })
+    .await;
+    assert_eq!(
+        counter(&h, |c| &c.errors),
+        3,
+        "first attempt and two retries"
+    );
+    assert_eq!(counter(&h, |c| &c.retries), 2);
+}
+
+#[tokio::test]
+async fn a_plugin_cannot_open_files_read_env_open_sockets_or_read_an_ungranted_informer() {
+    let r = rig(vec![]).await;
+    let h = r
+        .manager
+        .start(faults("prober", json!({"mode": "probe"})))
+        .unwrap();
+    r.server.create(pod("default", "probe-1")).unwrap();
+    until("probed", || counter(&h, |c| &c.delivered) == 1).await;
+    let s = h.status();
+    for what in ["file", "dir", "env", "socket", "ungranted-informer"] {
+        assert_eq!(
+            s.guest_counter("probe_total", &[("what", what), ("result", "refused")]),
+            1,
+            "{what}: {:#?}",
+            logs(&h)
+        );
+        assert_eq!(
+            s.guest_counter("probe_total", &[("what", what), ("result", "allowed")]),
+            0,
+            "{what}"
+        );
+    }
+    assert_eq!(
+        counter(&h, |c| &c.denied),
+        1,
+        "the refused cache read is counted"
+    );
+}
+
+#[tokio::test]
+async fn sequence_numbers_show_no_loss_or_duplication_under_batches() {
+    let r = rig((0..500)
+        .map(|i| pod("default", &format!("init-{i}")))
+        .collect())
+    .await;
+    let h = r.manager.start(faults("counter", json!({}))).unwrap();
+    for i in 0..1500 {
+        r.server
+            .create(pod("default", &format!("web-{i}")))
+            .unwrap();
+    }
+    until("all 2000 seen in order", || seq_ok(&h, 2000)).await;
+    let calls = counter(&h, |c| &c.calls);
+    assert!(
+        calls < 2000,
+        "delivered in batches ({calls} calls for 2000 notifications)"
+    );
+    assert_eq!(r.inf.cache().len(), 2000);
+}
+
+#[tokio::test]
+async fn modules_that_are_not_plugins_are_refused_with_a_clear_error() {
+    let r = rig(vec![]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let try_module = |name: &str, bytes: Option<&[u8]>| {
+        let path = dir.path().join(format!("{name}.wasm"));
+        if let Some(b) = bytes {
+            std::fs::write(&path, b).unwrap();
+        }
+        let s = PluginSpec::new(name, &path, &["pods"]);
+        r.manager.start(s).err().expect("refused").to_string()
+    };
+    let e = try_module("missing", None);
+    assert!(
+        e.contains("plugin \"missing\": module") && e.contains("cannot read"),
+        "{e}"
+    );
+    let e = try_module("text", Some(b"(component)"));
+    assert!(e.contains("not a WebAssembly file"), "{e}");
+    let e = try_module("core", Some(b"\0asm\x01\0\0\0"));
+    assert!(
+        e.contains("a core WebAssembly module, not a component") && e.contains("wasm32-wasip2"),
+        "{e}"
+    );
+    let mut truncated = std::fs::read(plugin_path("audit_log")).unwrap();
+    truncated.truncate(truncated.len() / 2);
+    let e = try_module("truncated", Some(&truncated));
+    assert!(e.contains("invalid component"), "{e}");
+
+    let e = r
+        .manager
+        .start(PluginSpec::new(
+            "other",
+            plugin_path("test_wrong_world"),
+            &["pods"],
+        ))
+        .err()
+        .unwrap();
+    assert!(matches!(e, PluginError::WrongWorld { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("not a wisp:plugin/plugin@0.1.0 component"),
+        "{e}"
+    );
+
+    let e = r
+        .manager
+        .start(PluginSpec::new(
+            "lost",
+            plugin_path("audit_log"),
+            &["nodes"],
+        ))
+        .err()
+        .unwrap();
+    assert_eq!(
+        e.to_string(),
+        "plugin \"lost\": informers: \"nodes\" is not a configured informer (configured: pods)"
+    );
+}
+
+#[tokio::test]
+async fn a_module_is_compiled_once_then_served_from_memory_and_from_the_disk_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = || EngineConfig {
+        cache_dir: Some(dir.path().into()),
+        ..EngineConfig::default()
+    };
+    let bytes = std::fs::read(plugin_path("audit_log")).unwrap();
+    let first = PluginEngine::new(cfg()).unwrap();
+    assert_eq!(first.load(&bytes).unwrap().source, LoadSource::Compiled);
+    assert_eq!(first.load(&bytes).unwrap().source, LoadSource::Memory);
+    let second = PluginEngine::new(cfg()).unwrap();
+    let loaded = second.load(&bytes).unwrap();
+    assert_eq!(
+        loaded.source,
+        LoadSource::Disk,
+        "a restart loads the precompiled artifact"
+    );
+    let artifacts = std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(artifacts, 1);
+}
