@@ -3,17 +3,20 @@
 //! - `demo`: run the host's built-in demo (no cluster needed).
 //! - `plugins`: build the plugins for wasm32-wasip2 into `plugins/dist/`.
 //! - `test`: build the plugins, then run the whole test suite.
+//! - `bench`: build the plugins, then run `wisp-bench` in release mode.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, bail};
 
-const USAGE: &str = "usage: cargo xtask <demo|plugins|test> [-- extra args for cargo test]
+const USAGE: &str = "usage: cargo xtask <demo|plugins|test|bench> [args]
 
   demo     run `wisp demo`: the informer pipeline on an embedded in-memory cluster
   plugins  build the plugins (plugins/*) for wasm32-wasip2 into plugins/dist/
-  test     build the plugins, then run the whole test suite (unit and integration tests)";
+  test     build the plugins, then run the whole test suite (unit and integration tests);
+           further args go to cargo test
+  bench    build the plugins, then run the benchmark harness (release); `--quick` for a short run";
 
 /// The repository root (xtask lives one level below it).
 fn root() -> PathBuf {
@@ -95,6 +98,22 @@ fn main() -> anyhow::Result<()> {
             run(c)
         }
         "plugins" => build_plugins().map(|_| ()),
+        "bench" => {
+            let dist = build_plugins()?;
+            let mut c = cargo();
+            c.env("WISP_PLUGIN_DIR", dist);
+            c.args([
+                "run",
+                "--release",
+                "--package",
+                "wisp-tests",
+                "--bin",
+                "wisp-bench",
+                "--",
+            ])
+            .args(rest);
+            run(c)
+        }
         "test" => {
             let dist = build_plugins()?;
             let mut c = cargo();

@@ -43,6 +43,26 @@ pub struct CheckedPlugin {
     grants: Grants,
 }
 
+impl CheckedPlugin {
+    /// The plugin's status (counters, logs, its own metrics).
+    pub fn status(&self) -> &Arc<PluginStatus> {
+        &self.status
+    }
+
+    /// A runtime not attached to any informer: deliveries are handed to it directly (offline
+    /// replay, benchmarks).
+    pub fn into_runtime(self, engine: Arc<PluginEngine>) -> PluginRuntime {
+        PluginRuntime::new(
+            self.spec,
+            engine,
+            self.pre,
+            self.grants,
+            self.status,
+            self.instance,
+        )
+    }
+}
+
 /// A running plugin.
 pub struct PluginHandle {
     name: String,

@@ -1,0 +1,251 @@
+//! `wisp-bench`: Wisp's benchmark harness. Every figure is printed next to a baseline measured
+//! in the same run, with the ratio. Run it with `cargo xtask bench` (release build, plugins
+//! built first); `--quick` runs fewer iterations (to keep it building and running in CI).
+//!
+//! Figures so far:
+//! - plugin load: compile, disk-cache hit, memory hit, fresh instance;
+//! - per-notification delivery cost, wasm plugin vs native Rust handler doing the same work
+//!   (nothing, counting labels from metadata, full JSON parse), one at a time and in batches.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::json;
+use wisp_host::informer::{Delivery, EventHandler, Notification, Object};
+use wisp_host::plugin::state::HostApi;
+use wisp_host::plugin::status::PluginStatus;
+use wisp_host::plugin::{EngineConfig, LoadSource, PluginEngine, PluginSpec, check_module};
+
+struct Args {
+    quick: bool,
+    plugin_dir: PathBuf,
+}
+
+fn args() -> anyhow::Result<Args> {
+    let mut quick = false;
+    let mut plugin_dir = std::env::var_os("WISP_PLUGIN_DIR").map(PathBuf::from);
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => quick = true,
+            "--plugins" => plugin_dir = it.next().map(PathBuf::from),
+            "-h" | "--help" => {
+                println!(
+                    "usage: wisp-bench [--quick] [--plugins DIR]\n\nDIR holds the compiled plugins (default: $WISP_PLUGIN_DIR or plugins/dist)."
+                );
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument {other:?} (see --help)"),
+        }
+    }
+    let plugin_dir = plugin_dir
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist"));
+    Ok(Args { quick, plugin_dir })
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.1} us", d.as_secs_f64() * 1e6)
+}
+
+fn ns(d: Duration) -> String {
+    format!("{} ns", d.as_nanos())
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+/// Realistic pods (the test fixture: labels, annotations, owner reference, two containers).
+fn deliveries(n: usize) -> Vec<Delivery> {
+    (0..n)
+        .map(|i| {
+            let mut v = wisp_tests::pod(&format!("ns-{}", i % 10), &format!("web-{i}"));
+            v["metadata"]["resourceVersion"] = json!(format!("{}", i + 1));
+            v["metadata"]["uid"] = json!(format!("uid-{i}"));
+            let obj = Arc::new(Object::from_value(v, true).expect("fixture is an object"));
+            Delivery {
+                seq: i as u64 + 1,
+                notification: Notification::Add {
+                    obj,
+                    initial_list: false,
+                },
+            }
+        })
+        .collect()
+}
+
+/// The native baseline: the same work as the bench plugin.
+struct Native {
+    work: &'static str,
+    total: u64,
+}
+
+impl EventHandler for Native {
+    fn handle(&mut self, batch: &[Delivery]) {
+        for d in batch {
+            let o = d.notification.object();
+            match self.work {
+                "labels" => self.total += o.meta().labels.len() as u64,
+                "parse" => {
+                    let v: serde_json::Value = serde_json::from_str(o.json()).unwrap_or_default();
+                    self.total += v
+                        .pointer("/spec/containers")
+                        .and_then(|c| c.as_array())
+                        .map_or(0, |c| c.len() as u64);
+                }
+                _ => {}
+            }
+        }
+        std::hint::black_box(self.total);
+    }
+}
+
+fn per_item(total: Duration, n: usize) -> Duration {
+    total / u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+fn load_figures(a: &Args) -> anyhow::Result<()> {
+    println!("\n## Plugin load (median; module -> running instance)\n");
+    println!(
+        "| plugin | size | compile | disk cache hit | memory hit | fresh instance | describe+init |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let rounds = if a.quick { 3 } else { 15 };
+    for name in ["audit_log", "image_policy", "bench"] {
+        let path = a.plugin_dir.join(format!("{name}.wasm"));
+        let bytes = std::fs::read(&path)
+            .with_context(|| format!("{} (run `cargo xtask plugins`)", path.display()))?;
+        let (mut compile, mut disk, mut mem) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            let dir = tempfile::tempdir()?;
+            let cfg = || EngineConfig {
+                cache_dir: Some(dir.path().into()),
+                ..EngineConfig::default()
+            };
+            let e1 = PluginEngine::new(cfg())?;
+            let l = e1.load(&bytes).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            assert_eq!(l.source, LoadSource::Compiled);
+            compile.push(l.elapsed);
+            let l = e1.load(&bytes).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            mem.push(l.elapsed);
+            let e2 = PluginEngine::new(cfg())?;
+            let l = e2.load(&bytes).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            assert_eq!(l.source, LoadSource::Disk);
+            disk.push(l.elapsed);
+        }
+        let engine = PluginEngine::new(EngineConfig {
+            cache_dir: None,
+            ..EngineConfig::default()
+        })?;
+        let component = engine
+            .load(&bytes)
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?
+            .component;
+        let pre = engine
+            .instance_pre(&component)
+            .map_err(anyhow::Error::msg)?;
+        let spec = PluginSpec::new(name, &path, &[]);
+        let status = Arc::new(PluginStatus::default());
+        let mut inst_times = Vec::new();
+        let mut init_times = Vec::new();
+        for _ in 0..rounds * 20 {
+            let api = HostApi {
+                plugin: name.into(),
+                grants: Arc::default(),
+                log_level: spec.log_level,
+                status: status.clone(),
+            };
+            let t = Instant::now();
+            let mut inst =
+                wisp_host::plugin::instance::Instance::new(&engine, &pre, api, &spec.limits)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+            inst_times.push(t.elapsed());
+            let t = Instant::now();
+            inst.describe().map_err(|e| anyhow::anyhow!("{e}"))?;
+            let _ = inst.init("{}").map_err(|e| anyhow::anyhow!("{e}"))?;
+            init_times.push(t.elapsed());
+        }
+        println!(
+            "| {name} | {} KB | {} | {} | {} | {} | {} |",
+            bytes.len() / 1024,
+            ms(median(compile)),
+            ms(median(disk)),
+            us(median(mem)),
+            us(median(inst_times)),
+            us(median(init_times))
+        );
+    }
+    Ok(())
+}
+
+fn delivery_figures(a: &Args) -> anyhow::Result<()> {
+    let n = if a.quick { 2_000 } else { 20_000 };
+    let items = deliveries(n);
+    let engine = PluginEngine::new(EngineConfig {
+        cache_dir: None,
+        ..EngineConfig::default()
+    })?;
+    let path = a.plugin_dir.join("bench.wasm");
+    println!(
+        "\n## Delivery cost per notification ({n} pods of ~1.5 KB; wasm vs native handler, same work)\n"
+    );
+    println!("| work | batch | native | wasm | wasm/native time | wasm throughput vs native |");
+    println!("|---|---|---|---|---|---|");
+    for work in ["noop", "labels", "parse"] {
+        for batch in [1usize, 64] {
+            let mut native = Native { work, total: 0 };
+            let t = Instant::now();
+            for chunk in items.chunks(batch) {
+                native.handle(chunk);
+            }
+            let native_t = per_item(t.elapsed(), n);
+
+            let checked = check_module(&engine, &path, json!({ "work": work }))
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let status = checked.status().clone();
+            let mut rt = checked.into_runtime(engine.clone());
+            // Warm up (first calls fault in memory).
+            rt.handle("pods", &items[..batch.min(n)]);
+            let t = Instant::now();
+            for chunk in items.chunks(batch) {
+                rt.handle("pods", chunk);
+            }
+            let wasm_t = per_item(t.elapsed(), n);
+            let failed = wisp_host::plugin::status::PluginCounters::get(&status.counters.failed);
+            if failed > 0 {
+                bail!(
+                    "the bench plugin failed {failed} notifications: {:?}",
+                    status.last_error()
+                );
+            }
+            println!(
+                "| {work} | {batch} | {} | {} | {:.2}x | {:.2}x |",
+                ns(native_t),
+                ns(wasm_t),
+                wasm_t.as_secs_f64() / native_t.as_secs_f64().max(1e-12),
+                native_t.as_secs_f64() / wasm_t.as_secs_f64().max(1e-12),
+            );
+        }
+    }
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let a = args()?;
+    println!("# wisp-bench{}", if a.quick { " (quick)" } else { "" });
+    println!(
+        "machine: {} cores; plugins from {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        a.plugin_dir.display()
+    );
+    load_figures(&a)?;
+    delivery_figures(&a)?;
+    Ok(())
+}
