@@ -66,6 +66,7 @@ impl CheckedPlugin {
 /// A running plugin.
 pub struct PluginHandle {
     name: String,
+    module: std::path::PathBuf,
     info: PluginInfo,
     report: LoadReport,
     status: Arc<PluginStatus>,
@@ -76,6 +77,11 @@ impl PluginHandle {
     /// The plugin's configured name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The module file it was loaded from.
+    pub fn module(&self) -> &Path {
+        &self.module
     }
 
     /// What the plugin said about itself.
@@ -191,6 +197,7 @@ impl PluginManager {
             grants,
         } = checked;
         let name = spec.name.clone();
+        let module = spec.module.clone();
         let batch_max = spec.batch_max.max(1);
         let resync = spec.resync;
         let informers = spec.informers.clone();

@@ -158,7 +158,9 @@ impl PluginRuntime {
         let r = inst.handle(batch);
         let c = &self.status.counters;
         PluginCounters::add(&c.calls, 1);
-        PluginCounters::add(&c.handle_nanos, start.elapsed().as_nanos() as u64);
+        let took = start.elapsed();
+        PluginCounters::add(&c.handle_nanos, took.as_nanos() as u64);
+        c.handle_latency.observe(took);
         if let Err(e) = &r {
             self.record_call_error(e, logs_before);
         }
