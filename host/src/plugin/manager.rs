@@ -229,6 +229,7 @@ impl PluginManager {
         tracing::info!(plugin = %name, version = %info.version, source = ?report.source, load = ?report.load, "plugin started");
         PluginHandle {
             name,
+            module,
             info,
             report,
             status,
