@@ -1,10 +1,21 @@
 //! The admin HTTP server: `/healthz`, `/readyz`, `/metrics` (Prometheus text), `/plugins` (JSON).
 //! It only reads: informers' and plugins' stats and status.
+//!
+//! - [`routes`]: the router, health and readiness.
+//! - [`metrics`]: the Prometheus collector, read at scrape time.
+//! - [`plugins`]: the `/plugins` JSON view.
 
-use std::sync::{Arc, RwLock};
+pub mod metrics;
+pub mod plugins;
+pub mod routes;
+
+use std::future::Future;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use crate::informer::SharedInformer;
 use crate::plugin::PluginHandle;
+use crate::plugin::status::PluginCounters;
 
 /// What the admin server reports on. Plugins can come and go while the host runs.
 #[derive(Clone, Default)]
@@ -14,3 +25,116 @@ pub struct AdminState {
     /// Every running plugin.
     pub plugins: Arc<RwLock<Vec<Arc<PluginHandle>>>>,
 }
+
+impl AdminState {
+    /// The plugins as they are now (the lock is held only to clone the list).
+    pub fn plugins(&self) -> Vec<Arc<PluginHandle>> {
+        self.plugins
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// Serves the admin endpoints on `listener` until `shutdown` completes; connections in flight
+/// are then let finish.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AdminState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "admin server listening");
+    }
+    axum::serve(listener, routes::router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// One per-plugin counter: how it is named in `/metrics` and `/plugins`, and where it is read.
+pub struct CounterField {
+    /// Metric name after `wisp_plugin_` (the exposition adds `_total`).
+    pub metric: &'static str,
+    /// Key in the `counters` object of `/plugins`.
+    pub json: &'static str,
+    /// Help text of the metric.
+    pub help: &'static str,
+    /// The counter.
+    pub get: fn(&PluginCounters) -> &AtomicU64,
+}
+
+/// The counters of a plugin that `/metrics` and `/plugins` show, in one place so both agree.
+pub const PLUGIN_COUNTERS: &[CounterField] = &[
+    CounterField {
+        metric: "delivered",
+        json: "delivered",
+        help: "Notifications the plugin handled with an ok outcome.",
+        get: |c| &c.delivered,
+    },
+    CounterField {
+        metric: "failed",
+        json: "failed",
+        help: "Notifications that failed for good (after retries).",
+        get: |c| &c.failed,
+    },
+    CounterField {
+        metric: "errors",
+        json: "errors",
+        help: "Error outcomes returned by the plugin.",
+        get: |c| &c.errors,
+    },
+    CounterField {
+        metric: "deadline_hits",
+        json: "deadlineHits",
+        help: "Calls cut by the deadline.",
+        get: |c| &c.deadline_hits,
+    },
+    CounterField {
+        metric: "out_of_memory",
+        json: "outOfMemory",
+        help: "Calls that hit the memory cap.",
+        get: |c| &c.out_of_memory,
+    },
+    CounterField {
+        metric: "out_of_fuel",
+        json: "outOfFuel",
+        help: "Calls that ran out of fuel.",
+        get: |c| &c.out_of_fuel,
+    },
+    CounterField {
+        metric: "traps",
+        json: "traps",
+        help: "Calls that trapped (panics, unreachable, ...).",
+        get: |c| &c.traps,
+    },
+    CounterField {
+        metric: "restarts",
+        json: "restarts",
+        help: "Fresh instances made after a failure.",
+        get: |c| &c.restarts,
+    },
+    CounterField {
+        metric: "retries",
+        json: "retries",
+        help: "Retries of single notifications.",
+        get: |c| &c.retries,
+    },
+    CounterField {
+        metric: "dropped",
+        json: "dropped",
+        help: "Notifications dropped because the plugin is quarantined.",
+        get: |c| &c.dropped,
+    },
+    CounterField {
+        metric: "denied",
+        json: "denied",
+        help: "Cache reads of informers not granted to the plugin, refused.",
+        get: |c| &c.denied,
+    },
+    CounterField {
+        metric: "calls",
+        json: "calls",
+        help: "Calls into the plugin's handle.",
+        get: |c| &c.calls,
+    },
+];

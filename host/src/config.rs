@@ -1,0 +1,518 @@
+//! The configuration file (YAML), validated with errors that name the file, the field path and
+//! the problem, e.g. `wisp.yaml: plugins[0].limits.deadline: invalid duration "fast": ...`.
+//!
+//! ```yaml
+//! source: kube                 # kube | dir:./cluster (a directory of manifests acts as the cluster)
+//! informers:
+//!   - name: pods
+//!     apiVersion: v1
+//!     kind: Pod
+//!     namespaces: [default]    # omitted = all
+//!     labelSelector: app=web
+//!     fieldSelector: spec.nodeName=n1
+//!     resync: 5m
+//!     indexes: [label:app, ownerUid, field:spec.nodeName]
+//! plugins:
+//!   - name: image-policy
+//!     module: plugins/dist/image_policy.wasm   # relative to this file
+//!     informers: [pods]        # what it receives and may read
+//!     resync: 1m
+//!     settings: { denyLatest: true }
+//!     limits: { memory: 32Mi, deadline: 50ms, fuel: 100000000 }
+//!     onFailure: { policy: retry, retries: 3, backoff: 100ms, quarantineAfter: 20 }
+//!     logLevel: info
+//!     batch: 64
+//! admin: { listen: 127.0.0.1:9090 }
+//! engine: { cacheDir: /var/cache/wisp, epochTick: 10ms, fuel: false }
+//! ```
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::informer::selector::LabelSelector;
+use crate::plugin::{FailurePolicy, Limits, LogLevel, OnFailure, PluginSpec};
+
+/// A configuration error: file, field path, problem.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{file}: {path}: {problem}")]
+pub struct ConfigError {
+    /// The config file.
+    pub file: String,
+    /// Field path, e.g. `plugins[0].limits.deadline` (or a line:column when the YAML is broken).
+    pub path: String,
+    /// What is wrong and, where it helps, what is expected.
+    pub problem: String,
+}
+
+/// A duration written `50ms`, `30s`, `5m`, `1h`, `1m30s` (or `0` for none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Dur(pub Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = serde_yaml_ng::Value::deserialize(d)?;
+        let text = match &s {
+            serde_yaml_ng::Value::String(t) => t.clone(),
+            serde_yaml_ng::Value::Number(n) if n.as_u64() == Some(0) => "0".into(),
+            other => return Err(serde::de::Error::custom(format!("invalid duration {other:?}: expected e.g. 50ms, 30s, 5m, 1h"))),
+        };
+        parse_duration(&text).map(Dur).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Parses `50ms`, `30s`, `5m`, `1h`, `1m30s`, `0`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let bad = || format!("invalid duration {s:?}: expected e.g. 50ms, 30s, 5m, 1h");
+    let t = s.trim();
+    if t == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = t;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        if digits == 0 {
+            return Err(bad());
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let d = match &rest[..unit_len] {
+            "ms" => Duration::from_millis(n),
+            "s" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n * 60),
+            "h" => Duration::from_secs(n * 3600),
+            _ => return Err(bad()),
+        };
+        total += d;
+        rest = &rest[unit_len..];
+    }
+    Ok(total)
+}
+
+/// A byte quantity written `64Mi`, `1Gi`, `512Ki`, `100M` or a plain number of bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bytes(pub u64);
+
+impl<'de> Deserialize<'de> for Bytes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = serde_yaml_ng::Value::deserialize(d)?;
+        match &v {
+            serde_yaml_ng::Value::Number(n) => n.as_u64().map(Bytes).ok_or_else(|| serde::de::Error::custom("expected a positive number of bytes")),
+            serde_yaml_ng::Value::String(s) => parse_bytes(s).map(Bytes).map_err(serde::de::Error::custom),
+            other => Err(serde::de::Error::custom(format!("invalid size {other:?}: expected e.g. 64Mi"))),
+        }
+    }
+}
+
+/// Parses `64Mi`, `1Gi`, `512Ki`, `100M`, `1G`, `4096`.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let n: u64 = t[..split].parse().map_err(|_| format!("invalid size {s:?}: expected e.g. 64Mi"))?;
+    let mult: u64 = match &t[split..] {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "k" | "K" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        _ => return Err(format!("invalid size {s:?}: expected e.g. 64Mi (units Ki, Mi, Gi, k, M, G)")),
+    };
+    n.checked_mul(mult).ok_or_else(|| format!("size {s:?} is too large"))
+}
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Config {
+    /// `kube` or `dir:PATH`.
+    pub source: String,
+    /// Informers.
+    pub informers: Vec<InformerConfig>,
+    /// Plugins.
+    #[serde(default)]
+    pub plugins: Vec<PluginConfig>,
+    /// Admin server.
+    #[serde(default)]
+    pub admin: AdminConfig,
+    /// Wasm engine.
+    #[serde(default)]
+    pub engine: EngineSettings,
+    /// Directory of the config file (module and dir paths are relative to it).
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+    /// The file's path as given.
+    #[serde(skip)]
+    pub file: String,
+}
+
+/// One informer.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct InformerConfig {
+    /// Unique name, referenced by plugins.
+    pub name: String,
+    /// e.g. `v1`, `apps/v1`.
+    pub api_version: String,
+    /// e.g. `Pod`.
+    pub kind: String,
+    /// Namespaces to watch; omitted = all namespaces (or cluster-scoped kinds).
+    #[serde(default)]
+    pub namespaces: Option<Vec<String>>,
+    /// Label selector.
+    #[serde(default)]
+    pub label_selector: Option<String>,
+    /// Field selector.
+    #[serde(default)]
+    pub field_selector: Option<String>,
+    /// Resync period of handlers without their own.
+    #[serde(default)]
+    pub resync: Dur,
+    /// Indexes: `label:KEY`, `ownerUid`, `field:a.b.c` (namespace is always indexed).
+    #[serde(default)]
+    pub indexes: Vec<String>,
+    /// Streaming list instead of a paginated list.
+    #[serde(default)]
+    pub watch_list: bool,
+    /// Drop `metadata.managedFields` (default true).
+    #[serde(default = "yes")]
+    pub strip_managed_fields: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Limits of a plugin.
+#[derive(Debug, Deserialize, Clone, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LimitsConfig {
+    /// Memory cap.
+    pub memory: Option<Bytes>,
+    /// Deadline per call.
+    pub deadline: Option<Dur>,
+    /// Fuel per call.
+    pub fuel: Option<u64>,
+}
+
+/// Failure policy name.
+#[derive(Debug, Deserialize, Clone, Copy, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyName {
+    /// Skip the failed notification.
+    #[default]
+    Skip,
+    /// Retry it.
+    Retry,
+}
+
+/// Failure handling of a plugin.
+#[derive(Debug, Deserialize, Clone, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct OnFailureConfig {
+    /// `skip` or `retry`.
+    #[serde(default)]
+    pub policy: PolicyName,
+    /// Retries (for `retry`; default 3).
+    pub retries: Option<u32>,
+    /// First retry wait (default 100ms).
+    pub backoff: Option<Dur>,
+    /// Quarantine after this many failures in a row (default 20; 0 = never).
+    pub quarantine_after: Option<u32>,
+}
+
+/// Log level of a plugin.
+#[derive(Debug, Deserialize, Clone, Copy, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LevelName {
+    /// trace
+    Trace,
+    /// debug
+    Debug,
+    /// info
+    #[default]
+    Info,
+    /// warn
+    Warn,
+    /// error
+    Error,
+}
+
+/// One plugin.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PluginConfig {
+    /// Unique name.
+    pub name: String,
+    /// Component file, relative to the config file.
+    pub module: PathBuf,
+    /// Informers it receives and may read.
+    pub informers: Vec<String>,
+    /// Resync period of its listeners.
+    #[serde(default)]
+    pub resync: Dur,
+    /// Settings for its `init` (any YAML, passed as JSON).
+    #[serde(default)]
+    pub settings: Option<serde_json::Value>,
+    /// Limits.
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    /// Failure handling.
+    #[serde(default)]
+    pub on_failure: OnFailureConfig,
+    /// Lowest level of its logs kept.
+    #[serde(default)]
+    pub log_level: LevelName,
+    /// Largest batch per call (default 64).
+    #[serde(default)]
+    pub batch: Option<usize>,
+}
+
+/// Admin server.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AdminConfig {
+    /// Listen address (`host:port`); empty string = no admin server.
+    pub listen: String,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self { listen: "127.0.0.1:9090".into() }
+    }
+}
+
+/// Wasm engine settings.
+#[derive(Debug, Deserialize, Clone, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EngineSettings {
+    /// Precompiled module cache (default `~/.cache/wisp/modules`).
+    pub cache_dir: Option<PathBuf>,
+    /// Epoch tick (default 10ms).
+    pub epoch_tick: Option<Dur>,
+    /// Fuel metering.
+    #[serde(default)]
+    pub fuel: bool,
+}
+
+/// Where objects come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceKind {
+    /// The Kubernetes API (kubeconfig or in-cluster).
+    Kube,
+    /// A directory of manifests.
+    Dir(PathBuf),
+}
+
+/// An index specification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IndexSpec {
+    /// `label:KEY`: by the value of a label; index name `label:KEY`.
+    Label(String),
+    /// `ownerUid`: by owner uid.
+    OwnerUid,
+    /// `field:a.b.c`: by a string field; index name `field:a.b.c`.
+    Field(String),
+}
+
+impl IndexSpec {
+    /// Parses `label:KEY`, `ownerUid`, `field:a.b.c`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if s == "ownerUid" {
+            return Ok(Self::OwnerUid);
+        }
+        if let Some(k) = s.strip_prefix("label:").filter(|k| !k.is_empty()) {
+            return Ok(Self::Label(k.to_owned()));
+        }
+        if let Some(f) = s.strip_prefix("field:").filter(|f| !f.is_empty() && !f.split('.').any(str::is_empty)) {
+            return Ok(Self::Field(f.to_owned()));
+        }
+        Err(format!("invalid index {s:?}: expected label:KEY, ownerUid or field:a.b.c"))
+    }
+}
+
+impl Config {
+    /// Reads, parses and validates a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: file.clone(),
+            path: "(file)".into(),
+            problem: format!("cannot read: {e}"),
+        })?;
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Self::parse(&text, &file, &base)
+    }
+
+    /// Parses and validates config text; `file` names it in errors, `base_dir` resolves paths.
+    pub fn parse(text: &str, file: &str, base_dir: &Path) -> Result<Self, ConfigError> {
+        let err = |path: String, problem: String| ConfigError { file: file.to_owned(), path, problem };
+        let de = serde_yaml_ng::Deserializer::from_str(text);
+        let mut cfg: Config = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let mut problem = e.into_inner().to_string();
+            // serde_yaml_ng says "<its path>: <problem> at line L column C": keep the more
+            // precise path of serde_path_to_error, and the location at the end.
+            if let Some((prefix, rest)) = problem.split_once(": ")
+                && !prefix.contains(' ')
+                && path.starts_with(prefix)
+            {
+                problem = rest.to_owned();
+            }
+            if let Some(i) = problem.rfind(" at line ") {
+                let loc = problem[i + 4..].replace(" column", ", column");
+                problem = format!("{} ({loc})", &problem[..i]);
+            }
+            let path = if path == "." { "(top level)".to_owned() } else { path };
+            err(path, problem)
+        })?;
+        cfg.base_dir = base_dir.to_path_buf();
+        cfg.file = file.to_owned();
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn error(&self, path: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+        ConfigError { file: self.file.clone(), path: path.into(), problem: problem.into() }
+    }
+
+    /// Resolves a path relative to the config file.
+    pub fn resolve(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() { p.to_path_buf() } else { self.base_dir.join(p) }
+    }
+
+    /// The source.
+    pub fn source_kind(&self) -> Result<SourceKind, ConfigError> {
+        match self.source.as_str() {
+            "kube" => Ok(SourceKind::Kube),
+            s => match s.strip_prefix("dir:") {
+                Some(p) if !p.is_empty() => Ok(SourceKind::Dir(self.resolve(Path::new(p)))),
+                _ => Err(self.error("source", format!("invalid source {s:?}: expected `kube` or `dir:PATH`"))),
+            },
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if let SourceKind::Dir(d) = self.source_kind()?
+            && !d.is_dir()
+        {
+            return Err(self.error("source", format!("directory {} does not exist", d.display())));
+        }
+        if self.informers.is_empty() {
+            return Err(self.error("informers", "at least one informer is needed"));
+        }
+        let mut names = BTreeSet::new();
+        for (i, inf) in self.informers.iter().enumerate() {
+            let at = |f: &str| format!("informers[{i}].{f}");
+            if inf.name.is_empty() {
+                return Err(self.error(at("name"), "must not be empty"));
+            }
+            if !names.insert(inf.name.as_str()) {
+                return Err(self.error(at("name"), format!("duplicate informer name {:?}", inf.name)));
+            }
+            if inf.api_version.is_empty() || inf.api_version.split('/').count() > 2 {
+                return Err(self.error(at("apiVersion"), format!("invalid apiVersion {:?}: expected e.g. v1 or apps/v1", inf.api_version)));
+            }
+            if inf.kind.is_empty() {
+                return Err(self.error(at("kind"), "must not be empty"));
+            }
+            if let Some(ns) = &inf.namespaces
+                && ns.is_empty()
+            {
+                return Err(self.error(at("namespaces"), "an empty list watches nothing; omit it to watch all namespaces"));
+            }
+            if let Some(sel) = &inf.label_selector {
+                LabelSelector::parse(sel).map_err(|e| self.error(at("labelSelector"), e.to_string()))?;
+            }
+            for (j, ix) in inf.indexes.iter().enumerate() {
+                IndexSpec::parse(ix).map_err(|e| self.error(at(&format!("indexes[{j}]")), e))?;
+            }
+        }
+        let mut plugin_names = BTreeSet::new();
+        for (i, p) in self.plugins.iter().enumerate() {
+            let at = |f: &str| format!("plugins[{i}].{f}");
+            if p.name.is_empty() {
+                return Err(self.error(at("name"), "must not be empty"));
+            }
+            if !plugin_names.insert(p.name.as_str()) {
+                return Err(self.error(at("name"), format!("duplicate plugin name {:?}", p.name)));
+            }
+            let module = self.resolve(&p.module);
+            if !module.is_file() {
+                return Err(self.error(at("module"), format!("{} does not exist (build the plugins with `cargo xtask plugins`)", module.display())));
+            }
+            if p.informers.is_empty() {
+                return Err(self.error(at("informers"), "a plugin needs at least one informer"));
+            }
+            for (j, name) in p.informers.iter().enumerate() {
+                if !names.contains(name.as_str()) {
+                    let known: Vec<&str> = names.iter().copied().collect();
+                    return Err(self.error(at(&format!("informers[{j}]")), format!("unknown informer {name:?} (defined: {})", known.join(", "))));
+                }
+            }
+            if p.limits.fuel.is_some() && !self.engine.fuel {
+                return Err(self.error(at("limits.fuel"), "needs `engine: { fuel: true }`"));
+            }
+            if p.limits.deadline.is_some_and(|d| d.0.is_zero()) {
+                return Err(self.error(at("limits.deadline"), "must be more than 0"));
+            }
+            if p.batch == Some(0) {
+                return Err(self.error(at("batch"), "must be at least 1"));
+            }
+        }
+        if !self.admin.listen.is_empty() && self.admin.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(self.error("admin.listen", format!("invalid address {:?}: expected host:port, e.g. 127.0.0.1:9090", self.admin.listen)));
+        }
+        Ok(())
+    }
+
+    /// The plugin specs, with paths resolved.
+    pub fn plugin_specs(&self) -> Vec<PluginSpec> {
+        self.plugins
+            .iter()
+            .map(|p| {
+                let informers: Vec<&str> = p.informers.iter().map(String::as_str).collect();
+                let mut s = PluginSpec::new(p.name.clone(), self.resolve(&p.module), &informers);
+                s.settings = p.settings.clone().unwrap_or_else(|| serde_json::json!({}));
+                s.resync = p.resync.0;
+                let d = Limits::default();
+                s.limits = Limits {
+                    memory: p.limits.memory.map_or(d.memory, |b| b.0),
+                    deadline: p.limits.deadline.map_or(d.deadline, |x| x.0),
+                    fuel: p.limits.fuel,
+                };
+                let def = OnFailure::default();
+                s.on_failure = OnFailure {
+                    policy: match p.on_failure.policy {
+                        PolicyName::Skip => FailurePolicy::Skip,
+                        PolicyName::Retry => FailurePolicy::Retry {
+                            retries: p.on_failure.retries.unwrap_or(3),
+                            backoff: p.on_failure.backoff.map_or(Duration::from_millis(100), |b| b.0),
+                        },
+                    },
+                    quarantine_after: p.on_failure.quarantine_after.unwrap_or(def.quarantine_after),
+                };
+                s.log_level = match p.log_level {
+                    LevelName::Trace => LogLevel::Trace,
+                    LevelName::Debug => LogLevel::Debug,
+                    LevelName::Info => LogLevel::Info,
+                    LevelName::Warn => LogLevel::Warn,
+                    LevelName::Error => LogLevel::Error,
+                };
+                s.batch_max = p.batch.unwrap_or(64);
+                s
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;
