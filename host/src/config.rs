@@ -57,9 +57,15 @@ impl<'de> Deserialize<'de> for Dur {
         let text = match &s {
             serde_yaml_ng::Value::String(t) => t.clone(),
             serde_yaml_ng::Value::Number(n) if n.as_u64() == Some(0) => "0".into(),
-            other => return Err(serde::de::Error::custom(format!("invalid duration {other:?}: expected e.g. 50ms, 30s, 5m, 1h"))),
+            other => {
+                return Err(serde::de::Error::custom(format!(
+                    "invalid duration {other:?}: expected e.g. 50ms, 30s, 5m, 1h"
+                )));
+            }
         };
-        parse_duration(&text).map(Dur).map_err(serde::de::Error::custom)
+        parse_duration(&text)
+            .map(Dur)
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -82,7 +88,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         }
         let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
         rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let d = match &rest[..unit_len] {
             "ms" => Duration::from_millis(n),
             "s" => Duration::from_secs(n),
@@ -104,9 +112,16 @@ impl<'de> Deserialize<'de> for Bytes {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let v = serde_yaml_ng::Value::deserialize(d)?;
         match &v {
-            serde_yaml_ng::Value::Number(n) => n.as_u64().map(Bytes).ok_or_else(|| serde::de::Error::custom("expected a positive number of bytes")),
-            serde_yaml_ng::Value::String(s) => parse_bytes(s).map(Bytes).map_err(serde::de::Error::custom),
-            other => Err(serde::de::Error::custom(format!("invalid size {other:?}: expected e.g. 64Mi"))),
+            serde_yaml_ng::Value::Number(n) => n
+                .as_u64()
+                .map(Bytes)
+                .ok_or_else(|| serde::de::Error::custom("expected a positive number of bytes")),
+            serde_yaml_ng::Value::String(s) => {
+                parse_bytes(s).map(Bytes).map_err(serde::de::Error::custom)
+            }
+            other => Err(serde::de::Error::custom(format!(
+                "invalid size {other:?}: expected e.g. 64Mi"
+            ))),
         }
     }
 }
@@ -115,7 +130,9 @@ impl<'de> Deserialize<'de> for Bytes {
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let n: u64 = t[..split].parse().map_err(|_| format!("invalid size {s:?}: expected e.g. 64Mi"))?;
+    let n: u64 = t[..split]
+        .parse()
+        .map_err(|_| format!("invalid size {s:?}: expected e.g. 64Mi"))?;
     let mult: u64 = match &t[split..] {
         "" => 1,
         "Ki" => 1 << 10,
@@ -124,9 +141,14 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         "k" | "K" => 1_000,
         "M" => 1_000_000,
         "G" => 1_000_000_000,
-        _ => return Err(format!("invalid size {s:?}: expected e.g. 64Mi (units Ki, Mi, Gi, k, M, G)")),
+        _ => {
+            return Err(format!(
+                "invalid size {s:?}: expected e.g. 64Mi (units Ki, Mi, Gi, k, M, G)"
+            ));
+        }
     };
-    n.checked_mul(mult).ok_or_else(|| format!("size {s:?} is too large"))
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size {s:?} is too large"))
 }
 
 /// The whole file.
@@ -286,7 +308,9 @@ pub struct AdminConfig {
 
 impl Default for AdminConfig {
     fn default() -> Self {
-        Self { listen: "127.0.0.1:9090".into() }
+        Self {
+            listen: "127.0.0.1:9090".into(),
+        }
     }
 }
 
@@ -332,10 +356,15 @@ impl IndexSpec {
         if let Some(k) = s.strip_prefix("label:").filter(|k| !k.is_empty()) {
             return Ok(Self::Label(k.to_owned()));
         }
-        if let Some(f) = s.strip_prefix("field:").filter(|f| !f.is_empty() && !f.split('.').any(str::is_empty)) {
+        if let Some(f) = s
+            .strip_prefix("field:")
+            .filter(|f| !f.is_empty() && !f.split('.').any(str::is_empty))
+        {
             return Ok(Self::Field(f.to_owned()));
         }
-        Err(format!("invalid index {s:?}: expected label:KEY, ownerUid or field:a.b.c"))
+        Err(format!(
+            "invalid index {s:?}: expected label:KEY, ownerUid or field:a.b.c"
+        ))
     }
 }
 
@@ -354,7 +383,11 @@ impl Config {
 
     /// Parses and validates config text; `file` names it in errors, `base_dir` resolves paths.
     pub fn parse(text: &str, file: &str, base_dir: &Path) -> Result<Self, ConfigError> {
-        let err = |path: String, problem: String| ConfigError { file: file.to_owned(), path, problem };
+        let err = |path: String, problem: String| ConfigError {
+            file: file.to_owned(),
+            path,
+            problem,
+        };
         let de = serde_yaml_ng::Deserializer::from_str(text);
         let mut cfg: Config = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
@@ -371,7 +404,11 @@ impl Config {
                 let loc = problem[i + 4..].replace(" column", ", column");
                 problem = format!("{} ({loc})", &problem[..i]);
             }
-            let path = if path == "." { "(top level)".to_owned() } else { path };
+            let path = if path == "." {
+                "(top level)".to_owned()
+            } else {
+                path
+            };
             err(path, problem)
         })?;
         cfg.base_dir = base_dir.to_path_buf();
@@ -381,12 +418,20 @@ impl Config {
     }
 
     fn error(&self, path: impl Into<String>, problem: impl Into<String>) -> ConfigError {
-        ConfigError { file: self.file.clone(), path: path.into(), problem: problem.into() }
+        ConfigError {
+            file: self.file.clone(),
+            path: path.into(),
+            problem: problem.into(),
+        }
     }
 
     /// Resolves a path relative to the config file.
     pub fn resolve(&self, p: &Path) -> PathBuf {
-        if p.is_absolute() { p.to_path_buf() } else { self.base_dir.join(p) }
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.base_dir.join(p)
+        }
     }
 
     /// The source.
@@ -395,7 +440,10 @@ impl Config {
             "kube" => Ok(SourceKind::Kube),
             s => match s.strip_prefix("dir:") {
                 Some(p) if !p.is_empty() => Ok(SourceKind::Dir(self.resolve(Path::new(p)))),
-                _ => Err(self.error("source", format!("invalid source {s:?}: expected `kube` or `dir:PATH`"))),
+                _ => Err(self.error(
+                    "source",
+                    format!("invalid source {s:?}: expected `kube` or `dir:PATH`"),
+                )),
             },
         }
     }
@@ -404,7 +452,10 @@ impl Config {
         if let SourceKind::Dir(d) = self.source_kind()?
             && !d.is_dir()
         {
-            return Err(self.error("source", format!("directory {} does not exist", d.display())));
+            return Err(self.error(
+                "source",
+                format!("directory {} does not exist", d.display()),
+            ));
         }
         if self.informers.is_empty() {
             return Err(self.error("informers", "at least one informer is needed"));
@@ -416,10 +467,19 @@ impl Config {
                 return Err(self.error(at("name"), "must not be empty"));
             }
             if !names.insert(inf.name.as_str()) {
-                return Err(self.error(at("name"), format!("duplicate informer name {:?}", inf.name)));
+                return Err(self.error(
+                    at("name"),
+                    format!("duplicate informer name {:?}", inf.name),
+                ));
             }
             if inf.api_version.is_empty() || inf.api_version.split('/').count() > 2 {
-                return Err(self.error(at("apiVersion"), format!("invalid apiVersion {:?}: expected e.g. v1 or apps/v1", inf.api_version)));
+                return Err(self.error(
+                    at("apiVersion"),
+                    format!(
+                        "invalid apiVersion {:?}: expected e.g. v1 or apps/v1",
+                        inf.api_version
+                    ),
+                ));
             }
             if inf.kind.is_empty() {
                 return Err(self.error(at("kind"), "must not be empty"));
@@ -427,10 +487,14 @@ impl Config {
             if let Some(ns) = &inf.namespaces
                 && ns.is_empty()
             {
-                return Err(self.error(at("namespaces"), "an empty list watches nothing; omit it to watch all namespaces"));
+                return Err(self.error(
+                    at("namespaces"),
+                    "an empty list watches nothing; omit it to watch all namespaces",
+                ));
             }
             if let Some(sel) = &inf.label_selector {
-                LabelSelector::parse(sel).map_err(|e| self.error(at("labelSelector"), e.to_string()))?;
+                LabelSelector::parse(sel)
+                    .map_err(|e| self.error(at("labelSelector"), e.to_string()))?;
             }
             for (j, ix) in inf.indexes.iter().enumerate() {
                 IndexSpec::parse(ix).map_err(|e| self.error(at(&format!("indexes[{j}]")), e))?;
@@ -447,7 +511,13 @@ impl Config {
             }
             let module = self.resolve(&p.module);
             if !module.is_file() {
-                return Err(self.error(at("module"), format!("{} does not exist (build the plugins with `cargo xtask plugins`)", module.display())));
+                return Err(self.error(
+                    at("module"),
+                    format!(
+                        "{} does not exist (build the plugins with `cargo xtask plugins`)",
+                        module.display()
+                    ),
+                ));
             }
             if p.informers.is_empty() {
                 return Err(self.error(at("informers"), "a plugin needs at least one informer"));
@@ -455,7 +525,10 @@ impl Config {
             for (j, name) in p.informers.iter().enumerate() {
                 if !names.contains(name.as_str()) {
                     let known: Vec<&str> = names.iter().copied().collect();
-                    return Err(self.error(at(&format!("informers[{j}]")), format!("unknown informer {name:?} (defined: {})", known.join(", "))));
+                    return Err(self.error(
+                        at(&format!("informers[{j}]")),
+                        format!("unknown informer {name:?} (defined: {})", known.join(", ")),
+                    ));
                 }
             }
             if p.limits.fuel.is_some() && !self.engine.fuel {
@@ -468,8 +541,16 @@ impl Config {
                 return Err(self.error(at("batch"), "must be at least 1"));
             }
         }
-        if !self.admin.listen.is_empty() && self.admin.listen.parse::<std::net::SocketAddr>().is_err() {
-            return Err(self.error("admin.listen", format!("invalid address {:?}: expected host:port, e.g. 127.0.0.1:9090", self.admin.listen)));
+        if !self.admin.listen.is_empty()
+            && self.admin.listen.parse::<std::net::SocketAddr>().is_err()
+        {
+            return Err(self.error(
+                "admin.listen",
+                format!(
+                    "invalid address {:?}: expected host:port, e.g. 127.0.0.1:9090",
+                    self.admin.listen
+                ),
+            ));
         }
         Ok(())
     }
@@ -495,10 +576,16 @@ impl Config {
                         PolicyName::Skip => FailurePolicy::Skip,
                         PolicyName::Retry => FailurePolicy::Retry {
                             retries: p.on_failure.retries.unwrap_or(3),
-                            backoff: p.on_failure.backoff.map_or(Duration::from_millis(100), |b| b.0),
+                            backoff: p
+                                .on_failure
+                                .backoff
+                                .map_or(Duration::from_millis(100), |b| b.0),
                         },
                     },
-                    quarantine_after: p.on_failure.quarantine_after.unwrap_or(def.quarantine_after),
+                    quarantine_after: p
+                        .on_failure
+                        .quarantine_after
+                        .unwrap_or(def.quarantine_after),
                 };
                 s.log_level = match p.log_level {
                     LevelName::Trace => LogLevel::Trace,

@@ -1,33 +1,312 @@
-//! The `wisp` command.
+//! The `wisp` command. Only this file touches signals and the process's output format.
 
-use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use wisp_host::app::{self, RunOptions};
+use wisp_host::config::{Config, parse_duration};
+use wisp_host::plugin::{EngineConfig, PluginEngine, check_module};
 
 /// Wisp: a Kubernetes informer host whose event listeners are sandboxed WebAssembly components.
 #[derive(Parser)]
 #[command(name = "wisp", version, about, long_about = None)]
 struct Cli {
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
 #[derive(Subcommand)]
 enum Command {
-    /// Run the informer pipeline on a small embedded in-memory cluster (no cluster needed):
-    /// list the pods, apply a few changes, print what a listener sees and the cache's indexes.
+    /// Run the host: informers from the config, plugins attached, admin server on `admin.listen`.
+    /// Stops on Ctrl-C / SIGTERM.
+    Run {
+        /// Config file (YAML).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// kubeconfig context (source: kube); default: the current context, or in-cluster.
+        #[arg(long)]
+        context: Option<String>,
+        /// Admin listen address, overriding the config (`""` for none).
+        #[arg(long)]
+        admin: Option<String>,
+        /// Stop after this long (e.g. 10s) instead of waiting for a signal.
+        #[arg(long = "for", value_name = "DURATION")]
+        run_for: Option<String>,
+    },
+    /// Validate a plugin: is it a wisp:plugin component, does `describe` work, does `init`
+    /// accept the settings. Prints what it says about itself.
+    Check {
+        /// The component (.wasm).
+        module: PathBuf,
+        /// Settings to pass to `init` (JSON).
+        #[arg(long, default_value = "{}")]
+        settings: String,
+    },
+    /// Feed recorded notifications (from `wisp record`) to a plugin offline; prints each
+    /// outcome and the plugin's logs, then its metrics.
+    Replay {
+        /// The component (.wasm).
+        #[arg(long)]
+        plugin: PathBuf,
+        /// Recorded notifications (JSON Lines).
+        #[arg(long)]
+        events: PathBuf,
+        /// Settings to pass to `init` (JSON).
+        #[arg(long, default_value = "{}")]
+        settings: String,
+    },
+    /// Save the informers' notifications (JSON Lines) for `wisp replay`. Plugins in the config
+    /// are not run.
+    Record {
+        /// Config file (YAML).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Output file.
+        #[arg(long)]
+        out: PathBuf,
+        /// Stop after this long (e.g. 30s, 5m); default: at Ctrl-C.
+        #[arg(long)]
+        duration: Option<String>,
+        /// Stop once every informer has synced and its initial list is written.
+        #[arg(long)]
+        until_synced: bool,
+        /// kubeconfig context (source: kube).
+        #[arg(long)]
+        context: Option<String>,
+    },
+    /// Print the ServiceAccount and least-privilege roles (list, watch) the config needs.
+    Rbac {
+        /// Config file (YAML).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Name of the ServiceAccount and roles.
+        #[arg(long, default_value = "wisp")]
+        name: String,
+        /// Namespace the host runs in.
+        #[arg(long, default_value = "wisp")]
+        namespace: String,
+    },
+    /// Run the informer pipeline on a small embedded in-memory cluster (no cluster, no
+    /// plugins): list pods, apply changes, print what a listener sees.
     Demo,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
-    match Cli::parse().command {
-        Command::Demo => {
-            wisp_host::demo::run().await?;
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
         }
     }
-    Ok(())
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+fn settings_json(s: &str) -> anyhow::Result<serde_json::Value> {
+    serde_json::from_str(s).with_context(|| format!("--settings is not valid JSON: {s}"))
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    use std::io::IsTerminal;
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    match cli.log_format {
+        LogFormat::Text => b.init(),
+        LogFormat::Json => b.json().init(),
+    }
+    if let Err(e) = run(cli.command).await {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(cmd: Command) -> anyhow::Result<()> {
+    match cmd {
+        Command::Run {
+            config,
+            context,
+            admin,
+            run_for,
+        } => {
+            let cfg = Config::load(&config)?;
+            let limit = run_for
+                .as_deref()
+                .map(parse_duration)
+                .transpose()
+                .map_err(anyhow::Error::msg)?;
+            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+            let host = app::start(&cfg, &RunOptions { context, admin }, async {
+                let _ = stop_rx.await;
+            })
+            .await?;
+            tracing::info!(
+                informers = host.informers.len(),
+                plugins = host.plugins.read().map(|p| p.len()).unwrap_or(0),
+                "wisp running"
+            );
+            match limit {
+                Some(d) => tokio::select! {
+                    _ = shutdown_signal() => {}
+                    _ = tokio::time::sleep(d) => {}
+                },
+                None => shutdown_signal().await,
+            }
+            let _ = stop_tx.send(());
+            tracing::info!("shutting down");
+            let plugins = host.plugins.read().map(|p| p.clone()).unwrap_or_default();
+            for (name, line) in app::summary(&plugins) {
+                tracing::info!(plugin = %name, "{line}");
+            }
+            Ok(())
+        }
+        Command::Check { module, settings } => {
+            let engine = PluginEngine::new(EngineConfig::default())?;
+            let c = check_module(&engine, &module, settings_json(&settings)?)?;
+            println!(
+                "ok: {} {} is a wisp:plugin/plugin@0.1.0 component",
+                c.info.name, c.info.version
+            );
+            if !c.info.informers.is_empty() {
+                println!("wants informers: {}", c.info.informers.join(", "));
+            }
+            println!(
+                "loaded from {:?} in {:?}; instantiate + describe + init in {:?}; sha256 {}",
+                c.report.source, c.report.load, c.report.instantiate, c.report.hash
+            );
+            Ok(())
+        }
+        Command::Replay {
+            plugin,
+            events,
+            settings,
+        } => {
+            let engine = PluginEngine::new(EngineConfig::default())?;
+            let mut out = std::io::stdout().lock();
+            let s = wisp_host::record::replay(
+                &engine,
+                &plugin,
+                settings_json(&settings)?,
+                &events,
+                &mut out,
+            )?;
+            if s.failed > 0 {
+                anyhow::bail!("{} of {} notifications failed", s.failed, s.notifications);
+            }
+            Ok(())
+        }
+        Command::Record {
+            config,
+            out,
+            duration,
+            until_synced,
+            context,
+        } => {
+            let cfg = Config::load(&config)?;
+            let limit = duration
+                .as_deref()
+                .map(parse_duration)
+                .transpose()
+                .map_err(anyhow::Error::msg)?;
+            let file =
+                std::fs::File::create(&out).with_context(|| format!("--out {}", out.display()))?;
+            let sink: Arc<Mutex<Box<dyn std::io::Write + Send>>> =
+                Arc::new(Mutex::new(Box::new(std::io::BufWriter::new(file))));
+            let count = Arc::new(AtomicU64::new(0));
+            let (informers, dir) = app::build_informers(
+                &cfg,
+                &RunOptions {
+                    context,
+                    admin: None,
+                },
+            )
+            .await?;
+            let mut regs = Vec::new();
+            for inf in &informers {
+                let h = wisp_host::record::RecordingHandler::new(
+                    inf.name(),
+                    sink.clone(),
+                    count.clone(),
+                );
+                regs.push(inf.add_event_handler("record", Box::new(h), Duration::ZERO)?);
+            }
+            let (tx, rx) = tokio::sync::watch::channel(false);
+            let stopped = || {
+                let mut rx = rx.clone();
+                async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                }
+            };
+            if let Some(d) = dir {
+                tokio::spawn(d.watch(app::DIR_RESCAN, stopped()));
+            }
+            let mut tasks = Vec::new();
+            for inf in &informers {
+                tasks.push(tokio::spawn(inf.clone().run(stopped())));
+            }
+            let synced = async {
+                while !regs.iter().all(|r| r.has_synced()) {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            };
+            tokio::select! {
+                _ = shutdown_signal() => {}
+                _ = async { tokio::time::sleep(limit.unwrap_or(Duration::MAX / 4)).await } => {}
+                _ = async { if until_synced { synced.await } else { std::future::pending::<()>().await } } => {}
+            }
+            let _ = tx.send(true);
+            for t in tasks {
+                let _ = t.await;
+            }
+            eprintln!(
+                "recorded {} notifications to {}",
+                count.load(Ordering::Relaxed),
+                out.display()
+            );
+            Ok(())
+        }
+        Command::Rbac {
+            config,
+            name,
+            namespace,
+        } => {
+            let cfg = Config::load(&config)?;
+            print!("{}", wisp_host::rbac::generate(&cfg, &name, &namespace));
+            Ok(())
+        }
+        Command::Demo => {
+            wisp_host::demo::run().await?;
+            Ok(())
+        }
+    }
 }

@@ -1,6 +1,6 @@
 //! `cargo xtask <task>`: project tasks that need more than one cargo command.
 //!
-//! - `demo`: run the host's built-in demo (no cluster needed).
+//! - `demo`: build the plugins, run the host on `deploy/demo` (no cluster needed).
 //! - `plugins`: build the plugins for wasm32-wasip2 into `plugins/dist/`.
 //! - `test`: build the plugins, then run the whole test suite.
 //! - `bench`: build the plugins, then run `wisp-bench` in release mode.
@@ -12,7 +12,8 @@ use anyhow::{Context, bail};
 
 const USAGE: &str = "usage: cargo xtask <demo|plugins|test|bench> [args]
 
-  demo     run `wisp demo`: the informer pipeline on an embedded in-memory cluster
+  demo     the host on the bundled demo cluster (deploy/demo) with the example plugins,
+           editing manifests while it runs; no cluster needed
   plugins  build the plugins (plugins/*) for wasm32-wasip2 into plugins/dist/
   test     build the plugins, then run the whole test suite (unit and integration tests);
            further args go to cargo test
@@ -73,6 +74,143 @@ fn run(mut cmd: Command) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let p = e?.path();
+        let dest = to.join(p.file_name().unwrap_or_default());
+        if p.is_dir() {
+            copy_dir(&p, &dest)?;
+        } else {
+            std::fs::copy(&p, &dest)?;
+        }
+    }
+    Ok(())
+}
+
+/// A plain HTTP/1.1 GET; the body when the status is 200.
+fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s =
+        std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(500)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let (head, body) = buf.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
+}
+
+/// Polls `/readyz` until it answers 200.
+fn wait_ready(addr: std::net::SocketAddr, timeout: std::time::Duration) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < timeout {
+        if http_get(addr, "/readyz").is_some() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    false
+}
+
+/// The demo: the host on a copy of `deploy/demo/cluster` with the example plugins, while this
+/// task creates, edits and deletes manifests so the plugins see live changes.
+fn demo() -> anyhow::Result<()> {
+    let root = root();
+    let dist = build_plugins()?;
+    let mut b = cargo();
+    b.args([
+        "build",
+        "--quiet",
+        "--package",
+        "wisp-host",
+        "--bin",
+        "wisp",
+    ]);
+    run(b)?;
+    let work = std::env::temp_dir().join(format!("wisp-demo-{}", std::process::id()));
+    let cluster = work.join("cluster");
+    copy_dir(&root.join("deploy/demo/cluster"), &cluster)?;
+    let config = std::fs::read_to_string(root.join("deploy/demo/wisp.yaml"))?
+        .replace("../../plugins/dist", &dist.display().to_string())
+        .replace("127.0.0.1:9090", "127.0.0.1:0");
+    std::fs::write(work.join("wisp.yaml"), config)?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let admin = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        l.local_addr()?
+    };
+    let mut host = Command::new(target.join("debug").join("wisp"));
+    host.args(["run", "--config"])
+        .arg(work.join("wisp.yaml"))
+        .args(["--for", "20s", "--admin", &admin.to_string()]);
+    host.env(
+        "RUST_LOG",
+        std::env::var("RUST_LOG")
+            .unwrap_or_else(|_| "warn,wisp::plugin=info,wisp_host::app=info".into()),
+    );
+    println!(
+        "xtask: running the host on {}; editing manifests once it is ready",
+        cluster.display()
+    );
+    let mut child = host.spawn().context("starting wisp")?;
+    if !wait_ready(admin, std::time::Duration::from_secs(60)) {
+        let _ = child.kill();
+        bail!("the host did not become ready within 60 s");
+    }
+    let step = |secs: u64, what: &str| {
+        std::thread::sleep(std::time::Duration::from_secs(secs));
+        println!("\nxtask: {what}\n");
+    };
+    step(
+        1,
+        "adding cluster/cache.yaml (a pod using redis:latest without limits)",
+    );
+    std::fs::write(
+        cluster.join("cache.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: cache-0, namespace: shop, labels: {app: cache}}\nspec:\n  nodeName: node-b\n  containers: [{name: redis, image: redis:latest}]\n",
+    )?;
+    step(
+        1,
+        "editing cluster/db.yaml (pinning postgres:16.4 with limits)",
+    );
+    std::fs::write(
+        cluster.join("db.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: db-0, namespace: shop, labels: {app: db}}\nspec:\n  nodeName: node-a\n  containers: [{name: postgres, image: 'postgres:16.4', resources: {limits: {cpu: '1', memory: 1Gi}}}]\n",
+    )?;
+    step(1, "deleting cluster/system.yaml");
+    std::fs::remove_file(cluster.join("system.yaml"))?;
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    if let Some(m) = http_get(admin, "/metrics") {
+        println!("\nxtask: what the plugins report (from /metrics):\n");
+        for l in m
+            .lines()
+            .filter(|l| l.starts_with("wisp_plugin_") && !l.starts_with('#'))
+        {
+            println!("  {l}");
+        }
+    }
+    println!("\nxtask: stopping the host\n");
+    // The host stops by itself at --for; ask it sooner with SIGTERM where we can.
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let status = child.wait()?;
+    let _ = std::fs::remove_dir_all(&work);
+    if !status.success() {
+        bail!("wisp exited with {status}");
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (task, rest) = match args.split_first() {
@@ -83,20 +221,7 @@ fn main() -> anyhow::Result<()> {
         }
     };
     match task {
-        "demo" => {
-            let mut c = cargo();
-            c.args([
-                "run",
-                "--quiet",
-                "--package",
-                "wisp-host",
-                "--bin",
-                "wisp",
-                "--",
-                "demo",
-            ]);
-            run(c)
-        }
+        "demo" => demo(),
         "plugins" => build_plugins().map(|_| ()),
         "bench" => {
             let dist = build_plugins()?;

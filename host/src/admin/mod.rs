@@ -2,9 +2,11 @@
 //! It only reads: informers' and plugins' stats and status.
 //!
 //! - [`routes`]: the router, health and readiness.
-//! - [`metrics`]: the Prometheus collector, read at scrape time.
+//! - [`metrics`]: the Prometheus collector, read at scrape time; [`guest`]: the plugins' own
+//!   series in it.
 //! - [`plugins`]: the `/plugins` JSON view.
 
+pub mod guest;
 pub mod metrics;
 pub mod plugins;
 pub mod routes;

@@ -35,20 +35,32 @@ admin: { listen: 127.0.0.1:0 }
 ";
 
 fn err_of(text: &str) -> String {
-    parse(text).err().expect("config must be refused").to_string()
+    parse(text).expect_err("config must be refused").to_string()
 }
 
 #[test]
 fn a_good_config_maps_to_plugin_specs() {
     let d = dir_with_module();
     let c = Config::parse(GOOD, "wisp.yaml", d.path()).unwrap();
-    assert_eq!(c.source_kind().unwrap(), SourceKind::Dir(d.path().join("cluster")));
+    assert_eq!(
+        c.source_kind().unwrap(),
+        SourceKind::Dir(d.path().join("cluster"))
+    );
     assert_eq!(c.informers[0].resync.0, Duration::from_secs(300));
     let s = &c.plugin_specs()[0];
     assert_eq!(s.module, d.path().join("p.wasm"));
     assert_eq!(s.limits.memory, 32 << 20);
     assert_eq!(s.limits.deadline, Duration::from_millis(20));
-    assert_eq!(s.on_failure, OnFailure { policy: FailurePolicy::Retry { retries: 2, backoff: Duration::from_millis(10) }, quarantine_after: 5 });
+    assert_eq!(
+        s.on_failure,
+        OnFailure {
+            policy: FailurePolicy::Retry {
+                retries: 2,
+                backoff: Duration::from_millis(10)
+            },
+            quarantine_after: 5
+        }
+    );
     assert_eq!(s.settings, serde_json::json!({"includeResyncs": true}));
     assert_eq!(s.batch_max, 16);
 }
@@ -56,7 +68,12 @@ fn a_good_config_maps_to_plugin_specs() {
 #[test]
 fn an_unknown_field_is_named_with_its_path() {
     let e = err_of(&GOOD.replace("batch: 16", "batchSize: 16"));
-    assert!(e.starts_with("wisp.yaml: plugins[0].batchSize: unknown field `batchSize`, expected one of"), "{e}");
+    assert!(
+        e.starts_with(
+            "wisp.yaml: plugins[0].batchSize: unknown field `batchSize`, expected one of"
+        ),
+        "{e}"
+    );
     assert!(e.ends_with("(line 17, column 5)"), "{e}");
 }
 
@@ -65,42 +82,76 @@ fn a_bad_duration_is_named_with_its_path_and_the_expected_form() {
     let e = err_of(&GOOD.replace("deadline: 20ms", "deadline: fast"));
     assert!(e.starts_with("wisp.yaml: plugins[0].limits.deadline: invalid duration \"fast\": expected e.g. 50ms, 30s, 5m, 1h"), "{e}");
     let e = err_of(&GOOD.replace("resync: 5m", "resync: 5 minutes"));
-    assert!(e.starts_with("wisp.yaml: informers[0].resync: invalid duration"), "{e}");
+    assert!(
+        e.starts_with("wisp.yaml: informers[0].resync: invalid duration"),
+        "{e}"
+    );
 }
 
 #[test]
 fn a_plugin_naming_an_unknown_informer_is_refused() {
     let e = err_of(&GOOD.replace("informers: [pods]", "informers: [pods, nodes]"));
-    assert_eq!(e, "wisp.yaml: plugins[0].informers[1]: unknown informer \"nodes\" (defined: pods)");
+    assert_eq!(
+        e,
+        "wisp.yaml: plugins[0].informers[1]: unknown informer \"nodes\" (defined: pods)"
+    );
 }
 
 #[test]
 fn a_missing_module_is_refused_with_how_to_build_it() {
     let e = err_of(&GOOD.replace("module: p.wasm", "module: missing.wasm"));
-    assert!(e.starts_with("wisp.yaml: plugins[0].module: ") && e.contains("missing.wasm does not exist"), "{e}");
+    assert!(
+        e.starts_with("wisp.yaml: plugins[0].module: ")
+            && e.contains("missing.wasm does not exist"),
+        "{e}"
+    );
     assert!(e.contains("cargo xtask plugins"), "{e}");
 }
 
 #[test]
 fn bad_sources_selectors_indexes_and_sizes_are_refused() {
     let e = err_of(&GOOD.replace("source: dir:cluster", "source: etcd"));
-    assert_eq!(e, "wisp.yaml: source: invalid source \"etcd\": expected `kube` or `dir:PATH`");
+    assert_eq!(
+        e,
+        "wisp.yaml: source: invalid source \"etcd\": expected `kube` or `dir:PATH`"
+    );
     let e = err_of(&GOOD.replace("source: dir:cluster", "source: dir:nowhere"));
-    assert!(e.starts_with("wisp.yaml: source: directory ") && e.ends_with("nowhere does not exist"), "{e}");
+    assert!(
+        e.starts_with("wisp.yaml: source: directory ") && e.ends_with("nowhere does not exist"),
+        "{e}"
+    );
     let e = err_of(&GOOD.replace("resync: 5m", "resync: 5m\n    labelSelector: 'app in web'"));
-    assert!(e.starts_with("wisp.yaml: informers[0].labelSelector: invalid label selector"), "{e}");
+    assert!(
+        e.starts_with("wisp.yaml: informers[0].labelSelector: invalid label selector"),
+        "{e}"
+    );
     let e = err_of(&GOOD.replace("ownerUid", "owner"));
-    assert_eq!(e, "wisp.yaml: informers[0].indexes[1]: invalid index \"owner\": expected label:KEY, ownerUid or field:a.b.c");
+    assert_eq!(
+        e,
+        "wisp.yaml: informers[0].indexes[1]: invalid index \"owner\": expected label:KEY, ownerUid or field:a.b.c"
+    );
     let e = err_of(&GOOD.replace("memory: 32Mi", "memory: 32 megs"));
-    assert!(e.starts_with("wisp.yaml: plugins[0].limits.memory: invalid size"), "{e}");
+    assert!(
+        e.starts_with("wisp.yaml: plugins[0].limits.memory: invalid size"),
+        "{e}"
+    );
 }
 
 #[test]
 fn duplicate_names_and_wrong_types_are_refused() {
-    let dup = GOOD.replace("plugins:", "  - name: pods\n    apiVersion: v1\n    kind: Node\nplugins:");
-    assert_eq!(err_of(&dup), "wisp.yaml: informers[1].name: duplicate informer name \"pods\"");
+    let dup = GOOD.replace(
+        "plugins:",
+        "  - name: pods\n    apiVersion: v1\n    kind: Node\nplugins:",
+    );
+    assert_eq!(
+        err_of(&dup),
+        "wisp.yaml: informers[1].name: duplicate informer name \"pods\""
+    );
     let e = err_of(&GOOD.replace("batch: 16", "batch: lots"));
-    assert!(e.starts_with("wisp.yaml: plugins[0].batch: invalid type: string \"lots\""), "{e}");
+    assert!(
+        e.starts_with("wisp.yaml: plugins[0].batch: invalid type: string \"lots\""),
+        "{e}"
+    );
 }
 
 #[test]

@@ -332,11 +332,22 @@ pub fn check_module(
     module: &Path,
     settings: serde_json::Value,
 ) -> Result<CheckedPlugin, PluginError> {
+    check_with_grants(engine, module, settings, Arc::new(BTreeMap::new()))
+}
+
+/// Checks a module file with settings and the given caches granted (for `wisp replay`).
+pub fn check_with_grants(
+    engine: &Arc<PluginEngine>,
+    module: &Path,
+    settings: serde_json::Value,
+    grants: Grants,
+) -> Result<CheckedPlugin, PluginError> {
     let name = module
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "plugin".into());
-    let mut spec = PluginSpec::new(name, module, &[]);
+    let informers: Vec<&str> = grants.keys().map(String::as_str).collect();
+    let mut spec = PluginSpec::new(name, module, &informers);
     spec.settings = settings;
-    check_with(engine, &spec, Arc::new(BTreeMap::new()))
+    check_with(engine, &spec, grants)
 }

@@ -57,8 +57,9 @@ impl LogRing {
 }
 
 /// Upper bounds (seconds) of the handle-latency histogram buckets.
-pub const LATENCY_BUCKETS: [f64; 12] =
-    [0.000_01, 0.000_05, 0.000_1, 0.000_5, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0];
+pub const LATENCY_BUCKETS: [f64; 12] = [
+    0.000_01, 0.000_05, 0.000_1, 0.000_5, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0,
+];
 
 /// A fixed-bucket latency histogram with atomic counts (one observation per `handle` call).
 #[derive(Debug, Default)]
@@ -73,9 +74,13 @@ impl LatencyHistogram {
     /// Records one observation.
     pub fn observe(&self, d: std::time::Duration) {
         let s = d.as_secs_f64();
-        let i = LATENCY_BUCKETS.iter().position(|b| s <= *b).unwrap_or(LATENCY_BUCKETS.len());
+        let i = LATENCY_BUCKETS
+            .iter()
+            .position(|b| s <= *b)
+            .unwrap_or(LATENCY_BUCKETS.len());
         self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        self.sum_nanos.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+        self.sum_nanos
+            .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
         self.count.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -85,9 +90,16 @@ impl LatencyHistogram {
         let mut out = Vec::with_capacity(LATENCY_BUCKETS.len() + 1);
         for (i, b) in self.buckets.iter().enumerate() {
             acc += b.load(Ordering::Relaxed);
-            out.push((LATENCY_BUCKETS.get(i).copied().unwrap_or(f64::INFINITY), acc));
+            out.push((
+                LATENCY_BUCKETS.get(i).copied().unwrap_or(f64::INFINITY),
+                acc,
+            ));
         }
-        (out, self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9, self.count.load(Ordering::Relaxed))
+        (
+            out,
+            self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9,
+            self.count.load(Ordering::Relaxed),
+        )
     }
 }
 

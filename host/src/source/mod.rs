@@ -1,4 +1,6 @@
 //! Sources the reflector lists and watches through.
 
+pub mod dir;
+pub mod filter;
 pub mod kube;
 pub mod memory;

@@ -1,0 +1,293 @@
+//! `/metrics`: a Prometheus collector that reads the informers' stats and the plugins' status at
+//! scrape time (nothing is copied into metric objects in between), encoded as OpenMetrics text.
+//!
+//! Every family is prefixed `wisp_`: `wisp_informer_*{informer}`, `wisp_plugin_*{plugin}`, the
+//! handle-latency histogram, and each plugin's own series as `wisp_plugin_<name>{..., plugin}`.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeGaugeValue, EncodeLabelSet, NoLabelSet,
+};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+
+use super::{AdminState, PLUGIN_COUNTERS, guest};
+use crate::plugin::status::PluginCounters;
+use crate::plugin::{PluginHandle, PluginState};
+
+/// `Content-Type` of what [`encode`] produces.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// A registry whose one collector reads `state` on every scrape.
+pub fn registry(state: AdminState) -> Registry {
+    let mut r = Registry::with_prefix("wisp");
+    r.register_collector(Box::new(Live { state }));
+    r
+}
+
+/// The OpenMetrics text of `registry`, `# EOF` included.
+pub fn encode(registry: &Registry) -> Result<String, std::fmt::Error> {
+    let mut s = String::new();
+    prometheus_client::encoding::text::encode(&mut s, registry)?;
+    Ok(s)
+}
+
+/// The collector: the admin state, read at scrape time.
+struct Live {
+    state: AdminState,
+}
+
+impl std::fmt::Debug for Live {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Live").finish_non_exhaustive()
+    }
+}
+
+impl Collector for Live {
+    fn encode(&self, enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut out = Out {
+            enc,
+            taken: HashSet::new(),
+        };
+        let informers: Vec<_> = self
+            .state
+            .informers
+            .iter()
+            .map(|i| (i.name(), i.stats(), i.has_synced()))
+            .collect();
+        let by_informer = |f: fn(&crate::informer::shared_informer::InformerStats) -> u64| {
+            informers
+                .iter()
+                .map(move |(n, s, _)| ([("informer", *n)], f(s)))
+        };
+        out.counter(
+            "informer_events",
+            "Watch events received.",
+            by_informer(|s| s.events),
+        )?;
+        out.counter(
+            "informer_lists",
+            "Lists done (first list and relists).",
+            by_informer(|s| s.lists),
+        )?;
+        out.counter(
+            "informer_relists",
+            "Lists done after the first.",
+            by_informer(|s| s.lists.saturating_sub(1)),
+        )?;
+        out.counter(
+            "informer_watches",
+            "Watch requests made.",
+            by_informer(|s| s.watches),
+        )?;
+        out.gauge(
+            "informer_cache_size",
+            "Objects in the cache.",
+            by_informer(|s| s.cache_size as u64),
+        )?;
+        out.gauge(
+            "informer_fifo_depth",
+            "Keys waiting in the DeltaFIFO.",
+            by_informer(|s| s.fifo_depth as u64),
+        )?;
+        out.gauge(
+            "informer_synced",
+            "1 once the first list has been fully processed.",
+            informers
+                .iter()
+                .map(|(n, _, synced)| ([("informer", *n)], u64::from(*synced))),
+        )?;
+
+        let plugins = self.state.plugins();
+        for c in PLUGIN_COUNTERS {
+            out.counter(
+                &format!("plugin_{}", c.metric),
+                c.help,
+                plugins.iter().map(|p| {
+                    let v = PluginCounters::get((c.get)(&p.status().counters));
+                    ([("plugin", p.name())], v)
+                }),
+            )?;
+        }
+        out.gauge(
+            "plugin_quarantined",
+            "1 when the plugin is quarantined (receives nothing more).",
+            plugins.iter().map(|p| {
+                let q = matches!(p.state(), PluginState::Quarantined { .. });
+                ([("plugin", p.name())], u64::from(q))
+            }),
+        )?;
+        let queues: Vec<_> = plugins.iter().map(|p| (p.name(), p.queues())).collect();
+        out.gauge(
+            "plugin_queue_depth",
+            "Notifications queued for the plugin, over all its informers.",
+            queues.iter().map(|(p, q)| {
+                let depth: usize = q.iter().map(|(_, s)| s.depth).sum();
+                ([("plugin", *p)], depth as u64)
+            }),
+        )?;
+        out.gauge(
+            "plugin_informer_queue_depth",
+            "Notifications queued for the plugin from one informer.",
+            queues.iter().flat_map(|(p, q)| {
+                q.iter()
+                    .map(move |(i, s)| ([("plugin", *p), ("informer", i.as_str())], s.depth as u64))
+            }),
+        )?;
+        out.latency(&plugins)?;
+        out.guest(&plugins)
+    }
+}
+
+/// The encoder plus every sample name written so far: a plugin's own series that would reuse
+/// one is skipped, so the exposition never has a name twice.
+struct Out<'a> {
+    enc: DescriptorEncoder<'a>,
+    taken: HashSet<String>,
+}
+
+impl Out<'_> {
+    /// Reserves the names of family `name` of type `t` (without the `wisp_` prefix); false when
+    /// one is already taken.
+    fn claim(&mut self, name: &str, t: MetricType) -> bool {
+        let suffixes: &[&str] = match t {
+            MetricType::Counter => &["", "_total", "_created"],
+            MetricType::Histogram => &["", "_bucket", "_sum", "_count", "_created"],
+            _ => &[""],
+        };
+        let names: Vec<String> = suffixes.iter().map(|s| format!("{name}{s}")).collect();
+        if names.iter().any(|n| self.taken.contains(n)) {
+            return false;
+        }
+        self.taken.extend(names);
+        true
+    }
+
+    fn counter<S: EncodeLabelSet>(
+        &mut self,
+        name: &str,
+        help: &str,
+        samples: impl IntoIterator<Item = (S, u64)>,
+    ) -> Result<(), std::fmt::Error> {
+        let samples: Vec<_> = samples.into_iter().collect();
+        if samples.is_empty() || !self.claim(name, MetricType::Counter) {
+            return Ok(());
+        }
+        let mut m = self
+            .enc
+            .encode_descriptor(name, help, None, MetricType::Counter)?;
+        for (labels, v) in &samples {
+            m.encode_family(labels)?
+                .encode_counter::<NoLabelSet, _, u64>(v, None)?;
+        }
+        Ok(())
+    }
+
+    fn gauge<S: EncodeLabelSet, V: EncodeGaugeValue>(
+        &mut self,
+        name: &str,
+        help: &str,
+        samples: impl IntoIterator<Item = (S, V)>,
+    ) -> Result<(), std::fmt::Error> {
+        let samples: Vec<_> = samples.into_iter().collect();
+        if samples.is_empty() || !self.claim(name, MetricType::Gauge) {
+            return Ok(());
+        }
+        let mut m = self
+            .enc
+            .encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for (labels, v) in &samples {
+            m.encode_family(labels)?.encode_gauge(v)?;
+        }
+        Ok(())
+    }
+
+    /// `wisp_plugin_handle_latency_seconds`, a classic histogram per plugin.
+    fn latency(&mut self, plugins: &[Arc<PluginHandle>]) -> Result<(), std::fmt::Error> {
+        if plugins.is_empty() || !self.claim("plugin_handle_latency_seconds", MetricType::Histogram)
+        {
+            return Ok(());
+        }
+        let mut m = self.enc.encode_descriptor(
+            "plugin_handle_latency",
+            "Time spent in one call of the plugin's handle.",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        for p in plugins {
+            let (cumulative, sum, _) = p.status().counters.handle_latency.snapshot();
+            let (buckets, count) = per_bucket(&cumulative);
+            m.encode_family(&[("plugin", p.name())])?
+                .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
+        }
+        Ok(())
+    }
+
+    /// Each plugin's own series (see [`guest`](super::guest)); a family whose names clash with
+    /// a host metric, or with a family of the other type, is skipped.
+    fn guest(&mut self, plugins: &[Arc<PluginHandle>]) -> Result<(), std::fmt::Error> {
+        let families = guest::families(plugins);
+        for (name, samples) in families.counters {
+            self.counter(&name, guest::HELP, samples)?;
+        }
+        for (name, samples) in families.gauges {
+            self.gauge(&name, guest::HELP, samples)?;
+        }
+        Ok(())
+    }
+}
+
+/// Cumulative `(bound, count)` pairs as per-bucket counts (what the encoder adds up), and the
+/// total: the +Inf count, so that the exposition's `_count` always equals its `+Inf` bucket.
+fn per_bucket(cumulative: &[(f64, u64)]) -> (Vec<(f64, u64)>, u64) {
+    let mut prev = 0;
+    let buckets = cumulative
+        .iter()
+        .map(|&(bound, acc)| {
+            let n = acc.saturating_sub(prev);
+            prev = prev.max(acc);
+            (bound, n)
+        })
+        .collect();
+    (buckets, prev)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_bucket_counts_undo_the_cumulation_and_total_the_inf_bucket() {
+        let (b, n) = per_bucket(&[(0.1, 2), (1.0, 5), (f64::INFINITY, 6)]);
+        assert_eq!(b, vec![(0.1, 2), (1.0, 3), (f64::INFINITY, 1)]);
+        assert_eq!(n, 6);
+    }
+
+    #[test]
+    fn a_family_whose_sample_names_are_taken_is_refused() {
+        let mut s = String::new();
+        let mut r = Registry::default();
+        r.register_collector(Box::new(Claims));
+        prometheus_client::encoding::text::encode(&mut s, &r).unwrap();
+        assert_eq!(s.matches("# TYPE").count(), 1, "{s}");
+    }
+
+    /// Claims a counter `x`, then a gauge `x_total` (refused: `x_total` is a sample of `x`).
+    #[derive(Debug)]
+    struct Claims;
+
+    impl Collector for Claims {
+        fn encode(&self, enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+            let mut out = Out {
+                enc,
+                taken: HashSet::new(),
+            };
+            out.counter("x", "x", [([("a", "b")], 1)])?;
+            out.gauge("x_total", "x", [([("a", "b")], 1u64)])
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! `/plugins`: one JSON object per plugin with what it is, where it came from, how it is doing
+//! and its last log lines.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::PLUGIN_COUNTERS;
+use crate::plugin::status::PluginCounters;
+use crate::plugin::{LoadSource, PluginHandle, PluginState};
+
+/// How many of a plugin's most recent log lines `/plugins` shows.
+pub const RECENT_LOG_LINES: usize = 20;
+
+/// One plugin as `/plugins` shows it.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginView {
+    /// The configured name.
+    pub name: String,
+    /// Path of the module file.
+    pub module: String,
+    /// The version the plugin reports.
+    pub version: String,
+    /// The name the plugin reports for itself.
+    pub plugin_name: String,
+    /// SHA-256 of the module, hex.
+    pub hash: String,
+    /// `compiled`, `disk-cache` or `memory`.
+    pub loaded_from: &'static str,
+    /// `running` or `quarantined`.
+    pub state: &'static str,
+    /// Why it was quarantined.
+    pub quarantine_reason: Option<String>,
+    /// The last failure.
+    pub last_error: Option<String>,
+    /// Every listener of the plugin has handled its initial list.
+    pub synced: bool,
+    /// The counters of [`PLUGIN_COUNTERS`], by their JSON key.
+    pub counters: BTreeMap<&'static str, u64>,
+    /// One queue per informer the plugin receives.
+    pub queues: Vec<QueueView>,
+    /// The last [`RECENT_LOG_LINES`] log lines, oldest first.
+    pub recent_logs: Vec<String>,
+}
+
+/// The queue of a plugin's listener on one informer.
+#[derive(Clone, Debug, Serialize)]
+pub struct QueueView {
+    /// The informer.
+    pub informer: String,
+    /// Notifications waiting.
+    pub depth: usize,
+    /// Notifications handed to the plugin so far.
+    pub delivered: u64,
+    /// Notifications queued so far.
+    pub queued: u64,
+}
+
+/// The view of `h` now.
+pub fn view(h: &PluginHandle) -> PluginView {
+    let status = h.status();
+    let report = h.report();
+    let (state, quarantine_reason) = match h.state() {
+        PluginState::Running => ("running", None),
+        PluginState::Quarantined { reason } => ("quarantined", Some(reason)),
+    };
+    let logs = &status.logs;
+    let mut recent_logs = logs.since(logs.total().saturating_sub(RECENT_LOG_LINES as u64));
+    // Lines pushed between the two reads come on top; keep the newest.
+    let extra = recent_logs.len().saturating_sub(RECENT_LOG_LINES);
+    recent_logs.drain(..extra);
+    PluginView {
+        name: h.name().to_owned(),
+        module: h.module().display().to_string(),
+        version: h.info().version.clone(),
+        plugin_name: h.info().name.clone(),
+        hash: report.hash.clone(),
+        loaded_from: source_name(report.source),
+        state,
+        quarantine_reason,
+        last_error: status.last_error(),
+        synced: h.has_synced(),
+        counters: PLUGIN_COUNTERS
+            .iter()
+            .map(|c| (c.json, PluginCounters::get((c.get)(&status.counters))))
+            .collect(),
+        queues: h
+            .queues()
+            .into_iter()
+            .map(|(informer, s)| QueueView {
+                informer,
+                depth: s.depth,
+                delivered: s.delivered,
+                queued: s.queued,
+            })
+            .collect(),
+        recent_logs,
+    }
+}
+
+/// How `/plugins` names where a module came from.
+pub fn source_name(s: LoadSource) -> &'static str {
+    match s {
+        LoadSource::Compiled => "compiled",
+        LoadSource::Disk => "disk-cache",
+        LoadSource::Memory => "memory",
+    }
+}

@@ -1,0 +1,140 @@
+//! The router: liveness, readiness, metrics, plugin status; 404 for anything else.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus_client::registry::Registry;
+
+use super::AdminState;
+use super::metrics::{self, OPENMETRICS_CONTENT_TYPE};
+use super::plugins::{self, PluginView};
+use crate::plugin::PluginState;
+
+/// What the handlers share: the state read by every endpoint and the metrics registry (its
+/// collector reads the state at scrape time, so it is built once).
+#[derive(Clone)]
+struct Ctx {
+    state: AdminState,
+    registry: Arc<Registry>,
+}
+
+/// The admin router over `state`.
+pub fn router(state: AdminState) -> Router {
+    let registry = Arc::new(metrics::registry(state.clone()));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(scrape))
+        .route("/plugins", get(plugin_list))
+        .fallback(not_found)
+        .with_state(Ctx { state, registry })
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(ctx): State<Ctx>) -> (StatusCode, String) {
+    let r = readiness(&ctx.state);
+    let code = if r.ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, r.to_string())
+}
+
+async fn scrape(State(ctx): State<Ctx>) -> Response {
+    match metrics::encode(&ctx.registry) {
+        Ok(body) => ([(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], body).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "encoding the metrics failed");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "encoding the metrics failed\n",
+            )
+                .into_response()
+        }
+    }
+}
+
+async fn plugin_list(State(ctx): State<Ctx>) -> axum::Json<Vec<PluginView>> {
+    axum::Json(
+        ctx.state
+            .plugins()
+            .iter()
+            .map(|h| plugins::view(h))
+            .collect(),
+    )
+}
+
+async fn not_found() -> (StatusCode, &'static str) {
+    (StatusCode::NOT_FOUND, "not found\n")
+}
+
+/// What keeps the host from being ready, and what is quarantined (which does not).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Readiness {
+    /// One line per informer or plugin not synced yet.
+    pub waiting: Vec<String>,
+    /// One line per quarantined plugin.
+    pub quarantined: Vec<String>,
+}
+
+impl Readiness {
+    /// Every informer and every running plugin has synced.
+    pub fn ready(&self) -> bool {
+        self.waiting.is_empty()
+    }
+}
+
+/// `ready` when ready; then one line per item waiting, then per plugin quarantined.
+impl std::fmt::Display for Readiness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.ready() {
+            writeln!(f, "ready")?;
+        }
+        for line in self.waiting.iter().chain(&self.quarantined) {
+            writeln!(f, "{line}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Ready once every informer has synced and every plugin has handled its initial list; a
+/// quarantined plugin receives nothing more, so it does not hold readiness back.
+pub fn readiness(state: &AdminState) -> Readiness {
+    let mut r = Readiness::default();
+    for inf in &state.informers {
+        if !inf.has_synced() {
+            r.waiting
+                .push(format!("informer {}: not synced", inf.name()));
+        }
+    }
+    for p in state.plugins() {
+        match p.state() {
+            PluginState::Quarantined { reason } => r.quarantined.push(format!(
+                "plugin {}: quarantined: {}",
+                p.name(),
+                one_line(&reason)
+            )),
+            PluginState::Running if !p.has_synced() => r
+                .waiting
+                .push(format!("plugin {}: initial list not handled", p.name())),
+            PluginState::Running => {}
+        }
+    }
+    r
+}
+
+/// `s` on one line (a reason may carry a plugin's multi-line message).
+fn one_line(s: &str) -> String {
+    s.split(['\r', '\n'])
+        .filter(|l| !l.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join(" | ")
+}

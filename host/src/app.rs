@@ -1,0 +1,263 @@
+//! The host assembled from a config: sources, informers, plugins, admin server; `run` until
+//! shutdown. Only `main` touches signals.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::admin::AdminState;
+use crate::config::{Config, IndexSpec, InformerConfig, SourceKind};
+use crate::informer::SharedInformer;
+use crate::informer::indexer::{
+    IndexFunc, index_by_json_pointer, index_by_label, index_by_owner_uid,
+};
+use crate::informer::lister_watcher::ListerWatcher;
+use crate::informer::reflector::ReflectorConfig;
+use crate::informer::selector::LabelSelector;
+use crate::informer::shared_informer::InformerConfig as InformerSettings;
+use crate::plugin::{EngineConfig, PluginEngine, PluginHandle, PluginManager};
+use crate::source::dir::DirCluster;
+use crate::source::filter::{Filtered, ObjectFilter};
+use crate::source::kube::KubeSource;
+
+/// How often a `dir:` source rescans its directory.
+pub const DIR_RESCAN: Duration = Duration::from_millis(250);
+
+/// Options from the command line.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// kubeconfig context (`--context`).
+    pub context: Option<String>,
+    /// Override the admin listen address (`--admin`).
+    pub admin: Option<String>,
+}
+
+/// Index functions for an informer's `indexes`.
+pub fn index_funcs(inf: &InformerConfig) -> Vec<(String, IndexFunc)> {
+    inf.indexes
+        .iter()
+        .filter_map(|s| IndexSpec::parse(s).ok().map(|spec| (s.clone(), spec)))
+        .map(|(name, spec)| {
+            let f = match spec {
+                IndexSpec::Label(k) => index_by_label(k),
+                IndexSpec::OwnerUid => index_by_owner_uid(),
+                IndexSpec::Field(path) => {
+                    index_by_json_pointer(format!("/{}", path.replace('.', "/")))
+                }
+            };
+            (name, f)
+        })
+        .collect()
+}
+
+fn filter_of(inf: &InformerConfig) -> anyhow::Result<ObjectFilter> {
+    Ok(ObjectFilter {
+        api_version: inf.api_version.clone(),
+        kind: inf.kind.clone(),
+        namespaces: inf.namespaces.clone(),
+        labels: LabelSelector::parse(inf.label_selector.as_deref().unwrap_or(""))?,
+        fields: ObjectFilter::parse_fields(inf.field_selector.as_deref().unwrap_or(""))
+            .map_err(anyhow::Error::msg)?,
+    })
+}
+
+/// A kube client from kubeconfig (with an optional context) or the in-cluster environment.
+pub async fn kube_client(context: Option<&str>) -> anyhow::Result<kube::Client> {
+    let cfg = match context {
+        Some(c) => {
+            let opts = kube::config::KubeConfigOptions {
+                context: Some(c.to_owned()),
+                ..Default::default()
+            };
+            kube::Config::from_kubeconfig(&opts)
+                .await
+                .with_context(|| format!("kubeconfig context {c:?}"))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no kubeconfig and not running in a cluster")?,
+    };
+    kube::Client::try_from(cfg).context("building the Kubernetes client")
+}
+
+/// The informers of a config, not started yet (plus the dir cluster for a `dir:` source).
+pub async fn build_informers(
+    config: &Config,
+    opts: &RunOptions,
+) -> anyhow::Result<(Vec<Arc<SharedInformer>>, Option<Arc<DirCluster>>)> {
+    let kind = config.source_kind()?;
+    let (client, dir) = match &kind {
+        SourceKind::Kube => (Some(kube_client(opts.context.as_deref()).await?), None),
+        SourceKind::Dir(p) => (
+            None,
+            Some(DirCluster::open(p).with_context(|| format!("source dir:{}", p.display()))?),
+        ),
+    };
+    let mut out = Vec::new();
+    for inf in &config.informers {
+        let lw: Arc<dyn ListerWatcher> = match (&client, &dir) {
+            (Some(client), _) => {
+                let ns = inf.namespaces.as_deref();
+                let one = ns.filter(|n| n.len() == 1).map(|n| n[0].as_str());
+                let mut src = KubeSource::new(client.clone(), &inf.api_version, &inf.kind, one)
+                    .strip_managed_fields(inf.strip_managed_fields);
+                if let Some(l) = &inf.label_selector {
+                    src = src.labels(l.clone());
+                }
+                if let Some(f) = &inf.field_selector {
+                    src = src.fields(f.clone());
+                }
+                match ns {
+                    Some(n) if n.len() > 1 => Arc::new(Filtered::new(
+                        src,
+                        ObjectFilter {
+                            namespaces: Some(n.to_vec()),
+                            ..Default::default()
+                        },
+                    )),
+                    _ => Arc::new(src),
+                }
+            }
+            (None, Some(d)) => Arc::new(d.source(filter_of(inf)?)),
+            (None, None) => anyhow::bail!("no source"),
+        };
+        let settings = InformerSettings {
+            default_resync: inf.resync.0,
+            reflector: ReflectorConfig {
+                use_watch_list: inf.watch_list,
+                ..ReflectorConfig::default()
+            },
+            ..InformerSettings::default()
+        };
+        let informer = SharedInformer::new(inf.name.clone(), lw, settings);
+        informer
+            .add_indexers(index_funcs(inf))
+            .with_context(|| format!("informer {:?}: indexes", inf.name))?;
+        out.push(informer);
+    }
+    Ok((out, dir))
+}
+
+/// The plugin engine for a config.
+pub fn engine(config: &Config) -> anyhow::Result<Arc<PluginEngine>> {
+    let mut ec = EngineConfig::default();
+    if let Some(d) = &config.engine.cache_dir {
+        ec.cache_dir = Some(config.resolve(d));
+    }
+    if let Some(t) = config.engine.epoch_tick {
+        ec.epoch_tick = t.0;
+    }
+    ec.fuel = config.engine.fuel;
+    Ok(PluginEngine::new(ec)?)
+}
+
+/// A running host.
+pub struct Host {
+    /// Informers by config order.
+    pub informers: Vec<Arc<SharedInformer>>,
+    /// Running plugins.
+    pub plugins: Arc<RwLock<Vec<Arc<PluginHandle>>>>,
+    /// Admin state (for an admin server).
+    pub admin: AdminState,
+    /// The admin server's address, when it runs.
+    pub admin_addr: Option<std::net::SocketAddr>,
+}
+
+/// Builds and starts everything; returns once started (informers sync in the background).
+/// Every plugin is checked before anything starts: a bad one refuses the start.
+pub async fn start(
+    config: &Config,
+    opts: &RunOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<Host> {
+    let (informers, dir) = build_informers(config, opts).await?;
+    let engine = engine(config)?;
+    let mut manager = PluginManager::new(engine);
+    for i in &informers {
+        manager.add_informer(i.clone());
+    }
+    let mut checked = Vec::new();
+    for spec in config.plugin_specs() {
+        checked.push(manager.check(&spec)?);
+    }
+    let plugins: Vec<Arc<PluginHandle>> = checked
+        .into_iter()
+        .map(|c| Arc::new(manager.attach(c)))
+        .collect();
+    let plugins = Arc::new(RwLock::new(plugins));
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    if let Some(d) = dir {
+        tokio::spawn(d.watch(DIR_RESCAN, stopped()));
+    }
+    for inf in &informers {
+        tracing::info!(informer = %inf.name(), "listing objects");
+        tokio::spawn(inf.clone().run(stopped()));
+        let i = inf.clone();
+        tokio::spawn(async move {
+            if crate::informer::shared_informer::wait_for(Duration::from_secs(3600), || {
+                i.has_synced()
+            })
+            .await
+            {
+                tracing::info!(informer = %i.name(), objects = i.cache().len(), "informer synced");
+            }
+        });
+    }
+    let admin = AdminState {
+        informers: informers.clone(),
+        plugins: plugins.clone(),
+    };
+    let listen = opts
+        .admin
+        .clone()
+        .unwrap_or_else(|| config.admin.listen.clone());
+    let mut admin_addr = None;
+    if !listen.is_empty() {
+        let l = tokio::net::TcpListener::bind(&listen)
+            .await
+            .with_context(|| format!("admin.listen {listen}"))?;
+        admin_addr = l.local_addr().ok();
+        tracing::info!(address = %listen, "admin server listening");
+        tokio::spawn(crate::admin::serve(l, admin.clone(), stopped()));
+    }
+    Ok(Host {
+        informers,
+        plugins,
+        admin,
+        admin_addr,
+    })
+}
+
+/// Per-plugin summary lines (`name: delivered N, failed M, state`).
+pub fn summary(plugins: &[Arc<PluginHandle>]) -> BTreeMap<String, String> {
+    use crate::plugin::status::PluginCounters as C;
+    plugins
+        .iter()
+        .map(|p| {
+            let c = &p.status().counters;
+            (
+                p.name().to_owned(),
+                format!(
+                    "delivered {}, failed {}, state {:?}",
+                    C::get(&c.delivered),
+                    C::get(&c.failed),
+                    p.state()
+                ),
+            )
+        })
+        .collect()
+}

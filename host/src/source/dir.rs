@@ -1,0 +1,365 @@
+//! `dir:PATH`: a directory of Kubernetes manifests (YAML or JSON, several documents per file,
+//! `kind: List` expanded) acts as the cluster. Every object is listed at start; creating, editing
+//! and deleting files produce add / update / delete through the same informer pipeline, with
+//! increasing resourceVersions. The directory is rescanned every `interval` (polling works on
+//! every filesystem and never sees a half-written file twice: a file that does not parse keeps
+//! its previous objects and is reported).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::filter::ObjectFilter;
+use super::memory::MemorySource;
+use crate::informer::Object;
+
+/// Kinds that have no namespace (objects of other kinds without one go to `default`).
+const CLUSTER_SCOPED: &[&str] = &[
+    "Namespace",
+    "Node",
+    "PersistentVolume",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "CustomResourceDefinition",
+    "StorageClass",
+    "PriorityClass",
+    "IngressClass",
+    "RuntimeClass",
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
+    "APIService",
+    "CSIDriver",
+    "CSINode",
+    "VolumeAttachment",
+];
+
+/// Identity of an object across files: apiVersion, kind, namespace, name.
+type ObjKey = (String, String, String, String);
+
+struct FileState {
+    stamp: (SystemTime, u64),
+    objects: Vec<Value>,
+}
+
+#[derive(Default)]
+struct State {
+    files: BTreeMap<PathBuf, FileState>,
+    /// The objects the directory defines now.
+    current: BTreeMap<ObjKey, Value>,
+    sources: Vec<(ObjectFilter, MemorySource)>,
+    /// Files that failed to parse, with the error (reported once per change).
+    errors: BTreeMap<PathBuf, String>,
+}
+
+/// A directory acting as a cluster.
+pub struct DirCluster {
+    root: PathBuf,
+    state: Mutex<State>,
+}
+
+fn key_of(v: &Value) -> Option<ObjKey> {
+    let s = |p: &str| {
+        v.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    };
+    let name = s("/metadata/name");
+    if name.is_empty() || s("/kind").is_empty() || s("/apiVersion").is_empty() {
+        return None;
+    }
+    Some((s("/apiVersion"), s("/kind"), s("/metadata/namespace"), name))
+}
+
+/// Parses a manifest file into objects: several documents, `kind: List` expanded, namespaces
+/// defaulted.
+pub fn parse_manifests(text: &str) -> Result<Vec<Value>, String> {
+    let mut out = Vec::new();
+    for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        let v = Value::deserialize(doc).map_err(|e| format!("document {}: {e}", i + 1))?;
+        if v.is_null() {
+            continue;
+        }
+        let items = if v
+            .get("kind")
+            .and_then(Value::as_str)
+            .is_some_and(|k| k.ends_with("List"))
+        {
+            v.get("items")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        } else {
+            vec![v]
+        };
+        for mut item in items {
+            if !item.is_object() {
+                return Err(format!("document {}: not an object", i + 1));
+            }
+            let kind = item
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            if key_of(&item).is_none() {
+                return Err(format!(
+                    "document {}: an object needs apiVersion, kind and metadata.name",
+                    i + 1
+                ));
+            }
+            let md = &mut item["metadata"];
+            if md.get("namespace").is_none() && !CLUSTER_SCOPED.contains(&kind.as_str()) {
+                md["namespace"] = Value::from("default");
+            }
+            out.push(item);
+        }
+    }
+    Ok(out)
+}
+
+fn manifest_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        let hidden = p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with('.'));
+        if hidden {
+            continue;
+        }
+        if p.is_dir() {
+            manifest_files(&p, out);
+        } else if p
+            .extension()
+            .and_then(|x| x.to_str())
+            .is_some_and(|x| matches!(x, "yaml" | "yml" | "json"))
+        {
+            out.push(p);
+        }
+    }
+}
+
+impl DirCluster {
+    /// Scans `root` once.
+    pub fn open(root: impl Into<PathBuf>) -> std::io::Result<Arc<Self>> {
+        let root = root.into();
+        if !root.is_dir() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{} is not a directory", root.display()),
+            ));
+        }
+        let c = Arc::new(Self {
+            root,
+            state: Mutex::default(),
+        });
+        c.rescan();
+        Ok(c)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A source of the objects passing `filter`, kept up to date by [`DirCluster::rescan`].
+    pub fn source(&self, filter: ObjectFilter) -> MemorySource {
+        let mut st = self.lock();
+        let src = MemorySource::new();
+        for v in st.current.values() {
+            apply_if_kept(&src, &filter, v.clone());
+        }
+        st.sources.push((filter, src.clone()));
+        src
+    }
+
+    /// Files that currently fail to parse, with their errors.
+    pub fn errors(&self) -> BTreeMap<PathBuf, String> {
+        self.lock().errors.clone()
+    }
+
+    /// Reads changed files and applies the differences to every source.
+    pub fn rescan(&self) {
+        let mut paths = Vec::new();
+        manifest_files(&self.root, &mut paths);
+        let mut st = self.lock();
+        let mut seen = BTreeMap::new();
+        for p in paths {
+            let Ok(md) = std::fs::metadata(&p) else {
+                continue;
+            };
+            let stamp = (md.modified().unwrap_or(SystemTime::UNIX_EPOCH), md.len());
+            seen.insert(p.clone(), ());
+            if st.files.get(&p).is_some_and(|f| f.stamp == stamp) {
+                continue;
+            }
+            let parsed = std::fs::read_to_string(&p)
+                .map_err(|e| e.to_string())
+                .and_then(|t| parse_manifests(&t));
+            match parsed {
+                Ok(objects) => {
+                    if st.errors.remove(&p).is_some() {
+                        tracing::info!(file = %p.display(), "manifest parses again");
+                    }
+                    st.files.insert(p, FileState { stamp, objects });
+                }
+                Err(e) => {
+                    if st.errors.get(&p) != Some(&e) {
+                        tracing::error!(file = %p.display(), error = %e, "manifest does not parse; keeping its previous objects");
+                    }
+                    st.errors.insert(p.clone(), e);
+                    // Remember the stamp so the same broken content is not re-read every scan,
+                    // but keep the previously accepted objects.
+                    let objects = st
+                        .files
+                        .get(&p)
+                        .map(|f| f.objects.clone())
+                        .unwrap_or_default();
+                    st.files.insert(p, FileState { stamp, objects });
+                }
+            }
+        }
+        st.files.retain(|p, _| seen.contains_key(p));
+        st.errors.retain(|p, _| seen.contains_key(p));
+
+        let mut next: BTreeMap<ObjKey, Value> = BTreeMap::new();
+        for f in st.files.values() {
+            for v in &f.objects {
+                if let Some(k) = key_of(v) {
+                    next.insert(k, v.clone());
+                }
+            }
+        }
+        let prev = std::mem::take(&mut st.current);
+        for (k, v) in &next {
+            if prev.get(k) != Some(v) {
+                for (f, src) in &st.sources {
+                    apply_if_kept(src, f, v.clone());
+                }
+            }
+        }
+        for (k, v) in &prev {
+            if !next.contains_key(k) {
+                let key = if k.2.is_empty() {
+                    k.3.clone()
+                } else {
+                    format!("{}/{}", k.2, k.3)
+                };
+                for (f, src) in &st.sources {
+                    if Object::from_value(v.clone(), true).is_ok_and(|o| f.keeps(&o)) {
+                        src.delete(&key);
+                    }
+                }
+            }
+        }
+        st.current = next;
+    }
+
+    /// Rescans every `interval` until `shutdown` completes.
+    pub async fn watch(
+        self: Arc<Self>,
+        interval: Duration,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
+        let me = self.clone();
+        let poll = async move {
+            loop {
+                tokio::time::sleep(interval).await;
+                let m = me.clone();
+                let _ = tokio::task::spawn_blocking(move || m.rescan()).await;
+            }
+        };
+        tokio::select! {
+            _ = shutdown => {}
+            _ = poll => {}
+        }
+    }
+}
+
+fn apply_if_kept(src: &MemorySource, filter: &ObjectFilter, v: Value) {
+    match Object::from_value(v.clone(), true) {
+        Ok(o) if filter.keeps(&o) => {
+            if let Err(e) = src.apply(v) {
+                tracing::error!(error = %e, "manifest object refused");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::error!(error = %e, "manifest object refused"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pods_filter() -> ObjectFilter {
+        ObjectFilter {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn files_define_objects_and_edits_and_deletions_change_them_with_increasing_versions() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("a.yaml"),
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n",
+        )
+        .unwrap();
+        let c = DirCluster::open(d.path()).unwrap();
+        let pods = c.source(pods_filter());
+        let objs = pods.objects();
+        assert_eq!(
+            objs.keys().collect::<Vec<_>>(),
+            ["default/web"],
+            "namespaced kinds default to `default`"
+        );
+        let rv1 = objs["default/web"].resource_version().to_owned();
+
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(
+            d.path().join("a.yaml"),
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: web, labels: {v: '2'}}\n",
+        )
+        .unwrap();
+        c.rescan();
+        let web = pods.objects()["default/web"].clone();
+        assert_eq!(web.meta().label("v"), Some("2"));
+        assert!(web.resource_version().parse::<u64>().unwrap() > rv1.parse::<u64>().unwrap());
+
+        std::fs::write(
+            d.path().join("bad.yaml"),
+            "apiVersion: v1\nkind: Pod\nmetadata: [oops\n",
+        )
+        .unwrap();
+        c.rescan();
+        assert_eq!(c.errors().len(), 1, "a broken file is reported");
+        assert_eq!(pods.objects().len(), 1, "and changes nothing");
+
+        std::fs::remove_file(d.path().join("a.yaml")).unwrap();
+        c.rescan();
+        assert!(pods.objects().is_empty());
+    }
+
+    #[test]
+    fn a_file_that_breaks_keeps_its_previous_objects() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("p.yaml");
+        std::fs::write(&f, "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\n").unwrap();
+        let c = DirCluster::open(d.path()).unwrap();
+        let pods = c.source(pods_filter());
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(&f, "apiVersion: v1\nkind: Pod\nmetadata: {name: web\n").unwrap();
+        c.rescan();
+        assert_eq!(pods.objects().len(), 1);
+        assert!(c.errors().values().next().unwrap().contains("document 1"));
+    }
+}

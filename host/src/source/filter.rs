@@ -1,0 +1,148 @@
+//! Object filters applied on the host side: several namespaces (the API can only list one or
+//! all), and field selectors for sources that cannot apply them (the dir source).
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+
+use crate::informer::Object;
+use crate::informer::lister_watcher::{
+    ListOptions, ListPage, ListerWatcher, SourceError, WatchEvent, WatchOptions, WatchStream,
+};
+use crate::informer::selector::LabelSelector;
+
+/// Which objects an informer keeps.
+#[derive(Clone, Debug, Default)]
+pub struct ObjectFilter {
+    /// `apiVersion` to keep (empty: any).
+    pub api_version: String,
+    /// `kind` to keep (empty: any).
+    pub kind: String,
+    /// Namespaces to keep (`None`: all).
+    pub namespaces: Option<Vec<String>>,
+    /// Label selector.
+    pub labels: LabelSelector,
+    /// Field selector requirements: (JSON path segments, value, equal?).
+    pub fields: Vec<(Vec<String>, String, bool)>,
+}
+
+impl ObjectFilter {
+    /// Parses a field selector (`a.b=c`, `a.b==c`, `a.b!=c`, comma-separated).
+    pub fn parse_fields(selector: &str) -> Result<Vec<(Vec<String>, String, bool)>, String> {
+        selector
+            .split(',')
+            .filter(|p| !p.trim().is_empty())
+            .map(|p| {
+                let (k, v, eq) = if let Some((k, v)) = p.split_once("!=") {
+                    (k, v, false)
+                } else if let Some((k, v)) = p.split_once("==").or_else(|| p.split_once('=')) {
+                    (k, v, true)
+                } else {
+                    return Err(format!(
+                        "invalid field selector {selector:?}: {p:?} has no = or !="
+                    ));
+                };
+                Ok((
+                    k.trim().split('.').map(str::to_owned).collect(),
+                    v.trim().to_owned(),
+                    eq,
+                ))
+            })
+            .collect()
+    }
+
+    /// Whether the object passes the filter (metadata checks first; fields parse the JSON).
+    pub fn keeps(&self, o: &Object) -> bool {
+        let m = o.meta();
+        if (!self.api_version.is_empty() && m.api_version != self.api_version)
+            || (!self.kind.is_empty() && m.kind != self.kind)
+        {
+            return false;
+        }
+        if let Some(ns) = &self.namespaces
+            && !ns
+                .iter()
+                .any(|n| Some(n.as_str()) == m.namespace.as_deref())
+        {
+            return false;
+        }
+        if !self.labels.matches(&m.labels) {
+            return false;
+        }
+        if self.fields.is_empty() {
+            return true;
+        }
+        let v = o.to_value();
+        self.fields.iter().all(|(path, want, eq)| {
+            let got = path.iter().try_fold(&v, |acc, seg| acc.get(seg));
+            let got = match got {
+                Some(serde_json::Value::String(s)) => s.clone(),
+                Some(serde_json::Value::Null) | None => String::new(),
+                Some(other) => other.to_string(),
+            };
+            (got == *want) == *eq
+        })
+    }
+}
+
+/// A source whose objects pass through a filter (list items and watch events alike).
+pub struct Filtered<L> {
+    inner: L,
+    filter: Arc<ObjectFilter>,
+}
+
+impl<L: ListerWatcher> Filtered<L> {
+    /// Wraps `inner`.
+    pub fn new(inner: L, filter: ObjectFilter) -> Self {
+        Self {
+            inner,
+            filter: Arc::new(filter),
+        }
+    }
+}
+
+impl<L: ListerWatcher> ListerWatcher for Filtered<L> {
+    fn list(&self, opts: ListOptions) -> BoxFuture<'_, Result<ListPage, SourceError>> {
+        let f = self.filter.clone();
+        self.inner
+            .list(opts)
+            .map(move |r| {
+                r.map(|mut p| {
+                    p.items.retain(|o| f.keeps(o));
+                    p
+                })
+            })
+            .boxed()
+    }
+
+    fn watch(&self, opts: WatchOptions) -> BoxFuture<'_, Result<WatchStream, SourceError>> {
+        let f = self.filter.clone();
+        self.inner
+            .watch(opts)
+            .map(move |r| {
+                r.map(|s| {
+                    s.filter(move |ev| {
+                        let keep = match ev {
+                            Ok(
+                                WatchEvent::Added(o)
+                                | WatchEvent::Modified(o)
+                                | WatchEvent::Deleted(o),
+                            ) => f.keeps(o),
+                            _ => true,
+                        };
+                        futures::future::ready(keep)
+                    })
+                    .boxed()
+                })
+            })
+            .boxed()
+    }
+
+    fn describe(&self) -> String {
+        match &self.filter.namespaces {
+            Some(ns) => format!("{} (namespaces {})", self.inner.describe(), ns.join(", ")),
+            None => self.inner.describe(),
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! The `wisp` binary end to end: `check`, config errors, `run` on a `dir:` source with plugins
+//! (files created, edited, deleted while it runs), the admin endpoints, `record` then `replay`.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn wisp() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_wisp"));
+    c.env("RUST_LOG", "info").env(
+        "XDG_CACHE_HOME",
+        std::env::temp_dir().join("wisp-cli-test-cache"),
+    );
+    c
+}
+
+fn plugin(name: &str) -> PathBuf {
+    let dir = std::env::var_os("WISP_PLUGIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist"));
+    let p = dir.join(format!("{name}.wasm"));
+    assert!(
+        p.exists(),
+        "{} missing: run `cargo xtask plugins` (or `cargo xtask test`)",
+        p.display()
+    );
+    p
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn free_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let (head, body) = buf.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_owned()))
+}
+
+fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: NAME, namespace: shop}\nspec:\n  nodeName: n1\n  containers: [{name: c, image: IMAGE}]\n";
+
+fn pod(name: &str, image: &str) -> String {
+    POD.replace("NAME", name).replace("IMAGE", image)
+}
+
+/// A dir-source config with the audit and policy plugins.
+fn setup() -> (tempfile::TempDir, PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir(d.path().join("cluster")).unwrap();
+    std::fs::write(
+        d.path().join("cluster/web.yaml"),
+        pod("web-1", "nginx:1.27"),
+    )
+    .unwrap();
+    let cfg = format!(
+        "source: dir:cluster\ninformers:\n  - {{name: pods, apiVersion: v1, kind: Pod}}\nplugins:\n  - name: audit\n    module: {}\n    informers: [pods]\n  - name: policy\n    module: {}\n    informers: [pods]\n    settings: {{requireLimits: false}}\n",
+        plugin("audit_log").display(),
+        plugin("image_policy").display()
+    );
+    let path = d.path().join("wisp.yaml");
+    std::fs::write(&path, cfg).unwrap();
+    (d, path)
+}
+
+#[test]
+fn check_accepts_a_plugin_and_prints_what_it_says_about_itself() {
+    let o = wisp()
+        .arg("check")
+        .arg(plugin("audit_log"))
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        out.starts_with("ok: audit-log 0.1.0 is a wisp:plugin/plugin@0.1.0 component"),
+        "{out}"
+    );
+}
+
+#[test]
+fn check_refuses_bad_modules_and_bad_settings_with_one_clear_error() {
+    let d = tempfile::tempdir().unwrap();
+    let junk = d.path().join("junk.wasm");
+    std::fs::write(&junk, "not wasm at all").unwrap();
+    let o = wisp().arg("check").arg(&junk).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let (_, err) = text(&o);
+    assert!(
+        err.trim_end()
+            .ends_with("not a WebAssembly file (it does not start with \"\\0asm\")"),
+        "{err}"
+    );
+    assert_eq!(err.lines().filter(|l| l.starts_with("error:")).count(), 1);
+
+    let o = wisp()
+        .arg("check")
+        .arg(plugin("test_wrong_world"))
+        .output()
+        .unwrap();
+    assert!(
+        text(&o)
+            .1
+            .contains("not a wisp:plugin/plugin@0.1.0 component"),
+        "{}",
+        text(&o).1
+    );
+
+    let o = wisp()
+        .arg("check")
+        .arg(plugin("image_policy"))
+        .args(["--settings", r#"{"denyLatest": 1}"#])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).1.contains("init: settings rejected: settings.denyLatest: invalid type: integer `1`, expected a boolean"), "{}", text(&o).1);
+}
+
+#[test]
+fn run_refuses_a_bad_config_naming_file_field_and_problem() {
+    let (d, cfg) = setup();
+    let bad = std::fs::read_to_string(&cfg).unwrap().replace(
+        "informers: [pods]\n  - name: policy",
+        "informers: [nodes]\n  - name: policy",
+    );
+    std::fs::write(&cfg, bad).unwrap();
+    let o = wisp().args(["run", "--config"]).arg(&cfg).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o).1;
+    assert!(
+        err.contains(&format!(
+            "error: {}: plugins[0].informers[0]: unknown informer \"nodes\" (defined: pods)",
+            cfg.display()
+        )),
+        "{err}"
+    );
+    drop(d);
+}
+
+#[test]
+fn run_on_a_directory_delivers_file_changes_to_plugins_and_serves_admin_endpoints() {
+    let (d, cfg) = setup();
+    let admin = free_addr();
+    let child = wisp()
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .args(["--admin", &admin.to_string(), "--for", "60s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _running = Running(child);
+    assert_eq!(
+        get(admin, "/healthz").map(|r| r.0).or_else(|| {
+            until("admin up", || get(admin, "/healthz").is_some());
+            get(admin, "/healthz").map(|r| r.0)
+        }),
+        Some(200)
+    );
+    until("ready", || {
+        get(admin, "/readyz").is_some_and(|r| r.0 == 200)
+    });
+
+    let cluster = d.path().join("cluster");
+    std::fs::write(cluster.join("bad.yaml"), pod("bad-1", "redis:latest")).unwrap();
+    std::fs::write(cluster.join("web.yaml"), pod("web-1", "nginx:1.28")).unwrap();
+    let metric = |name: &str| -> Option<String> {
+        let body = get(admin, "/metrics")?.1;
+        body.lines()
+            .find(|l| l.starts_with(name))
+            .map(str::to_owned)
+    };
+    until("add and update seen", || {
+        metric("wisp_plugin_audit_events_total{event=\"updated\"")
+            .is_some_and(|l| l.ends_with(" 1"))
+            && metric("wisp_plugin_audit_events_total{event=\"added\"")
+                .is_some_and(|l| l.ends_with(" 2"))
+    });
+    until("policy violation", || {
+        metric("wisp_plugin_policy_violating_pods{plugin=\"policy\",rule=\"latest-tag\"}")
+            .is_some_and(|l| l.ends_with(" 1.0") || l.ends_with(" 1"))
+    });
+    std::fs::remove_file(cluster.join("bad.yaml")).unwrap();
+    until("delete seen", || {
+        metric("wisp_plugin_audit_events_total{event=\"deleted\"")
+            .is_some_and(|l| l.ends_with(" 1"))
+    });
+    until("violation cleared", || {
+        metric("wisp_plugin_policy_violating_pods{plugin=\"policy\",rule=\"latest-tag\"}")
+            .is_some_and(|l| l.ends_with(" 0.0") || l.ends_with(" 0"))
+    });
+
+    let (code, plugins) = get(admin, "/plugins").unwrap();
+    assert_eq!(code, 200);
+    let v: serde_json::Value = serde_json::from_str(&plugins).unwrap();
+    let names: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert_eq!(names, ["audit", "policy"]);
+    assert!(
+        v.as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["state"] == "running")
+    );
+    let (_, m) = get(admin, "/metrics").unwrap();
+    assert!(
+        m.contains("wisp_informer_cache_size{informer=\"pods\"} 1"),
+        "{m}"
+    );
+}
+
+#[test]
+fn record_then_replay_round_trips_the_notifications() {
+    let (d, cfg) = setup();
+    std::fs::write(
+        d.path().join("cluster/db.yaml"),
+        pod("db-0", "postgres:latest"),
+    )
+    .unwrap();
+    let out = d.path().join("events.jsonl");
+    let o = wisp()
+        .args(["record", "--config"])
+        .arg(&cfg)
+        .arg("--out")
+        .arg(&out)
+        .arg("--until-synced")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let lines = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(lines.lines().count(), 2, "{lines}");
+    assert!(
+        lines
+            .lines()
+            .all(|l| l.contains("\"event\":\"added\"") && l.contains("\"initialList\":true"))
+    );
+
+    let o = wisp()
+        .args(["replay", "--plugin"])
+        .arg(plugin("image_policy"))
+        .arg("--events")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let (stdout, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(stdout.starts_with("plugin image-policy 0.1.0"), "{stdout}");
+    assert!(
+        stdout.contains("pods added shop/db-0 rv=") && stdout.contains("-> ok"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("    warn: violation latest-tag shop/db-0"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("2 notifications: 2 ok, 0 failed"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("counter policy_violations_total{rule=\"latest-tag\"} = 1"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn rbac_grants_exactly_list_and_watch_on_what_the_config_reads() {
+    let (_d, cfg) = setup();
+    let o = wisp()
+        .args(["rbac", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        out.contains("kind: ClusterRole\n")
+            && out.contains("resources: [\"pods\"]\n    verbs: [list, watch]"),
+        "{out}"
+    );
+}
+
+#[test]
+fn help_explains_each_command() {
+    let o = wisp().arg("--help").output().unwrap();
+    let out = text(&o).0;
+    for cmd in ["run", "check", "replay", "record", "rbac", "demo"] {
+        assert!(
+            out.lines().any(|l| l.trim_start().starts_with(cmd)),
+            "{cmd} missing from --help:\n{out}"
+        );
+    }
+}

@@ -1,0 +1,387 @@
+//! The admin HTTP server over a real pod informer (test API server, real `kube::Client`) and the
+//! compiled plugins, fetched with a plain HTTP/1.1 client over TCP.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock, RwLock};
+
+use common::*;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use wisp_host::admin::{self, AdminState};
+use wisp_host::informer::SharedInformer;
+use wisp_host::plugin::status::PluginCounters;
+use wisp_host::plugin::{
+    EngineConfig, FailurePolicy, OnFailure, PluginEngine, PluginHandle, PluginManager, PluginSpec,
+    PluginState,
+};
+use wisp_tests::{TestApiServer, pod};
+
+/// One engine per test binary: each module compiles once.
+fn engine() -> Arc<PluginEngine> {
+    static ENGINE: OnceLock<(Arc<PluginEngine>, tempfile::TempDir)> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let e = PluginEngine::new(EngineConfig {
+                cache_dir: Some(dir.path().into()),
+                ..EngineConfig::default()
+            })
+            .unwrap();
+            (e, dir)
+        })
+        .0
+        .clone()
+}
+
+/// A pod informer over a server holding `pods` pods, and a plugin manager on it.
+struct Rig {
+    server: TestApiServer,
+    inf: Arc<SharedInformer>,
+    manager: PluginManager,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Rig {
+    /// Not running yet: [`Rig::run`] starts the informer.
+    async fn new(pods: usize) -> Self {
+        let server = server_with_pods(pods).await;
+        let inf = pod_informer(&server, fast_config());
+        let mut manager = PluginManager::new(engine());
+        manager.add_informer(inf.clone());
+        Self {
+            server,
+            inf,
+            manager,
+            stop: None,
+        }
+    }
+
+    /// Runs the informer and waits for it to sync.
+    async fn run(&mut self) {
+        self.stop = Some(start(&self.inf));
+        until("informer synced", || self.inf.has_synced()).await;
+    }
+
+    async fn running(pods: usize) -> Self {
+        let mut r = Self::new(pods).await;
+        r.run().await;
+        r
+    }
+
+    fn plugin(&self, name: &str, module: &str, settings: Value) -> Arc<PluginHandle> {
+        let mut s = PluginSpec::new(name, plugin_path(module), &["pods"]);
+        s.settings = settings;
+        self.start(s)
+    }
+
+    fn start(&self, spec: PluginSpec) -> Arc<PluginHandle> {
+        Arc::new(self.manager.start(spec).unwrap())
+    }
+
+    fn state(&self, plugins: &[&Arc<PluginHandle>]) -> AdminState {
+        AdminState {
+            informers: vec![self.inf.clone()],
+            plugins: Arc::new(RwLock::new(plugins.iter().map(|p| (*p).clone()).collect())),
+        }
+    }
+}
+
+fn delivered(h: &PluginHandle) -> u64 {
+    PluginCounters::get(&h.status().counters.delivered)
+}
+
+/// A running admin server.
+struct Admin {
+    addr: SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Admin {
+    async fn start(state: AdminState) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(admin::serve(listener, state, async {
+            let _ = rx.await;
+        }));
+        Self { addr, stop, task }
+    }
+
+    async fn get(&self, path: &str) -> Reply {
+        get(self.addr, path).await
+    }
+
+    /// Signals shutdown and checks that `serve` returns cleanly.
+    async fn stop(self) {
+        self.stop.send(()).unwrap();
+        let done = tokio::time::timeout(T, self.task)
+            .await
+            .expect("serve returns after shutdown");
+        done.unwrap().unwrap();
+    }
+}
+
+/// An HTTP response.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    /// Lowercased names.
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+
+    /// The value of the sample whose name and labels are exactly `series`.
+    fn sample(&self, series: &str) -> Option<f64> {
+        self.body
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .map(|v| v.parse().unwrap())
+    }
+}
+
+/// `GET path` over a fresh connection, HTTP/1.1 with `Connection: close`, read to the end.
+async fn get(addr: SocketAddr, path: &str) -> Reply {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(T, s.read_to_end(&mut raw))
+        .await
+        .expect("a reply in time")
+        .unwrap();
+    let raw = String::from_utf8(raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").expect("a header block");
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|l| l.split(' ').nth(1)).unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+    Reply {
+        status: status.parse().unwrap(),
+        headers,
+        body: if chunked {
+            dechunk(body)
+        } else {
+            body.to_owned()
+        },
+    }
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    loop {
+        let (size, rest) = s.split_once("\r\n").expect("a chunk size");
+        let n = usize::from_str_radix(size.split(';').next().unwrap().trim(), 16).unwrap();
+        if n == 0 {
+            return out;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n + 2..];
+    }
+}
+
+#[tokio::test]
+async fn healthz_answers_ok_unknown_paths_are_not_found_and_serve_returns_on_shutdown() {
+    let admin = Admin::start(AdminState::default()).await;
+    let r = admin.get("/healthz").await;
+    assert_eq!((r.status, r.body.as_str()), (200, "ok"));
+    let r = admin.get("/nope").await;
+    assert_eq!(r.status, 404, "{r:?}");
+    let r = admin.get("/metrics").await;
+    assert_eq!(r.status, 200);
+    assert!(r.body.ends_with("# EOF\n"), "{}", r.body);
+    admin.stop().await;
+}
+
+#[tokio::test]
+async fn readyz_names_the_informer_and_the_plugin_until_they_sync_then_answers_ready() {
+    let mut rig = Rig::new(3).await;
+    let audit = rig.plugin("audit", "audit_log", json!({}));
+    let admin = Admin::start(rig.state(&[&audit])).await;
+
+    let r = admin.get("/readyz").await;
+    assert_eq!(r.status, 503, "{r:?}");
+    assert!(r.header("content-type").unwrap().starts_with("text/plain"));
+    let lines: Vec<&str> = r.body.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "informer pods: not synced",
+            "plugin audit: initial list not handled"
+        ]
+    );
+
+    rig.run().await;
+    until("plugin synced", || audit.has_synced()).await;
+    let r = admin.get("/readyz").await;
+    assert_eq!((r.status, r.body.as_str()), (200, "ready\n"));
+    admin.stop().await;
+}
+
+#[tokio::test]
+async fn metrics_report_cache_size_deliveries_latency_buckets_and_the_plugins_own_counters() {
+    let rig = Rig::running(3).await;
+    let audit = rig.plugin("audit", "audit_log", json!({}));
+    until("3 delivered", || delivered(&audit) == 3).await;
+    rig.server.create(pod("default", "late-1")).unwrap();
+    until("4 delivered", || delivered(&audit) == 4).await;
+    let admin = Admin::start(rig.state(&[&audit])).await;
+
+    let r = admin.get("/metrics").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("content-type"),
+        Some("application/openmetrics-text; version=1.0.0; charset=utf-8")
+    );
+    let m = |series: &str| {
+        r.sample(series)
+            .unwrap_or_else(|| panic!("no {series} in\n{}", r.body))
+    };
+    assert_eq!(m(r#"wisp_informer_cache_size{informer="pods"}"#), 4.0);
+    assert_eq!(m(r#"wisp_informer_synced{informer="pods"}"#), 1.0);
+    assert_eq!(m(r#"wisp_informer_lists_total{informer="pods"}"#), 1.0);
+    assert_eq!(m(r#"wisp_informer_relists_total{informer="pods"}"#), 0.0);
+    assert_eq!(m(r#"wisp_plugin_delivered_total{plugin="audit"}"#), 4.0);
+    assert_eq!(m(r#"wisp_plugin_quarantined{plugin="audit"}"#), 0.0);
+    assert_eq!(m(r#"wisp_plugin_queue_depth{plugin="audit"}"#), 0.0);
+    let calls = PluginCounters::get(&audit.status().counters.calls) as f64;
+    assert!(calls >= 1.0);
+    assert_eq!(
+        m(r#"wisp_plugin_handle_latency_seconds_bucket{le="+Inf",plugin="audit"}"#),
+        calls
+    );
+    assert_eq!(
+        m(r#"wisp_plugin_handle_latency_seconds_count{plugin="audit"}"#),
+        calls
+    );
+    assert_eq!(
+        m(r#"wisp_plugin_audit_events_total{event="added",informer="pods",plugin="audit"}"#),
+        4.0
+    );
+    assert!(r.body.contains("# TYPE wisp_plugin_audit_events counter\n"));
+    assert!(r.body.ends_with("# EOF\n"));
+    admin.stop().await;
+}
+
+#[tokio::test]
+async fn plugins_lists_a_running_plugin_with_its_hash_counters_queues_and_logs() {
+    let rig = Rig::running(2).await;
+    let audit = rig.plugin("audit", "audit_log", json!({}));
+    until("2 delivered", || delivered(&audit) == 2).await;
+    let admin = Admin::start(rig.state(&[&audit])).await;
+
+    let r = admin.get("/plugins").await;
+    assert_eq!(r.status, 200);
+    assert!(
+        r.header("content-type")
+            .unwrap()
+            .starts_with("application/json")
+    );
+    let v = r.json();
+    let list = v.as_array().unwrap();
+    assert_eq!(list.len(), 1);
+    let p = &list[0];
+    assert_eq!(p["name"], "audit");
+    assert_eq!(p["pluginName"], "audit-log");
+    assert_eq!(p["version"], audit.info().version.as_str());
+    assert_eq!(p["module"], plugin_path("audit_log").display().to_string());
+    assert_eq!(p["hash"], audit.report().hash.as_str());
+    assert_eq!(p["hash"].as_str().unwrap().len(), 64);
+    assert!(
+        ["compiled", "disk-cache", "memory"].contains(&p["loadedFrom"].as_str().unwrap()),
+        "{p}"
+    );
+    assert_eq!(p["state"], "running");
+    assert_eq!(p["quarantineReason"], Value::Null);
+    assert_eq!(p["lastError"], Value::Null);
+    assert_eq!(p["synced"], true);
+    assert_eq!(p["counters"]["delivered"], 2);
+    assert_eq!(p["counters"]["failed"], 0);
+    assert_eq!(p["counters"]["deadlineHits"], 0);
+    assert_eq!(
+        p["queues"],
+        json!([{"informer": "pods", "depth": 0, "delivered": 2, "queued": 2}])
+    );
+    let logs: Vec<&str> = p["recentLogs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert_eq!(logs.len(), 2, "{logs:#?}");
+    assert!(
+        logs[0].starts_with("info: ADDED v1 Pod default/web-"),
+        "{logs:#?}"
+    );
+    admin.stop().await;
+}
+
+#[tokio::test]
+async fn a_quarantined_plugin_is_listed_with_its_reason_and_does_not_hold_readiness_back() {
+    let rig = Rig::running(0).await;
+    let mut spec = PluginSpec::new("failing", plugin_path("test_faults"), &["pods"]);
+    spec.settings = json!({"mode": "error"});
+    spec.on_failure = OnFailure {
+        policy: FailurePolicy::Skip,
+        quarantine_after: 1,
+    };
+    let failing = rig.start(spec);
+    let audit = rig.plugin("audit", "audit_log", json!({}));
+    rig.server.create(pod("default", "web-1")).unwrap();
+    until("quarantined", || {
+        matches!(failing.state(), PluginState::Quarantined { .. })
+    })
+    .await;
+    until("audit delivered", || delivered(&audit) == 1).await;
+    let admin = Admin::start(rig.state(&[&failing, &audit])).await;
+
+    let v = admin.get("/plugins").await.json();
+    let p = &v[0];
+    assert_eq!(p["name"], "failing");
+    assert_eq!(p["state"], "quarantined");
+    let reason = p["quarantineReason"].as_str().expect("a reason");
+    assert!(!reason.is_empty());
+    assert!(p["lastError"].is_string(), "{p}");
+    assert_eq!(p["counters"]["failed"], 1);
+    assert_eq!(v[1]["state"], "running");
+
+    let r = admin.get("/readyz").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let lines: Vec<&str> = r.body.lines().collect();
+    assert_eq!(lines[0], "ready");
+    assert!(
+        lines[1].starts_with("plugin failing: quarantined: "),
+        "{lines:?}"
+    );
+    assert_eq!(lines.len(), 2, "{lines:?}");
+
+    let r = admin.get("/metrics").await;
+    assert_eq!(
+        r.sample(r#"wisp_plugin_quarantined{plugin="failing"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        r.sample(r#"wisp_plugin_errors_total{plugin="failing"}"#),
+        Some(1.0)
+    );
+    admin.stop().await;
+}
