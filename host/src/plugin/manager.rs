@@ -10,7 +10,7 @@ use super::bindings::PluginInfo;
 use super::engine::{LoadError, LoadSource, LoadedComponent, PluginEngine};
 use super::error::PluginError;
 use super::instance::{CallError, Instance};
-use super::runtime::{PluginRuntime, WasmHandler};
+use super::runtime::{PluginRuntime, VersionInfo, WasmHandler};
 use super::spec::PluginSpec;
 use super::state::Grants;
 use super::status::{PluginState, PluginStatus};
@@ -37,8 +37,8 @@ pub struct CheckedPlugin {
     /// Timings.
     pub report: LoadReport,
     spec: PluginSpec,
-    pre: super::bindings::PluginPre<super::state::StoreData>,
-    instance: Instance,
+    pub(super) pre: super::bindings::PluginPre<super::state::StoreData>,
+    pub(super) instance: Instance,
     status: Arc<PluginStatus>,
     grants: Grants,
 }
@@ -52,6 +52,7 @@ impl CheckedPlugin {
     /// A runtime not attached to any informer: deliveries are handed to it directly (offline
     /// replay, benchmarks).
     pub fn into_runtime(self, engine: Arc<PluginEngine>) -> PluginRuntime {
+        let version = self.version_info();
         PluginRuntime::new(
             self.spec,
             engine,
@@ -59,12 +60,23 @@ impl CheckedPlugin {
             self.grants,
             self.status,
             self.instance,
+            version,
         )
+    }
+
+    fn version_info(&self) -> VersionInfo {
+        self.status.set_version(self.report.hash.clone(), 1);
+        VersionInfo {
+            info: self.info.clone(),
+            hash: self.report.hash.clone(),
+            generation: 1,
+        }
     }
 }
 
 /// A running plugin.
 pub struct PluginHandle {
+    runtime: Arc<Mutex<PluginRuntime>>,
     name: String,
     module: std::path::PathBuf,
     info: PluginInfo,
@@ -115,6 +127,12 @@ impl PluginHandle {
             .iter()
             .map(|(i, r)| (i.name().to_owned(), r.stats()))
             .collect()
+    }
+
+    /// Replaces the running version with `spec` (new module and/or settings, limits, policy),
+    /// between two batches, keeping the queues. On error the running version stays.
+    pub fn reload(&self, spec: PluginSpec) -> Result<super::reload::ReloadReport, PluginError> {
+        super::reload::reload(&self.runtime, spec)
     }
 
     /// Detaches the plugin from its informers; what was queued for it is dropped.
@@ -187,6 +205,7 @@ impl PluginManager {
 
     /// Attaches a checked plugin to its informers.
     pub fn attach(&self, checked: CheckedPlugin) -> PluginHandle {
+        let version = checked.version_info();
         let CheckedPlugin {
             info,
             report,
@@ -208,6 +227,7 @@ impl PluginManager {
             grants,
             status.clone(),
             instance,
+            version,
         )));
         let mut registrations = Vec::new();
         for inf_name in informers {
@@ -228,6 +248,7 @@ impl PluginManager {
         }
         tracing::info!(plugin = %name, version = %info.version, source = ?report.source, load = ?report.load, "plugin started");
         PluginHandle {
+            runtime,
             name,
             module,
             info,
@@ -249,7 +270,7 @@ pub fn check_with(
         path: spec.module.clone(),
         source,
     })?;
-    check_bytes(engine, spec, &bytes, grants)
+    check_bytes(engine, spec, &bytes, grants, None)
 }
 
 /// [`check_with`] on bytes already read.
@@ -258,6 +279,7 @@ pub fn check_bytes(
     spec: &PluginSpec,
     bytes: &[u8],
     grants: Grants,
+    status: Option<Arc<PluginStatus>>,
 ) -> Result<CheckedPlugin, PluginError> {
     let (plugin, path) = (spec.name.clone(), spec.module.clone());
     if spec.limits.fuel.is_some() && !engine.fuel() {
@@ -291,7 +313,7 @@ pub fn check_bytes(
             path: path.clone(),
             detail,
         })?;
-    let status = Arc::new(PluginStatus::default());
+    let status = status.unwrap_or_default();
     let name: Arc<str> = spec.name.as_str().into();
     let api = PluginRuntime::api(&name, spec, &grants, &status);
     let failed = |phase, e: CallError| PluginError::Failed {

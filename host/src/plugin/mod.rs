@@ -19,6 +19,7 @@ pub mod host_api;
 pub mod instance;
 pub mod manager;
 pub mod output;
+pub mod reload;
 pub mod runtime;
 pub mod spec;
 pub mod state;

@@ -15,16 +15,31 @@ use crate::informer::{self, DeletedObject, EventHandler};
 
 /// The mutable heart of a plugin.
 pub struct PluginRuntime {
-    name: Arc<str>,
-    spec: PluginSpec,
-    settings: String,
-    engine: Arc<PluginEngine>,
-    pre: PluginPre<StoreData>,
-    grants: Grants,
-    status: Arc<PluginStatus>,
+    pub(super) name: Arc<str>,
+    pub(super) spec: PluginSpec,
+    pub(super) settings: String,
+    pub(super) engine: Arc<PluginEngine>,
+    pub(super) pre: PluginPre<StoreData>,
+    pub(super) grants: Grants,
+    pub(super) status: Arc<PluginStatus>,
     /// `None` after a failure until the next delivery makes a fresh one.
-    instance: Option<Instance>,
-    consecutive_failures: u32,
+    pub(super) instance: Option<Instance>,
+    pub(super) consecutive_failures: u32,
+    /// What the running version said about itself, and its module hash.
+    pub(super) version: VersionInfo,
+    /// The previous version, kept while a newly loaded one proves itself.
+    pub(super) probation: Option<super::reload::Probation>,
+}
+
+/// Identity of the running version.
+#[derive(Clone, Debug)]
+pub struct VersionInfo {
+    /// What the plugin said about itself.
+    pub info: super::bindings::PluginInfo,
+    /// SHA-256 of its module.
+    pub hash: String,
+    /// 1 for the first version, +1 per reload (and per rollback).
+    pub generation: u64,
 }
 
 fn to_wit_delivery(informer: &str, d: &informer::Delivery) -> Delivery {
@@ -59,8 +74,11 @@ impl PluginRuntime {
         grants: Grants,
         status: Arc<PluginStatus>,
         instance: Instance,
+        version: VersionInfo,
     ) -> Self {
         Self {
+            version,
+            probation: None,
             name: spec.name.as_str().into(),
             settings: spec.settings.to_string(),
             spec,
@@ -234,7 +252,17 @@ impl PluginRuntime {
             return;
         }
         let wit: Vec<Delivery> = batch.iter().map(|d| to_wit_delivery(informer, d)).collect();
-        match self.call(&wit) {
+        let failed_before = PluginCounters::get(&self.status.counters.failed);
+        self.deliver(&wit);
+        let failed = PluginCounters::get(&self.status.counters.failed) - failed_before;
+        if self.probation.is_some() {
+            self.after_probation_batch(wit, failed);
+        }
+    }
+
+    /// Delivers converted notifications, applying the failure policy.
+    pub(super) fn deliver(&mut self, wit: &[Delivery]) {
+        match self.call(wit) {
             Ok(outcomes) if outcomes.len() == wit.len() => {
                 for (d, o) in wit.iter().zip(outcomes) {
                     match o {
@@ -254,12 +282,13 @@ impl PluginRuntime {
                     wit.len()
                 );
                 self.status.set_last_error(why.clone());
-                for d in &wit {
+                for d in wit {
                     self.settle(d, why.clone());
                 }
             }
             Err(e) if wit.len() == 1 => self.settle(&wit[0], e.to_string()),
             Err(_) => {
+                let wit = wit.to_vec();
                 // The batch died with its instance: deliver its items one by one to a fresh
                 // instance, so only the one at fault meets the failure policy.
                 for d in &wit {

@@ -98,11 +98,16 @@ pub struct PluginSpec {
     pub log_level: LogLevel,
     /// Largest batch of notifications per call.
     pub batch_max: usize,
+    /// After a reload, the new version is on probation for this many notifications...
+    pub reload_probation: u32,
+    /// ...and is rolled back to the previous one when more than this fraction of them fail.
+    pub rollback_threshold: f64,
 }
 
 impl PluginSpec {
     /// A spec with defaults: no settings, 50 ms deadline, 64 MiB, skip failures, quarantine after
-    /// 20, info logs, batches of 64.
+    /// 20, info logs, batches of 64, reload probation of 20 notifications with rollback above 50%
+    /// failures.
     pub fn new(name: impl Into<String>, module: impl Into<PathBuf>, informers: &[&str]) -> Self {
         Self {
             name: name.into(),
@@ -114,6 +119,8 @@ impl PluginSpec {
             on_failure: OnFailure::default(),
             log_level: LogLevel::Info,
             batch_max: 64,
+            reload_probation: 20,
+            rollback_threshold: 0.5,
         }
     }
 }

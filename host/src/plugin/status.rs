@@ -126,6 +126,12 @@ pub struct PluginCounters {
     pub retries: AtomicU64,
     /// Cache reads of informers not granted to the plugin, refused.
     pub denied: AtomicU64,
+    /// New versions swapped in (hot reloads).
+    pub reloads: AtomicU64,
+    /// Reloads refused (module or settings bad): the running version stayed.
+    pub reload_failures: AtomicU64,
+    /// New versions rolled back to the previous one after failing their first events.
+    pub rollbacks: AtomicU64,
     /// Notifications dropped because the plugin is quarantined.
     pub dropped: AtomicU64,
     /// Calls into `handle`.
@@ -169,6 +175,7 @@ pub struct PluginStatus {
     /// Counters.
     pub counters: PluginCounters,
     state: Mutex<Option<PluginState>>,
+    version: Mutex<(String, u64)>,
     last_error: Mutex<Option<String>>,
     /// Recent log lines (plugin logs and stdout/stderr).
     pub logs: LogRing,
@@ -185,6 +192,15 @@ impl PluginStatus {
 
     pub(crate) fn set_state(&self, s: PluginState) {
         *lock(&self.state) = Some(s);
+    }
+
+    /// Module hash and generation of the running version (generation 1 is the first load).
+    pub fn version(&self) -> (String, u64) {
+        lock(&self.version).clone()
+    }
+
+    pub(crate) fn set_version(&self, hash: String, generation: u64) {
+        *lock(&self.version) = (hash, generation);
     }
 
     /// The last failure, if any.

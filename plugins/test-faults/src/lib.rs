@@ -5,6 +5,10 @@
 //! Settings: `{"mode": "ok" | "spin" | "alloc" | "trap" | "error" | "busy" | "probe",
 //!             "namePrefix": "bad-", "busyMs": 5}`; the mode applies to objects whose name
 //! starts with `namePrefix` (all objects when absent).
+//!
+//! It also keeps a view of the objects (key -> resourceVersion) and hands it, with its sequence
+//! numbers and a count of handled notifications, to the next version through snapshot/restore:
+//! gauges `view_size`, `view_checksum` (xor of 52-bit FNV-1a hashes of `key@rv`), `handled`.
 
 use std::collections::BTreeMap;
 
@@ -32,9 +36,29 @@ struct Settings {
     busy_ms: u64,
 }
 
+#[derive(Default, serde::Serialize, Deserialize)]
+struct State {
+    /// Last sequence number per informer.
+    last: BTreeMap<String, u64>,
+    /// key -> resourceVersion of the objects it was told about.
+    view: BTreeMap<String, String>,
+    /// Notifications handled, across versions.
+    handled: u64,
+}
+
 struct Faults {
     settings: Settings,
-    last: BTreeMap<String, u64>,
+    state: State,
+}
+
+/// FNV-1a over `key@rv`, kept to 52 bits so the xor fits a gauge (f64) exactly.
+fn fnv52(key: &str, rv: &str) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in key.bytes().chain(std::iter::once(b'@')).chain(rv.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h & ((1 << 52) - 1)
 }
 
 fn probe(what: &str, allowed: bool, detail: String) {
@@ -69,7 +93,8 @@ fn run_probes() {
 
 impl Faults {
     fn observe(&mut self, cx: &Context, obj: &Object) -> Result<(), String> {
-        let last = self.last.entry(cx.informer.to_owned()).or_insert(0);
+        self.state.handled += 1;
+        let last = self.state.last.entry(cx.informer.to_owned()).or_insert(0);
         if cx.seq <= *last {
             metrics::counter_add("dups_total", &[], 1);
         } else if cx.seq != *last + 1 {
@@ -122,28 +147,42 @@ impl Plugin for Faults {
     }
 
     fn init(settings: &str) -> Result<Self, String> {
-        Ok(Self {
-            settings: wisp_sdk::parse_settings(settings)?,
-            last: BTreeMap::new(),
-        })
+        Ok(Self { settings: wisp_sdk::parse_settings(settings)?, state: State::default() })
     }
 
     fn on_add(&mut self, cx: &Context, obj: &Object, _initial: bool) -> Result<(), String> {
-        self.observe(cx, obj)
+        self.observe(cx, obj)?;
+        self.state.view.insert(obj.key(), obj.meta().resource_version.clone());
+        Ok(())
     }
 
-    fn on_update(
-        &mut self,
-        cx: &Context,
-        _old: &Object,
-        new: &Object,
-        _resync: bool,
-    ) -> Result<(), String> {
-        self.observe(cx, new)
+    fn on_update(&mut self, cx: &Context, _old: &Object, new: &Object, _resync: bool) -> Result<(), String> {
+        self.observe(cx, new)?;
+        self.state.view.insert(new.key(), new.meta().resource_version.clone());
+        Ok(())
     }
 
     fn on_delete(&mut self, cx: &Context, obj: &Object, _unknown: bool) -> Result<(), String> {
-        self.observe(cx, obj)
+        self.observe(cx, obj)?;
+        self.state.view.remove(&obj.key());
+        Ok(())
+    }
+
+    fn after_batch(&mut self) {
+        let sum = self.state.view.iter().fold(0u64, |acc, (k, rv)| acc ^ fnv52(k, rv));
+        metrics::gauge_set("view_size", &[], self.state.view.len() as f64);
+        metrics::gauge_set("view_checksum", &[], sum as f64);
+        metrics::gauge_set("handled", &[], self.state.handled as f64);
+    }
+
+    fn snapshot(&self) -> Option<Vec<u8>> {
+        serde_json::to_vec(&self.state).ok()
+    }
+
+    fn restore(&mut self, state: Vec<u8>) -> Result<(), String> {
+        self.state = serde_json::from_slice(&state).map_err(|e| format!("cannot read the previous state: {e}"))?;
+        metrics::counter_add("restored_total", &[], 1);
+        Ok(())
     }
 }
 

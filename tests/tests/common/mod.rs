@@ -246,3 +246,4 @@ pub fn plugin_path(name: &str) -> std::path::PathBuf {
     );
     p
 }
+pub mod rig;

@@ -1,0 +1,373 @@
+//! The manifests in `deploy/` hold together: each is Kubernetes objects, the ConfigMap carries
+//! `deploy/wisp.yaml` verbatim, the Deployment's args, mounts, ports and probes agree with that
+//! config, the image has the modules it names, and `deploy/rbac.yaml` is exactly what
+//! `wisp rbac` prints for it today.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Deserialize;
+use serde_json::Value;
+use wisp_host::config::Config;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ has a parent")
+        .to_path_buf()
+}
+
+fn read(name: &str) -> String {
+    let p = repo().join("deploy").join(name);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The YAML documents of `deploy/<name>`.
+fn docs(name: &str) -> Vec<Value> {
+    let text = read(name);
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .enumerate()
+        .map(|(i, d)| {
+            Value::deserialize(d).unwrap_or_else(|e| panic!("deploy/{name}: document {i}: {e}"))
+        })
+        .collect()
+}
+
+/// The one object of `kind` named `name` in `deploy/<file>`.
+fn object(file: &str, kind: &str, name: &str) -> Value {
+    let found: Vec<Value> = docs(file)
+        .into_iter()
+        .filter(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .collect();
+    assert_eq!(found.len(), 1, "deploy/{file}: one {kind} {name}");
+    found.into_iter().next().unwrap_or_default()
+}
+
+fn str_of<'a>(v: &'a Value, what: &str) -> &'a str {
+    v.as_str()
+        .unwrap_or_else(|| panic!("{what}: expected a string, got {v}"))
+}
+
+/// The built plugins: `$WISP_PLUGIN_DIR` or `<repo>/plugins/dist`, absolute.
+fn plugin_dir() -> PathBuf {
+    let dir = std::env::var_os("WISP_PLUGIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("plugins").join("dist"));
+    std::path::absolute(&dir).unwrap_or(dir)
+}
+
+/// The module file names `deploy/wisp.yaml` expects under `/plugins/` (where the image puts them).
+fn image_modules() -> Vec<String> {
+    read("wisp.yaml")
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("module: /plugins/"))
+        .map(|m| m.trim().to_owned())
+        .collect()
+}
+
+/// Writes `deploy/wisp.yaml` into `<dir>/deploy/wisp.yaml` with its `/plugins/X.wasm` modules
+/// pointing at the built plugins, so that it validates outside the image.
+fn config_copy(dir: &Path) {
+    let plugins = plugin_dir();
+    let mut rewritten = 0;
+    let mut out = String::new();
+    for line in read("wisp.yaml").split_inclusive('\n') {
+        match line.split_once("module: /plugins/") {
+            Some((indent, file)) if indent.trim().is_empty() => {
+                let file = file.trim();
+                let path = plugins.join(file);
+                assert!(
+                    path.is_file(),
+                    "{} missing: run `cargo xtask plugins` (or set WISP_PLUGIN_DIR)",
+                    path.display()
+                );
+                let quoted = path.display().to_string().replace('\'', "''");
+                out.push_str(&format!("{indent}module: '{quoted}'\n"));
+                rewritten += 1;
+            }
+            _ => out.push_str(line),
+        }
+    }
+    assert_eq!(rewritten, 3, "deploy/wisp.yaml: the three example modules");
+    std::fs::create_dir_all(dir.join("deploy")).unwrap();
+    std::fs::write(dir.join("deploy").join("wisp.yaml"), out).unwrap();
+}
+
+/// `deploy/wisp.yaml`, validated (modules resolved to the built plugins).
+fn config() -> Config {
+    let d = tempfile::tempdir().unwrap();
+    config_copy(d.path());
+    Config::load(&d.path().join("deploy").join("wisp.yaml")).unwrap_or_else(|e| panic!("{e}"))
+}
+
+const CLUSTER_SCOPED: [&str; 3] = ["Namespace", "ClusterRole", "ClusterRoleBinding"];
+
+#[test]
+fn every_manifest_is_kubernetes_objects_in_namespace_wisp() {
+    let mut files: Vec<String> = std::fs::read_dir(repo().join("deploy"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".yaml") && n != "wisp.yaml") // wisp.yaml is Wisp's own config
+        .collect();
+    files.sort();
+    for expected in [
+        "configmap.yaml",
+        "deployment.yaml",
+        "namespace.yaml",
+        "rbac.yaml",
+    ] {
+        assert!(files.iter().any(|f| f == expected), "deploy/{expected}");
+    }
+    for file in &files {
+        let docs = docs(file);
+        assert!(!docs.is_empty(), "deploy/{file}: no documents");
+        for (i, d) in docs.iter().enumerate() {
+            let at = format!("deploy/{file}: document {i}");
+            for field in ["apiVersion", "kind"] {
+                assert!(
+                    d[field].as_str().is_some_and(|s| !s.is_empty()),
+                    "{at}: {field} missing: {d}"
+                );
+            }
+            assert!(
+                d["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|s| !s.is_empty()),
+                "{at}: metadata.name missing: {d}"
+            );
+            let kind = str_of(&d["kind"], &at);
+            if !CLUSTER_SCOPED.contains(&kind) {
+                assert_eq!(d["metadata"]["namespace"], "wisp", "{at}: {kind} namespace");
+            }
+        }
+    }
+    object("namespace.yaml", "Namespace", "wisp");
+}
+
+#[test]
+fn the_configmap_holds_wisp_yaml_byte_for_byte() {
+    let cm = object("configmap.yaml", "ConfigMap", "wisp-config");
+    let held = str_of(&cm["data"]["wisp.yaml"], "data.wisp.yaml");
+    assert!(
+        held == read("wisp.yaml"),
+        "deploy/configmap.yaml's wisp.yaml differs from deploy/wisp.yaml; regenerate its data \
+         with `sed 's/^/    /' deploy/wisp.yaml`"
+    );
+}
+
+#[test]
+fn deploy_wisp_yaml_is_a_valid_config_for_the_cluster() {
+    let cfg = config();
+    assert_eq!(cfg.source, "kube");
+    assert_eq!(cfg.informers.len(), 1);
+    let pods = &cfg.informers[0];
+    assert_eq!(
+        (
+            pods.name.as_str(),
+            pods.api_version.as_str(),
+            pods.kind.as_str()
+        ),
+        ("pods", "v1", "Pod")
+    );
+    assert_eq!(pods.namespaces, None, "cluster-wide");
+    assert_eq!(pods.indexes, ["field:spec.nodeName", "ownerUid"]);
+    let plugins: Vec<(&str, &Path)> = cfg
+        .plugins
+        .iter()
+        .map(|p| (p.name.as_str(), p.module.as_path()))
+        .collect();
+    let dist = plugin_dir();
+    assert_eq!(
+        plugins,
+        [
+            ("audit", dist.join("audit_log.wasm").as_path()),
+            ("image-policy", dist.join("image_policy.wasm").as_path()),
+            ("inventory", dist.join("inventory.wasm").as_path()),
+        ]
+    );
+    assert_eq!(
+        cfg.plugins[1].settings,
+        Some(
+            serde_json::json!({"denyLatest": true, "requireLimits": true, "exemptNamespaces": ["kube-system"]})
+        )
+    );
+    assert_eq!(
+        cfg.plugins[2].settings,
+        Some(
+            serde_json::json!({"informer": "pods", "nodeIndex": "field:spec.nodeName", "ownerIndex": "ownerUid"})
+        )
+    );
+    assert_eq!(cfg.admin.listen, "0.0.0.0:9090");
+    assert!(
+        cfg.engine
+            .cache_dir
+            .as_deref()
+            .is_some_and(|d| d.starts_with("/var/cache/wisp")),
+        "{:?}",
+        cfg.engine.cache_dir
+    );
+}
+
+#[test]
+fn the_deployment_agrees_with_the_config_the_rbac_and_the_image() {
+    let cfg = config();
+    let dep = object("deployment.yaml", "Deployment", "wisp");
+    let spec = &dep["spec"];
+    assert_eq!(spec["replicas"], 1);
+    let pod = &spec["template"]["spec"];
+    let labels = &spec["template"]["metadata"]["labels"];
+    for (k, v) in spec["selector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(&labels[k], v, "selector label {k}");
+    }
+
+    // The ServiceAccount rbac.yaml binds.
+    assert_eq!(pod["serviceAccountName"], "wisp");
+    let sa = object("rbac.yaml", "ServiceAccount", "wisp");
+    assert_eq!(sa["metadata"]["namespace"], dep["metadata"]["namespace"]);
+
+    let containers = pod["containers"].as_array().unwrap();
+    assert_eq!(containers.len(), 1);
+    let c = &containers[0];
+    assert!(c["image"].as_str().is_some_and(|i| !i.is_empty()));
+
+    // `run --config P`: P is a key of the ConfigMap, mounted at P's directory.
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| str_of(a, "args"))
+        .collect();
+    assert_eq!(
+        args,
+        [
+            "run",
+            "--config",
+            "/etc/wisp/wisp.yaml",
+            "--log-format",
+            "json"
+        ]
+    );
+    let config_path = Path::new(args[2]);
+    let volumes = pod["volumes"].as_array().unwrap();
+    let volume = |name: &Value| {
+        volumes
+            .iter()
+            .find(|v| &v["name"] == name)
+            .unwrap_or_else(|| panic!("volume {name} not defined"))
+            .clone()
+    };
+    let mounts = c["volumeMounts"].as_array().unwrap();
+    let config_mount = mounts
+        .iter()
+        .find(|m| Path::new(str_of(&m["mountPath"], "mountPath")) == config_path.parent().unwrap())
+        .expect("a volume mounted at the config's directory");
+    let config_volume = volume(&config_mount["name"]);
+    assert_eq!(config_volume["configMap"]["name"], "wisp-config");
+    let cm = object("configmap.yaml", "ConfigMap", "wisp-config");
+    let key = config_path.file_name().unwrap().to_str().unwrap();
+    assert!(cm["data"][key].is_string(), "ConfigMap key {key}");
+
+    // The admin port: admin.listen's, named `admin`; probes on it.
+    let admin_port: u16 = cfg
+        .admin
+        .listen
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    let ports = c["ports"].as_array().unwrap();
+    let admin = ports
+        .iter()
+        .find(|p| p["name"] == "admin")
+        .expect("a port named admin");
+    assert_eq!(admin["containerPort"], admin_port);
+    let on_admin = |probe: &str, path: &str| {
+        let get = &c[probe]["httpGet"];
+        assert_eq!(get["path"], path, "{probe}");
+        assert!(
+            get["port"] == "admin" || get["port"] == admin_port,
+            "{probe} on port {}",
+            get["port"]
+        );
+    };
+    on_admin("livenessProbe", "/healthz");
+    on_admin("readinessProbe", "/readyz");
+    if !c["startupProbe"].is_null() {
+        on_admin("startupProbe", "/healthz");
+    }
+    assert_eq!(c["readinessProbe"]["periodSeconds"], 5);
+
+    // Locked down; the module cache is the one writable place, an emptyDir.
+    let sc = &c["securityContext"];
+    assert_eq!(sc["runAsNonRoot"], true);
+    assert_eq!(sc["runAsUser"], 65532);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+    let cache = cfg.engine.cache_dir.clone().unwrap();
+    let cache_mount = mounts
+        .iter()
+        .find(|m| cache.starts_with(str_of(&m["mountPath"], "mountPath")))
+        .unwrap_or_else(|| panic!("engine.cacheDir {} is on no volume", cache.display()));
+    assert!(volume(&cache_mount["name"])["emptyDir"].is_object());
+    for r in ["requests", "limits"] {
+        assert!(c["resources"][r]["memory"].is_string(), "resources.{r}");
+    }
+
+    // The Service reaches the admin port of these pods.
+    let svc = object("deployment.yaml", "Service", "wisp-admin");
+    assert_eq!(svc["spec"]["type"], "ClusterIP");
+    for (k, v) in svc["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(&labels[k], v, "Service selector label {k}");
+    }
+    let sp = &svc["spec"]["ports"][0];
+    assert_eq!(sp["port"], admin_port);
+    assert!(sp["targetPort"] == "admin" || sp["targetPort"] == admin_port);
+
+    // The image: the user the pod runs as, the modules wisp.yaml names at /plugins/.
+    let dockerfile = read("Dockerfile");
+    assert!(dockerfile.lines().any(|l| l.starts_with("USER 65532")));
+    assert!(dockerfile.contains("ENTRYPOINT [\"wisp\"]"));
+    let modules = image_modules();
+    assert_eq!(modules.len(), cfg.plugins.len());
+    for m in modules {
+        assert!(
+            dockerfile.contains(&format!("plugins/dist/{m}")),
+            "deploy/Dockerfile does not copy {m} to /plugins/"
+        );
+    }
+}
+
+#[test]
+fn rbac_yaml_is_what_wisp_rbac_prints_for_wisp_yaml() {
+    // A copy at the same relative name, so the generated header reads `from deploy/wisp.yaml`.
+    let d = tempfile::tempdir().unwrap();
+    config_copy(d.path());
+    let out = Command::new(env!("CARGO_BIN_EXE_wisp"))
+        .current_dir(d.path())
+        .args([
+            "rbac",
+            "--config",
+            "deploy/wisp.yaml",
+            "--namespace",
+            "wisp",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "wisp rbac failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        printed.starts_with("# Generated by `wisp rbac` from deploy/wisp.yaml"),
+        "{printed}"
+    );
+    assert!(
+        printed == read("rbac.yaml"),
+        "deploy/rbac.yaml is stale; regenerate it as deploy/README.md says. `wisp rbac` prints:\n{printed}"
+    );
+}
