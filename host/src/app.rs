@@ -31,6 +31,8 @@ pub const DIR_RESCAN: Duration = Duration::from_millis(250);
 pub struct RunOptions {
     /// kubeconfig context (`--context`).
     pub context: Option<String>,
+    /// The config file, to watch and re-read for live changes (`None`: no live reload).
+    pub config_path: Option<std::path::PathBuf>,
     /// Override the admin listen address (`--admin`).
     pub admin: Option<String>,
 }
@@ -164,6 +166,8 @@ pub struct Host {
     pub admin: AdminState,
     /// The admin server's address, when it runs.
     pub admin_addr: Option<std::net::SocketAddr>,
+    /// Live reloads (when the host was started from a config file).
+    pub reloader: Option<Arc<crate::reloader::Reloader>>,
 }
 
 /// Builds and starts everything; returns once started (informers sync in the background).
@@ -217,9 +221,24 @@ pub async fn start(
             }
         });
     }
+    let reloader = opts
+        .config_path
+        .clone()
+        .map(|p| crate::reloader::Reloader::new(p, config.clone(), manager, plugins.clone()));
+    let reload: Option<crate::admin::ReloadFn> = reloader.clone().map(|r| {
+        let f: crate::admin::ReloadFn = Arc::new(move |name: Option<String>| match name {
+            Some(n) => r.reload_plugin(&n),
+            None => r.reload_all(),
+        });
+        f
+    });
+    if let Some(r) = &reloader {
+        tokio::spawn(r.clone().watch(stopped()));
+    }
     let admin = AdminState {
         informers: informers.clone(),
         plugins: plugins.clone(),
+        reload,
     };
     let listen = opts
         .admin
@@ -239,6 +258,7 @@ pub async fn start(
         plugins,
         admin,
         admin_addr,
+        reloader,
     })
 }
 

@@ -22,6 +22,7 @@
 //!     onFailure: { policy: retry, retries: 3, backoff: 100ms, quarantineAfter: 20 }
 //!     logLevel: info
 //!     batch: 64
+//!     reload: { probation: 20, rollbackThreshold: 0.5 }
 //! admin: { listen: 127.0.0.1:9090 }
 //! engine: { cacheDir: /var/cache/wisp, epochTick: 10ms, fuel: false }
 //! ```
@@ -152,7 +153,7 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
 }
 
 /// The whole file.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Clone)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Config {
     /// `kube` or `dir:PATH`.
@@ -177,7 +178,7 @@ pub struct Config {
 }
 
 /// One informer.
-#[derive(Debug, Deserialize, Clone)]
+#[derive(Debug, Deserialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct InformerConfig {
     /// Unique name, referenced by plugins.
@@ -214,7 +215,7 @@ fn yes() -> bool {
 }
 
 /// Limits of a plugin.
-#[derive(Debug, Deserialize, Clone, Default)]
+#[derive(Debug, Deserialize, Clone, Default, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct LimitsConfig {
     /// Memory cap.
@@ -237,7 +238,7 @@ pub enum PolicyName {
 }
 
 /// Failure handling of a plugin.
-#[derive(Debug, Deserialize, Clone, Default)]
+#[derive(Debug, Deserialize, Clone, Default, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct OnFailureConfig {
     /// `skip` or `retry`.
@@ -252,7 +253,7 @@ pub struct OnFailureConfig {
 }
 
 /// Log level of a plugin.
-#[derive(Debug, Deserialize, Clone, Copy, Default)]
+#[derive(Debug, Deserialize, Clone, Copy, Default, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum LevelName {
     /// trace
@@ -269,7 +270,7 @@ pub enum LevelName {
 }
 
 /// One plugin.
-#[derive(Debug, Deserialize, Clone)]
+#[derive(Debug, Deserialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PluginConfig {
     /// Unique name.
@@ -296,6 +297,19 @@ pub struct PluginConfig {
     /// Largest batch per call (default 64).
     #[serde(default)]
     pub batch: Option<usize>,
+    /// Hot reload: probation and rollback.
+    #[serde(default)]
+    pub reload: ReloadConfig,
+}
+
+/// How a reloaded version is judged.
+#[derive(Debug, Deserialize, Clone, Default, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ReloadConfig {
+    /// Notifications a new version is on probation for (default 20; 0 = no rollback).
+    pub probation: Option<u32>,
+    /// Fraction of failures during probation above which it is rolled back (default 0.5).
+    pub rollback_threshold: Option<f64>,
 }
 
 /// Admin server.
@@ -537,6 +551,12 @@ impl Config {
             if p.limits.deadline.is_some_and(|d| d.0.is_zero()) {
                 return Err(self.error(at("limits.deadline"), "must be more than 0"));
             }
+            if p.reload
+                .rollback_threshold
+                .is_some_and(|t| !(0.0..=1.0).contains(&t))
+            {
+                return Err(self.error(at("reload.rollbackThreshold"), "must be between 0 and 1"));
+            }
             if p.batch == Some(0) {
                 return Err(self.error(at("batch"), "must be at least 1"));
             }
@@ -595,6 +615,8 @@ impl Config {
                     LevelName::Error => LogLevel::Error,
                 };
                 s.batch_max = p.batch.unwrap_or(64);
+                s.reload_probation = p.reload.probation.unwrap_or(s.reload_probation);
+                s.rollback_threshold = p.reload.rollback_threshold.unwrap_or(s.rollback_threshold);
                 s
             })
             .collect()

@@ -9,6 +9,7 @@
 //! - [`demo`]: the built-in demo on an in-memory cluster.
 //! - [`plugin`]: wasm plugins (wasmtime): engine, sandbox, host API, failure policy.
 //! - [`record`]: recorded notifications (record / replay).
+//! - [`reloader`]: live config and module changes (watcher, admin trigger, SIGHUP).
 //! - [`rbac`]: least-privilege RBAC for a config.
 //! - [`source`]: `ListerWatcher` implementations (the Kubernetes API through `kube`).
 #![deny(unsafe_code)]
@@ -21,4 +22,5 @@ pub mod informer;
 pub mod plugin;
 pub mod rbac;
 pub mod record;
+pub mod reloader;
 pub mod source;

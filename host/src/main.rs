@@ -127,6 +127,28 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
+/// SIGHUP re-reads the config and reloads every plugin.
+async fn reload_on_sighup(r: std::sync::Arc<wisp_host::reloader::Reloader>) {
+    #[cfg(unix)]
+    {
+        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        else {
+            return;
+        };
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading the config and every plugin");
+            let r = r.clone();
+            match tokio::task::spawn_blocking(move || r.reload_all()).await {
+                Ok(Ok(done)) => tracing::info!("{done}"),
+                Ok(Err(e)) => tracing::error!(error = ?e, "reload refused"),
+                Err(e) => tracing::error!(error = %e, "reload failed"),
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = r;
+}
+
 fn settings_json(s: &str) -> anyhow::Result<serde_json::Value> {
     serde_json::from_str(s).with_context(|| format!("--settings is not valid JSON: {s}"))
 }
@@ -166,7 +188,12 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
                 .transpose()
                 .map_err(anyhow::Error::msg)?;
             let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-            let host = app::start(&cfg, &RunOptions { context, admin }, async {
+            let opts = RunOptions {
+                context,
+                admin,
+                config_path: Some(config.clone()),
+            };
+            let host = app::start(&cfg, &opts, async {
                 let _ = stop_rx.await;
             })
             .await?;
@@ -175,6 +202,9 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
                 plugins = host.plugins.read().map(|p| p.len()).unwrap_or(0),
                 "wisp running"
             );
+            if let Some(r) = host.reloader.clone() {
+                tokio::spawn(reload_on_sighup(r));
+            }
             match limit {
                 Some(d) => tokio::select! {
                     _ = shutdown_signal() => {}
@@ -247,7 +277,7 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
                 &cfg,
                 &RunOptions {
                     context,
-                    admin: None,
+                    ..RunOptions::default()
                 },
             )
             .await?;

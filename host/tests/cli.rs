@@ -335,3 +335,130 @@ fn help_explains_each_command() {
         );
     }
 }
+
+fn request(addr: SocketAddr, method: &str, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let (head, body) = buf.split_once("\r\n\r\n")?;
+    Some((
+        head.split_whitespace().nth(1)?.parse().ok()?,
+        body.to_owned(),
+    ))
+}
+
+fn plugins_json(admin: SocketAddr) -> Vec<serde_json::Value> {
+    get(admin, "/plugins")
+        .and_then(|(_, b)| serde_json::from_str::<Vec<serde_json::Value>>(&b).ok())
+        .unwrap_or_default()
+}
+
+fn plugin_field(admin: SocketAddr, name: &str, field: &str) -> serde_json::Value {
+    plugins_json(admin)
+        .into_iter()
+        .find(|p| p["name"] == name)
+        .map(|p| p[field].clone())
+        .unwrap_or_default()
+}
+
+/// Same component with a custom section appended: a new hash, the same behaviour.
+fn variant_bytes(module: &Path, tag: u8) -> Vec<u8> {
+    let mut b = std::fs::read(module).unwrap();
+    b.extend_from_slice(&[0, 3, 1, b'w', tag]);
+    b
+}
+
+#[test]
+fn a_running_host_takes_module_and_config_changes_live_and_refuses_bad_ones() {
+    let (d, cfg) = setup();
+    let module = d.path().join("audit.wasm");
+    std::fs::copy(plugin("audit_log"), &module).unwrap();
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace(&plugin("audit_log").display().to_string(), "audit.wasm");
+    std::fs::write(&cfg, &text).unwrap();
+    let admin = free_addr();
+    let child = wisp()
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .args(["--admin", &admin.to_string(), "--for", "120s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _running = Running(child);
+    until("ready", || {
+        get(admin, "/readyz").is_some_and(|r| r.0 == 200)
+    });
+    assert_eq!(plugin_field(admin, "audit", "generation"), 1);
+
+    // A new module file: reloaded in place.
+    std::fs::write(&module, variant_bytes(&plugin("audit_log"), b'2')).unwrap();
+    until("module reload", || {
+        plugin_field(admin, "audit", "generation") == 2
+    });
+    // A broken module file: refused, the running version stays.
+    std::fs::write(&module, b"\0asm broken").unwrap();
+    until("refused", || {
+        plugin_field(admin, "audit", "counters")["reloadFailures"] == 1
+    });
+    assert_eq!(plugin_field(admin, "audit", "generation"), 2);
+    assert!(
+        plugin_field(admin, "audit", "lastError")
+            .as_str()
+            .unwrap_or("")
+            .starts_with("reload refused, previous version kept")
+    );
+    std::fs::write(&module, variant_bytes(&plugin("audit_log"), b'3')).unwrap();
+    let start = Instant::now();
+    while plugin_field(admin, "audit", "generation") != 3 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "good again: {:#?}",
+            plugins_json(admin)
+                .into_iter()
+                .find(|p| p["name"] == "audit")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // Admin trigger.
+    let (code, body) = request(admin, "POST", "/plugins/audit/reload").unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(plugin_field(admin, "audit", "generation"), 4);
+    assert_eq!(
+        request(admin, "POST", "/plugins/nope/reload").unwrap().0,
+        404
+    );
+
+    // Config: a plugin added gets the cache replayed; a bad config changes nothing; removal.
+    let added = format!("{text}  - name: audit2\n    module: audit.wasm\n    informers: [pods]\n");
+    std::fs::write(&cfg, &added).unwrap();
+    until("added", || {
+        plugin_field(admin, "audit2", "counters")["delivered"] == 1
+    });
+    std::fs::write(
+        &cfg,
+        added.replace(
+            "informers: [pods]\n  - name: audit2",
+            "informers: [nodes]\n  - name: audit2",
+        ),
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        plugins_json(admin).len(),
+        3,
+        "a config that fails validation changes nothing"
+    );
+    std::fs::write(&cfg, &text).unwrap();
+    until("removed", || plugins_json(admin).len() == 2);
+    let (code, _) = request(admin, "POST", "/reload").unwrap();
+    assert_eq!(code, 200);
+}

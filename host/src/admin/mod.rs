@@ -5,6 +5,7 @@
 //! - [`metrics`]: the Prometheus collector, read at scrape time; [`guest`]: the plugins' own
 //!   series in it.
 //! - [`plugins`]: the `/plugins` JSON view.
+//! - `POST /reload`, `POST /plugins/{name}/reload`: the host's reload action, when it gives one.
 
 pub mod guest;
 pub mod metrics;
@@ -19,6 +20,19 @@ use crate::informer::SharedInformer;
 use crate::plugin::PluginHandle;
 use crate::plugin::status::PluginCounters;
 
+/// The host's reload action: `None` reloads the config and every plugin, `Some(name)` one
+/// plugin. Blocking (it compiles); returns what was done, or why nothing was.
+pub type ReloadFn = Arc<dyn Fn(Option<String>) -> Result<String, ReloadError> + Send + Sync>;
+
+/// Why a reload did not happen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReloadError {
+    /// No plugin of that name.
+    UnknownPlugin(String),
+    /// The new config or module was refused; what runs is unchanged.
+    Refused(String),
+}
+
 /// What the admin server reports on. Plugins can come and go while the host runs.
 #[derive(Clone, Default)]
 pub struct AdminState {
@@ -26,6 +40,8 @@ pub struct AdminState {
     pub informers: Vec<Arc<SharedInformer>>,
     /// Every running plugin.
     pub plugins: Arc<RwLock<Vec<Arc<PluginHandle>>>>,
+    /// `POST /reload` and `POST /plugins/{name}/reload` (absent: those answer 404).
+    pub reload: Option<ReloadFn>,
 }
 
 impl AdminState {
@@ -67,6 +83,24 @@ pub struct CounterField {
 
 /// The counters of a plugin that `/metrics` and `/plugins` show, in one place so both agree.
 pub const PLUGIN_COUNTERS: &[CounterField] = &[
+    CounterField {
+        metric: "reloads",
+        json: "reloads",
+        help: "New versions swapped in by hot reload.",
+        get: |c| &c.reloads,
+    },
+    CounterField {
+        metric: "reload_failures",
+        json: "reloadFailures",
+        help: "Reloads refused (bad module or settings); the running version stayed.",
+        get: |c| &c.reload_failures,
+    },
+    CounterField {
+        metric: "rollbacks",
+        json: "rollbacks",
+        help: "New versions rolled back after failing their first notifications.",
+        get: |c| &c.rollbacks,
+    },
     CounterField {
         metric: "delivered",
         json: "delivered",

@@ -26,6 +26,8 @@ pub struct PluginView {
     pub plugin_name: String,
     /// SHA-256 of the module, hex.
     pub hash: String,
+    /// 1 for the first version, +1 per reload or rollback.
+    pub generation: u64,
     /// `compiled`, `disk-cache` or `memory`.
     pub loaded_from: &'static str,
     /// `running` or `quarantined`.
@@ -72,10 +74,11 @@ pub fn view(h: &PluginHandle) -> PluginView {
     recent_logs.drain(..extra);
     PluginView {
         name: h.name().to_owned(),
-        module: h.module().display().to_string(),
-        version: h.info().version.clone(),
+        module: status.running().1.display().to_string(),
+        version: status.running().0,
         plugin_name: h.info().name.clone(),
-        hash: report.hash.clone(),
+        hash: status.version().0.clone(),
+        generation: status.version().1,
         loaded_from: source_name(report.source),
         state,
         quarantine_reason,

@@ -3,10 +3,11 @@
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::Path;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use prometheus_client::registry::Registry;
 
 use super::AdminState;
@@ -30,8 +31,38 @@ pub fn router(state: AdminState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(scrape))
         .route("/plugins", get(plugin_list))
+        .route("/reload", post(reload_all))
+        .route("/plugins/{name}/reload", post(reload_one))
         .fallback(not_found)
         .with_state(Ctx { state, registry })
+}
+
+async fn run_reload(ctx: Ctx, name: Option<String>) -> (StatusCode, String) {
+    let Some(f) = ctx.state.reload.clone() else {
+        return (
+            StatusCode::NOT_FOUND,
+            "reloads are not available here\n".into(),
+        );
+    };
+    match tokio::task::spawn_blocking(move || f(name)).await {
+        Ok(Ok(done)) => (StatusCode::OK, format!("{done}\n")),
+        Ok(Err(super::ReloadError::UnknownPlugin(n))) => {
+            (StatusCode::NOT_FOUND, format!("no plugin named {n:?}\n"))
+        }
+        Ok(Err(super::ReloadError::Refused(why))) => (StatusCode::CONFLICT, format!("{why}\n")),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("reload failed: {e}\n"),
+        ),
+    }
+}
+
+async fn reload_all(State(ctx): State<Ctx>) -> (StatusCode, String) {
+    run_reload(ctx, None).await
+}
+
+async fn reload_one(State(ctx): State<Ctx>, Path(name): Path<String>) -> (StatusCode, String) {
+    run_reload(ctx, Some(name)).await
 }
 
 async fn healthz() -> &'static str {

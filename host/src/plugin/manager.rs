@@ -66,6 +66,8 @@ impl CheckedPlugin {
 
     fn version_info(&self) -> VersionInfo {
         self.status.set_version(self.report.hash.clone(), 1);
+        self.status
+            .set_running(self.info.version.clone(), self.spec.module.clone());
         VersionInfo {
             info: self.info.clone(),
             hash: self.report.hash.clone(),

@@ -163,6 +163,8 @@ impl PluginRuntime {
         PluginCounters::add(&c.reloads, 1);
         self.status
             .set_version(self.version.hash.clone(), generation);
+        self.status
+            .set_running(self.version.info.version.clone(), self.spec.module.clone());
         self.status.set_state(super::status::PluginState::Running);
         self.status.logs.push(format!(
             "host: reloaded: generation {generation}, {} {}",
@@ -216,6 +218,8 @@ impl PluginRuntime {
         PluginCounters::add(&self.status.counters.rollbacks, 1);
         self.status
             .set_version(self.version.hash.clone(), generation);
+        self.status
+            .set_running(self.version.info.version.clone(), self.spec.module.clone());
         let msg = format!(
             "rolled back to the previous version (now generation {generation}): the new one failed: {reason}"
         );

@@ -176,6 +176,7 @@ pub struct PluginStatus {
     pub counters: PluginCounters,
     state: Mutex<Option<PluginState>>,
     version: Mutex<(String, u64)>,
+    running: Mutex<(String, std::path::PathBuf)>,
     last_error: Mutex<Option<String>>,
     /// Recent log lines (plugin logs and stdout/stderr).
     pub logs: LogRing,
@@ -201,6 +202,15 @@ impl PluginStatus {
 
     pub(crate) fn set_version(&self, hash: String, generation: u64) {
         *lock(&self.version) = (hash, generation);
+    }
+
+    /// Version string (from `describe`) and module path of the running version.
+    pub fn running(&self) -> (String, std::path::PathBuf) {
+        lock(&self.running).clone()
+    }
+
+    pub(crate) fn set_running(&self, version: String, module: std::path::PathBuf) {
+        *lock(&self.running) = (version, module);
     }
 
     /// The last failure, if any.

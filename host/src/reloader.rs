@@ -1,0 +1,338 @@
+//! Live changes while the host runs: a changed plugin module or config file (watched with a
+//! debounce), `POST /reload`, `POST /plugins/{name}/reload` and SIGHUP.
+//!
+//! - A module change reloads the plugins using that module (checked off the delivery path,
+//!   swapped between two batches, rolled back if it fails its first events).
+//! - A config change is validated first: a config that fails validation changes nothing and the
+//!   error is logged. Then plugins removed are stopped (their queues dropped), plugins added are
+//!   started (they receive the cache as initial-list adds), plugins changed are reloaded in place
+//!   (or restarted when their informers changed). Informer changes need a restart.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use notify_debouncer_mini::notify::RecursiveMode;
+use notify_debouncer_mini::{DebounceEventResult, new_debouncer};
+use sha2::{Digest, Sha256};
+
+use crate::admin::ReloadError;
+use crate::config::Config;
+use crate::plugin::{PluginHandle, PluginManager, PluginSpec};
+
+/// Debounce of file events: a burst of writes is one change. A half-written module fails its
+/// check and keeps the running version; the write that completes it triggers another reload.
+pub const DEBOUNCE: Duration = Duration::from_millis(50);
+
+/// Applies live changes to a running host.
+pub struct Reloader {
+    config_path: PathBuf,
+    config: Mutex<Config>,
+    manager: PluginManager,
+    plugins: Arc<RwLock<Vec<Arc<PluginHandle>>>>,
+    /// Serialises reloads (file events, admin calls and signals can race).
+    busy: Mutex<()>,
+    /// The config text last applied (file events without a change are ignored).
+    config_text: Mutex<String>,
+    /// Per plugin, the module hash last tried from a file event (a refused module is not
+    /// retried until its content changes again).
+    tried: Mutex<BTreeMap<String, String>>,
+}
+
+fn same_config(a: &Config, b: &Config) -> bool {
+    a.informers == b.informers
+}
+
+impl Reloader {
+    /// A reloader for the host started from `config` (read from `config_path`).
+    pub fn new(
+        config_path: PathBuf,
+        config: Config,
+        manager: PluginManager,
+        plugins: Arc<RwLock<Vec<Arc<PluginHandle>>>>,
+    ) -> Arc<Self> {
+        let text = std::fs::read_to_string(&config_path).unwrap_or_default();
+        Arc::new(Self {
+            config_path,
+            config: Mutex::new(config),
+            manager,
+            plugins,
+            busy: Mutex::new(()),
+            config_text: Mutex::new(text),
+            tried: Mutex::default(),
+        })
+    }
+
+    fn specs(&self) -> BTreeMap<String, PluginSpec> {
+        let cfg = self.config.lock().unwrap_or_else(PoisonError::into_inner);
+        cfg.plugin_specs()
+            .into_iter()
+            .map(|s| (s.name.clone(), s))
+            .collect()
+    }
+
+    fn handle(&self, name: &str) -> Option<Arc<PluginHandle>> {
+        self.plugins
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(|p| p.name() == name)
+            .cloned()
+    }
+
+    /// Reloads one plugin from its module file (as the config says).
+    pub fn reload_plugin(&self, name: &str) -> Result<String, ReloadError> {
+        let _busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
+        let spec = self
+            .specs()
+            .remove(name)
+            .ok_or_else(|| ReloadError::UnknownPlugin(name.to_owned()))?;
+        let h = self
+            .handle(name)
+            .ok_or_else(|| ReloadError::UnknownPlugin(name.to_owned()))?;
+        let r = h
+            .reload(spec)
+            .map_err(|e| ReloadError::Refused(e.to_string()))?;
+        Ok(format!(
+            "plugin {name:?} reloaded: generation {} ({:?}, {:?})",
+            r.generation, r.load.source, r.load.load
+        ))
+    }
+
+    /// Re-reads the config and applies it, then reloads every plugin's module.
+    pub fn reload_all(&self) -> Result<String, ReloadError> {
+        let mut done = vec![self.reload_config()?];
+        for name in self.specs().keys() {
+            match self.reload_plugin(name) {
+                Ok(m) => done.push(m),
+                Err(ReloadError::Refused(e)) => {
+                    done.push(format!("plugin {name:?} kept its running version: {e}"))
+                }
+                Err(ReloadError::UnknownPlugin(_)) => {}
+            }
+        }
+        Ok(done.join("\n"))
+    }
+
+    /// Re-reads the config file and applies plugin changes; a bad config changes nothing.
+    pub fn reload_config(&self) -> Result<String, ReloadError> {
+        let _busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
+        let next = Config::load(&self.config_path).map_err(|e| {
+            tracing::error!(error = %e, "config reload refused; nothing changed");
+            ReloadError::Refused(format!("config reload refused, nothing changed: {e}"))
+        })?;
+        let mut cfg = self.config.lock().unwrap_or_else(PoisonError::into_inner);
+        if !same_config(&cfg, &next) {
+            let msg = format!(
+                "config reload refused, nothing changed: {}: informers changed; informer changes need a restart",
+                next.file
+            );
+            tracing::error!("{msg}");
+            return Err(ReloadError::Refused(msg));
+        }
+        let old: BTreeMap<String, _> = cfg
+            .plugins
+            .iter()
+            .map(|p| (p.name.clone(), p.clone()))
+            .collect();
+        let new_specs: BTreeMap<String, PluginSpec> = next
+            .plugin_specs()
+            .into_iter()
+            .map(|s| (s.name.clone(), s))
+            .collect();
+        // Check every added or restarted plugin before touching anything.
+        let mut started = Vec::new();
+        let mut actions = Vec::new();
+        for p in &next.plugins {
+            let spec = &new_specs[&p.name];
+            match old.get(&p.name) {
+                None => {
+                    let c = self.manager.check(spec).map_err(|e| {
+                        ReloadError::Refused(format!("config reload refused, nothing changed: {e}"))
+                    })?;
+                    started.push(c);
+                    actions.push(format!("plugin {:?} added", p.name));
+                }
+                Some(o) if o != p && o.informers != p.informers => {
+                    let c = self.manager.check(spec).map_err(|e| {
+                        ReloadError::Refused(format!("config reload refused, nothing changed: {e}"))
+                    })?;
+                    started.push(c);
+                    actions.push(format!("plugin {:?} restarted (informers changed)", p.name));
+                }
+                _ => {}
+            }
+        }
+        // Apply: stop removed and restarted ones, attach the checked ones, reload changed ones.
+        let mut list = self.plugins.write().unwrap_or_else(PoisonError::into_inner);
+        list.retain(|h| {
+            let keep = match (
+                old.get(h.name()),
+                next.plugins.iter().find(|p| p.name == h.name()),
+            ) {
+                (_, None) => false,
+                (Some(o), Some(n)) => o.informers == n.informers,
+                (None, Some(_)) => true,
+            };
+            if !keep {
+                h.stop();
+                if !new_specs.contains_key(h.name()) {
+                    actions.push(format!("plugin {:?} removed", h.name()));
+                }
+            }
+            keep
+        });
+        for c in started {
+            list.push(Arc::new(self.manager.attach(c)));
+        }
+        for p in &next.plugins {
+            if let Some(o) = old.get(&p.name)
+                && o != p
+                && o.informers == p.informers
+                && let Some(h) = list.iter().find(|h| h.name() == p.name)
+            {
+                match h.reload(new_specs[&p.name].clone()) {
+                    Ok(r) => actions.push(format!(
+                        "plugin {:?} changed: generation {}",
+                        p.name, r.generation
+                    )),
+                    Err(e) => {
+                        actions.push(format!("plugin {:?} kept its running version: {e}", p.name))
+                    }
+                }
+            }
+        }
+        drop(list);
+        *cfg = next;
+        if actions.is_empty() {
+            actions.push("config reloaded: no plugin changed".into());
+        }
+        for a in &actions {
+            tracing::info!("{a}");
+        }
+        Ok(actions.join("\n"))
+    }
+
+    /// Plugins whose module is `path`.
+    fn plugins_using(&self, path: &Path) -> Vec<String> {
+        let canon = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        let target = canon(path);
+        self.specs()
+            .into_values()
+            .filter(|s| canon(&s.module) == target)
+            .map(|s| s.name)
+            .collect()
+    }
+
+    /// Acts on changed paths (from the watcher). File events also come for reads and for
+    /// writes that leave the content as it was: only a content change reloads.
+    pub fn on_changed(&self, paths: &[PathBuf]) {
+        let canon = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        if paths.iter().any(|p| canon(p) == canon(&self.config_path)) {
+            let text = std::fs::read_to_string(&self.config_path).unwrap_or_default();
+            let changed = *self
+                .config_text
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                != text;
+            if changed {
+                *self
+                    .config_text
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = text;
+                let _ = self.reload_config();
+            }
+        }
+        let mut names: Vec<String> = paths.iter().flat_map(|p| self.plugins_using(p)).collect();
+        names.sort();
+        names.dedup();
+        for n in names {
+            let Some(h) = self.handle(&n) else { continue };
+            let Some(module) = self.specs().get(&n).map(|s| s.module.clone()) else {
+                continue;
+            };
+            let Ok(bytes) = std::fs::read(&module) else {
+                continue;
+            };
+            let hash: String = Sha256::digest(&bytes)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            let last_tried = self
+                .tried
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&n)
+                .cloned();
+            if hash == h.status().version().0 || last_tried.as_deref() == Some(hash.as_str()) {
+                continue;
+            }
+            self.tried
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(n.clone(), hash);
+            let _ = self.reload_plugin(&n);
+        }
+    }
+
+    /// The directories to watch: the config's and every module's.
+    fn watched_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs: Vec<PathBuf> = self
+            .specs()
+            .values()
+            .map(|s| s.module.clone())
+            .chain(std::iter::once(self.config_path.clone()))
+            .filter_map(|p| {
+                p.canonicalize()
+                    .ok()
+                    .and_then(|c| c.parent().map(Path::to_path_buf))
+            })
+            .collect();
+        dirs.sort();
+        dirs.dedup();
+        dirs
+    }
+
+    /// Watches the config file and the modules until `shutdown` completes. Reloads run on a
+    /// blocking thread, never on the delivery path.
+    pub async fn watch(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<PathBuf>>();
+        let mut debouncer = match new_debouncer(DEBOUNCE, move |res: DebounceEventResult| {
+            if let Ok(events) = res {
+                let _ = tx.send(events.into_iter().map(|e| e.path).collect());
+            }
+        }) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot watch files; use POST /reload or SIGHUP to reload");
+                return shutdown.await;
+            }
+        };
+        let mut watching = Vec::new();
+        let mut rewatch = |d: &mut notify_debouncer_mini::Debouncer<_>, dirs: Vec<PathBuf>| {
+            for dir in dirs {
+                if !watching.contains(&dir) {
+                    match d.watcher().watch(&dir, RecursiveMode::NonRecursive) {
+                        Ok(()) => watching.push(dir),
+                        Err(e) => {
+                            tracing::warn!(dir = %dir.display(), error = %e, "cannot watch directory")
+                        }
+                    }
+                }
+            }
+        };
+        rewatch(&mut debouncer, self.watched_dirs());
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                Some(paths) = rx.recv() => {
+                    let me = self.clone();
+                    let _ = tokio::task::spawn_blocking(move || me.on_changed(&paths)).await;
+                    rewatch(&mut debouncer, self.watched_dirs());
+                }
+            }
+        }
+    }
+}
