@@ -25,6 +25,10 @@ use crate::plugin::{PluginHandle, PluginManager, PluginSpec};
 /// check and keeps the running version; the write that completes it triggers another reload.
 pub const DEBOUNCE: Duration = Duration::from_millis(50);
 
+/// How many times, and how far apart, a refused module file is looked at again.
+const RECHECKS: u32 = 5;
+const RECHECK_DELAY: Duration = Duration::from_millis(100);
+
 /// Applies live changes to a running host.
 pub struct Reloader {
     config_path: PathBuf,
@@ -35,8 +39,8 @@ pub struct Reloader {
     busy: Mutex<()>,
     /// The config text last applied (file events without a change are ignored).
     config_text: Mutex<String>,
-    /// Per plugin, the module hash last tried from a file event (a refused module is not
-    /// retried until its content changes again).
+    /// Per plugin, the module hash last refused after a file event (it is not retried until
+    /// the content changes again).
     tried: Mutex<BTreeMap<String, String>>,
 }
 
@@ -248,31 +252,53 @@ impl Reloader {
         names.sort();
         names.dedup();
         for n in names {
-            let Some(h) = self.handle(&n) else { continue };
-            let Some(module) = self.specs().get(&n).map(|s| s.module.clone()) else {
+            self.reload_if_changed(&n);
+        }
+    }
+
+    /// Reloads `name` from its module file if the content differs from what runs. A refused
+    /// file is looked at again a few times shortly after: an event can arrive while the file is
+    /// still being written, and the write that completes it may send no further event.
+    fn reload_if_changed(&self, name: &str) {
+        let hash_of = |p: &Path| -> Option<String> {
+            let bytes = std::fs::read(p).ok()?;
+            Some(
+                Sha256::digest(&bytes)
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect(),
+            )
+        };
+        for attempt in 0..RECHECKS {
+            if attempt > 0 {
+                std::thread::sleep(RECHECK_DELAY);
+            }
+            let Some(h) = self.handle(name) else { return };
+            let Some(module) = self.specs().get(name).map(|s| s.module.clone()) else {
+                return;
+            };
+            let Some(hash) = hash_of(&module) else {
                 continue;
             };
-            let Ok(bytes) = std::fs::read(&module) else {
-                continue;
-            };
-            let hash: String = Sha256::digest(&bytes)
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
-            let last_tried = self
+            let refused_before = self
                 .tried
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .get(&n)
+                .get(name)
                 .cloned();
-            if hash == h.status().version().0 || last_tried.as_deref() == Some(hash.as_str()) {
+            if hash == h.status().version().0 || refused_before.as_deref() == Some(hash.as_str()) {
+                if attempt == 0 || hash == h.status().version().0 {
+                    return;
+                }
                 continue;
             }
-            self.tried
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(n.clone(), hash);
-            let _ = self.reload_plugin(&n);
+            let ok = self.reload_plugin(name).is_ok();
+            let mut tried = self.tried.lock().unwrap_or_else(PoisonError::into_inner);
+            if ok {
+                tried.remove(name);
+                return;
+            }
+            tried.insert(name.to_owned(), hash);
         }
     }
 

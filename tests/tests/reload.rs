@@ -41,6 +41,9 @@ fn variant(module: &Path, tag: &str, dir: &Path) -> PathBuf {
 fn faults_spec(module: PathBuf, settings: serde_json::Value) -> PluginSpec {
     let mut s = PluginSpec::new("faults", module, &["pods"]);
     s.settings = settings;
+    // These tests are about reloads, not deadlines: a loaded CI machine must not cut a call
+    // (a cut call loses the instance's state, which no reload can hand over).
+    s.limits.deadline = Duration::from_secs(10);
     s
 }
 
