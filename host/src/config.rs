@@ -22,7 +22,7 @@
 //!     onFailure: { policy: retry, retries: 3, backoff: 100ms, quarantineAfter: 20 }
 //!     logLevel: info
 //!     batch: 64
-//!     reload: { probation: 20, rollbackThreshold: 0.5 }
+//!     reload: { probation: 20, rollbackThreshold: 0.5, replayCache: false }
 //! admin: { listen: 127.0.0.1:9090 }
 //! engine: { cacheDir: /var/cache/wisp, epochTick: 10ms, fuel: false }
 //! ```
@@ -310,6 +310,9 @@ pub struct ReloadConfig {
     pub probation: Option<u32>,
     /// Fraction of failures during probation above which it is rolled back (default 0.5).
     pub rollback_threshold: Option<f64>,
+    /// Send every cached object to the new version after a reload (default false).
+    #[serde(default)]
+    pub replay_cache: bool,
 }
 
 /// Admin server.
@@ -617,6 +620,7 @@ impl Config {
                 s.batch_max = p.batch.unwrap_or(64);
                 s.reload_probation = p.reload.probation.unwrap_or(s.reload_probation);
                 s.rollback_threshold = p.reload.rollback_threshold.unwrap_or(s.rollback_threshold);
+                s.replay_on_reload = p.reload.replay_cache;
                 s
             })
             .collect()

@@ -462,3 +462,29 @@ fn a_running_host_takes_module_and_config_changes_live_and_refuses_bad_ones() {
     let (code, _) = request(admin, "POST", "/reload").unwrap();
     assert_eq!(code, 200);
 }
+
+#[test]
+fn log_format_json_writes_one_json_object_per_line() {
+    let (d, cfg) = setup();
+    let out = d.path().join("e.jsonl");
+    let o = wisp()
+        .args(["--log-format", "json", "record", "--config"])
+        .arg(&cfg)
+        .arg("--out")
+        .arg(&out)
+        .arg("--until-synced")
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with('{')).collect();
+    assert!(!lines.is_empty(), "{err}");
+    for l in &lines {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        assert!(v.get("level").is_some() && v.get("fields").is_some(), "{l}");
+    }
+    assert!(
+        lines.iter().any(|l| l.contains("informer started")),
+        "{err}"
+    );
+}

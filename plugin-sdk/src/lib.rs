@@ -180,12 +180,14 @@ pub trait Plugin: Sized + 'static {
     }
 }
 
-/// A [`PluginInfo`] from parts.
+/// A [`PluginInfo`] from parts (set `replay_on_reload` on the result to be sent every cached
+/// object again after a hot reload, instead of handing state over with snapshot/restore).
 pub fn info(name: &str, version: &str, informers: &[&str]) -> PluginInfo {
     PluginInfo {
         name: name.to_owned(),
         version: version.to_owned(),
         informers: informers.iter().map(|s| (*s).to_owned()).collect(),
+        replay_on_reload: false,
     }
 }
 

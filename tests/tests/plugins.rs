@@ -10,7 +10,7 @@ use common::*;
 use serde_json::{Value, json};
 use wisp_host::plugin::{
     EngineConfig, FailurePolicy, LoadSource, OnFailure, PluginEngine, PluginError, PluginHandle,
-    PluginSpec, PluginState,
+    PluginManager, PluginSpec, PluginState,
 };
 use wisp_tests::pod;
 
@@ -495,4 +495,41 @@ async fn a_module_is_compiled_once_then_served_from_memory_and_from_the_disk_cac
     );
     let artifacts = std::fs::read_dir(dir.path()).unwrap().count();
     assert_eq!(artifacts, 1);
+}
+
+#[tokio::test]
+async fn fuel_limits_cut_a_runaway_call_when_the_engine_meters_fuel() {
+    let r = rig(vec![]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let fuel_engine = PluginEngine::new(EngineConfig {
+        cache_dir: Some(dir.path().into()),
+        fuel: true,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let mut manager = PluginManager::new(fuel_engine);
+    manager.add_informer(r.inf.clone());
+    let mut s = faults("metered", json!({"mode": "spin", "namePrefix": "spin-"}));
+    s.limits.fuel = Some(50_000_000);
+    let h = manager.start(s).unwrap();
+    r.server.create(pod("default", "spin-1")).unwrap();
+    r.server.create(pod("default", "ok-1")).unwrap();
+    until("out of fuel", || counter(&h, |c| &c.out_of_fuel) >= 1).await;
+    until("next delivered", || counter(&h, |c| &c.delivered) >= 1).await;
+    assert_eq!(
+        counter(&h, |c| &c.deadline_hits),
+        0,
+        "cut by fuel, well before the 10 s deadline"
+    );
+    assert!(h.status().last_error().unwrap().contains("fuel exhausted"));
+
+    // Without fuel metering in the engine, asking for fuel is refused at load.
+    let mut s = faults("unmetered", json!({}));
+    s.limits.fuel = Some(1);
+    let e = r.manager.start(s).err().unwrap();
+    assert!(
+        e.to_string()
+            .contains("limits.fuel is set but the engine runs without fuel metering"),
+        "{e}"
+    );
 }

@@ -269,3 +269,30 @@ async fn a_hundred_reloads_under_twenty_thousand_changes_lose_and_repeat_nothing
     assert_eq!(PluginCounters::get(&s.counters.reloads), 100);
     assert_eq!(s.version().1, 101);
 }
+
+#[tokio::test]
+async fn a_plugin_configured_for_it_gets_the_cache_replayed_after_a_reload() {
+    let r = rig((0..4)
+        .map(|i| pod("default", &format!("web-{i}")))
+        .collect())
+    .await;
+    let mut spec = faults_spec(plugin_path("test_faults"), json!({}));
+    spec.replay_on_reload = true;
+    let h = r.manager.start(spec.clone()).unwrap();
+    until("initial list", || gauge(&h, "handled") == Some(4.0)).await;
+    let rep = h.reload(spec).unwrap();
+    assert!(rep.replay);
+    // The new version restored the count (4) and then got the 4 cached objects again.
+    until("replayed", || gauge(&h, "handled") == Some(8.0)).await;
+    let s = h.status();
+    assert_eq!(s.guest_counter("gaps_total", &[]), 0);
+    assert_eq!(
+        s.guest_counter("dups_total", &[]),
+        0,
+        "replayed objects come with new sequence numbers"
+    );
+    assert_eq!(
+        s.guest_gauge("last_seq", &[("informer", "pods")]),
+        Some(8.0)
+    );
+}

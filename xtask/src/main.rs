@@ -32,8 +32,12 @@ fn root() -> PathBuf {
 fn build_plugins() -> anyhow::Result<PathBuf> {
     let root = root();
     // The target is a rustup component: add it when rustup is there (a no-op when installed).
-    if let Ok(out) = Command::new("rustup").args(["target", "list", "--installed"]).output()
-        && !String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == "wasm32-wasip2")
+    if let Ok(out) = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        && !String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.trim() == "wasm32-wasip2")
     {
         let mut add = Command::new("rustup");
         add.args(["target", "add", "wasm32-wasip2"]);

@@ -258,6 +258,25 @@ impl SharedInformer {
         Ok(reg)
     }
 
+    /// Queues every cached object for one handler again, as initial-list adds, after what is
+    /// already queued for it (used after a plugin reload that asks for a replay). Returns how
+    /// many were queued; a registration from another informer gets nothing.
+    pub fn resend_cache(&self, reg: &HandlerRegistration) -> usize {
+        if reg.informer_id != self.id {
+            return 0;
+        }
+        let _blocked = lock(&self.block_deltas);
+        let objs = self.indexer.list();
+        let n = objs.len();
+        for obj in objs {
+            reg.listener.add(Notification::Add {
+                obj,
+                initial_list: true,
+            });
+        }
+        n
+    }
+
     /// Removes a handler: idempotent; what was buffered for it is dropped; a registration from
     /// another informer is ignored.
     pub fn remove_event_handler(&self, reg: &HandlerRegistration) {

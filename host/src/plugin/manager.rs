@@ -134,7 +134,14 @@ impl PluginHandle {
     /// Replaces the running version with `spec` (new module and/or settings, limits, policy),
     /// between two batches, keeping the queues. On error the running version stays.
     pub fn reload(&self, spec: PluginSpec) -> Result<super::reload::ReloadReport, PluginError> {
-        super::reload::reload(&self.runtime, spec)
+        let report = super::reload::reload(&self.runtime, spec)?;
+        if report.replay {
+            for (inf, reg) in &self.registrations {
+                let n = inf.resend_cache(reg);
+                tracing::info!(plugin = %self.name, informer = %inf.name(), objects = n, "cache replayed to the new version");
+            }
+        }
+        Ok(report)
     }
 
     /// Detaches the plugin from its informers; what was queued for it is dropped.

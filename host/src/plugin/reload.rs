@@ -45,6 +45,8 @@ pub struct ReloadReport {
     pub state_handed_over: bool,
     /// When the new version was swapped in.
     pub swapped_at: Instant,
+    /// Whether the new version asked for (or was configured with) a replay of the cache.
+    pub replay: bool,
 }
 
 /// Compiles and checks `spec` off the delivery path (nothing running is touched), then swaps it
@@ -171,11 +173,13 @@ impl PluginRuntime {
             self.version.info.name, self.version.info.version
         ));
         tracing::info!(plugin = %self.name, generation, version = %self.version.info.version, state_handed_over = handed, source = ?load.source, "plugin reloaded");
+        let replay = self.spec.replay_on_reload || self.version.info.replay_on_reload;
         Ok(ReloadReport {
             load,
             generation,
             state_handed_over: handed,
             swapped_at: Instant::now(),
+            replay,
         })
     }
 

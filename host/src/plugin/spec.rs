@@ -102,6 +102,9 @@ pub struct PluginSpec {
     pub reload_probation: u32,
     /// ...and is rolled back to the previous one when more than this fraction of them fail.
     pub rollback_threshold: f64,
+    /// After a reload, send the new version every cached object again (also when its
+    /// `describe` asks for it with `replay-on-reload`).
+    pub replay_on_reload: bool,
 }
 
 impl PluginSpec {
@@ -121,6 +124,7 @@ impl PluginSpec {
             batch_max: 64,
             reload_probation: 20,
             rollback_threshold: 0.5,
+            replay_on_reload: false,
         }
     }
 }

@@ -34,7 +34,10 @@ impl Bench {
             Work::Labels => self.total += obj.meta().labels.len() as u64,
             Work::Parse => {
                 let v = obj.value()?;
-                self.total += v.pointer("/spec/containers").and_then(|c| c.as_array()).map_or(0, |c| c.len() as u64);
+                self.total += v
+                    .pointer("/spec/containers")
+                    .and_then(|c| c.as_array())
+                    .map_or(0, |c| c.len() as u64);
             }
         }
         Ok(())
@@ -48,14 +51,23 @@ impl Plugin for Bench {
 
     fn init(settings: &str) -> Result<Self, String> {
         let s: Settings = wisp_sdk::parse_settings(settings)?;
-        Ok(Self { work: s.work, total: 0 })
+        Ok(Self {
+            work: s.work,
+            total: 0,
+        })
     }
 
     fn on_add(&mut self, _cx: &Context, obj: &Object, _initial: bool) -> Result<(), String> {
         self.visit(obj)
     }
 
-    fn on_update(&mut self, _cx: &Context, _old: &Object, new: &Object, _resync: bool) -> Result<(), String> {
+    fn on_update(
+        &mut self,
+        _cx: &Context,
+        _old: &Object,
+        new: &Object,
+        _resync: bool,
+    ) -> Result<(), String> {
         self.visit(new)
     }
 

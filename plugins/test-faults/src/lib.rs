@@ -147,18 +147,31 @@ impl Plugin for Faults {
     }
 
     fn init(settings: &str) -> Result<Self, String> {
-        Ok(Self { settings: wisp_sdk::parse_settings(settings)?, state: State::default() })
+        Ok(Self {
+            settings: wisp_sdk::parse_settings(settings)?,
+            state: State::default(),
+        })
     }
 
     fn on_add(&mut self, cx: &Context, obj: &Object, _initial: bool) -> Result<(), String> {
         self.observe(cx, obj)?;
-        self.state.view.insert(obj.key(), obj.meta().resource_version.clone());
+        self.state
+            .view
+            .insert(obj.key(), obj.meta().resource_version.clone());
         Ok(())
     }
 
-    fn on_update(&mut self, cx: &Context, _old: &Object, new: &Object, _resync: bool) -> Result<(), String> {
+    fn on_update(
+        &mut self,
+        cx: &Context,
+        _old: &Object,
+        new: &Object,
+        _resync: bool,
+    ) -> Result<(), String> {
         self.observe(cx, new)?;
-        self.state.view.insert(new.key(), new.meta().resource_version.clone());
+        self.state
+            .view
+            .insert(new.key(), new.meta().resource_version.clone());
         Ok(())
     }
 
@@ -169,7 +182,11 @@ impl Plugin for Faults {
     }
 
     fn after_batch(&mut self) {
-        let sum = self.state.view.iter().fold(0u64, |acc, (k, rv)| acc ^ fnv52(k, rv));
+        let sum = self
+            .state
+            .view
+            .iter()
+            .fold(0u64, |acc, (k, rv)| acc ^ fnv52(k, rv));
         metrics::gauge_set("view_size", &[], self.state.view.len() as f64);
         metrics::gauge_set("view_checksum", &[], sum as f64);
         metrics::gauge_set("handled", &[], self.state.handled as f64);
@@ -180,7 +197,8 @@ impl Plugin for Faults {
     }
 
     fn restore(&mut self, state: Vec<u8>) -> Result<(), String> {
-        self.state = serde_json::from_slice(&state).map_err(|e| format!("cannot read the previous state: {e}"))?;
+        self.state = serde_json::from_slice(&state)
+            .map_err(|e| format!("cannot read the previous state: {e}"))?;
         metrics::counter_add("restored_total", &[], 1);
         Ok(())
     }
