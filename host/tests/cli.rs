@@ -44,18 +44,7 @@ fn free_addr() -> SocketAddr {
 }
 
 fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    let (head, body) = buf.split_once("\r\n\r\n")?;
-    let code = head.split_whitespace().nth(1)?.parse().ok()?;
-    Some((code, body.to_owned()))
+    request(addr, "GET", path)
 }
 
 fn until(what: &str, mut f: impl FnMut() -> bool) {
@@ -339,6 +328,7 @@ fn help_explains_each_command() {
 fn request(addr: SocketAddr, method: &str, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+    // A plain HTTP/1.1 request; the reply is read to the end (Connection: close).
     write!(
         s,
         "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
