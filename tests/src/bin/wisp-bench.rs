@@ -376,6 +376,187 @@ async fn wait_gen(p: &wisp_host::plugin::PluginHandle, target: u64) -> anyhow::R
     Ok(())
 }
 
+/// Counts live heap bytes, to compare caches precisely (no allocator slack, no RSS noise).
+struct Counting;
+
+static LIVE: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts sizes.
+#[allow(unsafe_code)]
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as i64, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { std::alloc::System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        LIVE.fetch_sub(l.size() as i64, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { std::alloc::System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, new: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            new as i64 - l.size() as i64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        // SAFETY: same contract as the caller's.
+        unsafe { std::alloc::System.realloc(p, l, new) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn live() -> i64 {
+    LIVE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Heap per cached object: Wisp's indexer (metadata + JSON, namespace index) vs kube-runtime's
+/// reflector `Store<DynamicObject>`, filled with the same pods.
+fn memory_figures(a: &Args) -> anyhow::Result<()> {
+    let n = if a.quick { 10_000 } else { 100_000 };
+    let values: Vec<serde_json::Value> = (0..n)
+        .map(|i| {
+            let mut v = wisp_tests::pod(&format!("ns-{}", i % 50), &format!("web-{i}"));
+            v["metadata"]["resourceVersion"] = json!(format!("{}", i + 1));
+            v["metadata"]["uid"] = json!(format!("3f2a9c1e-0000-4000-8000-{i:012}"));
+            v["metadata"]["managedFields"] = json!([{"manager": "kubelet", "operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:phase": {}}}}]);
+            v
+        })
+        .collect();
+    println!("\n## Memory per cached object ({n} pods of ~1.5 KB + managedFields)\n");
+    println!("| cache | heap per object | ratio |");
+    println!("|---|---|---|");
+    let base = live();
+    let ix = wisp_host::informer::Indexer::new();
+    for v in &values {
+        ix.add(Arc::new(
+            Object::from_value(v.clone(), true).map_err(|e| anyhow::anyhow!("{e}"))?,
+        ));
+    }
+    let ours = (live() - base) as f64 / n as f64;
+    drop(ix);
+    let base = live();
+    let ar = kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&());
+    let mut writer: kube::runtime::reflector::store::Writer<kube::api::DynamicObject> =
+        kube::runtime::reflector::store::Writer::new(ar);
+    for v in &values {
+        let o: kube::api::DynamicObject = serde_json::from_value(v.clone())?;
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(o));
+    }
+    let theirs = (live() - base) as f64 / n as f64;
+    drop(writer);
+    // The same store when the user strips managedFields too (kube-runtime's usual advice).
+    let base = live();
+    let ar = kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&());
+    let mut writer: kube::runtime::reflector::store::Writer<kube::api::DynamicObject> =
+        kube::runtime::reflector::store::Writer::new(ar);
+    for v in &values {
+        let mut o: kube::api::DynamicObject = serde_json::from_value(v.clone())?;
+        o.metadata.managed_fields = None;
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(o));
+    }
+    let stripped = (live() - base) as f64 / n as f64;
+    drop(writer);
+    println!(
+        "| kube-runtime Store<DynamicObject> (baseline) | {:.0} B | 1.00x |",
+        theirs
+    );
+    println!(
+        "| kube-runtime Store<DynamicObject>, managedFields stripped | {:.0} B | {:.2}x |",
+        stripped,
+        stripped / theirs
+    );
+    println!(
+        "| Wisp indexer (managedFields stripped, namespace index) | {:.0} B | {:.2}x ({:.2}x of the stripped store; target <= 0.6x) |",
+        ours,
+        ours / theirs,
+        ours / stripped
+    );
+    Ok(())
+}
+
+/// Resident set size of this process, in bytes (Linux).
+fn rss() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// Memory of idle instances, and how long a stuck call runs against its deadline.
+fn isolation_figures(a: &Args) -> anyhow::Result<()> {
+    let engine = PluginEngine::new(EngineConfig {
+        cache_dir: None,
+        ..EngineConfig::default()
+    })?;
+    println!("\n## Instances and isolation\n");
+    println!("| figure | value | baseline / target |");
+    println!("|---|---|---|");
+    let n = if a.quick { 50 } else { 500 };
+    let path = a.plugin_dir.join("audit_log.wasm");
+    let bytes = std::fs::read(&path)?;
+    let component = engine
+        .load(&bytes)
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?
+        .component;
+    let pre = engine
+        .instance_pre(&component)
+        .map_err(anyhow::Error::msg)?;
+    let spec = PluginSpec::new("idle", &path, &[]);
+    let status = Arc::new(PluginStatus::default());
+    let before = rss();
+    let mut keep = Vec::with_capacity(n);
+    for _ in 0..n {
+        let api = HostApi {
+            plugin: "idle".into(),
+            grants: Arc::default(),
+            log_level: spec.log_level,
+            status: status.clone(),
+        };
+        let mut inst = wisp_host::plugin::instance::Instance::new(&engine, &pre, api, &spec.limits)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let _ = inst.init("{}").map_err(|e| anyhow::anyhow!("{e}"))?;
+        keep.push(inst);
+    }
+    let per = (rss().saturating_sub(before)) / n as u64;
+    println!(
+        "| resident memory per idle instance (audit-log, after init; {n} instances) | {} KiB | DESIGN target <= 128 KiB, issue 6 <= 1 MiB |",
+        per / 1024
+    );
+    drop(keep);
+
+    let rounds = if a.quick { 3 } else { 20 };
+    let checked = check_module(
+        &engine,
+        &a.plugin_dir.join("test_faults.wasm"),
+        json!({"mode": "spin"}),
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let status = checked.status().clone();
+    let mut rt = checked.into_runtime(engine.clone());
+    let items = deliveries(1);
+    let mut times = Vec::new();
+    for _ in 0..rounds {
+        let t = Instant::now();
+        rt.handle("pods", &items);
+        times.push(t.elapsed());
+    }
+    let hits = wisp_host::plugin::status::PluginCounters::get(&status.counters.deadline_hits);
+    println!(
+        "| stuck call (infinite loop) cut after, median / max ({rounds} calls, {hits} deadline hits) | {} / {} | deadline {} + one {} tick |",
+        ms(median(times.clone())),
+        ms(*times.iter().max().unwrap_or(&Duration::ZERO)),
+        ms(spec.limits.deadline),
+        ms(wisp_host::plugin::engine::DEFAULT_EPOCH_TICK)
+    );
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let a = args()?;
     if std::env::var_os("RUST_LOG").is_some() {
@@ -392,6 +573,8 @@ fn main() -> anyhow::Result<()> {
     );
     load_figures(&a)?;
     delivery_figures(&a)?;
+    isolation_figures(&a)?;
+    memory_figures(&a)?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(reload_figures(&a))?;
     Ok(())
