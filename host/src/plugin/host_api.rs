@@ -2,7 +2,7 @@
 //! counters and gauges.
 
 use super::bindings::wisp::plugin::{host, types};
-use super::bindings::{CacheError, Level, Object, ObjectMeta, OwnerRef};
+use super::bindings::{CacheError, Level, ObjectMetaResult, ObjectResult, OwnerRefResult};
 use super::spec::LogLevel;
 use super::state::StoreData;
 use super::status::PluginCounters;
@@ -33,11 +33,11 @@ fn level_name(l: LogLevel) -> &'static str {
     }
 }
 
-/// Converts a cached object to its WIT form.
-pub fn to_wit(o: &crate::informer::Object) -> Object {
+/// Converts a cached object to its owned WIT form (for cache reads).
+pub fn to_wit(o: &crate::informer::Object) -> ObjectResult {
     let m = o.meta();
-    Object {
-        meta: ObjectMeta {
+    ObjectResult {
+        meta: ObjectMetaResult {
             api_version: m.api_version.clone(),
             kind: m.kind.clone(),
             namespace: m.namespace.clone(),
@@ -49,7 +49,7 @@ pub fn to_wit(o: &crate::informer::Object) -> Object {
             owner_references: m
                 .owner_references
                 .iter()
-                .map(|r| OwnerRef {
+                .map(|r| OwnerRefResult {
                     api_version: r.api_version.clone(),
                     kind: r.kind.clone(),
                     name: r.name.clone(),
@@ -127,7 +127,7 @@ impl host::Host for StoreData {
         informer: String,
         namespace: Option<String>,
         name: String,
-    ) -> Result<Option<Object>, CacheError> {
+    ) -> Result<Option<ObjectResult>, CacheError> {
         let cache = self.granted(&informer)?;
         Ok(cache
             .get_by_key(&key_for(namespace.as_deref(), &name))
@@ -139,7 +139,7 @@ impl host::Host for StoreData {
         informer: String,
         namespace: Option<String>,
         label_selector: Option<String>,
-    ) -> Result<Vec<Object>, CacheError> {
+    ) -> Result<Vec<ObjectResult>, CacheError> {
         let cache = self.granted(&informer)?;
         let selector = match label_selector.as_deref() {
             Some(s) => {
@@ -164,7 +164,7 @@ impl host::Host for StoreData {
         informer: String,
         index: String,
         value: String,
-    ) -> Result<Vec<Object>, CacheError> {
+    ) -> Result<Vec<ObjectResult>, CacheError> {
         let cache = self.granted(&informer)?;
         let objs = cache
             .by_index(&index, &value)

@@ -10,7 +10,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use super::bindings::{Delivery, PluginPre};
+use super::bindings::PluginPre;
 use super::engine::PluginEngine;
 use super::error::PluginError;
 use super::instance::Instance;
@@ -30,8 +30,8 @@ pub struct Probation {
     /// Notifications the new version handled so far, and how many of them failed.
     seen: u32,
     failed: u32,
-    /// Those notifications, to give to the previous version on a rollback.
-    buffer: Vec<Delivery>,
+    /// Those notifications (with their informer), to give to the previous version on a rollback.
+    buffer: Vec<(String, crate::informer::Delivery)>,
 }
 
 /// What a reload did.
@@ -184,14 +184,20 @@ impl PluginRuntime {
     }
 
     /// Counts a batch handled on probation; commits or rolls back when the verdict is in.
-    pub(super) fn after_probation_batch(&mut self, batch: Vec<Delivery>, failed: u64) {
+    pub(super) fn after_probation_batch(
+        &mut self,
+        informer: &str,
+        batch: &[crate::informer::Delivery],
+        failed: u64,
+    ) {
         let (limit, threshold) = (self.spec.reload_probation, self.spec.rollback_threshold);
         let Some(p) = self.probation.as_mut() else {
             return;
         };
         p.seen += batch.len() as u32;
         p.failed += failed as u32;
-        p.buffer.extend(batch);
+        p.buffer
+            .extend(batch.iter().map(|d| (informer.to_owned(), d.clone())));
         let too_many = f64::from(p.failed) > threshold * f64::from(limit);
         if too_many {
             let reason = format!("{} of its first {} notifications failed", p.failed, p.seen);
@@ -231,6 +237,10 @@ impl PluginRuntime {
         self.status.set_last_error(msg.clone());
         self.status.logs.push(format!("host: {msg}"));
         // The previous version missed what the new one was given: deliver it again.
-        self.deliver(&p.buffer);
+        for (informer, d) in p.buffer {
+            super::runtime::with_wit_batch(&informer, std::slice::from_ref(&d), |wit| {
+                self.deliver(wit)
+            });
+        }
     }
 }

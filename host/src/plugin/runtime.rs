@@ -4,9 +4,11 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::bindings::{Added, Deleted, Delivery, Notification, Outcome, PluginPre, Updated};
+use super::bindings::{
+    Added, Deleted, Delivery, Notification, ObjectMetaParam, ObjectParam, Outcome, OwnerRefParam,
+    PluginPre, Updated,
+};
 use super::engine::PluginEngine;
-use super::host_api::to_wit;
 use super::instance::{CallError, Instance};
 use super::spec::{FailurePolicy, PluginSpec};
 use super::state::{Grants, HostApi, StoreData};
@@ -42,27 +44,99 @@ pub struct VersionInfo {
     pub generation: u64,
 }
 
-fn to_wit_delivery(informer: &str, d: &informer::Delivery) -> Delivery {
-    let notification = match &d.notification {
-        informer::Notification::Add { obj, initial_list } => Notification::Added(Added {
-            object: to_wit(obj),
-            initial_list: *initial_list,
-        }),
-        informer::Notification::Update { old, new } => Notification::Updated(Updated {
-            old: to_wit(old),
-            new: to_wit(new),
-            resync: d.notification.is_resync(),
-        }),
-        informer::Notification::Delete { obj } => Notification::Deleted(Deleted {
-            object: to_wit(obj.object()),
-            final_state_unknown: matches!(obj, DeletedObject::Tombstone(_)),
-        }),
-    };
-    Delivery {
-        seq: d.seq,
-        informer: informer.to_owned(),
-        notification,
+/// The slices a borrowed object needs (the WIT form wants `&[(&str, &str)]` for labels).
+struct MetaParts<'a> {
+    labels: Vec<(&'a str, &'a str)>,
+    annotations: Vec<(&'a str, &'a str)>,
+    owners: Vec<OwnerRefParam<'a>>,
+}
+
+impl<'a> MetaParts<'a> {
+    fn of(o: &'a informer::Object) -> Self {
+        let m = o.meta();
+        let pairs =
+            |v: &'a [(String, String)]| v.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        Self {
+            labels: pairs(&m.labels),
+            annotations: pairs(&m.annotations),
+            owners: m
+                .owner_references
+                .iter()
+                .map(|r| OwnerRefParam {
+                    api_version: &r.api_version,
+                    kind: &r.kind,
+                    name: &r.name,
+                    uid: &r.uid,
+                    controller: r.controller,
+                })
+                .collect(),
+        }
     }
+
+    fn object(&'a self, o: &'a informer::Object) -> ObjectParam<'a> {
+        let m = o.meta();
+        ObjectParam {
+            meta: ObjectMetaParam {
+                api_version: &m.api_version,
+                kind: &m.kind,
+                namespace: m.namespace.as_deref(),
+                name: &m.name,
+                uid: &m.uid,
+                resource_version: &m.resource_version,
+                labels: &self.labels,
+                annotations: &self.annotations,
+                owner_references: &self.owners,
+            },
+            json: o.json(),
+        }
+    }
+}
+
+/// Runs `f` on the WIT form of a batch, borrowed from the cached objects (no copies).
+pub(super) fn with_wit_batch<R>(
+    informer: &str,
+    batch: &[informer::Delivery],
+    f: impl FnOnce(&[Delivery<'_>]) -> R,
+) -> R {
+    let parts: Vec<(MetaParts<'_>, Option<MetaParts<'_>>)> = batch
+        .iter()
+        .map(|d| match &d.notification {
+            informer::Notification::Add { obj, .. } => (MetaParts::of(obj), None),
+            informer::Notification::Update { old, new } => {
+                (MetaParts::of(new), Some(MetaParts::of(old)))
+            }
+            informer::Notification::Delete { obj } => (MetaParts::of(obj.object()), None),
+        })
+        .collect();
+    let wit: Vec<Delivery<'_>> = batch
+        .iter()
+        .zip(&parts)
+        .map(|(d, (p, old_p))| {
+            let notification = match &d.notification {
+                informer::Notification::Add { obj, initial_list } => Notification::Added(Added {
+                    object: p.object(obj),
+                    initial_list: *initial_list,
+                }),
+                informer::Notification::Update { old, new } => Notification::Updated(Updated {
+                    old: old_p
+                        .as_ref()
+                        .map_or_else(|| p.object(new), |op| op.object(old)),
+                    new: p.object(new),
+                    resync: d.notification.is_resync(),
+                }),
+                informer::Notification::Delete { obj } => Notification::Deleted(Deleted {
+                    object: p.object(obj.object()),
+                    final_state_unknown: matches!(obj, DeletedObject::Tombstone(_)),
+                }),
+            };
+            Delivery {
+                seq: d.seq,
+                informer,
+                notification,
+            }
+        })
+        .collect();
+    f(&wit)
 }
 
 impl PluginRuntime {
@@ -251,12 +325,11 @@ impl PluginRuntime {
             PluginCounters::add(&self.status.counters.dropped, batch.len() as u64);
             return;
         }
-        let wit: Vec<Delivery> = batch.iter().map(|d| to_wit_delivery(informer, d)).collect();
         let failed_before = PluginCounters::get(&self.status.counters.failed);
-        self.deliver(&wit);
+        with_wit_batch(informer, batch, |wit| self.deliver(wit));
         let failed = PluginCounters::get(&self.status.counters.failed) - failed_before;
         if self.probation.is_some() {
-            self.after_probation_batch(wit, failed);
+            self.after_probation_batch(informer, batch, failed);
         }
     }
 
@@ -288,10 +361,9 @@ impl PluginRuntime {
             }
             Err(e) if wit.len() == 1 => self.settle(&wit[0], e.to_string()),
             Err(_) => {
-                let wit = wit.to_vec();
                 // The batch died with its instance: deliver its items one by one to a fresh
                 // instance, so only the one at fault meets the failure policy.
-                for d in &wit {
+                for d in wit {
                     if self.is_quarantined() {
                         PluginCounters::add(&self.status.counters.dropped, 1);
                         continue;

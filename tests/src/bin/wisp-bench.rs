@@ -207,7 +207,7 @@ fn delivery_figures(a: &Args) -> anyhow::Result<()> {
     }
     std::hint::black_box(keep);
     println!(
-        "| (host copy into WIT values only) | - | - | {} | - | - |",
+        "| (an owned host copy, as cache reads make; deliveries skip it) | - | - | {} | - | - |",
         ns(per_item(t.elapsed(), n))
     );
     for work in ["noop", "labels", "parse"] {
