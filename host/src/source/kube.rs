@@ -1,18 +1,20 @@
 //! A [`ListerWatcher`] over the Kubernetes API through `kube`: any apiVersion/kind, namespaced
 //! or cluster-wide, with label and field selectors.
 //!
-//! Lists go through `kube::Client` with the URL `kube::Api<DynamicObject>` uses; the one
-//! difference from `Api::list` is that a first page at resourceVersion "0" keeps its
-//! `resourceVersion=0` (as client-go sends it), which `kube` would drop when a limit is set.
-//! Watches use `Api::<DynamicObject>::watch`.
+//! Requests go through `kube::Client` with the URLs and query strings `kube::Api<DynamicObject>`
+//! builds (one difference: a first list page at resourceVersion "0" keeps its
+//! `resourceVersion=0`, as client-go sends it, which `kube` drops when a limit is set). Responses
+//! are read as text: each object's metadata is extracted from its JSON span and the span kept as
+//! the object's JSON (re-assembled only to drop `managedFields`), so no JSON tree is built.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, ObjectList, WatchParams};
-use kube::core::{GroupVersionKind, Status, WatchEvent as KubeWatchEvent};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, WatchParams};
+use kube::core::{GroupVersionKind, Status};
+use serde_json::value::RawValue;
 
 use crate::informer::lister_watcher::{
     ListOptions, ListPage, ListerWatcher, SourceError, WatchEvent, WatchOptions, WatchStream,
@@ -90,59 +92,6 @@ impl KubeSource {
         self
     }
 
-    fn convert(&self, mut o: DynamicObject) -> Result<Arc<Object>, SourceError> {
-        if self.strip_managed_fields {
-            o.metadata.managed_fields = None;
-        }
-        // List items from a real API server carry no apiVersion/kind: fill them in.
-        if o.types.as_ref().is_none_or(|t| t.kind.is_empty()) {
-            o.types = Some(kube::core::TypeMeta {
-                api_version: self.resource.api_version.clone(),
-                kind: self.resource.kind.clone(),
-            });
-        }
-        let md = &o.metadata;
-        let name = md.name.clone().ok_or_else(|| {
-            SourceError::Decode(format!(
-                "{} object without metadata.name",
-                self.resource.kind
-            ))
-        })?;
-        let types = o.types.clone().unwrap_or_default();
-        let meta = ObjectMeta {
-            api_version: types.api_version,
-            kind: types.kind,
-            namespace: md.namespace.clone().filter(|n| !n.is_empty()),
-            name,
-            uid: md.uid.clone().unwrap_or_default(),
-            resource_version: md.resource_version.clone().unwrap_or_default(),
-            labels: md
-                .labels
-                .clone()
-                .map(|m| m.into_iter().collect())
-                .unwrap_or_default(),
-            annotations: md
-                .annotations
-                .clone()
-                .map(|m| m.into_iter().collect())
-                .unwrap_or_default(),
-            owner_references: md
-                .owner_references
-                .iter()
-                .flatten()
-                .map(|r| OwnerRef {
-                    api_version: r.api_version.clone(),
-                    kind: r.kind.clone(),
-                    name: r.name.clone(),
-                    uid: r.uid.clone(),
-                    controller: r.controller.unwrap_or(false),
-                })
-                .collect(),
-        };
-        let json = serde_json::to_string(&o).map_err(|e| SourceError::Decode(e.to_string()))?;
-        Ok(Arc::new(Object::from_parts(meta, json)))
-    }
-
     async fn list_page(&self, opts: ListOptions) -> Result<ListPage, SourceError> {
         let lp = ListParams {
             label_selector: self.label_selector.clone(),
@@ -162,15 +111,29 @@ impl KubeSource {
                 .map_err(|e: http::uri::InvalidUri| SourceError::Request(e.to_string()))?;
         }
         req.extensions_mut().insert("list");
-        let list: ObjectList<DynamicObject> = self.client.request(req).await.map_err(map_error)?;
+        let text = self.client.request_text(req).await.map_err(map_error)?;
+        let list: RawList<'_> =
+            serde_json::from_str(&text).map_err(|e| SourceError::Decode(format!("list: {e}")))?;
         let items = list
             .items
-            .into_iter()
-            .map(|o| self.convert(o))
+            .iter()
+            .map(|o| self.parse_raw(o.get()))
             .collect::<Result<Vec<_>, _>>()?;
+        #[derive(serde::Deserialize, Default)]
+        #[serde(rename_all = "camelCase", default)]
+        struct ListMeta {
+            resource_version: Option<String>,
+            #[serde(rename = "continue")]
+            continue_: Option<String>,
+        }
+        let md: ListMeta = match list.metadata {
+            Some(m) => serde_json::from_str(m.get())
+                .map_err(|e| SourceError::Decode(format!("list metadata: {e}")))?,
+            None => ListMeta::default(),
+        };
         Ok(ListPage {
-            resource_version: list.metadata.resource_version.unwrap_or_default(),
-            continue_token: list.metadata.continue_.filter(|c| !c.is_empty()),
+            resource_version: md.resource_version.unwrap_or_default(),
+            continue_token: md.continue_.filter(|c| !c.is_empty()),
             items,
         })
     }
@@ -183,29 +146,185 @@ impl KubeSource {
             bookmarks: opts.allow_bookmarks || opts.send_initial_events,
             send_initial_events: opts.send_initial_events,
         };
-        let stream = self
-            .api
+        let mut req = kube::core::Request::new(self.api.resource_url())
             .watch(&wp, &opts.resource_version)
-            .await
-            .map_err(map_error)?;
+            .map_err(|e| SourceError::Request(e.to_string()))?;
+        req.extensions_mut().insert("watch");
+        let body = self.client.request_stream(req).await.map_err(map_error)?;
         let me = self.clone();
-        Ok(stream
-            .map(move |item| match item {
-                Ok(KubeWatchEvent::Added(o)) => me.convert(o).map(WatchEvent::Added),
-                Ok(KubeWatchEvent::Modified(o)) => me.convert(o).map(WatchEvent::Modified),
-                Ok(KubeWatchEvent::Deleted(o)) => me.convert(o).map(WatchEvent::Deleted),
-                Ok(KubeWatchEvent::Bookmark(b)) => Ok(WatchEvent::Bookmark {
-                    initial_events_end: b
-                        .metadata
-                        .annotations
-                        .get(INITIAL_EVENTS_END)
-                        .is_some_and(|v| v == "true"),
-                    resource_version: b.metadata.resource_version,
-                }),
-                Ok(KubeWatchEvent::Error(status)) => Ok(WatchEvent::Error(map_status(&status))),
-                Err(e) => Err(map_error(e)),
+        Ok(futures::AsyncBufReadExt::lines(body)
+            .filter_map(move |line| {
+                let out = match line {
+                    Ok(l) if l.trim().is_empty() => None,
+                    Ok(l) => Some(me.parse_event(&l)),
+                    Err(e) => Some(Err(SourceError::Connect(format!(
+                        "reading the watch stream: {e}"
+                    )))),
+                };
+                futures::future::ready(out)
             })
             .boxed())
+    }
+}
+
+/// The parts of `metadata` the host extracts, read straight from the JSON text.
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct MetaView {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    labels: Option<std::collections::BTreeMap<String, String>>,
+    annotations: Option<std::collections::BTreeMap<String, String>>,
+    owner_references: Option<Vec<OwnerView>>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct OwnerView {
+    api_version: String,
+    kind: String,
+    name: String,
+    uid: String,
+    controller: Option<bool>,
+}
+
+/// A list response with its items kept as raw JSON spans.
+#[derive(serde::Deserialize)]
+struct RawList<'a> {
+    #[serde(default, borrow)]
+    metadata: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    items: Vec<&'a RawValue>,
+}
+
+/// A watch event with its object kept as a raw JSON span.
+#[derive(serde::Deserialize)]
+struct RawEvent<'a> {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(borrow)]
+    object: &'a RawValue,
+}
+
+type RawMap<'a> = std::collections::BTreeMap<&'a str, &'a RawValue>;
+
+impl KubeSource {
+    /// Builds an object from its JSON text without building a JSON tree: metadata is read from
+    /// the text; the text is kept as is unless `managedFields` must go or apiVersion/kind must
+    /// be filled in (then the top level is reassembled from the raw spans).
+    fn parse_raw(&self, raw: &str) -> Result<Arc<Object>, SourceError> {
+        let kind_name = &self.resource.kind;
+        let bad = |e: serde_json::Error| SourceError::Decode(format!("{kind_name} object: {e}"));
+        let mut top: RawMap<'_> = serde_json::from_str(raw).map_err(bad)?;
+        let md_raw = top
+            .get("metadata")
+            .copied()
+            .ok_or_else(|| SourceError::Decode(format!("{kind_name} object without metadata")))?;
+        let view: MetaView = serde_json::from_str(md_raw.get()).map_err(bad)?;
+        let text_of = |k: &str| {
+            top.get(k)
+                .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
+                .filter(|s| !s.is_empty())
+        };
+        let api_version = text_of("apiVersion");
+        let kind = text_of("kind");
+        let strip = self.strip_managed_fields && md_raw.get().contains("\"managedFields\"");
+        let rebuilt_md = if strip {
+            let mut md: RawMap<'_> = serde_json::from_str(md_raw.get()).map_err(bad)?;
+            md.remove("managedFields");
+            Some(RawValue::from_string(serde_json::to_string(&md).map_err(bad)?).map_err(bad)?)
+        } else {
+            None
+        };
+        let json = if rebuilt_md.is_some() || api_version.is_none() || kind.is_none() {
+            let filled_api = RawValue::from_string(
+                serde_json::to_string(&self.resource.api_version).map_err(bad)?,
+            )
+            .map_err(bad)?;
+            let filled_kind = RawValue::from_string(serde_json::to_string(kind_name).map_err(bad)?)
+                .map_err(bad)?;
+            if let Some(md) = &rebuilt_md {
+                top.insert("metadata", md);
+            }
+            if api_version.is_none() {
+                top.insert("apiVersion", &filled_api);
+            }
+            if kind.is_none() {
+                top.insert("kind", &filled_kind);
+            }
+            serde_json::to_string(&top).map_err(bad)?
+        } else {
+            raw.to_owned()
+        };
+        let name = view.name.ok_or_else(|| {
+            SourceError::Decode(format!("{kind_name} object without metadata.name"))
+        })?;
+        let meta = ObjectMeta {
+            api_version: api_version.unwrap_or_else(|| self.resource.api_version.clone()),
+            kind: kind.unwrap_or_else(|| kind_name.clone()),
+            namespace: view.namespace.filter(|n| !n.is_empty()),
+            name,
+            uid: view.uid.unwrap_or_default(),
+            resource_version: view.resource_version.unwrap_or_default(),
+            labels: view
+                .labels
+                .map(|m| m.into_iter().collect())
+                .unwrap_or_default(),
+            annotations: view
+                .annotations
+                .map(|m| m.into_iter().collect())
+                .unwrap_or_default(),
+            owner_references: view
+                .owner_references
+                .unwrap_or_default()
+                .into_iter()
+                .map(|r| OwnerRef {
+                    api_version: r.api_version,
+                    kind: r.kind,
+                    name: r.name,
+                    uid: r.uid,
+                    controller: r.controller.unwrap_or(false),
+                })
+                .collect(),
+        };
+        Ok(Arc::new(Object::from_parts(meta, json)))
+    }
+
+    fn parse_event(&self, line: &str) -> Result<WatchEvent, SourceError> {
+        let ev: RawEvent<'_> = serde_json::from_str(line)
+            .map_err(|e| SourceError::Decode(format!("watch event: {e}")))?;
+        match ev.kind.as_str() {
+            "ADDED" => self.parse_raw(ev.object.get()).map(WatchEvent::Added),
+            "MODIFIED" => self.parse_raw(ev.object.get()).map(WatchEvent::Modified),
+            "DELETED" => self.parse_raw(ev.object.get()).map(WatchEvent::Deleted),
+            "BOOKMARK" => {
+                #[derive(serde::Deserialize)]
+                struct Bookmark {
+                    metadata: MetaView,
+                }
+                let b: Bookmark = serde_json::from_str(ev.object.get())
+                    .map_err(|e| SourceError::Decode(format!("bookmark: {e}")))?;
+                let end = b
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(INITIAL_EVENTS_END));
+                Ok(WatchEvent::Bookmark {
+                    initial_events_end: end.is_some_and(|v| v == "true"),
+                    resource_version: b.metadata.resource_version.unwrap_or_default(),
+                })
+            }
+            "ERROR" => {
+                let st: Status = serde_json::from_str(ev.object.get())
+                    .map_err(|e| SourceError::Decode(format!("error event: {e}")))?;
+                Ok(WatchEvent::Error(map_status(&st)))
+            }
+            other => Err(SourceError::Decode(format!(
+                "unknown watch event type {other:?}"
+            ))),
+        }
     }
 }
 
