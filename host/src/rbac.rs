@@ -1,6 +1,6 @@
 //! Least-privilege RBAC for a config: exactly `list` and `watch` on the resources the informers
-//! read — cluster-wide through a ClusterRole, or per namespace through Roles when an informer is
-//! limited to namespaces.
+//! read — through a Role in its namespace for an informer limited to one namespace, through a
+//! ClusterRole otherwise (several namespaces are watched cluster-wide and filtered in the host).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -41,13 +41,13 @@ pub fn generate(config: &Config, name: &str, namespace: &str) -> String {
     let mut per_ns: BTreeMap<String, BTreeSet<Resource>> = BTreeMap::new();
     for inf in &config.informers {
         let r = resource(&inf.api_version, &inf.kind);
-        match &inf.namespaces {
-            Some(nss) => {
-                for ns in nss {
-                    per_ns.entry(ns.clone()).or_default().insert(r.clone());
-                }
+        // One namespace is watched in that namespace; several are one cluster-wide watch
+        // filtered in the host (the API lists one namespace or all), which needs a ClusterRole.
+        match inf.namespaces.as_deref() {
+            Some([ns]) => {
+                per_ns.entry(ns.clone()).or_default().insert(r);
             }
-            None => {
+            _ => {
                 cluster.insert(r);
             }
         }
@@ -82,7 +82,7 @@ mod tests {
     fn cluster_wide_informers_get_a_cluster_role_and_namespaced_ones_get_roles() {
         let d = tempfile::tempdir().unwrap();
         let cfg = Config::parse(
-            "source: kube\ninformers:\n  - {name: pods, apiVersion: v1, kind: Pod}\n  - {name: deploys, apiVersion: apps/v1, kind: Deployment, namespaces: [shop, ops]}\n  - {name: ingresses, apiVersion: networking.k8s.io/v1, kind: Ingress}\n",
+            "source: kube\ninformers:\n  - {name: pods, apiVersion: v1, kind: Pod}\n  - {name: deploys, apiVersion: apps/v1, kind: Deployment, namespaces: [shop]}\n  - {name: jobs, apiVersion: batch/v1, kind: Job, namespaces: [shop, ops]}\n  - {name: ingresses, apiVersion: networking.k8s.io/v1, kind: Ingress}\n",
             "wisp.yaml",
             d.path(),
         )
