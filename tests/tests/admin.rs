@@ -4,8 +4,9 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, RwLock};
 
+use common::rig::engine;
 use common::*;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -13,27 +14,9 @@ use wisp_host::admin::{self, AdminState};
 use wisp_host::informer::SharedInformer;
 use wisp_host::plugin::status::PluginCounters;
 use wisp_host::plugin::{
-    EngineConfig, FailurePolicy, OnFailure, PluginEngine, PluginHandle, PluginManager, PluginSpec,
-    PluginState,
+    FailurePolicy, OnFailure, PluginHandle, PluginManager, PluginSpec, PluginState,
 };
 use wisp_tests::{TestApiServer, pod};
-
-/// One engine per test binary: each module compiles once.
-fn engine() -> Arc<PluginEngine> {
-    static ENGINE: OnceLock<(Arc<PluginEngine>, tempfile::TempDir)> = OnceLock::new();
-    ENGINE
-        .get_or_init(|| {
-            let dir = tempfile::tempdir().unwrap();
-            let e = PluginEngine::new(EngineConfig {
-                cache_dir: Some(dir.path().into()),
-                ..EngineConfig::default()
-            })
-            .unwrap();
-            (e, dir)
-        })
-        .0
-        .clone()
-}
 
 /// A pod informer over a server holding `pods` pods, and a plugin manager on it.
 struct Rig {
@@ -303,7 +286,7 @@ async fn plugins_lists_a_running_plugin_with_its_hash_counters_queues_and_logs()
     let p = &list[0];
     assert_eq!(p["name"], "audit");
     assert_eq!(p["pluginName"], "audit-log");
-    assert_eq!(p["version"], audit.info().version.as_str());
+    assert_eq!(p["version"], audit.running().version.as_str());
     assert_eq!(p["module"], plugin_path("audit_log").display().to_string());
     assert_eq!(p["hash"], audit.report().hash.as_str());
     assert_eq!(p["hash"].as_str().unwrap().len(), 64);

@@ -79,7 +79,7 @@ async fn audit_log_logs_each_lifecycle_event_including_a_late_join_replay() {
         ),
         1
     );
-    assert_eq!(h.info().name, "audit-log");
+    assert_eq!(h.running().plugin_name, "audit-log");
 }
 
 #[tokio::test]

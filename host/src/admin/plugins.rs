@@ -67,6 +67,7 @@ pub fn view(h: &PluginHandle) -> PluginView {
         PluginState::Running => ("running", None),
         PluginState::Quarantined { reason } => ("quarantined", Some(reason)),
     };
+    let running = status.running();
     let logs = &status.logs;
     let mut recent_logs = logs.since(logs.total().saturating_sub(RECENT_LOG_LINES as u64));
     // Lines pushed between the two reads come on top; keep the newest.
@@ -74,11 +75,11 @@ pub fn view(h: &PluginHandle) -> PluginView {
     recent_logs.drain(..extra);
     PluginView {
         name: h.name().to_owned(),
-        module: status.running().1.display().to_string(),
-        version: status.running().0,
-        plugin_name: h.info().name.clone(),
-        hash: status.version().0.clone(),
-        generation: status.version().1,
+        module: running.module.display().to_string(),
+        version: running.version,
+        plugin_name: running.plugin_name,
+        hash: running.hash,
+        generation: running.generation,
         loaded_from: source_name(report.source),
         state,
         quarantine_reason,

@@ -65,14 +65,13 @@ impl CheckedPlugin {
     }
 
     fn version_info(&self) -> VersionInfo {
-        self.status.set_version(self.report.hash.clone(), 1);
-        self.status
-            .set_running(self.info.version.clone(), self.spec.module.clone());
-        VersionInfo {
+        let v = VersionInfo {
             info: self.info.clone(),
             hash: self.report.hash.clone(),
             generation: 1,
-        }
+        };
+        v.publish(&self.spec.module, &self.status);
+        v
     }
 }
 
@@ -80,8 +79,6 @@ impl CheckedPlugin {
 pub struct PluginHandle {
     runtime: Arc<Mutex<PluginRuntime>>,
     name: String,
-    module: std::path::PathBuf,
-    info: PluginInfo,
     report: LoadReport,
     status: Arc<PluginStatus>,
     registrations: Vec<(Arc<SharedInformer>, HandlerRegistration)>,
@@ -93,17 +90,12 @@ impl PluginHandle {
         &self.name
     }
 
-    /// The module file it was loaded from.
-    pub fn module(&self) -> &Path {
-        &self.module
+    /// The version running now: what it says about itself, its module, hash and generation.
+    pub fn running(&self) -> super::status::Running {
+        self.status.running()
     }
 
-    /// What the plugin said about itself.
-    pub fn info(&self) -> &PluginInfo {
-        &self.info
-    }
-
-    /// Load timings.
+    /// Load timings of the first version (see [`PluginHandle::running`] for the current one).
     pub fn report(&self) -> &LoadReport {
         &self.report
     }
@@ -225,7 +217,6 @@ impl PluginManager {
             grants,
         } = checked;
         let name = spec.name.clone();
-        let module = spec.module.clone();
         let batch_max = spec.batch_max.max(1);
         let resync = spec.resync;
         let informers = spec.informers.clone();
@@ -259,8 +250,6 @@ impl PluginManager {
         PluginHandle {
             runtime,
             name,
-            module,
-            info,
             report,
             status,
             registrations,

@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use super::bindings::PluginPre;
-use super::engine::PluginEngine;
 use super::error::PluginError;
 use super::instance::Instance;
 use super::manager::{LoadReport, check_bytes};
@@ -91,7 +90,6 @@ pub fn reload(
         check_bytes(&engine, &spec, &bytes, grants, Some(status.clone())).map_err(fail)?;
     let mut rt = runtime.lock().unwrap_or_else(PoisonError::into_inner);
     rt.install(
-        engine,
         spec,
         checked.pre,
         checked.instance,
@@ -105,7 +103,6 @@ impl PluginRuntime {
     /// Swaps a checked version in (called with the runtime locked, so between two batches).
     fn install(
         &mut self,
-        _engine: Arc<PluginEngine>,
         spec: PluginSpec,
         pre: PluginPre<StoreData>,
         mut instance: Instance,
@@ -163,10 +160,7 @@ impl PluginRuntime {
         self.consecutive_failures = 0;
         let c = &self.status.counters;
         PluginCounters::add(&c.reloads, 1);
-        self.status
-            .set_version(self.version.hash.clone(), generation);
-        self.status
-            .set_running(self.version.info.version.clone(), self.spec.module.clone());
+        self.version.publish(&self.spec.module, &self.status);
         self.status.set_state(super::status::PluginState::Running);
         self.status.logs.push(format!(
             "host: reloaded: generation {generation}, {} {}",
@@ -226,10 +220,7 @@ impl PluginRuntime {
         self.consecutive_failures = 0;
         self.status.set_state(super::status::PluginState::Running);
         PluginCounters::add(&self.status.counters.rollbacks, 1);
-        self.status
-            .set_version(self.version.hash.clone(), generation);
-        self.status
-            .set_running(self.version.info.version.clone(), self.spec.module.clone());
+        self.version.publish(&self.spec.module, &self.status);
         let msg = format!(
             "rolled back to the previous version (now generation {generation}): the new one failed: {reason}"
         );

@@ -33,7 +33,7 @@ pub struct PluginRuntime {
     pub(super) probation: Option<super::reload::Probation>,
 }
 
-/// Identity of the running version.
+/// Identity of a version (the running one, or the one kept on probation).
 #[derive(Clone, Debug)]
 pub struct VersionInfo {
     /// What the plugin said about itself.
@@ -42,6 +42,19 @@ pub struct VersionInfo {
     pub hash: String,
     /// 1 for the first version, +1 per reload (and per rollback).
     pub generation: u64,
+}
+
+impl VersionInfo {
+    /// Publishes this version, loaded from `module`, in the plugin's status.
+    pub(super) fn publish(&self, module: &std::path::Path, status: &PluginStatus) {
+        status.set_running(super::status::Running {
+            plugin_name: self.info.name.clone(),
+            version: self.info.version.clone(),
+            module: module.to_path_buf(),
+            hash: self.hash.clone(),
+            generation: self.generation,
+        });
+    }
 }
 
 /// The slices a borrowed object needs (the WIT form wants `&[(&str, &str)]` for labels).

@@ -166,6 +166,21 @@ pub enum PluginState {
     },
 }
 
+/// The version a plugin runs now (changes with reloads and rollbacks).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Running {
+    /// The name its `describe` gives.
+    pub plugin_name: String,
+    /// The version its `describe` gives.
+    pub version: String,
+    /// The module file it was loaded from.
+    pub module: std::path::PathBuf,
+    /// SHA-256 of the module.
+    pub hash: String,
+    /// 1 for the first load, +1 per reload or rollback.
+    pub generation: u64,
+}
+
 /// A metric series a plugin reports: name plus sorted labels.
 pub type SeriesKey = (String, Vec<(String, String)>);
 
@@ -175,8 +190,7 @@ pub struct PluginStatus {
     /// Counters.
     pub counters: PluginCounters,
     state: Mutex<Option<PluginState>>,
-    version: Mutex<(String, u64)>,
-    running: Mutex<(String, std::path::PathBuf)>,
+    running: Mutex<Running>,
     last_error: Mutex<Option<String>>,
     /// Recent log lines (plugin logs and stdout/stderr).
     pub logs: LogRing,
@@ -197,20 +211,17 @@ impl PluginStatus {
 
     /// Module hash and generation of the running version (generation 1 is the first load).
     pub fn version(&self) -> (String, u64) {
-        lock(&self.version).clone()
+        let r = lock(&self.running);
+        (r.hash.clone(), r.generation)
     }
 
-    pub(crate) fn set_version(&self, hash: String, generation: u64) {
-        *lock(&self.version) = (hash, generation);
-    }
-
-    /// Version string (from `describe`) and module path of the running version.
-    pub fn running(&self) -> (String, std::path::PathBuf) {
+    /// The running version: what it says about itself, its module, hash and generation.
+    pub fn running(&self) -> Running {
         lock(&self.running).clone()
     }
 
-    pub(crate) fn set_running(&self, version: String, module: std::path::PathBuf) {
-        *lock(&self.running) = (version, module);
+    pub(crate) fn set_running(&self, running: Running) {
+        *lock(&self.running) = running;
     }
 
     /// The last failure, if any.
