@@ -149,6 +149,13 @@ async fn reload_on_sighup(r: std::sync::Arc<wisp_host::reloader::Reloader>) {
     let _ = r;
 }
 
+/// `--for` / `--duration`: a duration like `30s`, when given.
+fn optional_duration(arg: Option<&str>) -> anyhow::Result<Option<Duration>> {
+    arg.map(parse_duration)
+        .transpose()
+        .map_err(anyhow::Error::msg)
+}
+
 fn settings_json(s: &str) -> anyhow::Result<serde_json::Value> {
     serde_json::from_str(s).with_context(|| format!("--settings is not valid JSON: {s}"))
 }
@@ -182,11 +189,7 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
             run_for,
         } => {
             let cfg = Config::load(&config)?;
-            let limit = run_for
-                .as_deref()
-                .map(parse_duration)
-                .transpose()
-                .map_err(anyhow::Error::msg)?;
+            let limit = optional_duration(run_for.as_deref())?;
             let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
             let opts = RunOptions {
                 context,
@@ -263,11 +266,7 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
             context,
         } => {
             let cfg = Config::load(&config)?;
-            let limit = duration
-                .as_deref()
-                .map(parse_duration)
-                .transpose()
-                .map_err(anyhow::Error::msg)?;
+            let limit = optional_duration(duration.as_deref())?;
             let file =
                 std::fs::File::create(&out).with_context(|| format!("--out {}", out.display()))?;
             let sink: Arc<Mutex<Box<dyn std::io::Write + Send>>> =

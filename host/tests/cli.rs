@@ -60,6 +60,20 @@ fn until(what: &str, mut f: impl FnMut() -> bool) {
 
 struct Running(Child);
 
+/// `wisp run` on `cfg` with its admin server on `admin`, stopping by itself after `run_for`
+/// (and killed when the guard drops).
+fn run_host(cfg: &Path, admin: SocketAddr, run_for: &str) -> Running {
+    let child = wisp()
+        .args(["run", "--config"])
+        .arg(cfg)
+        .args(["--admin", &admin.to_string(), "--for", run_for])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    Running(child)
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -170,15 +184,7 @@ fn run_refuses_a_bad_config_naming_file_field_and_problem() {
 fn run_on_a_directory_delivers_file_changes_to_plugins_and_serves_admin_endpoints() {
     let (d, cfg) = setup();
     let admin = free_addr();
-    let child = wisp()
-        .args(["run", "--config"])
-        .arg(&cfg)
-        .args(["--admin", &admin.to_string(), "--for", "60s"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _running = Running(child);
+    let _running = run_host(&cfg, admin, "60s");
     assert_eq!(
         get(admin, "/healthz").map(|r| r.0).or_else(|| {
             until("admin up", || get(admin, "/healthz").is_some());
@@ -374,15 +380,7 @@ fn a_running_host_takes_module_and_config_changes_live_and_refuses_bad_ones() {
         .replace(&plugin("audit_log").display().to_string(), "audit.wasm");
     std::fs::write(&cfg, &text).unwrap();
     let admin = free_addr();
-    let child = wisp()
-        .args(["run", "--config"])
-        .arg(&cfg)
-        .args(["--admin", &admin.to_string(), "--for", "120s"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _running = Running(child);
+    let _running = run_host(&cfg, admin, "120s");
     until("ready", || {
         get(admin, "/readyz").is_some_and(|r| r.0 == 200)
     });

@@ -131,11 +131,7 @@ fn read_at(query: &Query, paginated: bool) -> Result<ReadAt, ApiError> {
 
 /// Serves a list request.
 pub(crate) fn list(shared: &Shared, target: &Target, query: &Query) -> Response {
-    let filter = match Filter::new(
-        target.namespace.clone(),
-        query.get("labelSelector").map(String::as_str),
-        query.get("fieldSelector").map(String::as_str),
-    ) {
+    let filter = match Filter::from_request(target, query) {
         Ok(filter) => filter,
         Err(e) => return bad_request(&e.to_string()),
     };

@@ -203,6 +203,19 @@ pub(crate) struct Filter {
 }
 
 impl Filter {
+    /// The filter a list or watch request asks for: its namespace and its `labelSelector` and
+    /// `fieldSelector` parameters.
+    pub(crate) fn from_request(
+        target: &super::http::Target,
+        query: &super::http::Query,
+    ) -> Result<Self, SelectorError> {
+        Self::new(
+            target.namespace.clone(),
+            query.get("labelSelector").map(String::as_str),
+            query.get("fieldSelector").map(String::as_str),
+        )
+    }
+
     /// Builds the filter of a request.
     pub fn new(
         namespace: Option<String>,

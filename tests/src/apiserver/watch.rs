@@ -40,11 +40,7 @@ const MALFORMED_LINE: &[u8] = b"this is not json {\n";
 
 /// Serves a watch request.
 pub(crate) fn watch(shared: &Arc<Shared>, target: Target, query: &Query) -> Response {
-    let filter = match Filter::new(
-        target.namespace.clone(),
-        query.get("labelSelector").map(String::as_str),
-        query.get("fieldSelector").map(String::as_str),
-    ) {
+    let filter = match Filter::from_request(&target, query) {
         Ok(filter) => filter,
         Err(e) => return bad_request(&e.to_string()),
     };

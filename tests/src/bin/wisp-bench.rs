@@ -112,6 +112,54 @@ fn per_item(total: Duration, n: usize) -> Duration {
     total / u32::try_from(n).unwrap_or(u32::MAX)
 }
 
+/// A plugin linked against the host, ready for fresh instances (as the runtime makes them).
+struct Prepared {
+    pre: wisp_host::plugin::bindings::PluginPre<wisp_host::plugin::state::StoreData>,
+    spec: PluginSpec,
+    status: Arc<PluginStatus>,
+}
+
+impl Prepared {
+    fn new(
+        engine: &PluginEngine,
+        path: &std::path::Path,
+        bytes: &[u8],
+        name: &str,
+    ) -> anyhow::Result<Self> {
+        let component = engine
+            .load(bytes)
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?
+            .component;
+        let pre = engine
+            .instance_pre(&component)
+            .map_err(anyhow::Error::msg)?;
+        Ok(Self {
+            pre,
+            spec: PluginSpec::new(name, path, &[]),
+            status: Arc::default(),
+        })
+    }
+
+    /// The host API state of one instance (no informers granted).
+    fn api(&self) -> HostApi {
+        HostApi {
+            plugin: self.spec.name.as_str().into(),
+            grants: Arc::default(),
+            log_level: self.spec.log_level,
+            status: self.status.clone(),
+        }
+    }
+
+    fn instance(
+        &self,
+        engine: &PluginEngine,
+        api: HostApi,
+    ) -> anyhow::Result<wisp_host::plugin::instance::Instance> {
+        wisp_host::plugin::instance::Instance::new(engine, &self.pre, api, &self.spec.limits)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    }
+}
+
 fn load_figures(a: &Args) -> anyhow::Result<()> {
     println!("\n## Plugin load (median; module -> running instance)\n");
     println!(
@@ -145,28 +193,13 @@ fn load_figures(a: &Args) -> anyhow::Result<()> {
             cache_dir: None,
             ..EngineConfig::default()
         })?;
-        let component = engine
-            .load(&bytes)
-            .map_err(|e| anyhow::anyhow!("{e:?}"))?
-            .component;
-        let pre = engine
-            .instance_pre(&component)
-            .map_err(anyhow::Error::msg)?;
-        let spec = PluginSpec::new(name, &path, &[]);
-        let status = Arc::new(PluginStatus::default());
+        let prepared = Prepared::new(&engine, &path, &bytes, name)?;
         let mut inst_times = Vec::new();
         let mut init_times = Vec::new();
         for _ in 0..rounds * 20 {
-            let api = HostApi {
-                plugin: name.into(),
-                grants: Arc::default(),
-                log_level: spec.log_level,
-                status: status.clone(),
-            };
+            let api = prepared.api();
             let t = Instant::now();
-            let mut inst =
-                wisp_host::plugin::instance::Instance::new(&engine, &pre, api, &spec.limits)
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let mut inst = prepared.instance(&engine, api)?;
             inst_times.push(t.elapsed());
             let t = Instant::now();
             inst.describe().map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -700,26 +733,12 @@ fn isolation_figures(a: &Args) -> anyhow::Result<()> {
     let n = if a.quick { 50 } else { 500 };
     let path = a.plugin_dir.join("audit_log.wasm");
     let bytes = std::fs::read(&path)?;
-    let component = engine
-        .load(&bytes)
-        .map_err(|e| anyhow::anyhow!("{e:?}"))?
-        .component;
-    let pre = engine
-        .instance_pre(&component)
-        .map_err(anyhow::Error::msg)?;
-    let spec = PluginSpec::new("idle", &path, &[]);
-    let status = Arc::new(PluginStatus::default());
+    let prepared = Prepared::new(&engine, &path, &bytes, "idle")?;
+    let spec = &prepared.spec;
     let before = rss();
     let mut keep = Vec::with_capacity(n);
     for _ in 0..n {
-        let api = HostApi {
-            plugin: "idle".into(),
-            grants: Arc::default(),
-            log_level: spec.log_level,
-            status: status.clone(),
-        };
-        let mut inst = wisp_host::plugin::instance::Instance::new(&engine, &pre, api, &spec.limits)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut inst = prepared.instance(&engine, prepared.api())?;
         let _ = inst.init("{}").map_err(|e| anyhow::anyhow!("{e}"))?;
         keep.push(inst);
     }
