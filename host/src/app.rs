@@ -8,6 +8,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use crate::actions::HostServices;
+use crate::actions::audit::AuditLog;
+use crate::actions::kube::KubeActionSink;
 use crate::admin::AdminState;
 use crate::config::{Config, IndexSpec, InformerConfig, SourceKind};
 use crate::informer::SharedInformer;
@@ -85,11 +88,16 @@ pub async fn kube_client(context: Option<&str>) -> anyhow::Result<kube::Client> 
     kube::Client::try_from(cfg).context("building the Kubernetes client")
 }
 
-/// The informers of a config, not started yet (plus the dir cluster for a `dir:` source).
+/// The informers of a config, not started yet, plus the dir cluster of a `dir:` source or the
+/// client of a `kube` one.
 pub async fn build_informers(
     config: &Config,
     opts: &RunOptions,
-) -> anyhow::Result<(Vec<Arc<SharedInformer>>, Option<Arc<DirCluster>>)> {
+) -> anyhow::Result<(
+    Vec<Arc<SharedInformer>>,
+    Option<Arc<DirCluster>>,
+    Option<kube::Client>,
+)> {
     let kind = config.source_kind()?;
     let (client, dir) = match &kind {
         SourceKind::Kube => (Some(kube_client(opts.context.as_deref()).await?), None),
@@ -140,7 +148,28 @@ pub async fn build_informers(
             .with_context(|| format!("informer {:?}: indexes", inf.name))?;
         out.push(informer);
     }
-    Ok((out, dir))
+    Ok((out, dir, client))
+}
+
+/// The services plugins share: the verdict store, and for a `kube` source the sink that sends
+/// actions; the audit log (and its file when configured).
+pub fn services(config: &Config, client: Option<kube::Client>) -> anyhow::Result<HostServices> {
+    let audit = match &config.audit.file {
+        Some(f) => {
+            let path = config.resolve(f);
+            AuditLog::to_file(&path)
+                .with_context(|| format!("audit.file {}: cannot open", path.display()))?
+        }
+        None => AuditLog::memory(),
+    };
+    let audit = Arc::new(audit);
+    Ok(match client {
+        Some(c) => HostServices::with_sink(Arc::new(KubeActionSink::new(c)), audit),
+        None => HostServices {
+            audit,
+            ..HostServices::default()
+        },
+    })
 }
 
 /// The plugin engine for a config.
@@ -177,9 +206,11 @@ pub async fn start(
     opts: &RunOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<Host> {
-    let (informers, dir) = build_informers(config, opts).await?;
+    let (informers, dir, client) = build_informers(config, opts).await?;
     let engine = engine(config)?;
     let mut manager = PluginManager::new(engine);
+    let services = services(config, client)?;
+    manager.set_services(services.clone());
     for i in &informers {
         manager.add_informer(i.clone());
     }
@@ -239,6 +270,7 @@ pub async fn start(
         informers: informers.clone(),
         plugins: plugins.clone(),
         reload,
+        services,
     };
     let listen = opts
         .admin

@@ -23,8 +23,20 @@
 //!     logLevel: info
 //!     batch: 64
 //!     reload: { probation: 20, rollbackThreshold: 0.5, replayCache: false }
+//!     verdicts: { events: true }   # violations also become Warning Events on the object
+//!     actions:                 # nothing is granted by default
+//!       grants:
+//!         - { verbs: [patch], apiVersion: v1, kind: Pod, namespaces: [default] }
+//!         - { verbs: [create], apiVersion: v1, kind: Event }
+//!         - { verbs: [apply], apiVersion: v1, kind: ConfigMap, namespaces: [wisp] }
+//!       rateLimit: { perSecond: 5, burst: 10 }
+//!       dryRun: false
+//!       retries: 5
+//!       backoff: 200ms
+//!       queue: 1000
 //! admin: { listen: 127.0.0.1:9090 }
 //! engine: { cacheDir: /var/cache/wisp, epochTick: 10ms, fuel: false }
+//! audit: { file: /var/log/wisp/audit.jsonl }   # actions also go to the log and to /audit
 //! ```
 
 use std::collections::BTreeSet;
@@ -33,6 +45,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::actions::{ActionGrant, ActionSpec, ActionVerb};
 use crate::informer::selector::LabelSelector;
 use crate::plugin::{FailurePolicy, Limits, LogLevel, OnFailure, PluginSpec};
 
@@ -169,6 +182,9 @@ pub struct Config {
     /// Wasm engine.
     #[serde(default)]
     pub engine: EngineSettings,
+    /// Audit log of plugins' actions.
+    #[serde(default)]
+    pub audit: AuditConfig,
     /// Directory of the config file (module and dir paths are relative to it).
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -300,6 +316,59 @@ pub struct PluginConfig {
     /// Hot reload: probation and rollback.
     #[serde(default)]
     pub reload: ReloadConfig,
+    /// Policy verdicts.
+    #[serde(default)]
+    pub verdicts: VerdictsConfig,
+    /// Changes to the cluster the plugin may ask for.
+    #[serde(default)]
+    pub actions: ActionsConfig,
+}
+
+/// What the host does with a plugin's verdicts.
+#[derive(Debug, Deserialize, Clone, Default, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct VerdictsConfig {
+    /// Record each new or changed violation as a Warning Event on the object (default false).
+    #[serde(default)]
+    pub events: bool,
+}
+
+/// A token bucket.
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RateLimitConfig {
+    /// Refill rate, actions per second.
+    pub per_second: f64,
+    /// Bucket size: actions at once.
+    pub burst: u32,
+}
+
+/// A plugin's actions: grants (none by default), rate limit, dry-run, retries.
+#[derive(Debug, Deserialize, Clone, Default, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ActionsConfig {
+    /// What it may do: verbs on a kind, optionally only in some namespaces.
+    #[serde(default)]
+    pub grants: Vec<ActionGrant>,
+    /// Default 5 per second, burst 10.
+    pub rate_limit: Option<RateLimitConfig>,
+    /// Log and audit actions without sending them (default false).
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Further attempts on conflict, 429, 5xx (default 5).
+    pub retries: Option<u32>,
+    /// First retry wait, doubled each time (default 200ms).
+    pub backoff: Option<Dur>,
+    /// Most actions waiting to be sent (default 1000).
+    pub queue: Option<usize>,
+}
+
+/// The audit log of actions.
+#[derive(Debug, Deserialize, Clone, Default, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AuditConfig {
+    /// Also append each entry as a JSON line to this file (relative to the config file).
+    pub file: Option<PathBuf>,
 }
 
 /// How a reloaded version is judged.
@@ -489,18 +558,7 @@ impl Config {
                     format!("duplicate informer name {:?}", inf.name),
                 ));
             }
-            if inf.api_version.is_empty() || inf.api_version.split('/').count() > 2 {
-                return Err(self.error(
-                    at("apiVersion"),
-                    format!(
-                        "invalid apiVersion {:?}: expected e.g. v1 or apps/v1",
-                        inf.api_version
-                    ),
-                ));
-            }
-            if inf.kind.is_empty() {
-                return Err(self.error(at("kind"), "must not be empty"));
-            }
+            self.check_kind(&at, &inf.api_version, &inf.kind)?;
             if let Some(ns) = &inf.namespaces
                 && ns.is_empty()
             {
@@ -563,6 +621,7 @@ impl Config {
             if p.batch == Some(0) {
                 return Err(self.error(at("batch"), "must be at least 1"));
             }
+            self.validate_actions(&p.actions, &at)?;
         }
         if !self.admin.listen.is_empty()
             && self.admin.listen.parse::<std::net::SocketAddr>().is_err()
@@ -574,6 +633,64 @@ impl Config {
                     self.admin.listen
                 ),
             ));
+        }
+        Ok(())
+    }
+
+    /// `apiVersion` is `v1` or `group/v1`; `kind` is not empty.
+    fn check_kind(
+        &self,
+        at: &dyn Fn(&str) -> String,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<(), ConfigError> {
+        if api_version.is_empty() || api_version.split('/').count() > 2 {
+            return Err(self.error(
+                at("apiVersion"),
+                format!("invalid apiVersion {api_version:?}: expected e.g. v1 or apps/v1"),
+            ));
+        }
+        if kind.is_empty() {
+            return Err(self.error(at("kind"), "must not be empty"));
+        }
+        Ok(())
+    }
+
+    fn validate_actions(
+        &self,
+        a: &ActionsConfig,
+        at: &dyn Fn(&str) -> String,
+    ) -> Result<(), ConfigError> {
+        for (j, g) in a.grants.iter().enumerate() {
+            let gat = |f: &str| at(&format!("actions.grants[{j}].{f}"));
+            if g.verbs.is_empty() {
+                return Err(self.error(gat("verbs"), "at least one of patch, apply, create"));
+            }
+            self.check_kind(&gat, &g.api_version, &g.kind)?;
+            if g.verbs.contains(&ActionVerb::Create) && (g.kind != "Event" || g.api_version != "v1")
+            {
+                return Err(self.error(
+                    gat("verbs"),
+                    "`create` is only for Events (apiVersion: v1, kind: Event)",
+                ));
+            }
+            if g.namespaces.as_ref().is_some_and(Vec::is_empty) {
+                return Err(self.error(
+                    gat("namespaces"),
+                    "an empty list grants nothing; omit it to grant all namespaces",
+                ));
+            }
+        }
+        if let Some(r) = &a.rate_limit {
+            if !(r.per_second > 0.0 && r.per_second.is_finite()) {
+                return Err(self.error(at("actions.rateLimit.perSecond"), "must be more than 0"));
+            }
+            if r.burst == 0 {
+                return Err(self.error(at("actions.rateLimit.burst"), "must be at least 1"));
+            }
+        }
+        if a.queue == Some(0) {
+            return Err(self.error(at("actions.queue"), "must be at least 1"));
         }
         Ok(())
     }
@@ -621,6 +738,21 @@ impl Config {
                 s.reload_probation = p.reload.probation.unwrap_or(s.reload_probation);
                 s.rollback_threshold = p.reload.rollback_threshold.unwrap_or(s.rollback_threshold);
                 s.replay_on_reload = p.reload.replay_cache;
+                s.verdict_events = p.verdicts.events;
+                let d = ActionSpec::default();
+                s.actions = ActionSpec {
+                    grants: p.actions.grants.clone(),
+                    per_second: p
+                        .actions
+                        .rate_limit
+                        .as_ref()
+                        .map_or(d.per_second, |r| r.per_second),
+                    burst: p.actions.rate_limit.as_ref().map_or(d.burst, |r| r.burst),
+                    dry_run: p.actions.dry_run,
+                    retries: p.actions.retries.unwrap_or(d.retries),
+                    backoff: p.actions.backoff.map_or(d.backoff, |b| b.0),
+                    queue: p.actions.queue.unwrap_or(d.queue),
+                };
                 s
             })
             .collect()

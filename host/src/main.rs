@@ -89,7 +89,8 @@ enum Command {
         #[arg(long)]
         context: Option<String>,
     },
-    /// Print the ServiceAccount and least-privilege roles (list, watch) the config needs.
+    /// Print the ServiceAccount and least-privilege roles the config needs (list, watch, and the
+    /// verbs of the plugins' action grants).
     Rbac {
         /// Config file (YAML).
         #[arg(long, short)]
@@ -272,7 +273,7 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
             let sink: Arc<Mutex<Box<dyn std::io::Write + Send>>> =
                 Arc::new(Mutex::new(Box::new(std::io::BufWriter::new(file))));
             let count = Arc::new(AtomicU64::new(0));
-            let (informers, dir) = app::build_informers(
+            let (informers, dir, _client) = app::build_informers(
                 &cfg,
                 &RunOptions {
                     context,

@@ -1,15 +1,25 @@
-//! Least-privilege RBAC for a config: exactly `list` and `watch` on the resources the informers
-//! read — through a Role in its namespace for an informer limited to one namespace, through a
-//! ClusterRole otherwise (several namespaces are watched cluster-wide and filtered in the host).
+//! Least-privilege RBAC for a config: `list` and `watch` on the resources the informers read,
+//! and the verbs of the plugins' action grants (`patch` for patch; `patch` and `create` for
+//! apply, which creates a missing object; `create` for Events, also for plugins whose violations
+//! become Events) — through a Role in a namespace when the informer or grant is limited to
+//! namespaces, through a ClusterRole otherwise (an informer on several namespaces is one
+//! cluster-wide watch filtered in the host, so it needs a ClusterRole).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use kube::core::{ApiResource, GroupVersionKind};
 
+use crate::actions::ActionVerb;
 use crate::config::Config;
 
 /// (apiGroup, plural resource).
 type Resource = (String, String);
+
+/// Verbs per resource.
+type Perms = BTreeMap<Resource, BTreeSet<&'static str>>;
+
+/// Order of verbs in a rule.
+const VERB_ORDER: [&str; 4] = ["list", "watch", "create", "patch"];
 
 fn resource(api_version: &str, kind: &str) -> Resource {
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
@@ -17,55 +27,122 @@ fn resource(api_version: &str, kind: &str) -> Resource {
     (ar.group, ar.plural)
 }
 
-fn rules(resources: &BTreeSet<Resource>) -> String {
-    let mut by_group: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for (g, r) in resources {
-        by_group.entry(g).or_default().push(r);
+fn rules(perms: &Perms) -> String {
+    // One rule per (group, verbs), listing its resources.
+    let mut by_rule: BTreeMap<(&str, Vec<&str>), Vec<&str>> = BTreeMap::new();
+    for ((g, r), verbs) in perms {
+        let verbs: Vec<&str> = VERB_ORDER
+            .iter()
+            .copied()
+            .filter(|v| verbs.contains(v))
+            .collect();
+        by_rule.entry((g, verbs)).or_default().push(r);
     }
     let mut out = String::from("rules:\n");
-    for (g, rs) in by_group {
+    for ((g, verbs), rs) in by_rule {
         out.push_str(&format!(
-            "  - apiGroups: [\"{g}\"]\n    resources: [{}]\n    verbs: [list, watch]\n",
+            "  - apiGroups: [\"{g}\"]\n    resources: [{}]\n    verbs: [{}]\n",
             rs.iter()
                 .map(|r| format!("\"{r}\""))
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join(", "),
+            verbs.join(", ")
         ));
     }
     out
 }
 
+/// Where permissions are granted: cluster-wide, or per namespace.
+#[derive(Default)]
+struct Scopes {
+    cluster: Perms,
+    per_ns: BTreeMap<String, Perms>,
+}
+
+impl Scopes {
+    fn grant(&mut self, namespaces: Option<&[String]>, r: &Resource, verbs: &[&'static str]) {
+        let perms: Vec<&mut Perms> = match namespaces {
+            None => vec![&mut self.cluster],
+            Some(list) => {
+                for ns in list {
+                    self.per_ns.entry(ns.clone()).or_default();
+                }
+                self.per_ns
+                    .iter_mut()
+                    .filter(|(ns, _)| list.contains(ns))
+                    .map(|(_, p)| p)
+                    .collect()
+            }
+        };
+        for p in perms {
+            p.entry(r.clone())
+                .or_default()
+                .extend(verbs.iter().copied());
+        }
+    }
+}
+
 /// The ServiceAccount, roles and bindings for `config`, as multi-document YAML.
 pub fn generate(config: &Config, name: &str, namespace: &str) -> String {
-    let mut cluster: BTreeSet<Resource> = BTreeSet::new();
-    let mut per_ns: BTreeMap<String, BTreeSet<Resource>> = BTreeMap::new();
+    let mut scopes = Scopes::default();
     for inf in &config.informers {
         let r = resource(&inf.api_version, &inf.kind);
         // One namespace is watched in that namespace; several are one cluster-wide watch
         // filtered in the host (the API lists one namespace or all), which needs a ClusterRole.
         match inf.namespaces.as_deref() {
-            Some([ns]) => {
-                per_ns.entry(ns.clone()).or_default().insert(r);
+            Some(one @ [_]) => scopes.grant(Some(one), &r, &["list", "watch"]),
+            _ => scopes.grant(None, &r, &["list", "watch"]),
+        }
+    }
+    let events = resource("v1", "Event");
+    for p in &config.plugins {
+        for g in &p.actions.grants {
+            let r = resource(&g.api_version, &g.kind);
+            for v in &g.verbs {
+                let verbs: &[&'static str] = match v {
+                    ActionVerb::Patch => &["patch"],
+                    ActionVerb::Apply => &["patch", "create"],
+                    ActionVerb::Create => &["create"],
+                };
+                scopes.grant(g.namespaces.as_deref(), &r, verbs);
             }
-            _ => {
-                cluster.insert(r);
+        }
+        if p.verdicts.events {
+            // Events go to the namespaces of the objects the plugin sees.
+            let mut nss: BTreeSet<String> = BTreeSet::new();
+            let mut cluster = false;
+            for i in config
+                .informers
+                .iter()
+                .filter(|i| p.informers.contains(&i.name))
+            {
+                match &i.namespaces {
+                    Some(list) => nss.extend(list.iter().cloned()),
+                    None => cluster = true,
+                }
+            }
+            if cluster {
+                scopes.grant(None, &events, &["create"]);
+            } else {
+                let list: Vec<String> = nss.into_iter().collect();
+                scopes.grant(Some(&list), &events, &["create"]);
             }
         }
     }
     let mut docs = vec![format!(
-        "# Generated by `wisp rbac` from {}: list and watch, nothing else.\napiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: {name}\n  namespace: {namespace}\n",
+        "# Generated by `wisp rbac` from {}: list and watch for the informers, and the plugins' granted actions.\napiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: {name}\n  namespace: {namespace}\n",
         config.file
     )];
     let subject = format!(
         "subjects:\n  - kind: ServiceAccount\n    name: {name}\n    namespace: {namespace}\n"
     );
-    if !cluster.is_empty() {
-        docs.push(format!("apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: {name}\n{}", rules(&cluster)));
+    if !scopes.cluster.is_empty() {
+        docs.push(format!("apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: {name}\n{}", rules(&scopes.cluster)));
         docs.push(format!(
             "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: {name}\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: {name}\n{subject}"
         ));
     }
-    for (ns, rs) in &per_ns {
+    for (ns, rs) in &scopes.per_ns {
         docs.push(format!("apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: {name}\n  namespace: {ns}\n{}", rules(rs)));
         docs.push(format!(
             "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: {name}\n  namespace: {ns}\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: {name}\n{subject}"
@@ -108,5 +185,47 @@ mod tests {
             let v: serde_json::Value = serde_yaml_ng::from_str(doc).unwrap();
             assert!(v.get("kind").is_some());
         }
+    }
+
+    #[test]
+    fn action_grants_and_verdict_events_add_their_verbs_in_their_scope() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("p.wasm"), b"").unwrap();
+        let cfg = Config::parse(
+            "source: kube\ninformers:\n  - {name: pods, apiVersion: v1, kind: Pod, namespaces: [shop]}\n  - {name: nss, apiVersion: v1, kind: Namespace}\nplugins:\n  - name: labeler\n    module: p.wasm\n    informers: [pods]\n    verdicts: { events: true }\n    actions:\n      grants:\n        - {verbs: [patch], apiVersion: v1, kind: Pod, namespaces: [shop]}\n        - {verbs: [apply], apiVersion: v1, kind: ConfigMap}\n",
+            "wisp.yaml",
+            d.path(),
+        )
+        .unwrap();
+        let y = generate(&cfg, "wisp", "wisp-system");
+        let role = y
+            .split("---\n")
+            .find(|doc| doc.contains("kind: Role\n"))
+            .unwrap();
+        assert!(role.contains("namespace: shop"), "{role}");
+        assert!(
+            role.contains("resources: [\"events\"]\n    verbs: [create]\n"),
+            "verdict events in the informer's namespace: {role}"
+        );
+        assert!(
+            role.contains("resources: [\"pods\"]\n    verbs: [list, watch, patch]\n"),
+            "{role}"
+        );
+        let cluster = y
+            .split("---\n")
+            .find(|doc| doc.contains("kind: ClusterRole\n"))
+            .unwrap();
+        assert!(
+            cluster.contains("resources: [\"configmaps\"]\n    verbs: [create, patch]\n"),
+            "apply may create: {cluster}"
+        );
+        assert!(
+            cluster.contains("resources: [\"namespaces\"]\n    verbs: [list, watch]\n"),
+            "{cluster}"
+        );
+        assert!(
+            !cluster.contains("pods"),
+            "pods are granted in shop only: {cluster}"
+        );
     }
 }

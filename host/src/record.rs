@@ -162,8 +162,12 @@ pub fn replay(
     }
     let grants: BTreeMap<String, crate::informer::Cache> =
         caches.iter().map(|(k, v)| (k.clone(), v.cache())).collect();
-    let checked =
-        crate::plugin::manager::check_with_grants(engine, module, settings, Arc::new(grants))?;
+    let checked = crate::plugin::manager::check_with_grants(
+        engine,
+        module,
+        settings,
+        crate::plugin::state::Grants::caches(grants),
+    )?;
     writeln!(
         out,
         "plugin {} {} ({})",

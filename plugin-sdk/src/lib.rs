@@ -28,6 +28,8 @@
 //! - [`Object`]: metadata without parsing; [`Object::parse`] into k8s-openapi types on demand.
 //! - [`cache`]: reads of the host's cache (only informers granted in the host's config).
 //! - [`metrics`]: counters and gauges, exported by the host.
+//! - [`policy`]: verdicts on cached objects; [`actions`]: changes to the cluster through the
+//!   host, within the grants of the host's config.
 //! - Logging macros ([`info!`], [`warn!`], ...) skip formatting when the level is off.
 //!
 //! The generated bindings hold the only `unsafe` (the ABI glue wit-bindgen writes).
@@ -269,6 +271,91 @@ pub mod cache {
     /// Cached objects of `informer` whose index `index` holds `value`.
     pub fn by_index(informer: &str, index: &str, value: &str) -> Result<Vec<Object>, CacheError> {
         host::cache_by_index(informer, index, value).map(|v| v.into_iter().map(Object).collect())
+    }
+}
+
+/// Policy verdicts: tell the host whether a cached object passes a rule. The host keeps the
+/// current violation per (plugin, rule, object) and shows it on `/verdicts`, in metrics and, when
+/// the host's config says so, as a Warning Event on the object; a pass or the object's deletion
+/// clears it.
+pub mod policy {
+    use super::Object;
+    use super::bindings::wisp::plugin::policy as wit;
+    pub use super::bindings::wisp::plugin::policy::VerdictError;
+    pub use super::bindings::wisp::plugin::types::Severity;
+
+    /// Reports `obj` (from `informer`) as violating `rule`.
+    pub fn violation(
+        informer: &str,
+        obj: &Object,
+        rule: &str,
+        severity: Severity,
+        message: &str,
+    ) -> Result<(), VerdictError> {
+        let v = wit::Violation {
+            severity,
+            message: message.to_owned(),
+        };
+        wit::report(informer, obj.namespace(), obj.name(), rule, Some(&v))
+    }
+
+    /// Reports that `obj` passes `rule` (clearing an earlier violation).
+    pub fn pass(informer: &str, obj: &Object, rule: &str) -> Result<(), VerdictError> {
+        wit::report(informer, obj.namespace(), obj.name(), rule, None)
+    }
+}
+
+/// Automation: ask the host to change the cluster. Only what the host's config grants the plugin
+/// (verb, kind, namespaces) is done, within its rate limit; accepted actions are sent after the
+/// call returns and their effect comes back through the informers.
+pub mod actions {
+    use super::Object;
+    use super::bindings::wisp::plugin::actions as wit;
+    pub use super::bindings::wisp::plugin::actions::{Accepted, ActionError, EventType};
+    pub use super::bindings::wisp::plugin::types::ObjectRef;
+
+    /// A reference to `obj`.
+    pub fn object_ref(obj: &Object) -> ObjectRef {
+        let m = obj.meta();
+        ObjectRef {
+            api_version: m.api_version.clone(),
+            kind: m.kind.clone(),
+            namespace: m.namespace.clone(),
+            name: m.name.clone(),
+        }
+    }
+
+    fn owned(pairs: &[(&str, Option<&str>)]) -> Vec<(String, Option<String>)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.map(str::to_owned)))
+            .collect()
+    }
+
+    /// Merge-patches labels and annotations of `target` (`Some` sets, `None` removes a key).
+    /// Needs verb `patch` on the target's kind.
+    pub fn patch_metadata(
+        target: &ObjectRef,
+        labels: &[(&str, Option<&str>)],
+        annotations: &[(&str, Option<&str>)],
+    ) -> Result<Accepted, ActionError> {
+        wit::patch_metadata(target, &owned(labels), &owned(annotations))
+    }
+
+    /// Server-side apply of `manifest` with the plugin's field manager (never forced). Needs
+    /// verb `apply` on the manifest's kind.
+    pub fn apply(manifest: &serde_json::Value) -> Result<Accepted, ActionError> {
+        wit::apply(&manifest.to_string())
+    }
+
+    /// Records a Kubernetes Event about `regarding`. Needs verb `create` on kind `Event`.
+    pub fn create_event(
+        regarding: &ObjectRef,
+        event_type: EventType,
+        reason: &str,
+        message: &str,
+    ) -> Result<Accepted, ActionError> {
+        wit::create_event(regarding, event_type, reason, message)
     }
 }
 

@@ -20,7 +20,17 @@ const USAGE: &str = "usage: cargo xtask <demo|plugins|test|bench> [args]
   bench    build the plugins, then run the benchmark harness (release); `--quick` for a short run";
 
 /// The repository root (xtask lives one level below it).
+/// The workspace root: found from the current directory (`cargo xtask` runs from anywhere in the
+/// workspace), else where xtask was compiled. A target dir shared by several checkouts can hold
+/// an xtask binary compiled in another checkout, so the compile-time path comes last.
 fn root() -> PathBuf {
+    let is_root =
+        |d: &Path| d.join("xtask").join("Cargo.toml").is_file() && d.join("plugins").is_dir();
+    if let Ok(cwd) = std::env::current_dir()
+        && let Some(found) = cwd.ancestors().find(|d| is_root(d))
+    {
+        return found.to_path_buf();
+    }
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .map(Path::to_path_buf)
@@ -207,6 +217,14 @@ fn demo() -> anyhow::Result<()> {
             .filter(|l| l.starts_with("wisp_plugin_") && !l.starts_with('#'))
         {
             println!("  {l}");
+        }
+    }
+    for (path, what) in [
+        ("/verdicts", "current policy verdicts"),
+        ("/audit", "actions the plugins asked for"),
+    ] {
+        if let Some(body) = http_get(admin, path) {
+            println!("\nxtask: {what} (from {path}):\n\n  {body}");
         }
     }
     println!("\nxtask: stopping the host\n");

@@ -138,6 +138,21 @@ impl Collector for Live {
                     .map(move |(i, s)| ([("plugin", *p), ("informer", i.as_str())], s.depth as u64))
             }),
         )?;
+        let violations = self.state.services.verdicts.counts();
+        out.gauge(
+            "policy_violations",
+            "Current policy violations, by plugin, rule and severity.",
+            violations.iter().map(|((p, r, s), n)| {
+                (
+                    [
+                        ("plugin", p.as_str()),
+                        ("rule", r.as_str()),
+                        ("severity", s.as_str()),
+                    ],
+                    *n,
+                )
+            }),
+        )?;
         out.latency(&plugins)?;
         out.guest(&plugins)
     }

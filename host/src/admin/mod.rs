@@ -5,6 +5,8 @@
 //! - [`metrics`]: the Prometheus collector, read at scrape time; [`guest`]: the plugins' own
 //!   series in it.
 //! - [`plugins`]: the `/plugins` JSON view.
+//! - `/verdicts` (filter `plugin`, `namespace`, `rule`): current policy violations; `/audit`
+//!   (filter `plugin`): the last actions plugins asked for and what became of them.
 //! - `POST /reload`, `POST /plugins/{name}/reload`: the host's reload action, when it gives one.
 
 pub mod guest;
@@ -42,6 +44,8 @@ pub struct AdminState {
     pub plugins: Arc<RwLock<Vec<Arc<PluginHandle>>>>,
     /// `POST /reload` and `POST /plugins/{name}/reload` (absent: those answer 404).
     pub reload: Option<ReloadFn>,
+    /// Verdicts (`/verdicts`) and the audit log of actions (`/audit`).
+    pub services: crate::actions::HostServices,
 }
 
 impl AdminState {
@@ -172,5 +176,41 @@ pub const PLUGIN_COUNTERS: &[CounterField] = &[
         json: "calls",
         help: "Calls into the plugin's handle.",
         get: |c| &c.calls,
+    },
+    CounterField {
+        metric: "verdicts",
+        json: "verdicts",
+        help: "Policy verdicts reported (violations and passes).",
+        get: |c| &c.verdicts,
+    },
+    CounterField {
+        metric: "actions_applied",
+        json: "actionsApplied",
+        help: "Actions sent to and accepted by the API server.",
+        get: |c| &c.actions_applied,
+    },
+    CounterField {
+        metric: "actions_failed",
+        json: "actionsFailed",
+        help: "Actions that failed at the API server after retries.",
+        get: |c| &c.actions_failed,
+    },
+    CounterField {
+        metric: "actions_refused",
+        json: "actionsRefused",
+        help: "Actions refused by the host: not granted, invalid, queue full, no API server.",
+        get: |c| &c.actions_refused,
+    },
+    CounterField {
+        metric: "actions_rate_limited",
+        json: "actionsRateLimited",
+        help: "Actions refused because the plugin was over its rate limit.",
+        get: |c| &c.actions_rate_limited,
+    },
+    CounterField {
+        metric: "actions_dry_run",
+        json: "actionsDryRun",
+        help: "Actions logged and not sent (dry-run mode).",
+        get: |c| &c.actions_dry_run,
     },
 ];

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::Path;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -14,6 +14,7 @@ use super::AdminState;
 use super::metrics::{self, OPENMETRICS_CONTENT_TYPE};
 use super::plugins::{self, PluginView};
 use crate::plugin::PluginState;
+use crate::policy::VerdictFilter;
 
 /// What the handlers share: the state read by every endpoint and the metrics registry (its
 /// collector reads the state at scrape time, so it is built once).
@@ -31,6 +32,8 @@ pub fn router(state: AdminState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(scrape))
         .route("/plugins", get(plugin_list))
+        .route("/verdicts", get(verdict_list))
+        .route("/audit", get(audit_list))
         .route("/reload", post(reload_all))
         .route("/plugins/{name}/reload", post(reload_one))
         .fallback(not_found)
@@ -101,6 +104,34 @@ async fn plugin_list(State(ctx): State<Ctx>) -> axum::Json<Vec<PluginView>> {
             .map(|h| plugins::view(h))
             .collect(),
     )
+}
+
+/// Query of `/verdicts` and `/audit`.
+#[derive(Debug, Default, serde::Deserialize)]
+struct Filter {
+    plugin: Option<String>,
+    namespace: Option<String>,
+    rule: Option<String>,
+}
+
+/// `/verdicts[?plugin=P][&namespace=N][&rule=R]`: current violations.
+async fn verdict_list(
+    State(ctx): State<Ctx>,
+    Query(q): Query<Filter>,
+) -> axum::Json<Vec<crate::policy::Verdict>> {
+    axum::Json(ctx.state.services.verdicts.list(&VerdictFilter {
+        plugin: q.plugin,
+        namespace: q.namespace,
+        rule: q.rule,
+    }))
+}
+
+/// `/audit[?plugin=P]`: the last actions taken, oldest first.
+async fn audit_list(
+    State(ctx): State<Ctx>,
+    Query(q): Query<Filter>,
+) -> axum::Json<Vec<crate::actions::audit::AuditEntry>> {
+    axum::Json(ctx.state.services.audit.entries(q.plugin.as_deref()))
 }
 
 async fn not_found() -> (StatusCode, &'static str) {

@@ -169,3 +169,83 @@ fn durations_and_sizes_parse_like_kubernetes_quantities() {
     assert_eq!(parse_bytes("64Mi").unwrap(), 64 << 20);
     assert_eq!(parse_bytes("1G").unwrap(), 1_000_000_000);
 }
+
+#[test]
+fn actions_map_to_grants_with_defaults_and_verdict_events() {
+    let text = GOOD.replace(
+        "    batch: 16\n",
+        "    batch: 16\n    verdicts: { events: true }\n    actions:\n      grants:\n        - { verbs: [patch, apply], apiVersion: v1, kind: Pod, namespaces: [default] }\n        - { verbs: [create], apiVersion: v1, kind: Event }\n      rateLimit: { perSecond: 2.5, burst: 3 }\n      dryRun: true\n",
+    );
+    let s = &parse(&text).unwrap().plugin_specs()[0];
+    assert!(s.verdict_events);
+    assert_eq!(s.actions.grants.len(), 2);
+    assert_eq!(
+        s.actions.grants[0].verbs,
+        vec![ActionVerb::Patch, ActionVerb::Apply]
+    );
+    assert_eq!(
+        s.actions.grants[0].namespaces,
+        Some(vec!["default".to_owned()])
+    );
+    assert_eq!((s.actions.per_second, s.actions.burst), (2.5, 3));
+    assert!(s.actions.dry_run);
+    assert_eq!(s.actions.retries, ActionSpec::default().retries);
+    let plain = &parse(GOOD).unwrap().plugin_specs()[0];
+    assert!(
+        plain.actions.grants.is_empty(),
+        "nothing granted by default"
+    );
+    assert!(!plain.actions.dry_run && !plain.verdict_events);
+}
+
+#[test]
+fn bad_action_grants_and_rate_limits_are_refused_with_their_path() {
+    let with = |actions: &str| {
+        err_of(&GOOD.replace(
+            "    batch: 16\n",
+            &format!("    batch: 16\n    actions:\n{actions}"),
+        ))
+    };
+    let e = with("      grants: [{ verbs: [delete], apiVersion: v1, kind: Pod }]\n");
+    assert!(
+        e.starts_with("wisp.yaml: plugins[0].actions.grants[0].verbs[0]: unknown variant `delete`, expected one of `patch`, `apply`, `create`"),
+        "{e}"
+    );
+    let e = with("      grants: [{ verbs: [create], apiVersion: v1, kind: Pod }]\n");
+    assert_eq!(
+        e,
+        "wisp.yaml: plugins[0].actions.grants[0].verbs: `create` is only for Events (apiVersion: v1, kind: Event)"
+    );
+    let e = with("      grants: [{ verbs: [], apiVersion: v1, kind: Pod }]\n");
+    assert!(
+        e.starts_with("wisp.yaml: plugins[0].actions.grants[0].verbs: at least one"),
+        "{e}"
+    );
+    let e = with("      grants: [{ verbs: [patch], apiVersion: v1, kind: Pod, namespaces: [] }]\n");
+    assert!(
+        e.starts_with(
+            "wisp.yaml: plugins[0].actions.grants[0].namespaces: an empty list grants nothing"
+        ),
+        "{e}"
+    );
+    let e = with("      grants: [{ verbs: [patch], apiVersion: a/b/c, kind: Pod }]\n");
+    assert!(
+        e.starts_with("wisp.yaml: plugins[0].actions.grants[0].apiVersion: invalid apiVersion"),
+        "{e}"
+    );
+    let e = with("      rateLimit: { perSecond: 0, burst: 1 }\n");
+    assert_eq!(
+        e,
+        "wisp.yaml: plugins[0].actions.rateLimit.perSecond: must be more than 0"
+    );
+    let e = with("      rateLimit: { perSecond: 1, burst: 0 }\n");
+    assert_eq!(
+        e,
+        "wisp.yaml: plugins[0].actions.rateLimit.burst: must be at least 1"
+    );
+    let e = with("      dryrun: true\n");
+    assert!(
+        e.starts_with("wisp.yaml: plugins[0].actions.dryrun: unknown field `dryrun`"),
+        "{e}"
+    );
+}

@@ -1,14 +1,19 @@
-//! The `host` interface as plugins see it: logging, cache reads limited to granted informers,
-//! counters and gauges.
+//! The imports as plugins see them: `host` (logging, cache reads limited to granted informers,
+//! counters and gauges), `policy` (verdicts) and `actions` (changes through the host, within
+//! grants).
 
-use super::bindings::wisp::plugin::{host, types};
+use super::bindings::wisp::plugin::{actions, host, policy, types};
 use super::bindings::{CacheError, Level, ObjectMetaResult, ObjectResult, OwnerRefResult};
 use super::spec::LogLevel;
 use super::state::StoreData;
 use super::status::PluginCounters;
+use crate::actions::{
+    Accepted, ActionBody, ActionError, ActionVerb, Target, apply_target, event_body, metadata_patch,
+};
 use crate::informer::key::key_for;
 use crate::informer::selector::LabelSelector;
 use crate::informer::{Cache, indexer::NAMESPACE_INDEX};
+use crate::policy::{Change, Severity, Subject};
 
 /// Most objects one cache query returns to a plugin (more would not fit its memory anyway).
 pub const MAX_QUERY_RESULTS: usize = 10_000;
@@ -73,7 +78,7 @@ fn valid_name(s: &str) -> bool {
 
 impl StoreData {
     fn granted(&self, informer: &str) -> Result<&Cache, CacheError> {
-        self.api.grants.get(informer).ok_or_else(|| {
+        self.api.grants.caches.get(informer).ok_or_else(|| {
             tracing::warn!(target: "wisp::plugin", plugin = %self.api.plugin, informer, "cache read of an informer not granted to the plugin refused");
             self.api.status.logs.push(format!("warn: cache read of informer {informer:?} refused: not granted"));
             PluginCounters::add(&self.api.status.counters.denied, 1);
@@ -190,5 +195,204 @@ impl host::Host for StoreData {
         {
             tracing::debug!(target: "wisp::plugin", plugin = %self.api.plugin, "metric series limit reached; dropped");
         }
+    }
+}
+
+fn severity(s: types::Severity) -> Severity {
+    match s {
+        types::Severity::Info => Severity::Info,
+        types::Severity::Low => Severity::Low,
+        types::Severity::Medium => Severity::Medium,
+        types::Severity::High => Severity::High,
+        types::Severity::Critical => Severity::Critical,
+    }
+}
+
+fn target_of(r: types::ObjectRef) -> Target {
+    Target {
+        api_version: r.api_version,
+        kind: r.kind,
+        namespace: r.namespace,
+        name: r.name,
+    }
+}
+
+fn accepted(r: Result<Accepted, ActionError>) -> Result<actions::Accepted, actions::ActionError> {
+    match r {
+        Ok(Accepted::Queued) => Ok(actions::Accepted::Queued),
+        Ok(Accepted::DryRun) => Ok(actions::Accepted::DryRun),
+        Err(ActionError::NotGranted(m)) => Err(actions::ActionError::NotGranted(m)),
+        Err(ActionError::RateLimited(m)) => Err(actions::ActionError::RateLimited(m)),
+        Err(ActionError::Invalid(m)) => Err(actions::ActionError::Invalid(m)),
+        Err(ActionError::QueueFull(m)) => Err(actions::ActionError::QueueFull(m)),
+        Err(ActionError::Unavailable(m)) => Err(actions::ActionError::Unavailable(m)),
+    }
+}
+
+/// Largest manifest a plugin may apply.
+pub const MAX_MANIFEST: usize = 1 << 20;
+
+impl StoreData {
+    /// The uid and resourceVersion of `t` when one of the plugin's informers caches it.
+    fn ids_of(&self, t: &Target) -> Option<(String, String)> {
+        let key = key_for(t.namespace.as_deref(), &t.name);
+        self.api.grants.caches.values().find_map(|c| {
+            c.get_by_key(&key).and_then(|o| {
+                let m = o.meta();
+                (m.api_version == t.api_version && m.kind == t.kind)
+                    .then(|| (m.uid.clone(), m.resource_version.clone()))
+            })
+        })
+    }
+
+    /// Records a verdict's Event on its object (when the plugin is configured so).
+    fn verdict_event(&self, s: &Subject, rule: &str, sev: Severity, message: &str) {
+        let target = Target {
+            api_version: s.api_version.clone(),
+            kind: s.kind.clone(),
+            namespace: s.namespace.clone(),
+            name: s.name.clone(),
+        };
+        let text = format!("[{}] {rule} ({}): {message}", self.api.plugin, sev.as_str());
+        match event_body(
+            &self.api.plugin,
+            &target,
+            Some((s.uid.clone(), s.resource_version.clone())),
+            true,
+            "PolicyViolation",
+            &text,
+        ) {
+            Ok((t, body)) => {
+                let _ = self
+                    .api
+                    .actions
+                    .host_action(t, ActionBody::CreateEvent(body));
+            }
+            Err(e) => {
+                tracing::warn!(plugin = %self.api.plugin, error = %e, "cannot make the verdict's Event")
+            }
+        }
+    }
+}
+
+impl policy::Host for StoreData {
+    fn report(
+        &mut self,
+        informer: String,
+        namespace: Option<String>,
+        name: String,
+        rule: String,
+        violation: Option<policy::Violation>,
+    ) -> Result<(), policy::VerdictError> {
+        let cache = self.granted(&informer).map_err(|_| {
+            policy::VerdictError::NotGranted(format!(
+                "informer {informer:?} is not granted to this plugin"
+            ))
+        })?;
+        let key = key_for(namespace.as_deref(), &name);
+        let Some(obj) = cache.get_by_key(&key) else {
+            return Err(policy::VerdictError::NotFound(format!(
+                "informer {informer:?} has no object {key:?}"
+            )));
+        };
+        let m = obj.meta();
+        let subject = Subject {
+            informer,
+            api_version: m.api_version.clone(),
+            kind: m.kind.clone(),
+            namespace: m.namespace.clone(),
+            name: m.name.clone(),
+            uid: m.uid.clone(),
+            resource_version: m.resource_version.clone(),
+        };
+        let violation = violation.map(|v| (severity(v.severity), v.message));
+        let version = self.api.status.running().version;
+        let store = &self.api.grants.services.verdicts;
+        let change = store
+            .report(
+                &self.api.plugin,
+                &version,
+                &rule,
+                subject.clone(),
+                violation.clone(),
+            )
+            .map_err(policy::VerdictError::Invalid)?;
+        PluginCounters::add(&self.api.status.counters.verdicts, 1);
+        if self.api.verdict_events
+            && matches!(change, Change::Raised | Change::Changed)
+            && let Some((sev, msg)) = &violation
+        {
+            self.verdict_event(&subject, &rule, *sev, msg);
+        }
+        Ok(())
+    }
+}
+
+impl actions::Host for StoreData {
+    fn patch_metadata(
+        &mut self,
+        target: types::ObjectRef,
+        labels: Vec<(String, Option<String>)>,
+        annotations: Vec<(String, Option<String>)>,
+    ) -> Result<actions::Accepted, actions::ActionError> {
+        let body = metadata_patch(&labels, &annotations).map(ActionBody::PatchMetadata);
+        accepted(
+            self.api
+                .actions
+                .request(target_of(target), body, ActionVerb::Patch),
+        )
+    }
+
+    fn apply(&mut self, manifest: String) -> Result<actions::Accepted, actions::ActionError> {
+        let parsed = if manifest.len() > MAX_MANIFEST {
+            Err(format!("the manifest is over {MAX_MANIFEST} bytes"))
+        } else {
+            serde_json::from_str::<serde_json::Value>(&manifest)
+                .map_err(|e| format!("the manifest is not JSON: {e}"))
+        };
+        let (target, body) = match parsed.and_then(|v| apply_target(&v).map(|t| (t, v))) {
+            Ok((t, v)) => (t, Ok(ActionBody::Apply(v))),
+            Err(e) => (
+                Target {
+                    api_version: "?".into(),
+                    kind: "?".into(),
+                    namespace: None,
+                    name: "?".into(),
+                },
+                Err(e),
+            ),
+        };
+        accepted(self.api.actions.request(target, body, ActionVerb::Apply))
+    }
+
+    fn create_event(
+        &mut self,
+        regarding: types::ObjectRef,
+        event_type: actions::EventType,
+        reason: String,
+        message: String,
+    ) -> Result<actions::Accepted, actions::ActionError> {
+        let regarding = target_of(regarding);
+        let ids = self.ids_of(&regarding);
+        let warning = matches!(event_type, actions::EventType::Warning);
+        let r = match event_body(
+            &self.api.plugin,
+            &regarding,
+            ids,
+            warning,
+            &reason,
+            &message,
+        ) {
+            Ok((t, body)) => {
+                self.api
+                    .actions
+                    .request(t, Ok(ActionBody::CreateEvent(body)), ActionVerb::Create)
+            }
+            Err(e) => self
+                .api
+                .actions
+                .request(regarding, Err(e), ActionVerb::Create),
+        };
+        accepted(r)
     }
 }

@@ -14,6 +14,7 @@ use super::runtime::{PluginRuntime, VersionInfo, WasmHandler};
 use super::spec::PluginSpec;
 use super::state::Grants;
 use super::status::{PluginState, PluginStatus};
+use crate::actions::{HostServices, PluginActions};
 use crate::informer::shared_informer::HandlerRegistration;
 use crate::informer::{Cache, SharedInformer};
 
@@ -36,11 +37,12 @@ pub struct CheckedPlugin {
     pub info: PluginInfo,
     /// Timings.
     pub report: LoadReport,
-    spec: PluginSpec,
+    pub(super) spec: PluginSpec,
     pub(super) pre: super::bindings::PluginPre<super::state::StoreData>,
     pub(super) instance: Instance,
-    status: Arc<PluginStatus>,
-    grants: Grants,
+    pub(super) status: Arc<PluginStatus>,
+    pub(super) grants: Grants,
+    pub(super) actions: Arc<PluginActions>,
 }
 
 impl CheckedPlugin {
@@ -53,15 +55,7 @@ impl CheckedPlugin {
     /// replay, benchmarks).
     pub fn into_runtime(self, engine: Arc<PluginEngine>) -> PluginRuntime {
         let version = self.version_info();
-        PluginRuntime::new(
-            self.spec,
-            engine,
-            self.pre,
-            self.grants,
-            self.status,
-            self.instance,
-            version,
-        )
+        PluginRuntime::new(self, engine, version)
     }
 
     fn version_info(&self) -> VersionInfo {
@@ -136,11 +130,21 @@ impl PluginHandle {
         Ok(report)
     }
 
-    /// Detaches the plugin from its informers; what was queued for it is dropped.
+    /// Detaches the plugin from its informers; what was queued for it is dropped, and so are
+    /// its verdicts.
     pub fn stop(&self) {
         for (inf, reg) in &self.registrations {
             inf.remove_event_handler(reg);
         }
+        let verdicts = self
+            .runtime
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .grants
+            .services
+            .verdicts
+            .clone();
+        verdicts.clear_plugin(&self.name);
     }
 }
 
@@ -148,6 +152,7 @@ impl PluginHandle {
 pub struct PluginManager {
     engine: Arc<PluginEngine>,
     informers: BTreeMap<String, Arc<SharedInformer>>,
+    services: HostServices,
 }
 
 impl PluginManager {
@@ -156,7 +161,18 @@ impl PluginManager {
         Self {
             engine,
             informers: BTreeMap::new(),
+            services: HostServices::default(),
         }
+    }
+
+    /// Verdicts and actions of the plugins started from now on go through `services`.
+    pub fn set_services(&mut self, services: HostServices) {
+        self.services = services;
+    }
+
+    /// The services plugins share (verdict store, action sink, audit log).
+    pub fn services(&self) -> &HostServices {
+        &self.services
     }
 
     /// The engine.
@@ -187,7 +203,10 @@ impl PluginManager {
                 })?;
             g.insert(name.clone(), inf.cache());
         }
-        Ok(Arc::new(g))
+        Ok(Grants {
+            caches: Arc::new(g),
+            services: self.services.clone(),
+        })
     }
 
     /// Compiles and checks a plugin without attaching it: right world, `describe` works, `init`
@@ -207,26 +226,18 @@ impl PluginManager {
     /// Attaches a checked plugin to its informers.
     pub fn attach(&self, checked: CheckedPlugin) -> PluginHandle {
         let version = checked.version_info();
-        let CheckedPlugin {
-            info,
-            report,
-            spec,
-            pre,
-            instance,
-            status,
-            grants,
-        } = checked;
-        let name = spec.name.clone();
-        let batch_max = spec.batch_max.max(1);
-        let resync = spec.resync;
-        let informers = spec.informers.clone();
+        let name = checked.spec.name.clone();
+        let batch_max = checked.spec.batch_max.max(1);
+        let resync = checked.spec.resync;
+        let informers = checked.spec.informers.clone();
+        let (info, report, status) = (
+            checked.info.clone(),
+            checked.report.clone(),
+            checked.status.clone(),
+        );
         let runtime = Arc::new(Mutex::new(PluginRuntime::new(
-            spec,
+            checked,
             self.engine.clone(),
-            pre,
-            grants,
-            status.clone(),
-            instance,
             version,
         )));
         let mut registrations = Vec::new();
@@ -313,7 +324,13 @@ pub fn check_bytes(
         })?;
     let status = status.unwrap_or_default();
     let name: Arc<str> = spec.name.as_str().into();
-    let api = PluginRuntime::api(&name, spec, &grants, &status);
+    let actions = Arc::new(PluginActions::new(
+        name.clone(),
+        spec.actions.clone(),
+        status.clone(),
+        grants.services.clone(),
+    ));
+    let api = PluginRuntime::api(&name, spec, &grants, &status, &actions);
     let failed = |phase, e: CallError| PluginError::Failed {
         plugin: plugin.clone(),
         phase,
@@ -343,6 +360,7 @@ pub fn check_bytes(
         instance,
         status,
         grants,
+        actions,
     })
 }
 
@@ -352,7 +370,7 @@ pub fn check_module(
     module: &Path,
     settings: serde_json::Value,
 ) -> Result<CheckedPlugin, PluginError> {
-    check_with_grants(engine, module, settings, Arc::new(BTreeMap::new()))
+    check_with_grants(engine, module, settings, Grants::default())
 }
 
 /// Checks a module file with settings and the given caches granted (for `wisp replay`).
@@ -366,7 +384,7 @@ pub fn check_with_grants(
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "plugin".into());
-    let informers: Vec<&str> = grants.keys().map(String::as_str).collect();
+    let informers: Vec<&str> = grants.caches.keys().map(String::as_str).collect();
     let mut spec = PluginSpec::new(name, module, &informers);
     spec.settings = settings;
     check_with(engine, &spec, grants)

@@ -26,6 +26,7 @@ pub struct Probation {
     pre: PluginPre<StoreData>,
     instance: Option<Instance>,
     version: VersionInfo,
+    actions: Arc<crate::actions::PluginActions>,
     /// Notifications the new version handled so far, and how many of them failed.
     seen: u32,
     failed: u32,
@@ -89,12 +90,14 @@ pub fn reload(
     let checked =
         check_bytes(&engine, &spec, &bytes, grants, Some(status.clone())).map_err(fail)?;
     let mut rt = runtime.lock().unwrap_or_else(PoisonError::into_inner);
+    let actions = checked.actions.clone();
     rt.install(
         spec,
         checked.pre,
         checked.instance,
         checked.info,
         checked.report,
+        actions,
     )
     .map_err(fail)
 }
@@ -108,6 +111,7 @@ impl PluginRuntime {
         mut instance: Instance,
         info: super::bindings::PluginInfo,
         load: LoadReport,
+        actions: Arc<crate::actions::PluginActions>,
     ) -> Result<ReloadReport, PluginError> {
         // Hand the state over: what the old instance knows up to the last handled batch.
         let snapshot = match self.instance.as_mut() {
@@ -150,6 +154,7 @@ impl PluginRuntime {
             pre: std::mem::replace(&mut self.pre, pre),
             instance: self.instance.replace(instance),
             version: std::mem::replace(&mut self.version, new_version),
+            actions: std::mem::replace(&mut self.actions, actions),
             seen: 0,
             failed: 0,
             buffer: Vec::new(),
@@ -212,6 +217,7 @@ impl PluginRuntime {
         self.settings = p.settings;
         self.pre = p.pre;
         self.instance = p.instance;
+        self.actions = p.actions;
         let generation = from + 1;
         self.version = VersionInfo {
             generation,

@@ -24,6 +24,8 @@ pub struct PluginRuntime {
     pub(super) pre: PluginPre<StoreData>,
     pub(super) grants: Grants,
     pub(super) status: Arc<PluginStatus>,
+    /// The running version's actions (its instances share the rate limit and sender).
+    pub(super) actions: Arc<crate::actions::PluginActions>,
     /// `None` after a failure until the next delivery makes a fresh one.
     pub(super) instance: Option<Instance>,
     pub(super) consecutive_failures: u32,
@@ -155,14 +157,19 @@ pub(super) fn with_wit_batch<R>(
 impl PluginRuntime {
     /// A runtime around an already checked first instance.
     pub(crate) fn new(
-        spec: PluginSpec,
+        checked: super::manager::CheckedPlugin,
         engine: Arc<PluginEngine>,
-        pre: PluginPre<StoreData>,
-        grants: Grants,
-        status: Arc<PluginStatus>,
-        instance: Instance,
         version: VersionInfo,
     ) -> Self {
+        let super::manager::CheckedPlugin {
+            spec,
+            pre,
+            instance,
+            status,
+            grants,
+            actions,
+            ..
+        } = checked;
         Self {
             version,
             probation: None,
@@ -173,6 +180,7 @@ impl PluginRuntime {
             pre,
             grants,
             status,
+            actions,
             instance: Some(instance),
             consecutive_failures: 0,
         }
@@ -183,19 +191,28 @@ impl PluginRuntime {
         spec: &PluginSpec,
         grants: &Grants,
         status: &Arc<PluginStatus>,
+        actions: &Arc<crate::actions::PluginActions>,
     ) -> HostApi {
         HostApi {
             plugin: name.clone(),
             grants: grants.clone(),
             log_level: spec.log_level,
             status: status.clone(),
+            actions: actions.clone(),
+            verdict_events: spec.verdict_events,
         }
     }
 
     /// A fresh instance, initialised with the plugin's settings.
     fn fresh(&mut self) -> Result<&mut Instance, String> {
         if self.instance.is_none() {
-            let api = Self::api(&self.name, &self.spec, &self.grants, &self.status);
+            let api = Self::api(
+                &self.name,
+                &self.spec,
+                &self.grants,
+                &self.status,
+                &self.actions,
+            );
             let mut inst = Instance::new(&self.engine, &self.pre, api, &self.spec.limits)
                 .map_err(|e| e.to_string())?;
             match inst.init(&self.settings) {
@@ -336,13 +353,28 @@ impl PluginRuntime {
     pub fn handle(&mut self, informer: &str, batch: &[informer::Delivery]) {
         if self.is_quarantined() {
             PluginCounters::add(&self.status.counters.dropped, batch.len() as u64);
+        } else {
+            let failed_before = PluginCounters::get(&self.status.counters.failed);
+            with_wit_batch(informer, batch, |wit| self.deliver(wit));
+            let failed = PluginCounters::get(&self.status.counters.failed) - failed_before;
+            if self.probation.is_some() {
+                self.after_probation_batch(informer, batch, failed);
+            }
+        }
+        self.clear_deleted_verdicts(informer, batch);
+    }
+
+    /// A deleted object's verdicts go with it (also when the plugin is quarantined).
+    fn clear_deleted_verdicts(&self, informer: &str, batch: &[informer::Delivery]) {
+        let verdicts = &self.grants.services.verdicts;
+        if verdicts.is_empty() {
             return;
         }
-        let failed_before = PluginCounters::get(&self.status.counters.failed);
-        with_wit_batch(informer, batch, |wit| self.deliver(wit));
-        let failed = PluginCounters::get(&self.status.counters.failed) - failed_before;
-        if self.probation.is_some() {
-            self.after_probation_batch(informer, batch, failed);
+        for d in batch {
+            if let informer::Notification::Delete { obj } = &d.notification {
+                let key = informer::key::deleted_object_key(obj);
+                verdicts.clear_object(&self.name, informer, &key);
+            }
         }
     }
 

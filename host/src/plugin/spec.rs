@@ -105,6 +105,10 @@ pub struct PluginSpec {
     /// After a reload, send the new version every cached object again (also when its
     /// `describe` asks for it with `replay-on-reload`).
     pub replay_on_reload: bool,
+    /// Changes to the cluster it may ask for (none by default), its rate limit and dry-run.
+    pub actions: crate::actions::ActionSpec,
+    /// Also record each new or changed violation as a Kubernetes Event on the object.
+    pub verdict_events: bool,
 }
 
 impl PluginSpec {
@@ -125,6 +129,8 @@ impl PluginSpec {
             reload_probation: 20,
             rollback_threshold: 0.5,
             replay_on_reload: false,
+            actions: crate::actions::ActionSpec::default(),
+            verdict_events: false,
         }
     }
 }

@@ -11,6 +11,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use super::output::LogStream;
 use super::spec::LogLevel;
 use super::status::PluginStatus;
+use crate::actions::{HostServices, PluginActions};
 use crate::informer::Cache;
 
 /// Most table elements an instance may have.
@@ -55,8 +56,25 @@ impl ResourceLimiter for MemoryLimiter {
     }
 }
 
-/// The informers a plugin may read, by name.
-pub type Grants = Arc<BTreeMap<String, Cache>>;
+/// What a plugin may reach: the caches of its informers, by name, and the host's shared
+/// services (verdict store, action sink, audit log), which its spec further limits.
+#[derive(Clone, Default)]
+pub struct Grants {
+    /// Informers it may read.
+    pub caches: Arc<BTreeMap<String, Cache>>,
+    /// Verdicts and actions.
+    pub services: HostServices,
+}
+
+impl Grants {
+    /// Grants of these caches, with services of no API server.
+    pub fn caches(caches: BTreeMap<String, Cache>) -> Self {
+        Self {
+            caches: Arc::new(caches),
+            services: HostServices::default(),
+        }
+    }
+}
 
 /// State behind the `host` interface.
 pub struct HostApi {
@@ -68,6 +86,10 @@ pub struct HostApi {
     pub log_level: LogLevel,
     /// Where counters, gauges and logs go.
     pub status: Arc<PluginStatus>,
+    /// Its actions (grants, rate limit, sender) and the verdict store.
+    pub actions: Arc<PluginActions>,
+    /// Record new violations as Kubernetes Events too.
+    pub verdict_events: bool,
 }
 
 /// Everything a plugin's `Store` holds.

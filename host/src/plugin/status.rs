@@ -136,6 +136,18 @@ pub struct PluginCounters {
     pub dropped: AtomicU64,
     /// Calls into `handle`.
     pub calls: AtomicU64,
+    /// Policy verdicts reported (violations and passes).
+    pub verdicts: AtomicU64,
+    /// Actions sent and accepted by the API server.
+    pub actions_applied: AtomicU64,
+    /// Actions that failed for good at the API server (after retries).
+    pub actions_failed: AtomicU64,
+    /// Actions refused by the host: not granted, invalid, queue full, no API server.
+    pub actions_refused: AtomicU64,
+    /// Actions refused because the plugin was over its rate limit.
+    pub actions_rate_limited: AtomicU64,
+    /// Actions logged and not sent (dry-run mode).
+    pub actions_dry_run: AtomicU64,
     /// Total nanoseconds spent in `handle` calls.
     pub handle_nanos: AtomicU64,
     /// Latency of `handle` calls.

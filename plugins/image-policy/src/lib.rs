@@ -1,7 +1,10 @@
 //! Image policy hook: reports pods whose containers use a `:latest` (or untagged) image or have no
-//! resource limits. Each violation is logged when it appears, counted in
-//! `policy_violations_total{rule}`, and the current number of violating pods is the gauge
-//! `policy_violating_pods{rule}`; a pod that is fixed or deleted stops counting.
+//! resource limits. Every evaluation is reported to the host as a verdict (a violation with its
+//! severity and message, or a pass that clears it), so the host's `/verdicts`, its
+//! `wisp_policy_violations` gauge and, when configured, Kubernetes Events show the current state.
+//! Each violation is also logged when it appears, counted in `policy_violations_total{rule}`, and
+//! the current number of violating pods is the gauge `policy_violating_pods{rule}`; a pod that is
+//! fixed or deleted stops counting. A resync re-evaluates every pod.
 //!
 //! Settings: `{"denyLatest": true, "requireLimits": true, "exemptNamespaces": ["kube-system"]}`
 //! (unknown fields and wrong types are refused at load).
@@ -10,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use serde::Deserialize;
+use wisp_sdk::policy::{self, Severity, VerdictError};
 use wisp_sdk::{Context, Object, Plugin, PluginInfo, metrics};
 
 #[derive(Deserialize)]
@@ -51,6 +55,14 @@ fn uses_latest(image: &str) -> bool {
     }
 }
 
+fn severity(rule: &str) -> Severity {
+    if rule == LATEST {
+        Severity::High
+    } else {
+        Severity::Medium
+    }
+}
+
 fn lacks_limits(c: &Container) -> bool {
     let limits = c.resources.as_ref().and_then(|r| r.limits.as_ref());
     !limits.is_some_and(|l| l.contains_key("cpu") && l.contains_key("memory"))
@@ -85,7 +97,7 @@ impl ImagePolicy {
         found
     }
 
-    fn check(&mut self, obj: &Object) -> Result<(), String> {
+    fn check(&mut self, cx: &Context, obj: &Object) -> Result<(), String> {
         if obj.meta().kind != "Pod" {
             return Ok(());
         }
@@ -104,6 +116,17 @@ impl ImagePolicy {
                 .filter(|(r, _)| *r == rule)
                 .map(|(_, m)| m)
                 .collect();
+            let verdict = if messages.is_empty() {
+                policy::pass(cx.informer, obj, rule)
+            } else {
+                let text: Vec<&str> = messages.iter().map(|m| m.as_str()).collect();
+                policy::violation(cx.informer, obj, rule, severity(rule), &text.join("; "))
+            };
+            match verdict {
+                // Deleted since: its delete clears everything.
+                Ok(()) | Err(VerdictError::NotFound(_)) => {}
+                Err(e) => return Err(format!("verdict {rule} {key}: {e:?}")),
+            }
             let set = self.violating.entry(rule).or_default();
             if messages.is_empty() {
                 if set.remove(&key) {
@@ -136,18 +159,18 @@ impl Plugin for ImagePolicy {
         })
     }
 
-    fn on_add(&mut self, _cx: &Context, obj: &Object, _initial: bool) -> Result<(), String> {
-        self.check(obj)
+    fn on_add(&mut self, cx: &Context, obj: &Object, _initial: bool) -> Result<(), String> {
+        self.check(cx, obj)
     }
 
     fn on_update(
         &mut self,
-        _cx: &Context,
+        cx: &Context,
         _old: &Object,
         new: &Object,
         _resync: bool,
     ) -> Result<(), String> {
-        self.check(new)
+        self.check(cx, new)
     }
 
     fn on_delete(&mut self, _cx: &Context, obj: &Object, _unknown: bool) -> Result<(), String> {

@@ -2,9 +2,14 @@
 //! its sequence numbers: `seen_total{informer}`, `gaps_total`, `dups_total` and the gauge
 //! `last_seq{informer}` show loss or duplication.
 //!
-//! Settings: `{"mode": "ok" | "spin" | "alloc" | "trap" | "error" | "busy" | "probe",
-//!             "namePrefix": "bad-", "busyMs": 5}`; the mode applies to objects whose name
-//! starts with `namePrefix` (all objects when absent).
+//! Settings: `{"mode": "ok" | "spin" | "alloc" | "trap" | "error" | "busy" | "probe" | "actions",
+//!             "namePrefix": "bad-", "busyMs": 5, "actions": 1000}`; the mode applies to objects
+//! whose name starts with `namePrefix` (all objects when absent). `actions` asks the host to set
+//! the label `n` on the object `actions` times in a row (`"actionVerb": "apply"`: apply the
+//! ConfigMap `<name>-report` next to it; `"event"`: record an Event about it) and counts what the
+//! host answered in `action_total{result}` (queued, dry-run, not-granted, rate-limited, invalid,
+//! queue-full, unavailable). Objects that already carry the label `n` are left alone, so the
+//! patches' own updates do not ask again.
 //!
 //! It also keeps a view of the objects (key -> resourceVersion) and hands it, with its sequence
 //! numbers and a count of handled notifications, to the next version through snapshot/restore:
@@ -13,6 +18,7 @@
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
+use wisp_sdk::actions::{self, Accepted, ActionError};
 use wisp_sdk::{CacheError, Context, Object, Plugin, PluginInfo, cache, metrics};
 
 #[derive(Deserialize, Default, PartialEq)]
@@ -26,6 +32,7 @@ enum Mode {
     Error,
     Busy,
     Probe,
+    Actions,
 }
 
 #[derive(Deserialize, Default)]
@@ -34,6 +41,20 @@ struct Settings {
     mode: Mode,
     name_prefix: Option<String>,
     busy_ms: u64,
+    actions: u32,
+    action_verb: ActionVerb,
+}
+
+#[derive(Deserialize, Default, PartialEq)]
+#[serde(rename_all = "lowercase")]
+enum ActionVerb {
+    /// Set label `n` on the object.
+    #[default]
+    Patch,
+    /// Apply the ConfigMap `<name>-report` next to the object.
+    Apply,
+    /// Record an Event about the object.
+    Event,
 }
 
 #[derive(Default, serde::Serialize, Deserialize)]
@@ -81,6 +102,16 @@ fn run_probes() {
     match std::net::TcpStream::connect("127.0.0.1:9") {
         Ok(_) => probe("socket", true, "connected".into()),
         Err(e) => probe("socket", false, e.to_string()),
+    }
+    let target = actions::ObjectRef {
+        api_version: "v1".into(),
+        kind: "Secret".into(),
+        namespace: Some("default".into()),
+        name: "anything".into(),
+    };
+    match actions::patch_metadata(&target, &[("owned", Some("yes"))], &[]) {
+        Ok(a) => probe("ungranted-action", true, format!("{a:?}")),
+        Err(e) => probe("ungranted-action", false, format!("{e:?}")),
     }
     match cache::list("secrets", None, None) {
         Ok(v) => probe("ungranted-informer", true, format!("{} objects", v.len())),
@@ -135,6 +166,46 @@ impl Faults {
             }
             Mode::Probe => {
                 run_probes();
+                Ok(())
+            }
+            Mode::Actions => {
+                if obj.label("n").is_some() {
+                    return Ok(());
+                }
+                let target = actions::object_ref(obj);
+                for i in 0..self.settings.actions {
+                    let n = i.to_string();
+                    let asked = match self.settings.action_verb {
+                        ActionVerb::Patch => {
+                            actions::patch_metadata(&target, &[("n", Some(&n))], &[])
+                        }
+                        ActionVerb::Apply => actions::apply(&serde_json::json!({
+                            "apiVersion": "v1",
+                            "kind": "ConfigMap",
+                            "metadata": {
+                                "name": format!("{}-report", obj.name()),
+                                "namespace": obj.namespace(),
+                            },
+                            "data": { "n": n, "of": obj.meta().resource_version },
+                        })),
+                        ActionVerb::Event => actions::create_event(
+                            &target,
+                            actions::EventType::Warning,
+                            "Tested",
+                            &format!("event {n}"),
+                        ),
+                    };
+                    let result = match asked {
+                        Ok(Accepted::Queued) => "queued",
+                        Ok(Accepted::DryRun) => "dry-run",
+                        Err(ActionError::NotGranted(_)) => "not-granted",
+                        Err(ActionError::RateLimited(_)) => "rate-limited",
+                        Err(ActionError::Invalid(_)) => "invalid",
+                        Err(ActionError::QueueFull(_)) => "queue-full",
+                        Err(ActionError::Unavailable(_)) => "unavailable",
+                    };
+                    metrics::counter_add("action_total", &[("result", result)], 1);
+                }
                 Ok(())
             }
         }

@@ -144,9 +144,16 @@ impl Prepared {
     fn api(&self) -> HostApi {
         HostApi {
             plugin: self.spec.name.as_str().into(),
-            grants: Arc::default(),
+            grants: Default::default(),
             log_level: self.spec.log_level,
             status: self.status.clone(),
+            actions: Arc::new(wisp_host::actions::PluginActions::new(
+                self.spec.name.as_str().into(),
+                Default::default(),
+                self.status.clone(),
+                Default::default(),
+            )),
+            verdict_events: false,
         }
     }
 

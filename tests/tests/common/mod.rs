@@ -1,6 +1,8 @@
 //! Helpers shared by the informer integration tests.
 #![allow(dead_code)]
 
+pub mod http;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,846 @@
+//! Automation actions: changes the host makes to the cluster on a plugin's behalf.
+//!
+//! A plugin asks through the WIT `actions` interface; [`PluginActions::request`] checks, in this
+//! order, that the host has an API server, that the request is well formed, that the plugin's
+//! config grants the verb on that kind in that namespace, and the plugin's token bucket; then, in
+//! dry-run mode, it logs and audits what would be done, and otherwise queues the action. A
+//! plugin's actions are sent in order by one task per plugin ([`worker`]), with retries and
+//! backoff on conflict, 429 and 5xx, and each outcome is audited ([`audit`]). Nothing is sent for
+//! a refused action.
+//!
+//! - [`ratelimit`]: the token bucket; [`audit`]: the audit log; [`kube`]: the sink that sends
+//!   actions with `kube::Client`.
+
+pub mod audit;
+pub mod kube;
+pub mod ratelimit;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use self::audit::{AuditEntry, AuditLog, AuditResult};
+use self::ratelimit::TokenBucket;
+use crate::plugin::status::{PluginCounters, PluginStatus};
+use crate::policy::{VerdictStore, rfc3339};
+
+/// A verb a plugin may be granted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActionVerb {
+    /// Merge patch of labels and annotations.
+    Patch,
+    /// Server-side apply.
+    Apply,
+    /// Create (Events).
+    Create,
+}
+
+impl ActionVerb {
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionVerb::Patch => "patch",
+            ActionVerb::Apply => "apply",
+            ActionVerb::Create => "create",
+        }
+    }
+}
+
+/// One grant: these verbs on this kind, in these namespaces (`None`: any, and cluster-scoped).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ActionGrant {
+    /// `patch`, `apply`, `create`.
+    pub verbs: Vec<ActionVerb>,
+    /// e.g. `v1`, `apps/v1`.
+    pub api_version: String,
+    /// e.g. `Pod`.
+    pub kind: String,
+    /// Namespaces; omitted = all namespaces and cluster-scoped objects.
+    #[serde(default)]
+    pub namespaces: Option<Vec<String>>,
+}
+
+impl ActionGrant {
+    fn allows(&self, verb: ActionVerb, t: &Target) -> bool {
+        self.verbs.contains(&verb)
+            && self.api_version == t.api_version
+            && self.kind == t.kind
+            && match (&self.namespaces, &t.namespace) {
+                (None, _) => true,
+                (Some(list), Some(ns)) => list.iter().any(|n| n == ns),
+                (Some(_), None) => false,
+            }
+    }
+}
+
+/// What a plugin may do to the cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ActionSpec {
+    /// Grants; none by default.
+    pub grants: Vec<ActionGrant>,
+    /// Token bucket refill rate (actions per second).
+    pub per_second: f64,
+    /// Token bucket size.
+    pub burst: u32,
+    /// Log and audit, never send.
+    pub dry_run: bool,
+    /// Further attempts after a retryable failure (conflict, 429, 5xx, unreachable).
+    pub retries: u32,
+    /// Wait before the first retry, doubled each time (to 30 s at most).
+    pub backoff: Duration,
+    /// Most actions waiting to be sent.
+    pub queue: usize,
+}
+
+impl Default for ActionSpec {
+    fn default() -> Self {
+        Self {
+            grants: Vec::new(),
+            per_second: 5.0,
+            burst: 10,
+            dry_run: false,
+            retries: 5,
+            backoff: Duration::from_millis(200),
+            queue: 1000,
+        }
+    }
+}
+
+/// The object an action is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// e.g. `v1`.
+    pub api_version: String,
+    /// e.g. `Pod`.
+    pub kind: String,
+    /// None for cluster-scoped objects.
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+}
+
+/// What to do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ActionBody {
+    /// Merge patch `{"metadata":{"labels":…,"annotations":…}}` (null removes a key).
+    PatchMetadata(Value),
+    /// Server-side apply of this object.
+    Apply(Value),
+    /// Create this Event (the target is its namespace's `events` collection; `name` is the
+    /// Event's name).
+    CreateEvent(Value),
+}
+
+impl ActionBody {
+    /// The verb a grant must give.
+    pub fn verb(&self) -> ActionVerb {
+        match self {
+            ActionBody::PatchMetadata(_) => ActionVerb::Patch,
+            ActionBody::Apply(_) => ActionVerb::Apply,
+            ActionBody::CreateEvent(_) => ActionVerb::Create,
+        }
+    }
+}
+
+/// An action on its way to the API server.
+#[derive(Clone, Debug)]
+pub struct Action {
+    /// Configured plugin name.
+    pub plugin: String,
+    /// Plugin version.
+    pub version: String,
+    /// The object (for an Event: the Event itself).
+    pub target: Target,
+    /// What to do.
+    pub body: ActionBody,
+}
+
+/// Why an action was refused (mirrors the WIT `action-error`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ActionError {
+    /// No grant covers it.
+    #[error("not granted: {0}")]
+    NotGranted(String),
+    /// Over the rate limit.
+    #[error("rate limited: {0}")]
+    RateLimited(String),
+    /// Malformed.
+    #[error("invalid: {0}")]
+    Invalid(String),
+    /// Too many waiting.
+    #[error("queue full: {0}")]
+    QueueFull(String),
+    /// No API server.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// How an accepted action was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Accepted {
+    /// Queued to be sent.
+    Queued,
+    /// Logged and audited only.
+    DryRun,
+}
+
+/// How sending an action failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendError {
+    /// HTTP status, when there was a response.
+    pub code: Option<u16>,
+    /// What the server (or the transport) said.
+    pub message: String,
+}
+
+impl SendError {
+    /// Conflict, too many requests, server errors and transport errors are worth retrying.
+    pub fn retryable(&self) -> bool {
+        match self.code {
+            None => true,
+            Some(c) => c == 409 || c == 429 || c >= 500,
+        }
+    }
+}
+
+/// Sends actions to an API server.
+pub trait ActionSink: Send + Sync + 'static {
+    /// Sends one action; `Ok` carries a short description of the result (e.g. the new
+    /// resourceVersion).
+    fn send<'a>(
+        &'a self,
+        action: &'a Action,
+    ) -> Pin<Box<dyn Future<Output = Result<String, SendError>> + Send + 'a>>;
+}
+
+/// What every plugin's actions and verdicts share: the verdict store, the sink (none without an
+/// API server), the audit log, and the runtime the senders run on.
+#[derive(Clone)]
+pub struct HostServices {
+    /// Current policy verdicts.
+    pub verdicts: Arc<VerdictStore>,
+    /// Where actions are sent; `None`: actions are refused as unavailable.
+    pub sink: Option<Arc<dyn ActionSink>>,
+    /// The audit log.
+    pub audit: Arc<AuditLog>,
+    /// Runtime of the per-plugin sender tasks.
+    pub runtime: Option<tokio::runtime::Handle>,
+}
+
+impl Default for HostServices {
+    /// No API server: a verdict store, an in-memory audit log, actions unavailable.
+    fn default() -> Self {
+        Self {
+            verdicts: Arc::new(VerdictStore::new()),
+            sink: None,
+            audit: Arc::new(AuditLog::memory()),
+            runtime: tokio::runtime::Handle::try_current().ok(),
+        }
+    }
+}
+
+impl std::fmt::Debug for HostServices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostServices")
+            .field("verdicts", &self.verdicts.len())
+            .field("sink", &self.sink.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl HostServices {
+    /// Services that send actions with `sink`, running senders on the current runtime.
+    pub fn with_sink(sink: Arc<dyn ActionSink>, audit: Arc<AuditLog>) -> Self {
+        Self {
+            sink: Some(sink),
+            audit,
+            ..Self::default()
+        }
+    }
+}
+
+/// A qualified name (`[prefix/]name`) as label and annotation keys must be.
+fn check_key(key: &str) -> Result<(), String> {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(p) = prefix {
+        let ok = !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|part| {
+                !part.is_empty()
+                    && part
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                    && !part.starts_with('-')
+                    && !part.ends_with('-')
+            });
+        if !ok {
+            return Err(format!(
+                "key {key:?}: prefix must be a DNS subdomain (lower case, at most 253 characters)"
+            ));
+        }
+    }
+    if name.is_empty() || !check_name_part(name) {
+        return Err(format!(
+            "key {key:?}: name must be 1 to 63 characters [A-Za-z0-9_.-], starting and ending alphanumeric"
+        ));
+    }
+    Ok(())
+}
+
+fn check_name_part(s: &str) -> bool {
+    s.len() <= 63
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        && s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && s.chars().last().is_some_and(|c| c.is_ascii_alphanumeric())
+}
+
+/// A label value: empty, or as a key's name part.
+fn check_label_value(key: &str, v: &str) -> Result<(), String> {
+    if v.is_empty() || check_name_part(v) {
+        Ok(())
+    } else {
+        Err(format!(
+            "label {key:?}: value {v:?} must be at most 63 characters [A-Za-z0-9_.-], starting and ending alphanumeric"
+        ))
+    }
+}
+
+fn check_target(t: &Target) -> Result<(), String> {
+    if t.api_version.is_empty() || t.kind.is_empty() || t.name.is_empty() {
+        return Err("apiVersion, kind and name must not be empty".into());
+    }
+    if t.namespace.as_deref() == Some("") {
+        return Err("namespace must be none or not empty".into());
+    }
+    Ok(())
+}
+
+/// The merge patch of labels and annotations (`None` values remove the key).
+pub fn metadata_patch(
+    labels: &[(String, Option<String>)],
+    annotations: &[(String, Option<String>)],
+) -> Result<Value, String> {
+    if labels.is_empty() && annotations.is_empty() {
+        return Err("nothing to patch: no labels and no annotations".into());
+    }
+    let mut meta = serde_json::Map::new();
+    let mut l = serde_json::Map::new();
+    for (k, v) in labels {
+        check_key(k)?;
+        if let Some(v) = v {
+            check_label_value(k, v)?;
+        }
+        l.insert(k.clone(), v.clone().map_or(Value::Null, Value::String));
+    }
+    let mut a = serde_json::Map::new();
+    let mut size = 0;
+    for (k, v) in annotations {
+        check_key(k)?;
+        size += k.len() + v.as_ref().map_or(0, String::len);
+        a.insert(k.clone(), v.clone().map_or(Value::Null, Value::String));
+    }
+    if size > 256 * 1024 {
+        return Err("annotations total more than 256 KiB".into());
+    }
+    if !l.is_empty() {
+        meta.insert("labels".into(), Value::Object(l));
+    }
+    if !a.is_empty() {
+        meta.insert("annotations".into(), Value::Object(a));
+    }
+    Ok(json!({ "metadata": meta }))
+}
+
+/// The target of an apply: the manifest's apiVersion, kind, namespace and name.
+pub fn apply_target(manifest: &Value) -> Result<Target, String> {
+    let obj = manifest
+        .as_object()
+        .ok_or("the manifest must be a JSON object")?;
+    let s = |v: Option<&Value>, what: &str| -> Result<String, String> {
+        match v {
+            Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+            _ => Err(format!("the manifest needs a non-empty string {what}")),
+        }
+    };
+    let meta = obj.get("metadata").and_then(Value::as_object);
+    let namespace = match meta.and_then(|m| m.get("namespace")) {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(s(Some(v), "metadata.namespace")?),
+    };
+    Ok(Target {
+        api_version: s(obj.get("apiVersion"), "apiVersion")?,
+        kind: s(obj.get("kind"), "kind")?,
+        namespace,
+        name: s(meta.and_then(|m| m.get("name")), "metadata.name")?,
+    })
+}
+
+/// A core/v1 Event about `regarding` (with its uid and resourceVersion when known), reported by
+/// `wisp` for `plugin`. Events of cluster-scoped objects go to `default`, as kubectl does.
+pub fn event_body(
+    plugin: &str,
+    regarding: &Target,
+    regarding_ids: Option<(String, String)>,
+    warning: bool,
+    reason: &str,
+    message: &str,
+) -> Result<(Target, Value), String> {
+    check_target(regarding)?;
+    if reason.is_empty() || reason.len() > 128 {
+        return Err("reason must be 1 to 128 characters".into());
+    }
+    let mut message = message.to_owned();
+    if message.len() > 1024 {
+        let mut cut = 1024;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+    }
+    let now = SystemTime::now();
+    let nanos = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let ns = regarding
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let name = format!("{}.{:x}", regarding.name, nanos);
+    let mut involved = json!({
+        "apiVersion": regarding.api_version,
+        "kind": regarding.kind,
+        "name": regarding.name,
+    });
+    if let Some(n) = &regarding.namespace {
+        involved["namespace"] = json!(n);
+    }
+    if let Some((uid, rv)) = regarding_ids {
+        involved["uid"] = json!(uid);
+        involved["resourceVersion"] = json!(rv);
+    }
+    let ts = rfc3339(now);
+    let body = json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": { "name": name, "namespace": ns },
+        "involvedObject": involved,
+        "reason": reason,
+        "message": message,
+        "type": if warning { "Warning" } else { "Normal" },
+        "source": { "component": format!("wisp/{plugin}") },
+        "reportingComponent": "wisp",
+        "reportingInstance": format!("wisp/{plugin}"),
+        "firstTimestamp": ts,
+        "lastTimestamp": ts,
+        "count": 1,
+    });
+    Ok((
+        Target {
+            api_version: "v1".into(),
+            kind: "Event".into(),
+            namespace: Some(ns),
+            name,
+        },
+        body,
+    ))
+}
+
+/// One plugin's actions: its grants, rate limit, dry-run switch and sender.
+pub struct PluginActions {
+    plugin: Arc<str>,
+    spec: ActionSpec,
+    status: Arc<PluginStatus>,
+    services: HostServices,
+    bucket: Mutex<TokenBucket>,
+    sender: Mutex<Option<tokio::sync::mpsc::Sender<Action>>>,
+}
+
+impl std::fmt::Debug for PluginActions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginActions")
+            .field("plugin", &self.plugin)
+            .field("spec", &self.spec)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PluginActions {
+    /// Actions of `plugin` as `spec` allows, through `services`.
+    pub fn new(
+        plugin: Arc<str>,
+        spec: ActionSpec,
+        status: Arc<PluginStatus>,
+        services: HostServices,
+    ) -> Self {
+        let bucket = TokenBucket::new(spec.per_second, spec.burst, Instant::now());
+        Self {
+            plugin,
+            spec,
+            status,
+            services,
+            bucket: Mutex::new(bucket),
+            sender: Mutex::new(None),
+        }
+    }
+
+    /// The shared services (verdict store, audit log).
+    pub fn services(&self) -> &HostServices {
+        &self.services
+    }
+
+    fn version(&self) -> String {
+        self.status.running().version
+    }
+
+    fn audit(
+        &self,
+        verb: ActionVerb,
+        t: &Target,
+        result: AuditResult,
+        detail: String,
+        attempts: u32,
+    ) {
+        self.services.audit.record(AuditEntry {
+            time: rfc3339(SystemTime::now()),
+            plugin: self.plugin.to_string(),
+            version: self.version(),
+            verb: verb.as_str().into(),
+            api_version: t.api_version.clone(),
+            kind: t.kind.clone(),
+            namespace: t.namespace.clone(),
+            name: t.name.clone(),
+            result,
+            detail,
+            attempts,
+        });
+    }
+
+    fn refuse(&self, verb: ActionVerb, t: &Target, e: ActionError) -> ActionError {
+        let c = &self.status.counters;
+        if matches!(e, ActionError::RateLimited(_)) {
+            PluginCounters::add(&c.actions_rate_limited, 1);
+            tracing::debug!(target: "wisp::plugin", plugin = %self.plugin, verb = verb.as_str(), kind = %t.kind, name = %t.name, "action refused: rate limited");
+            return e;
+        }
+        PluginCounters::add(&c.actions_refused, 1);
+        if matches!(e, ActionError::NotGranted(_)) {
+            PluginCounters::add(&c.denied, 1);
+        }
+        tracing::warn!(target: "wisp::plugin", plugin = %self.plugin, verb = verb.as_str(), kind = %t.kind, namespace = t.namespace.as_deref().unwrap_or(""), name = %t.name, error = %e, "action refused");
+        self.status.logs.push(format!(
+            "warn: {} {} {:?} refused: {e}",
+            verb.as_str(),
+            t.kind,
+            t.name
+        ));
+        self.audit(verb, t, AuditResult::Refused, e.to_string(), 0);
+        e
+    }
+
+    /// Checks and takes (queues, or logs in dry-run) an action the plugin asked for.
+    pub fn request(
+        &self,
+        target: Target,
+        body: Result<ActionBody, String>,
+        verb: ActionVerb,
+    ) -> Result<Accepted, ActionError> {
+        if self.services.sink.is_none() && !self.spec.dry_run {
+            return Err(self.refuse(
+                verb,
+                &target,
+                ActionError::Unavailable(
+                    "this host has no API server to act on (its source is not kube)".into(),
+                ),
+            ));
+        }
+        let body = match body.and_then(|b| check_target(&target).map(|()| b)) {
+            Ok(b) => b,
+            Err(why) => return Err(self.refuse(verb, &target, ActionError::Invalid(why))),
+        };
+        if !self.spec.grants.iter().any(|g| g.allows(verb, &target)) {
+            let place = match &target.namespace {
+                Some(ns) => format!("in namespace {ns:?}"),
+                None => "cluster-wide".into(),
+            };
+            let why = format!(
+                "the config grants plugin {:?} no {:?} on {} {} {place}",
+                self.plugin,
+                verb.as_str(),
+                target.api_version,
+                target.kind
+            );
+            return Err(self.refuse(verb, &target, ActionError::NotGranted(why)));
+        }
+        let limited = self
+            .bucket
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take(Instant::now());
+        if let Err(wait) = limited {
+            let why = format!(
+                "over {} actions per second (burst {}); next in {wait:?}",
+                self.spec.per_second, self.spec.burst
+            );
+            return Err(self.refuse(verb, &target, ActionError::RateLimited(why)));
+        }
+        self.take(target, body)
+    }
+
+    /// Takes an action the host makes for the plugin (a verdict's Event): no grant or rate
+    /// check, but dry-run, queue bound and audit apply.
+    pub fn host_action(&self, target: Target, body: ActionBody) -> Result<Accepted, ActionError> {
+        let verb = body.verb();
+        if self.services.sink.is_none() && !self.spec.dry_run {
+            return Err(ActionError::Unavailable("no API server".into()));
+        }
+        self.take(target, body).inspect_err(|e| {
+            tracing::warn!(plugin = %self.plugin, verb = verb.as_str(), error = %e, "host action for the plugin dropped");
+        })
+    }
+
+    fn take(&self, target: Target, body: ActionBody) -> Result<Accepted, ActionError> {
+        let verb = body.verb();
+        if self.spec.dry_run {
+            PluginCounters::add(&self.status.counters.actions_dry_run, 1);
+            let detail = match &body {
+                ActionBody::PatchMetadata(v)
+                | ActionBody::Apply(v)
+                | ActionBody::CreateEvent(v) => {
+                    format!("would send {v}")
+                }
+            };
+            self.audit(verb, &target, AuditResult::DryRun, detail, 0);
+            return Ok(Accepted::DryRun);
+        }
+        let action = Action {
+            plugin: self.plugin.to_string(),
+            version: self.version(),
+            target,
+            body,
+        };
+        let mut sender = self.sender.lock().unwrap_or_else(PoisonError::into_inner);
+        if sender.is_none() {
+            let (Some(sink), Some(rt)) =
+                (self.services.sink.clone(), self.services.runtime.clone())
+            else {
+                let t = action.target.clone();
+                return Err(self.refuse(
+                    verb,
+                    &t,
+                    ActionError::Unavailable("no runtime to send actions on".into()),
+                ));
+            };
+            let (tx, rx) = tokio::sync::mpsc::channel(self.spec.queue.max(1));
+            rt.spawn(worker(
+                rx,
+                sink,
+                self.services.audit.clone(),
+                self.status.clone(),
+                self.spec.retries,
+                self.spec.backoff,
+            ));
+            *sender = Some(tx);
+        }
+        let Some(tx) = sender.as_ref() else {
+            return Err(ActionError::Unavailable("no sender".into()));
+        };
+        match tx.try_send(action) {
+            Ok(()) => Ok(Accepted::Queued),
+            Err(e) => {
+                let full = matches!(e, tokio::sync::mpsc::error::TrySendError::Full(_));
+                let a = e.into_inner();
+                drop(sender);
+                let err = if full {
+                    ActionError::QueueFull(format!("{} actions already waiting", self.spec.queue))
+                } else {
+                    ActionError::Unavailable("the sender stopped".into())
+                };
+                Err(self.refuse(verb, &a.target, err))
+            }
+        }
+    }
+}
+
+/// Sends one plugin's actions in order, retrying retryable failures with doubling backoff (to
+/// 30 s), and audits each outcome. Ends when the plugin's [`PluginActions`] is dropped.
+pub async fn worker(
+    mut rx: tokio::sync::mpsc::Receiver<Action>,
+    sink: Arc<dyn ActionSink>,
+    audit: Arc<AuditLog>,
+    status: Arc<PluginStatus>,
+    retries: u32,
+    backoff: Duration,
+) {
+    while let Some(action) = rx.recv().await {
+        let mut wait = backoff;
+        let mut attempts = 0;
+        let outcome = loop {
+            attempts += 1;
+            match sink.send(&action).await {
+                Ok(detail) => break Ok(detail),
+                Err(e) if e.retryable() && attempts <= retries => {
+                    tracing::debug!(plugin = %action.plugin, error = %e.message, code = ?e.code, attempt = attempts, "action failed; retrying");
+                    let jitter = rand::random::<f64>() * 0.2 + 0.9;
+                    tokio::time::sleep(wait.mul_f64(jitter)).await;
+                    wait = (wait * 2).min(Duration::from_secs(30));
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        let (result, detail) = match outcome {
+            Ok(d) => {
+                PluginCounters::add(&status.counters.actions_applied, 1);
+                (AuditResult::Applied, d)
+            }
+            Err(e) => {
+                PluginCounters::add(&status.counters.actions_failed, 1);
+                let msg = format!(
+                    "{}{}",
+                    e.code.map(|c| format!("HTTP {c}: ")).unwrap_or_default(),
+                    e.message
+                );
+                status.set_last_error(format!(
+                    "action {} {} {:?} failed: {msg}",
+                    action.body.verb().as_str(),
+                    action.target.kind,
+                    action.target.name
+                ));
+                (AuditResult::Failed, msg)
+            }
+        };
+        audit.record(AuditEntry {
+            time: rfc3339(SystemTime::now()),
+            plugin: action.plugin.clone(),
+            version: action.version.clone(),
+            verb: action.body.verb().as_str().into(),
+            api_version: action.target.api_version.clone(),
+            kind: action.target.kind.clone(),
+            namespace: action.target.namespace.clone(),
+            name: action.target.name.clone(),
+            result,
+            detail,
+            attempts,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(ns: Option<&str>) -> Target {
+        Target {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            namespace: ns.map(Into::into),
+            name: "p".into(),
+        }
+    }
+
+    #[test]
+    fn grants_match_verb_kind_and_namespace() {
+        let g = ActionGrant {
+            verbs: vec![ActionVerb::Patch],
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            namespaces: Some(vec!["a".into()]),
+        };
+        assert!(g.allows(ActionVerb::Patch, &pod(Some("a"))));
+        assert!(!g.allows(ActionVerb::Patch, &pod(Some("b"))));
+        assert!(!g.allows(ActionVerb::Patch, &pod(None)));
+        assert!(!g.allows(ActionVerb::Apply, &pod(Some("a"))));
+        let mut cm = pod(Some("a"));
+        cm.kind = "ConfigMap".into();
+        assert!(!g.allows(ActionVerb::Patch, &cm));
+        let any = ActionGrant {
+            namespaces: None,
+            ..g
+        };
+        assert!(any.allows(ActionVerb::Patch, &pod(None)));
+    }
+
+    #[test]
+    fn metadata_patches_check_keys_and_values() {
+        let p = metadata_patch(
+            &[("team".into(), Some("a".into())), ("old".into(), None)],
+            &[("example.com/note".into(), Some("any text: ok".into()))],
+        )
+        .unwrap();
+        assert_eq!(
+            p,
+            json!({"metadata": {"labels": {"team": "a", "old": null}, "annotations": {"example.com/note": "any text: ok"}}})
+        );
+        assert!(metadata_patch(&[], &[]).is_err());
+        for bad in ["", "-a", "a/", "UPPER.com/x", "x/y/z!", &"k".repeat(64)] {
+            assert!(
+                metadata_patch(&[(bad.into(), Some("v".into()))], &[]).is_err(),
+                "{bad:?}"
+            );
+        }
+        assert!(metadata_patch(&[("k".into(), Some("has space".into()))], &[]).is_err());
+        assert!(metadata_patch(&[("k".into(), Some(String::new()))], &[]).is_ok());
+    }
+
+    #[test]
+    fn apply_needs_kind_and_name() {
+        let t = apply_target(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "n"}})).unwrap();
+        assert_eq!(t.namespace.as_deref(), Some("n"));
+        assert!(apply_target(&json!([])).is_err());
+        assert!(
+            apply_target(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}}))
+                .is_err()
+        );
+        assert!(apply_target(&json!({"kind": "ConfigMap", "metadata": {"name": "c"}})).is_err());
+    }
+
+    #[test]
+    fn events_name_their_object() {
+        let (t, body) = event_body(
+            "p",
+            &pod(Some("a")),
+            Some(("u1".into(), "7".into())),
+            true,
+            "Bad",
+            "why",
+        )
+        .unwrap();
+        assert_eq!(
+            (t.kind.as_str(), t.namespace.as_deref()),
+            ("Event", Some("a"))
+        );
+        assert!(t.name.starts_with("p."));
+        assert_eq!(body["involvedObject"]["uid"], "u1");
+        assert_eq!(body["type"], "Warning");
+        let (t, _) = event_body("p", &pod(None), None, false, "Ok", "").unwrap();
+        assert_eq!(t.namespace.as_deref(), Some("default"));
+        assert!(event_body("p", &pod(None), None, false, "", "").is_err());
+    }
+
+    #[test]
+    fn retryable_failures_are_conflict_throttle_server_and_transport() {
+        let e = |code| SendError {
+            code,
+            message: String::new(),
+        };
+        assert!(
+            e(Some(409)).retryable()
+                && e(Some(429)).retryable()
+                && e(Some(503)).retryable()
+                && e(None).retryable()
+        );
+        assert!(
+            !e(Some(403)).retryable() && !e(Some(404)).retryable() && !e(Some(422)).retryable()
+        );
+    }
+}

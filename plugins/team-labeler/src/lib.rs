@@ -1,0 +1,175 @@
+//! Automation example: copies a namespace's `team` label onto its pods. A pod whose label differs
+//! from its namespace's gets a merge patch of that one label (through the host, which checks the
+//! plugin's `patch` grant on pods, its rate limit and dry-run); when a namespace's label changes,
+//! every cached pod in it is patched. Optionally it records an Event on each pod it labels.
+//!
+//! The patch's effect comes back as a pod update, which then matches: nothing is sent twice for
+//! the same change while it is on its way (a pending set), and a refused or rate-limited patch is
+//! tried again at the pod's next update; one that failed at the API server, at the next resync.
+//!
+//! Settings (all optional): `{"pods": "pods", "namespaces": "namespaces", "label": "team",
+//! "events": false}`: the informer names, the label key, and whether to record an Event per
+//! labelled pod (needs a `create` grant on Events).
+//!
+//! Metrics: `labelled_total`, `refused_total{reason}`, `events_total`.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use wisp_sdk::actions::{self, ActionError, EventType};
+use wisp_sdk::{Context, Object, Plugin, PluginInfo, cache, metrics};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+struct Settings {
+    pods: String,
+    namespaces: String,
+    label: String,
+    events: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            pods: "pods".into(),
+            namespaces: "namespaces".into(),
+            label: "team".into(),
+            events: false,
+        }
+    }
+}
+
+struct Labeler {
+    settings: Settings,
+    /// Pod key -> label value asked for and not seen back yet.
+    pending: BTreeMap<String, String>,
+}
+
+fn reason(e: &ActionError) -> &'static str {
+    match e {
+        ActionError::NotGranted(_) => "not-granted",
+        ActionError::RateLimited(_) => "rate-limited",
+        ActionError::Invalid(_) => "invalid",
+        ActionError::QueueFull(_) => "queue-full",
+        ActionError::Unavailable(_) => "unavailable",
+    }
+}
+
+impl Labeler {
+    /// The `team` label of namespace `ns`, from the cache.
+    fn wanted(&self, ns: &str) -> Result<Option<String>, String> {
+        let nso = cache::get(&self.settings.namespaces, None, ns)
+            .map_err(|e| format!("reading namespace {ns}: {e:?}"))?;
+        Ok(nso.and_then(|n| n.label(&self.settings.label).map(str::to_owned)))
+    }
+
+    /// Patches `pod` when its label is not `want`.
+    fn reconcile(&mut self, pod: &Object, want: Option<&str>) {
+        let key = pod.key();
+        let Some(want) = want else {
+            self.pending.remove(&key);
+            return;
+        };
+        if pod.label(&self.settings.label) == Some(want) {
+            self.pending.remove(&key);
+            return;
+        }
+        if self.pending.get(&key).map(String::as_str) == Some(want) {
+            return;
+        }
+        let target = actions::object_ref(pod);
+        match actions::patch_metadata(&target, &[(&self.settings.label, Some(want))], &[]) {
+            Ok(how) => {
+                self.pending.insert(key.clone(), want.to_owned());
+                metrics::counter_add("labelled_total", &[], 1);
+                wisp_sdk::info!("{key}: {}={want} ({how:?})", self.settings.label);
+                if self.settings.events {
+                    let msg = format!("label {}={want} copied from its namespace", self.settings.label);
+                    match actions::create_event(&target, EventType::Normal, "TeamLabelled", &msg) {
+                        Ok(_) => metrics::counter_add("events_total", &[], 1),
+                        Err(e) => metrics::counter_add("refused_total", &[("reason", reason(&e))], 1),
+                    }
+                }
+            }
+            Err(e) => {
+                metrics::counter_add("refused_total", &[("reason", reason(&e))], 1);
+                wisp_sdk::warn!("{key}: cannot label: {e:?}");
+            }
+        }
+    }
+
+    fn on_pod(&mut self, pod: &Object) -> Result<(), String> {
+        let Some(ns) = pod.namespace() else {
+            return Ok(());
+        };
+        let want = self.wanted(ns)?;
+        self.reconcile(pod, want.as_deref());
+        Ok(())
+    }
+
+    fn on_namespace(&mut self, ns: &Object) -> Result<(), String> {
+        let want = ns.label(&self.settings.label).map(str::to_owned);
+        let pods = cache::list(&self.settings.pods, Some(ns.name()), None)
+            .map_err(|e| format!("listing pods of {}: {e:?}", ns.name()))?;
+        for pod in &pods {
+            self.reconcile(pod, want.as_deref());
+        }
+        Ok(())
+    }
+
+    fn on_object(&mut self, cx: &Context, obj: &Object) -> Result<(), String> {
+        if cx.informer == self.settings.namespaces {
+            self.on_namespace(obj)
+        } else {
+            self.on_pod(obj)
+        }
+    }
+}
+
+impl Plugin for Labeler {
+    fn describe() -> PluginInfo {
+        wisp_sdk::info(
+            "team-labeler",
+            env!("CARGO_PKG_VERSION"),
+            &["pods", "namespaces"],
+        )
+    }
+
+    fn init(settings: &str) -> Result<Self, String> {
+        let settings: Settings = wisp_sdk::parse_settings(settings)?;
+        if settings.label.is_empty() {
+            return Err("settings: label: must not be empty".into());
+        }
+        Ok(Self {
+            settings,
+            pending: BTreeMap::new(),
+        })
+    }
+
+    fn on_add(&mut self, cx: &Context, obj: &Object, _initial: bool) -> Result<(), String> {
+        self.on_object(cx, obj)
+    }
+
+    fn on_update(
+        &mut self,
+        cx: &Context,
+        _old: &Object,
+        new: &Object,
+        resync: bool,
+    ) -> Result<(), String> {
+        if resync {
+            // A patch that failed at the API server never comes back: ask again at each resync.
+            self.pending.remove(&new.key());
+        }
+        self.on_object(cx, new)
+    }
+
+    fn on_delete(&mut self, cx: &Context, obj: &Object, _unknown: bool) -> Result<(), String> {
+        if cx.informer == self.settings.pods {
+            self.pending.remove(&obj.key());
+        }
+        Ok(())
+    }
+}
+
+wisp_sdk::export_plugin!(Labeler);
