@@ -157,6 +157,22 @@ fn check_refuses_bad_modules_and_bad_settings_with_one_clear_error() {
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).1.contains("init: settings rejected: settings.denyLatest: invalid type: integer `1`, expected a boolean"), "{}", text(&o).1);
+
+    // A plugin that panics in init (printing to stderr on its way down) is one clear error, not
+    // a crash of the host.
+    let o = wisp()
+        .arg("check")
+        .arg(plugin("test_faults"))
+        .args(["--settings", r#"{"panicInInit": true}"#])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o).1);
+    let (_, err) = text(&o);
+    assert!(
+        err.contains("init") && err.contains("panic in init on purpose"),
+        "{err}"
+    );
+    assert!(!err.contains("Cannot start a runtime"), "{err}");
 }
 
 #[test]

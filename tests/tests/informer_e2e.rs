@@ -6,59 +6,11 @@ mod common;
 
 use std::time::Duration;
 
+use common::churn::{Cluster, Lcg};
 use common::*;
 use wisp_host::informer::Notification;
 use wisp_host::informer::handler::Recorder;
 use wisp_tests::{TestApiServer, Verb, pod};
-
-/// Deterministic pseudo-random numbers (no dependency, reproducible runs).
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
-
-struct Cluster {
-    server: TestApiServer,
-    live: Vec<(String, String)>,
-    next_name: u64,
-    rng: Lcg,
-    deletes: u64,
-    deleted: Vec<String>,
-}
-
-impl Cluster {
-    /// One random change: update (60%), create (20%) or delete (20%).
-    fn change(&mut self, n: u64) {
-        let roll = self.rng.next(10);
-        if roll < 6 && !self.live.is_empty() {
-            let (ns, name) = self.live[self.rng.next(self.live.len() as u64) as usize].clone();
-            self.server
-                .update(touched(pod(&ns, &name), n))
-                .expect("update");
-        } else if roll < 8 || self.live.is_empty() {
-            let ns = format!("ns-{}", self.rng.next(10));
-            let name = format!("new-{}", self.next_name);
-            self.next_name += 1;
-            self.server.create(pod(&ns, &name)).expect("create");
-            self.live.push((ns, name));
-        } else {
-            let i = self.rng.next(self.live.len() as u64) as usize;
-            let (ns, name) = self.live.swap_remove(i);
-            self.server
-                .delete("v1", "Pod", Some(&ns), &name)
-                .expect("delete");
-            self.deletes += 1;
-            self.deleted.push(format!("{ns}/{name}"));
-        }
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_objects_and_five_thousand_changes_through_drops_and_compaction_stay_consistent()

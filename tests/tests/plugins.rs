@@ -365,7 +365,7 @@ async fn the_retry_policy_redelivers_a_failed_notification_alone_with_backoff() 
 }
 
 #[tokio::test]
-async fn a_plugin_cannot_open_files_read_env_open_sockets_or_read_an_ungranted_informer() {
+async fn a_plugin_cannot_open_files_read_env_open_sockets_read_an_ungranted_informer_or_act() {
     let r = rig(vec![]).await;
     let h = r
         .manager
@@ -374,7 +374,14 @@ async fn a_plugin_cannot_open_files_read_env_open_sockets_or_read_an_ungranted_i
     r.server.create(pod("default", "probe-1")).unwrap();
     until("probed", || counter(&h, |c| &c.delivered) == 1).await;
     let s = h.status();
-    for what in ["file", "dir", "env", "socket", "ungranted-informer"] {
+    for what in [
+        "file",
+        "dir",
+        "env",
+        "socket",
+        "ungranted-informer",
+        "ungranted-action",
+    ] {
         assert_eq!(
             s.guest_counter("probe_total", &[("what", what), ("result", "refused")]),
             1,
@@ -389,8 +396,20 @@ async fn a_plugin_cannot_open_files_read_env_open_sockets_or_read_an_ungranted_i
     }
     assert_eq!(
         counter(&h, |c| &c.denied),
-        1,
-        "the refused cache read is counted"
+        2,
+        "the refused cache read and action are counted"
+    );
+    assert_eq!(counter(&h, |c| &c.actions_refused), 1);
+    let l = logs(&h);
+    assert!(
+        l.iter()
+            .any(|x| x.contains("cache read of informer \"secrets\" refused: not granted")),
+        "{l:#?}"
+    );
+    assert!(
+        l.iter()
+            .any(|x| x.contains("patch Secret \"anything\" refused: not granted")),
+        "{l:#?}"
     );
 }
 

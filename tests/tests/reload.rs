@@ -12,32 +12,6 @@ use wisp_host::plugin::status::PluginCounters;
 use wisp_host::plugin::{PluginHandle, PluginSpec};
 use wisp_tests::{TestApiServer, pod};
 
-/// A copy of a module with a custom section appended: same behaviour, different hash (so its
-/// first load is a compile, a cache miss).
-fn variant(module: &Path, tag: &str, dir: &Path) -> PathBuf {
-    let mut bytes = std::fs::read(module).unwrap();
-    let name = b"wisp-test";
-    let payload = tag.as_bytes();
-    let body_len = 1 + name.len() + payload.len();
-    bytes.push(0); // custom section id
-    let mut n = body_len;
-    loop {
-        let b = (n & 0x7f) as u8;
-        n >>= 7;
-        if n == 0 {
-            bytes.push(b);
-            break;
-        }
-        bytes.push(b | 0x80);
-    }
-    bytes.push(name.len() as u8);
-    bytes.extend_from_slice(name);
-    bytes.extend_from_slice(payload);
-    let out = dir.join(format!("faults-{tag}.wasm"));
-    std::fs::write(&out, bytes).unwrap();
-    out
-}
-
 fn faults_spec(module: PathBuf, settings: serde_json::Value) -> PluginSpec {
     let mut s = PluginSpec::new("faults", module, &["pods"]);
     s.settings = settings;
@@ -45,27 +19,6 @@ fn faults_spec(module: PathBuf, settings: serde_json::Value) -> PluginSpec {
     // (a cut call loses the instance's state, which no reload can hand over).
     s.limits.deadline = Duration::from_secs(10);
     s
-}
-
-fn gauge(h: &PluginHandle, name: &str) -> Option<f64> {
-    h.status().guest_gauge(name, &[])
-}
-
-fn fnv52(key: &str, rv: &str) -> u64 {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in key.bytes().chain(std::iter::once(b'@')).chain(rv.bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    h & ((1 << 52) - 1)
-}
-
-fn server_checksum(server: &TestApiServer) -> (usize, f64) {
-    let s = server_state(server);
-    (
-        s.len(),
-        s.iter().fold(0u64, |acc, (k, rv)| acc ^ fnv52(k, rv)) as f64,
-    )
 }
 
 #[tokio::test]

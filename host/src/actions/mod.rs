@@ -1,8 +1,8 @@
 //! Automation actions: changes the host makes to the cluster on a plugin's behalf.
 //!
 //! A plugin asks through the WIT `actions` interface; [`PluginActions::request`] checks, in this
-//! order, that the host has an API server, that the request is well formed, that the plugin's
-//! config grants the verb on that kind in that namespace, and the plugin's token bucket; then, in
+//! order, that the request is well formed, that the plugin's config grants the verb on that kind
+//! in that namespace, that the host has an API server, and the plugin's token bucket; then, in
 //! dry-run mode, it logs and audits what would be done, and otherwise queues the action. A
 //! plugin's actions are sent in order by one task per plugin ([`worker`]), with retries and
 //! backoff on conflict, 429 and 5xx, and each outcome is audited ([`audit`]). Nothing is sent for
@@ -555,15 +555,6 @@ impl PluginActions {
         body: Result<ActionBody, String>,
         verb: ActionVerb,
     ) -> Result<Accepted, ActionError> {
-        if self.services.sink.is_none() && !self.spec.dry_run {
-            return Err(self.refuse(
-                verb,
-                &target,
-                ActionError::Unavailable(
-                    "this host has no API server to act on (its source is not kube)".into(),
-                ),
-            ));
-        }
         let body = match body.and_then(|b| check_target(&target).map(|()| b)) {
             Ok(b) => b,
             Err(why) => return Err(self.refuse(verb, &target, ActionError::Invalid(why))),
@@ -581,6 +572,15 @@ impl PluginActions {
                 target.kind
             );
             return Err(self.refuse(verb, &target, ActionError::NotGranted(why)));
+        }
+        if self.services.sink.is_none() && !self.spec.dry_run {
+            return Err(self.refuse(
+                verb,
+                &target,
+                ActionError::Unavailable(
+                    "this host has no API server to act on (its source is not kube)".into(),
+                ),
+            ));
         }
         let limited = self
             .bucket

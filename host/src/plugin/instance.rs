@@ -51,6 +51,15 @@ impl Instance {
         api: HostApi,
         limits: &Limits,
     ) -> Result<Self, CallError> {
+        off_async(|| Self::instantiate(engine, pre, api, limits))
+    }
+
+    fn instantiate(
+        engine: &PluginEngine,
+        pre: &PluginPre<StoreData>,
+        api: HostApi,
+        limits: &Limits,
+    ) -> Result<Self, CallError> {
         let mut store = Store::new(engine.engine(), StoreData::new(api, limits.memory));
         store.limiter(|s| &mut s.limiter);
         let ticks = engine.deadline_ticks(limits.deadline);
@@ -86,48 +95,73 @@ impl Instance {
 
     /// `describe`.
     pub fn describe(&mut self) -> Result<PluginInfo, CallError> {
-        self.arm();
-        self.plugin
-            .wisp_plugin_listener()
-            .call_describe(&mut self.store)
-            .map_err(|e| self.fail(e))
+        off_async(|| {
+            self.arm();
+            self.plugin
+                .wisp_plugin_listener()
+                .call_describe(&mut self.store)
+                .map_err(|e| self.fail(e))
+        })
     }
 
     /// `init(settings)`: the inner error is the plugin refusing its settings.
     pub fn init(&mut self, settings: &str) -> Result<Result<(), String>, CallError> {
-        self.arm();
-        self.plugin
-            .wisp_plugin_listener()
-            .call_init(&mut self.store, settings)
-            .map_err(|e| self.fail(e))
+        off_async(|| {
+            self.arm();
+            self.plugin
+                .wisp_plugin_listener()
+                .call_init(&mut self.store, settings)
+                .map_err(|e| self.fail(e))
+        })
     }
 
     /// `handle(batch)`.
     pub fn handle(&mut self, batch: &[Delivery]) -> Result<Vec<Outcome>, CallError> {
-        self.arm();
-        self.plugin
-            .wisp_plugin_listener()
-            .call_handle(&mut self.store, batch)
-            .map_err(|e| self.fail(e))
+        off_async(|| {
+            self.arm();
+            self.plugin
+                .wisp_plugin_listener()
+                .call_handle(&mut self.store, batch)
+                .map_err(|e| self.fail(e))
+        })
     }
 
     /// `snapshot()`.
     pub fn snapshot(&mut self) -> Result<Option<Vec<u8>>, CallError> {
-        self.arm();
-        self.plugin
-            .wisp_plugin_listener()
-            .call_snapshot(&mut self.store)
-            .map_err(|e| self.fail(e))
+        off_async(|| {
+            self.arm();
+            self.plugin
+                .wisp_plugin_listener()
+                .call_snapshot(&mut self.store)
+                .map_err(|e| self.fail(e))
+        })
     }
 
     /// `restore(state)`.
     pub fn restore(&mut self, state: &[u8]) -> Result<Result<(), String>, CallError> {
-        self.arm();
-        self.plugin
-            .wisp_plugin_listener()
-            .call_restore(&mut self.store, state)
-            .map_err(|e| self.fail(e))
+        off_async(|| {
+            self.arm();
+            self.plugin
+                .wisp_plugin_listener()
+                .call_restore(&mut self.store, state)
+                .map_err(|e| self.fail(e))
+        })
     }
+}
+
+/// Runs `f` where wasmtime-wasi's synchronous host calls work. Those (a write to stdout, a
+/// stream drop, a poll) block on a Tokio runtime — their own when the thread has none — which
+/// panics on a thread driving async tasks. Plugin calls made from async code (the startup checks,
+/// `wisp check` and `wisp replay`, tests) therefore run on a scoped thread of their own; the
+/// listeners' threads, which have no runtime, call directly.
+pub fn off_async<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return f();
+    }
+    std::thread::scope(|s| match s.spawn(f).join() {
+        Ok(r) => r,
+        Err(panic) => std::panic::resume_unwind(panic),
+    })
 }
 
 fn classify(store: &Store<StoreData>, limits: &Limits, e: wasmtime::Error) -> CallError {

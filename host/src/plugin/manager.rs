@@ -331,10 +331,11 @@ pub fn check_bytes(
         grants.services.clone(),
     ));
     let api = PluginRuntime::api(&name, spec, &grants, &status, &actions);
+    let logs_before = status.logs.total();
     let failed = |phase, e: CallError| PluginError::Failed {
         plugin: plugin.clone(),
         phase,
-        detail: e.to_string(),
+        detail: super::runtime::with_panic_message(&e, &status.logs, logs_before),
     };
     let mut instance =
         Instance::new(engine, &pre, api, &spec.limits).map_err(|e| failed("instantiate", e))?;

@@ -238,26 +238,7 @@ impl PluginRuntime {
         }
         // The store is unusable after a trap: the next call gets a fresh instance.
         self.instance = None;
-        // A guest panic prints its message to stderr before it traps: add it to the error.
-        let stderr: Vec<String> = self
-            .status
-            .logs
-            .since(logs_before)
-            .into_iter()
-            .filter_map(|l| l.strip_prefix("stderr: ").map(str::to_owned))
-            .collect();
-        let said = stderr.iter().position(|l| l.contains("panicked")).map(|i| {
-            stderr[i..]
-                .iter()
-                .take(2)
-                .map(String::as_str)
-                .collect::<Vec<_>>()
-                .join(" ")
-        });
-        let msg = match said {
-            Some(p) => format!("{e} ({})", p.trim()),
-            None => e.to_string(),
-        };
+        let msg = with_panic_message(e, &self.status.logs, logs_before);
         tracing::warn!(plugin = %self.name, error = %msg, "plugin call failed; its instance will be replaced");
         self.status.set_last_error(msg);
         self.status.logs.push(format!("host: call failed: {e}"));
@@ -428,6 +409,32 @@ impl PluginRuntime {
                 }
             }
         }
+    }
+}
+
+/// `e` with the guest's panic message, when it printed one to stderr (since log position
+/// `logs_before`) before it trapped.
+pub(super) fn with_panic_message(
+    e: &CallError,
+    logs: &super::status::LogRing,
+    logs_before: u64,
+) -> String {
+    let stderr: Vec<String> = logs
+        .since(logs_before)
+        .into_iter()
+        .filter_map(|l| l.strip_prefix("stderr: ").map(str::to_owned))
+        .collect();
+    let said = stderr.iter().position(|l| l.contains("panicked")).map(|i| {
+        stderr[i..]
+            .iter()
+            .take(2)
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(" ")
+    });
+    match said {
+        Some(p) => format!("{e} ({})", p.trim()),
+        None => e.to_string(),
     }
 }
 

@@ -3,7 +3,7 @@
 //! `last_seq{informer}` show loss or duplication.
 //!
 //! Settings: `{"mode": "ok" | "spin" | "alloc" | "trap" | "error" | "busy" | "probe" | "actions",
-//!             "namePrefix": "bad-", "busyMs": 5, "actions": 1000}`; the mode applies to objects
+//!             "namePrefix": "bad-", "busyMs": 5, "actions": 1000, "panicInInit": false}`; the mode applies to objects
 //! whose name starts with `namePrefix` (all objects when absent). `actions` asks the host to set
 //! the label `n` on the object `actions` times in a row (`"actionVerb": "apply"`: apply the
 //! ConfigMap `<name>-report` next to it; `"event"`: record an Event about it) and counts what the
@@ -43,6 +43,7 @@ struct Settings {
     busy_ms: u64,
     actions: u32,
     action_verb: ActionVerb,
+    panic_in_init: bool,
 }
 
 #[derive(Deserialize, Default, PartialEq)]
@@ -111,7 +112,9 @@ fn run_probes() {
     };
     match actions::patch_metadata(&target, &[("owned", Some("yes"))], &[]) {
         Ok(a) => probe("ungranted-action", true, format!("{a:?}")),
-        Err(e) => probe("ungranted-action", false, format!("{e:?}")),
+        Err(ActionError::NotGranted(m)) => probe("ungranted-action", false, m),
+        // Any other answer means the grant check did not come first: counted as not refused.
+        Err(e) => probe("ungranted-action", true, format!("not refused as ungranted: {e:?}")),
     }
     match cache::list("secrets", None, None) {
         Ok(v) => probe("ungranted-informer", true, format!("{} objects", v.len())),
@@ -218,8 +221,12 @@ impl Plugin for Faults {
     }
 
     fn init(settings: &str) -> Result<Self, String> {
+        let settings: Settings = wisp_sdk::parse_settings(settings)?;
+        if settings.panic_in_init {
+            panic!("panic in init on purpose");
+        }
         Ok(Self {
-            settings: wisp_sdk::parse_settings(settings)?,
+            settings,
             state: State::default(),
         })
     }

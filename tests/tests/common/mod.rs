@@ -1,6 +1,7 @@
 //! Helpers shared by the informer integration tests.
 #![allow(dead_code)]
 
+pub mod churn;
 pub mod http;
 
 use std::collections::BTreeMap;

@@ -1,5 +1,6 @@
 //! A running informer over the test API server plus a plugin manager (shared by plugin tests).
 
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
@@ -74,4 +75,54 @@ pub fn counter(
 
 pub fn logs(h: &PluginHandle) -> Vec<String> {
     h.status().logs.lines()
+}
+
+/// A copy of a module with a custom section appended: same behaviour, different hash (so its
+/// first load is a compile, a cache miss).
+pub fn variant(module: &Path, tag: &str, dir: &Path) -> PathBuf {
+    let mut bytes = std::fs::read(module).unwrap();
+    let name = b"wisp-test";
+    let payload = tag.as_bytes();
+    let body_len = 1 + name.len() + payload.len();
+    bytes.push(0); // custom section id
+    let mut n = body_len;
+    loop {
+        let b = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            bytes.push(b);
+            break;
+        }
+        bytes.push(b | 0x80);
+    }
+    bytes.push(name.len() as u8);
+    bytes.extend_from_slice(name);
+    bytes.extend_from_slice(payload);
+    let out = dir.join(format!("faults-{tag}.wasm"));
+    std::fs::write(&out, bytes).unwrap();
+    out
+}
+
+/// A gauge the plugin set (no labels).
+pub fn gauge(h: &PluginHandle, name: &str) -> Option<f64> {
+    h.status().guest_gauge(name, &[])
+}
+
+/// test-faults' hash of `key@rv` (52 bits, so a xor of them fits a gauge exactly).
+pub fn fnv52(key: &str, rv: &str) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in key.bytes().chain(std::iter::once(b'@')).chain(rv.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h & ((1 << 52) - 1)
+}
+
+/// The server's pods as test-faults' `view_size` and `view_checksum` would show them.
+pub fn server_checksum(server: &TestApiServer) -> (usize, f64) {
+    let s = server_state(server);
+    (
+        s.len(),
+        s.iter().fold(0u64, |acc, (k, rv)| acc ^ fnv52(k, rv)) as f64,
+    )
 }
