@@ -109,7 +109,7 @@ impl Harness {
         for _ in 0..n {
             self.changes += 1;
             self.cluster.change(self.changes);
-            if self.changes % 50 == 0 {
+            if self.changes.is_multiple_of(50) {
                 tokio::task::yield_now().await;
             }
         }
