@@ -2,15 +2,15 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use common::rig::*;
 use common::*;
 use serde_json::json;
 use wisp_host::plugin::status::PluginCounters;
-use wisp_host::plugin::{PluginHandle, PluginSpec};
-use wisp_tests::{TestApiServer, pod};
+use wisp_host::plugin::PluginSpec;
+use wisp_tests::pod;
 
 fn faults_spec(module: PathBuf, settings: serde_json::Value) -> PluginSpec {
     let mut s = PluginSpec::new("faults", module, &["pods"]);
