@@ -124,9 +124,14 @@ impl PluginHandle {
     }
 
     /// Replaces the running version with `spec` (new module and/or settings, limits, policy),
-    /// between two batches, keeping the queues. On error the running version stays.
+    /// between two batches, keeping the queues (a changed `queue` bound applies to them at
+    /// once). On error the running version stays.
     pub fn reload(&self, spec: PluginSpec) -> Result<super::reload::ReloadReport, PluginError> {
+        let queue = spec.queue;
         let report = super::reload::reload(&self.runtime, spec)?;
+        for (_, reg) in &self.registrations {
+            reg.set_queue_bound(queue);
+        }
         if report.replay {
             for (inf, reg) in &self.registrations {
                 let n = inf.resend_cache(reg);
@@ -218,6 +223,7 @@ impl PluginManager {
         } = checked;
         let name = spec.name.clone();
         let batch_max = spec.batch_max.max(1);
+        let queue = spec.queue;
         let resync = spec.resync;
         let informers = spec.informers.clone();
         let runtime = Arc::new(Mutex::new(PluginRuntime::new(
@@ -238,6 +244,8 @@ impl PluginManager {
                 runtime: runtime.clone(),
                 informer: inf_name.clone(),
                 batch_max,
+                queue,
+                status: status.clone(),
             };
             match inf.add_event_handler(name.clone(), Box::new(handler), resync) {
                 Ok(reg) => registrations.push((inf.clone(), reg)),
