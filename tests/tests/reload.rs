@@ -8,9 +8,9 @@ use std::time::Duration;
 use common::rig::*;
 use common::*;
 use serde_json::json;
+use wisp_host::plugin::PluginSpec;
 use wisp_host::plugin::status::PluginCounters;
-use wisp_host::plugin::{PluginHandle, PluginSpec};
-use wisp_tests::{TestApiServer, pod};
+use wisp_tests::pod;
 
 /// A copy of a module with a custom section appended: same behaviour, different hash (so its
 /// first load is a compile, a cache miss).
@@ -45,27 +45,6 @@ fn faults_spec(module: PathBuf, settings: serde_json::Value) -> PluginSpec {
     // (a cut call loses the instance's state, which no reload can hand over).
     s.limits.deadline = Duration::from_secs(10);
     s
-}
-
-fn gauge(h: &PluginHandle, name: &str) -> Option<f64> {
-    h.status().guest_gauge(name, &[])
-}
-
-fn fnv52(key: &str, rv: &str) -> u64 {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in key.bytes().chain(std::iter::once(b'@')).chain(rv.bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    h & ((1 << 52) - 1)
-}
-
-fn server_checksum(server: &TestApiServer) -> (usize, f64) {
-    let s = server_state(server);
-    (
-        s.len(),
-        s.iter().fold(0u64, |acc, (k, rv)| acc ^ fnv52(k, rv)) as f64,
-    )
 }
 
 #[tokio::test]
