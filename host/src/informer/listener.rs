@@ -19,8 +19,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::handler::{Delivery, EventHandler, Notification};
-use queue::{Discarded, Queue};
-pub use queue::{Overflow, QueueBound};
+use queue::Queue;
+pub use queue::{Discarded, Overflow, QueueBound};
 
 /// Default largest batch handed to a handler at once.
 pub const DEFAULT_BATCH_MAX: usize = 64;

@@ -291,7 +291,7 @@ impl PluginStatus {
 
 /// The plugin's queues report their overflow into its counters.
 impl crate::informer::OverflowObserver for PluginStatus {
-    fn overflowed(&self, d: crate::informer::listener::queue::Discarded) {
+    fn overflowed(&self, d: crate::informer::listener::Discarded) {
         PluginCounters::add(&self.counters.queue_dropped, d.dropped);
         PluginCounters::add(&self.counters.queue_coalesced, d.coalesced);
     }

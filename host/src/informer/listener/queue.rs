@@ -339,6 +339,15 @@ impl Queue {
 
     /// Changes the bound; a smaller one applies its overflow policy to what is queued.
     pub(crate) fn set_bound(&mut self, bound: QueueBound) -> Discarded {
+        if self.bound == QueueBound::Unbounded {
+            // An unbounded queue does not track its resyncs.
+            self.resyncs = self
+                .slots
+                .iter()
+                .filter(|s| s.item.as_ref().is_some_and(|i| i.notification.is_resync()))
+                .map(|s| s.seq)
+                .collect();
+        }
         self.bound = bound;
         let before = self.discarded();
         let QueueBound::Bounded { max, overflow } = bound else {
@@ -377,7 +386,8 @@ impl Queue {
     }
 
     fn append(&mut self, seq: u64, n: Notification, key: Option<String>) {
-        if n.is_resync() {
+        // Only a bounded queue ever looks for a resync to drop.
+        if self.bound != QueueBound::Unbounded && n.is_resync() {
             self.resyncs.push_back(seq);
         }
         if let (Some(map), Some(k)) = (&mut self.coalescing, key) {

@@ -402,6 +402,15 @@ fn a_smaller_bound_applies_the_policy_to_what_is_queued() {
     assert_eq!(drain(&mut q), ["3: add p2@1", "4: add p3@1"]);
 
     let mut q = Queue::new(QueueBound::Unbounded);
+    push_all(&mut q, [add("a", "1"), resync("r", "1"), add("b", "1")]);
+    q.set_bound(QueueBound::bounded(2, Overflow::DropOldest));
+    assert_eq!(
+        drain(&mut q),
+        ["1: add a@1", "3: add b@1"],
+        "the resync went first"
+    );
+
+    let mut q = Queue::new(QueueBound::Unbounded);
     push_all(
         &mut q,
         [add("a", "1"), add("b", "1"), update("a", "1", "2")],
