@@ -22,6 +22,7 @@
 //!     onFailure: { policy: retry, retries: 3, backoff: 100ms, quarantineAfter: 20 }
 //!     logLevel: info
 //!     batch: 64
+//!     queue: { max: 100000, overflow: coalesce }   # per informer; see below
 //!     reload: { probation: 20, rollbackThreshold: 0.5, replayCache: false }
 //!     verdicts: { events: true }   # violations also become Warning Events on the object
 //!     actions:                 # nothing is granted by default
@@ -38,6 +39,23 @@
 //! engine: { cacheDir: /var/cache/wisp, epochTick: 10ms, fuel: false }
 //! audit: { file: /var/log/wisp/audit.jsonl }   # actions also go to the log and to /audit
 //! ```
+//!
+//! `queue` bounds the notifications waiting for a plugin, per informer it receives, so a plugin
+//! far slower than the event rate costs bounded memory and never slows the informer or the
+//! other plugins. `max` (default 100000, at least 1) is a count of notifications; `overflow`
+//! says what happens when it is reached:
+//! - `coalesce` (default): below the bound nothing changes; once full, the queue keeps one
+//!   notification per object, merged to its latest state, until the plugin catches up. A plugin
+//!   that acts on the current state of objects loses nothing as long as `max` is at least the
+//!   number of objects of the informer; beyond that the oldest is dropped. The default `max`
+//!   covers informers of up to 100 000 objects.
+//! - `dropOldest`: the oldest waiting notification is dropped.
+//! - `dropNewest`: the incoming notification is dropped.
+//!
+//! Whatever the policy, resyncs (which carry no change) go first. Every dropped or merged
+//! notification leaves a gap in the plugin's sequence numbers and is counted
+//! (`wisp_plugin_queue_dropped_total`, `wisp_plugin_queue_coalesced_total`, and per queue in
+//! `/plugins`), with a warning in the log at most every 10 s per queue.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -47,6 +65,8 @@ use serde::Deserialize;
 
 use crate::actions::{ActionGrant, ActionSpec, ActionVerb};
 use crate::informer::selector::LabelSelector;
+use crate::informer::{Overflow, QueueBound};
+use crate::plugin::spec::{DEFAULT_OVERFLOW, DEFAULT_QUEUE_MAX};
 use crate::plugin::{FailurePolicy, Limits, LogLevel, OnFailure, PluginSpec};
 
 /// A configuration error: file, field path, problem.
@@ -313,6 +333,9 @@ pub struct PluginConfig {
     /// Largest batch per call (default 64).
     #[serde(default)]
     pub batch: Option<usize>,
+    /// Bound of each of its queues and what happens beyond it.
+    #[serde(default)]
+    pub queue: QueueConfig,
     /// Hot reload: probation and rollback.
     #[serde(default)]
     pub reload: ReloadConfig,
@@ -369,6 +392,28 @@ pub struct ActionsConfig {
 pub struct AuditConfig {
     /// Also append each entry as a JSON line to this file (relative to the config file).
     pub file: Option<PathBuf>,
+}
+
+/// The bound of a plugin's queues (see the module docs).
+#[derive(Debug, Deserialize, Clone, Default, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct QueueConfig {
+    /// Most notifications waiting per informer (default 100000).
+    pub max: Option<usize>,
+    /// `coalesce` (default), `dropOldest` or `dropNewest`.
+    pub overflow: Option<OverflowName>,
+}
+
+/// Overflow policy name.
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum OverflowName {
+    /// Merge per object once full.
+    Coalesce,
+    /// Drop the oldest waiting notification.
+    DropOldest,
+    /// Drop the incoming notification.
+    DropNewest,
 }
 
 /// How a reloaded version is judged.
@@ -622,6 +667,12 @@ impl Config {
                 return Err(self.error(at("batch"), "must be at least 1"));
             }
             self.validate_actions(&p.actions, &at)?;
+            if p.queue.max == Some(0) {
+                return Err(self.error(
+                    at("queue.max"),
+                    "must be at least 1 (a count of notifications per informer)",
+                ));
+            }
         }
         if !self.admin.listen.is_empty()
             && self.admin.listen.parse::<std::net::SocketAddr>().is_err()
@@ -735,6 +786,15 @@ impl Config {
                     LevelName::Error => LogLevel::Error,
                 };
                 s.batch_max = p.batch.unwrap_or(64);
+                s.queue = QueueBound::bounded(
+                    p.queue.max.unwrap_or(DEFAULT_QUEUE_MAX),
+                    match p.queue.overflow {
+                        None => DEFAULT_OVERFLOW,
+                        Some(OverflowName::Coalesce) => Overflow::Coalesce,
+                        Some(OverflowName::DropOldest) => Overflow::DropOldest,
+                        Some(OverflowName::DropNewest) => Overflow::DropNewest,
+                    },
+                );
                 s.reload_probation = p.reload.probation.unwrap_or(s.reload_probation);
                 s.rollback_threshold = p.reload.rollback_threshold.unwrap_or(s.rollback_threshold);
                 s.replay_on_reload = p.reload.replay_cache;

@@ -227,9 +227,17 @@ async fn plugins_lists_a_running_plugin_with_its_hash_counters_queues_and_logs()
     assert_eq!(p["counters"]["delivered"], 2);
     assert_eq!(p["counters"]["failed"], 0);
     assert_eq!(p["counters"]["deadlineHits"], 0);
+    assert_eq!(p["counters"]["queueDropped"], 0);
+    assert_eq!(p["counters"]["queueCoalesced"], 0);
+    let queues = p["queues"].as_array().unwrap();
+    assert_eq!(queues.len(), 1, "{queues:?}");
+    let mut q = queues[0].clone();
+    let max_depth = q.as_object_mut().unwrap().remove("maxDepth").unwrap();
+    assert!([1, 2].contains(&max_depth.as_u64().unwrap()), "{max_depth}");
     assert_eq!(
-        p["queues"],
-        json!([{"informer": "pods", "depth": 0, "delivered": 2, "queued": 2}])
+        q,
+        json!({"informer": "pods", "depth": 0, "delivered": 2, "queued": 2,
+            "max": 100000, "overflow": "coalesce", "dropped": 0, "coalesced": 0})
     );
     let logs: Vec<&str> = p["recentLogs"]
         .as_array()

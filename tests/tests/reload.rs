@@ -8,8 +8,8 @@ use std::time::Duration;
 use common::rig::*;
 use common::*;
 use serde_json::json;
-use wisp_host::plugin::status::PluginCounters;
 use wisp_host::plugin::PluginSpec;
+use wisp_host::plugin::status::PluginCounters;
 use wisp_tests::pod;
 
 fn faults_spec(module: PathBuf, settings: serde_json::Value) -> PluginSpec {

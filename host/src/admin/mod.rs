@@ -166,6 +166,18 @@ pub const PLUGIN_COUNTERS: &[CounterField] = &[
         get: |c| &c.dropped,
     },
     CounterField {
+        metric: "queue_dropped",
+        json: "queueDropped",
+        help: "Notifications its queues dropped on overflow (a gap in its sequence numbers).",
+        get: |c| &c.queue_dropped,
+    },
+    CounterField {
+        metric: "queue_coalesced",
+        json: "queueCoalesced",
+        help: "Notifications its queues merged into an earlier one for the same object on overflow.",
+        get: |c| &c.queue_coalesced,
+    },
+    CounterField {
         metric: "denied",
         json: "denied",
         help: "Cache reads of informers not granted to the plugin, refused.",

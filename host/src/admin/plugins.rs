@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::PLUGIN_COUNTERS;
+use crate::informer::{Overflow, QueueBound};
 use crate::plugin::status::PluginCounters;
 use crate::plugin::{LoadSource, PluginHandle, PluginState};
 
@@ -48,15 +49,26 @@ pub struct PluginView {
 
 /// The queue of a plugin's listener on one informer.
 #[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct QueueView {
     /// The informer.
     pub informer: String,
     /// Notifications waiting.
     pub depth: usize,
+    /// Deepest it has been.
+    pub max_depth: usize,
+    /// Its bound (`None`: unbounded).
+    pub max: Option<usize>,
+    /// `coalesce`, `dropOldest` or `dropNewest` (`None`: unbounded).
+    pub overflow: Option<&'static str>,
     /// Notifications handed to the plugin so far.
     pub delivered: u64,
-    /// Notifications queued so far.
+    /// Notifications queued so far (the last sequence number).
     pub queued: u64,
+    /// Notifications dropped on overflow.
+    pub dropped: u64,
+    /// Notifications merged into an earlier one on overflow.
+    pub coalesced: u64,
 }
 
 /// The view of `h` now.
@@ -95,11 +107,28 @@ pub fn view(h: &PluginHandle) -> PluginView {
             .map(|(informer, s)| QueueView {
                 informer,
                 depth: s.depth,
+                max_depth: s.max_depth,
+                max: s.bound.max(),
+                overflow: match s.bound {
+                    QueueBound::Unbounded => None,
+                    QueueBound::Bounded { overflow, .. } => Some(overflow_name(overflow)),
+                },
                 delivered: s.delivered,
                 queued: s.queued,
+                dropped: s.dropped,
+                coalesced: s.coalesced,
             })
             .collect(),
         recent_logs,
+    }
+}
+
+/// How `/plugins` (and the config) names an overflow policy.
+pub fn overflow_name(o: Overflow) -> &'static str {
+    match o {
+        Overflow::Coalesce => "coalesce",
+        Overflow::DropOldest => "dropOldest",
+        Overflow::DropNewest => "dropNewest",
     }
 }
 

@@ -155,6 +155,61 @@ fn duplicate_names_and_wrong_types_are_refused() {
 }
 
 #[test]
+fn a_plugin_queue_defaults_to_100000_coalescing_and_takes_a_bound_and_policy() {
+    let c = parse(GOOD).unwrap();
+    assert_eq!(
+        c.plugin_specs()[0].queue,
+        QueueBound::bounded(100_000, Overflow::Coalesce)
+    );
+    for (yaml, bound) in [
+        ("{ max: 500 }", QueueBound::bounded(500, Overflow::Coalesce)),
+        (
+            "{ max: 10, overflow: dropOldest }",
+            QueueBound::bounded(10, Overflow::DropOldest),
+        ),
+        (
+            "{ overflow: dropNewest }",
+            QueueBound::bounded(100_000, Overflow::DropNewest),
+        ),
+    ] {
+        let c =
+            parse(&GOOD.replace("batch: 16", &format!("batch: 16\n    queue: {yaml}"))).unwrap();
+        assert_eq!(c.plugin_specs()[0].queue, bound, "{yaml}");
+    }
+}
+
+#[test]
+fn a_bad_queue_policy_or_bound_is_refused_naming_the_field() {
+    let with =
+        |yaml: &str| err_of(&GOOD.replace("batch: 16", &format!("batch: 16\n    queue: {yaml}")));
+    let e = with("{ overflow: dropAll }");
+    assert!(
+        e.starts_with(
+            "wisp.yaml: plugins[0].queue.overflow: unknown variant `dropAll`, expected one of `coalesce`, `dropOldest`, `dropNewest`"
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        with("{ max: 0 }"),
+        "wisp.yaml: plugins[0].queue.max: must be at least 1 (a count of notifications per informer)"
+    );
+    let e = with("{ max: -1 }");
+    assert!(
+        e.starts_with(
+            "wisp.yaml: plugins[0].queue.max: invalid type: integer `-1`, expected usize"
+        ),
+        "{e}"
+    );
+    let e = with("{ size: 10 }");
+    assert!(
+        e.starts_with(
+            "wisp.yaml: plugins[0].queue.size: unknown field `size`, expected `max` or `overflow`"
+        ),
+        "{e}"
+    );
+}
+
+#[test]
 fn broken_yaml_is_reported_with_its_location() {
     let e = err_of("source: kube\ninformers: [\n");
     assert!(e.starts_with("wisp.yaml: "), "{e}");

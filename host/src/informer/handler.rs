@@ -3,6 +3,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use super::listener::{OverflowObserver, QueueBound};
 use super::object::{DeletedObject, Object};
 
 /// One notification for a listener (client-go's add / update / delete notifications).
@@ -46,7 +47,7 @@ impl Notification {
         }
     }
 
-    fn is_initial_list(&self) -> bool {
+    pub(crate) fn is_initial_list(&self) -> bool {
         matches!(
             self,
             Notification::Add {
@@ -57,20 +58,15 @@ impl Notification {
     }
 }
 
-/// A notification with its per-listener sequence number (1, 2, 3, ... with no gaps), so loss or
-/// duplication downstream is detectable.
+/// A notification with its per-listener sequence number (1, 2, 3, ...), so loss or duplication
+/// downstream is detectable: an unbounded queue leaves no gaps; a bounded one leaves a gap for
+/// each notification it dropped or coalesced (see [`super::listener::queue`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Delivery {
     /// Position in this listener's stream, from 1.
     pub seq: u64,
     /// What happened.
     pub notification: Notification,
-}
-
-impl Delivery {
-    pub(crate) fn is_initial_list(&self) -> bool {
-        self.notification.is_initial_list()
-    }
 }
 
 /// A listener's handler (client-go's `ResourceEventHandler`). Called from the listener's own
@@ -86,6 +82,19 @@ pub trait EventHandler: Send + 'static {
 
     /// The largest batch this handler wants at once (`None`: the informer's default).
     fn batch_max(&self) -> Option<usize> {
+        None
+    }
+
+    /// How many notifications may wait for this handler, and what happens beyond (read once,
+    /// when the handler is registered). Unbounded by default, like client-go: a native handler
+    /// that must see everything keeps that; a handler that may fall far behind (a plugin) sets
+    /// a bound. See [`super::listener::queue`].
+    fn queue_bound(&self) -> QueueBound {
+        QueueBound::Unbounded
+    }
+
+    /// Who is told when the bounded queue drops or coalesces (read once, at registration).
+    fn overflow_observer(&self) -> Option<Arc<dyn OverflowObserver>> {
         None
     }
 

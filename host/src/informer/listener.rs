@@ -1,9 +1,15 @@
-//! A processor listener (client-go `processorListener`): its own unbounded queue between
-//! `add` (called by the informer's fan-out, never blocking on the handler) and its handler,
-//! which runs on the listener's own thread. Each listener keeps its own resync period and its
-//! own HasSynced (the informer synced, and every initial-list notification handled).
+//! A processor listener (client-go `processorListener`): its own queue between `add` (called by
+//! the informer's fan-out, never blocking on the handler) and its handler, which runs on the
+//! listener's own thread. Each listener keeps its own resync period and its own HasSynced (the
+//! informer synced, and every initial-list notification handled).
+//!
+//! The queue is unbounded unless the handler asks for a bound ([`EventHandler::queue_bound`]);
+//! a bounded queue drops or coalesces on overflow, counts it, tells the handler's
+//! [`OverflowObserver`] and logs a warning at most every [`OVERFLOW_WARN_EVERY`]. The policies,
+//! the coalescing rules and what sequence numbers show are described in [`queue`].
 
-use std::collections::VecDeque;
+pub mod queue;
+
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -13,9 +19,22 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::handler::{Delivery, EventHandler, Notification};
+use queue::Queue;
+pub use queue::{Discarded, Overflow, QueueBound};
 
 /// Default largest batch handed to a handler at once.
 pub const DEFAULT_BATCH_MAX: usize = 64;
+
+/// A listener whose queue overflows logs a warning at most this often.
+pub const OVERFLOW_WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// Told of every notification a listener's bounded queue drops or coalesces, as it happens (on
+/// the informer's thread, under the queue lock: keep it to a counter update). A plugin's status
+/// implements it, so its counters include its queues' overflow.
+pub trait OverflowObserver: Send + Sync {
+    /// `discarded` notifications were just dropped or merged.
+    fn overflowed(&self, discarded: Discarded);
+}
 
 /// Counters of one listener.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -30,19 +49,27 @@ pub struct ListenerStats {
     pub max_depth: usize,
     /// Handler panics caught.
     pub panics: u64,
+    /// Notifications the queue's overflow policy dropped (each a gap in the sequence).
+    pub dropped: u64,
+    /// Notifications merged into an earlier one for the same object (each a gap too).
+    pub coalesced: u64,
+    /// The queue's bound.
+    pub bound: QueueBound,
 }
 
-struct Queue {
-    items: VecDeque<Delivery>,
-    /// Sequence number of the last queued notification.
-    last_seq: u64,
-    /// Initial-list notifications queued or in the handler, not yet finished.
-    pending_initial: usize,
+/// What the listener's lock guards.
+struct State {
+    queue: Queue,
+    /// Notifications handed to the handler so far.
     delivered: u64,
-    max_depth: usize,
+    /// Entries carrying an initial-list notification that are in the handler now.
+    initial_in_handler: usize,
     panics: u64,
     /// Set when removed or stopped: the thread exits and buffered items are dropped.
     closed: bool,
+    /// Overflow not logged yet, and when it was last logged (rate-limits the warning).
+    unreported: Discarded,
+    warned_at: Option<std::time::Instant>,
 }
 
 struct Resync {
@@ -54,7 +81,7 @@ struct Resync {
 }
 
 pub(crate) struct Shared {
-    queue: Mutex<Queue>,
+    queue: Mutex<State>,
     cond: Condvar,
     resync: Mutex<Resync>,
 }
@@ -70,6 +97,8 @@ pub struct Listener {
     batch_max: usize,
     shared: Arc<Shared>,
     upstream_synced: Arc<dyn Fn() -> bool + Send + Sync>,
+    /// Told of overflow (the handler's choice).
+    observer: Option<Arc<dyn OverflowObserver>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -84,15 +113,16 @@ impl Listener {
         batch_max: usize,
         upstream_synced: Arc<dyn Fn() -> bool + Send + Sync>,
     ) -> Arc<Self> {
+        let observer = handler.overflow_observer();
         let shared = Arc::new(Shared {
-            queue: Mutex::new(Queue {
-                items: VecDeque::with_capacity(1024),
-                last_seq: 0,
-                pending_initial: 0,
+            queue: Mutex::new(State {
+                queue: Queue::new(handler.queue_bound()),
                 delivered: 0,
-                max_depth: 0,
+                initial_in_handler: 0,
                 panics: 0,
                 closed: false,
+                unreported: Discarded::default(),
+                warned_at: None,
             }),
             cond: Condvar::new(),
             resync: Mutex::new(Resync {
@@ -118,6 +148,7 @@ impl Listener {
             batch_max: batch,
             shared,
             upstream_synced,
+            observer,
             thread: Mutex::new(handle),
         })
     }
@@ -137,52 +168,95 @@ impl Listener {
         self.batch_max
     }
 
-    /// Queues a notification; never waits for the handler.
+    /// Queues a notification under the next sequence number, applying the queue's bound;
+    /// never waits for the handler.
     pub(crate) fn add(&self, notification: Notification) {
-        let mut q = lock(&self.shared.queue);
-        if q.closed {
+        let mut st = lock(&self.shared.queue);
+        if st.closed {
             return;
         }
-        q.last_seq += 1;
-        let d = Delivery {
-            seq: q.last_seq,
-            notification,
-        };
-        if d.is_initial_list() {
-            q.pending_initial += 1;
-        }
-        q.items.push_back(d);
-        q.max_depth = q.max_depth.max(q.items.len());
-        drop(q);
+        let discarded = st.queue.push(notification);
+        let warn = self.overflowed(&mut st, discarded);
+        drop(st);
         self.shared.cond.notify_one();
+        if let Some(w) = warn {
+            w.log(&self.name);
+        }
+    }
+
+    /// Counts `d` and tells the observer; returns a warning to log (after unlocking) when one is
+    /// due.
+    fn overflowed(&self, st: &mut State, d: Discarded) -> Option<OverflowWarning> {
+        if d.is_empty() {
+            return None;
+        }
+        if let Some(o) = &self.observer {
+            o.overflowed(d);
+        }
+        st.unreported.dropped += d.dropped;
+        st.unreported.coalesced += d.coalesced;
+        let now = std::time::Instant::now();
+        if st
+            .warned_at
+            .is_some_and(|t| now.duration_since(t) < OVERFLOW_WARN_EVERY)
+        {
+            return None;
+        }
+        st.warned_at = Some(now);
+        Some(OverflowWarning {
+            discarded: std::mem::take(&mut st.unreported),
+            depth: st.queue.len(),
+            bound: st.queue.bound(),
+        })
+    }
+
+    /// Changes the queue's bound; a smaller one applies its overflow policy at once.
+    pub(crate) fn set_queue_bound(&self, bound: QueueBound) {
+        let mut st = lock(&self.shared.queue);
+        if st.closed || st.queue.bound() == bound {
+            return;
+        }
+        let discarded = st.queue.set_bound(bound);
+        let warn = self.overflowed(&mut st, discarded);
+        drop(st);
+        if let Some(w) = warn {
+            w.log(&self.name);
+        }
     }
 
     /// The informer has synced and every initial-list notification queued for this listener
-    /// has been handled.
+    /// has been handled (or dropped).
     pub fn has_synced(&self) -> bool {
-        (self.upstream_synced)() && lock(&self.shared.queue).pending_initial == 0
+        (self.upstream_synced)() && {
+            let st = lock(&self.shared.queue);
+            st.queue.pending_initial + st.initial_in_handler == 0
+        }
     }
 
     /// Counters.
     pub fn stats(&self) -> ListenerStats {
-        let q = lock(&self.shared.queue);
+        let st = lock(&self.shared.queue);
+        let q = &st.queue;
         ListenerStats {
             queued: q.last_seq,
-            delivered: q.delivered,
-            depth: q.items.len(),
+            delivered: st.delivered,
+            depth: q.len(),
             max_depth: q.max_depth,
-            panics: q.panics,
+            panics: st.panics,
+            dropped: q.dropped,
+            coalesced: q.coalesced,
+            bound: q.bound(),
         }
     }
 
     /// Stops the listener: buffered notifications are dropped, the thread ends after the batch
     /// in hand. Idempotent.
     pub(crate) fn stop(&self) {
-        let mut q = lock(&self.shared.queue);
-        q.closed = true;
-        q.items.clear();
-        q.pending_initial = 0;
-        drop(q);
+        let mut st = lock(&self.shared.queue);
+        st.closed = true;
+        st.queue.clear();
+        st.initial_in_handler = 0;
+        drop(st);
         self.shared.cond.notify_all();
     }
 
@@ -218,31 +292,178 @@ impl Listener {
     }
 }
 
+/// A rate-limited warning about overflow, logged once the lock is released.
+struct OverflowWarning {
+    discarded: Discarded,
+    depth: usize,
+    bound: QueueBound,
+}
+
+impl OverflowWarning {
+    fn log(&self, listener: &str) {
+        tracing::warn!(
+            listener = %listener,
+            dropped = self.discarded.dropped,
+            coalesced = self.discarded.coalesced,
+            depth = self.depth,
+            bound = ?self.bound,
+            "listener queue full: the handler is slower than the event rate; notifications were \
+             dropped or coalesced (counts since the last warning; they show as gaps in the \
+             sequence numbers)"
+        );
+    }
+}
+
 fn run(shared: Arc<Shared>, mut handler: Box<dyn EventHandler>, batch_max: usize, name: String) {
     let mut batch: Vec<Delivery> = Vec::with_capacity(batch_max);
     loop {
         {
-            let mut q = lock(&shared.queue);
-            while q.items.is_empty() && !q.closed {
-                q = shared.cond.wait(q).unwrap_or_else(PoisonError::into_inner);
+            let mut st = lock(&shared.queue);
+            while st.queue.is_empty() && !st.closed {
+                st = shared.cond.wait(st).unwrap_or_else(PoisonError::into_inner);
             }
-            if q.closed {
+            if st.closed {
                 return;
             }
-            let n = q.items.len().min(batch_max);
-            batch.extend(q.items.drain(..n));
+            // Not synced until the handler is done with them.
+            st.initial_in_handler = st.queue.take(batch_max, &mut batch);
         }
-        let initial = batch.iter().filter(|d| d.is_initial_list()).count();
         let panicked = catch_unwind(AssertUnwindSafe(|| handler.handle(&batch))).is_err();
         if panicked {
             tracing::error!(listener = %name, first_seq = batch[0].seq, "event handler panicked; continuing with the next notification");
         }
-        let mut q = lock(&shared.queue);
-        q.delivered += batch.len() as u64;
-        q.pending_initial = q.pending_initial.saturating_sub(initial);
+        let mut st = lock(&shared.queue);
+        st.delivered += batch.len() as u64;
+        st.initial_in_handler = 0;
         if panicked {
-            q.panics += 1;
+            st.panics += 1;
         }
         batch.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+    use crate::informer::handler::Recorder;
+    use crate::informer::object::test_util::obj;
+
+    /// Records batches, but only once the gate is open.
+    struct Gated {
+        open: Arc<(Mutex<bool>, Condvar)>,
+        entered: Arc<AtomicBool>,
+        rec: Recorder,
+        bound: QueueBound,
+        observer: Arc<Counted>,
+    }
+
+    impl EventHandler for Gated {
+        fn handle(&mut self, batch: &[Delivery]) {
+            self.entered.store(true, Ordering::SeqCst);
+            let (m, c) = &*self.open;
+            let mut open = lock(m);
+            while !*open {
+                open = c.wait(open).unwrap_or_else(PoisonError::into_inner);
+            }
+            drop(open);
+            self.rec.handle(batch);
+        }
+
+        fn queue_bound(&self) -> QueueBound {
+            self.bound
+        }
+
+        fn overflow_observer(&self) -> Option<Arc<dyn OverflowObserver>> {
+            Some(self.observer.clone())
+        }
+    }
+
+    #[derive(Default)]
+    struct Counted(AtomicU64, AtomicU64);
+
+    impl OverflowObserver for Counted {
+        fn overflowed(&self, d: Discarded) {
+            self.0.fetch_add(d.dropped, Ordering::SeqCst);
+            self.1.fetch_add(d.coalesced, Ordering::SeqCst);
+        }
+    }
+
+    fn eventually(what: &str, cond: impl Fn() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !cond() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    fn initial(i: usize) -> Notification {
+        Notification::Add {
+            obj: obj(Some("ns"), &format!("p{i}"), "1"),
+            initial_list: true,
+        }
+    }
+
+    #[test]
+    fn a_bounded_listener_behind_a_stuck_handler_drops_counts_and_still_syncs() {
+        let open = Arc::new((Mutex::new(false), Condvar::new()));
+        let entered = Arc::new(AtomicBool::new(false));
+        let rec = Recorder::new();
+        let observer = Arc::new(Counted::default());
+        let l = Listener::new(
+            "gated".into(),
+            Box::new(Gated {
+                open: open.clone(),
+                entered: entered.clone(),
+                rec: rec.clone(),
+                bound: QueueBound::bounded(3, Overflow::DropOldest),
+                observer: observer.clone(),
+            }),
+            Duration::ZERO,
+            Duration::ZERO,
+            64,
+            Arc::new(|| true),
+        );
+        l.add(initial(0));
+        eventually("the handler to hold the first", || {
+            entered.load(Ordering::SeqCst)
+        });
+        for i in 1..=10 {
+            l.add(initial(i));
+        }
+        let s = l.stats();
+        assert_eq!((s.queued, s.depth, s.max_depth, s.dropped), (11, 3, 3, 7));
+        assert_eq!(observer.0.load(Ordering::SeqCst), 7);
+        assert!(!l.has_synced(), "the kept initial-list adds are pending");
+
+        *lock(&open.0) = true;
+        open.1.notify_all();
+        eventually("the rest delivered", || l.stats().delivered == 4);
+        assert!(l.has_synced(), "the dropped ones do not keep it unsynced");
+        let seqs: Vec<u64> = rec.deliveries().iter().map(|d| d.seq).collect();
+        assert_eq!(seqs, [1, 9, 10, 11], "the drops show as a gap");
+        l.stop();
+        l.join();
+    }
+
+    #[test]
+    fn a_handler_without_a_bound_gets_an_unbounded_queue() {
+        let l = Listener::new(
+            "plain".into(),
+            Box::new(Recorder::new()),
+            Duration::ZERO,
+            Duration::ZERO,
+            64,
+            Arc::new(|| true),
+        );
+        assert_eq!(l.stats().bound, QueueBound::Unbounded);
+        l.set_queue_bound(QueueBound::bounded(5, Overflow::Coalesce));
+        assert_eq!(l.stats().bound.max(), Some(5));
+        l.stop();
+        l.join();
     }
 }

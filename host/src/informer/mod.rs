@@ -14,7 +14,8 @@
 //! - [`lister_watcher`]: the source trait the reflector lists and watches through.
 //! - [`reflector`]: list and watch into the FIFO.
 //! - [`handler`]: the listener trait (native now, wasm later) and notifications.
-//! - [`listener`] / [`processor`]: per-listener queues and fan-out.
+//! - [`listener`] / [`processor`]: per-listener queues (unbounded, or bounded with an overflow
+//!   policy: [`listener::queue`]) and fan-out.
 //! - [`shared_informer`]: wires it together.
 //! - [`selector`]: label selectors.
 //!
@@ -36,5 +37,6 @@ pub mod shared_informer;
 pub use delta_fifo::{Delta, DeltaFifo, DeltaType};
 pub use handler::{Delivery, EventHandler, Notification};
 pub use indexer::{Cache, IndexFunc, Indexer};
+pub use listener::{Overflow, OverflowObserver, QueueBound};
 pub use object::{DeletedObject, Object, ObjectMeta, Tombstone};
 pub use shared_informer::{HandlerRegistration, SharedInformer};

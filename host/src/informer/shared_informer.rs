@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::delta_fifo::{Delta, DeltaFifo, TransformFn};
 use super::handler::{EventHandler, Notification};
 use super::indexer::{Cache, IndexError, IndexFunc, Indexer};
-use super::listener::{DEFAULT_BATCH_MAX, Listener, ListenerStats};
+use super::listener::{DEFAULT_BATCH_MAX, Listener, ListenerStats, QueueBound};
 use super::lister_watcher::ListerWatcher;
 use super::processor::{SharedProcessor, determine_resync_period};
 use super::reflector::{Reflector, ReflectorConfig, ReflectorStats};
@@ -77,6 +77,12 @@ impl HandlerRegistration {
     /// The resync period in force.
     pub fn resync_period(&self) -> Duration {
         self.listener.resync_period()
+    }
+
+    /// Changes the bound of this handler's queue (e.g. a plugin reloaded with a new `queue`);
+    /// a smaller bound applies its overflow policy to what is queued at once.
+    pub fn set_queue_bound(&self, bound: QueueBound) {
+        self.listener.set_queue_bound(bound);
     }
 
     /// The name given at registration.

@@ -118,9 +118,14 @@ impl PluginHandle {
     }
 
     /// Replaces the running version with `spec` (new module and/or settings, limits, policy),
-    /// between two batches, keeping the queues. On error the running version stays.
+    /// between two batches, keeping the queues (a changed `queue` bound applies to them at
+    /// once). On error the running version stays.
     pub fn reload(&self, spec: PluginSpec) -> Result<super::reload::ReloadReport, PluginError> {
+        let queue = spec.queue;
         let report = super::reload::reload(&self.runtime, spec)?;
+        for (_, reg) in &self.registrations {
+            reg.set_queue_bound(queue);
+        }
         if report.replay {
             for (inf, reg) in &self.registrations {
                 let n = inf.resend_cache(reg);
@@ -228,6 +233,7 @@ impl PluginManager {
         let version = checked.version_info();
         let name = checked.spec.name.clone();
         let batch_max = checked.spec.batch_max.max(1);
+        let queue = checked.spec.queue;
         let resync = checked.spec.resync;
         let informers = checked.spec.informers.clone();
         let (info, report, status) = (
@@ -249,6 +255,8 @@ impl PluginManager {
                 runtime: runtime.clone(),
                 informer: inf_name.clone(),
                 batch_max,
+                queue,
+                status: status.clone(),
             };
             match inf.add_event_handler(name.clone(), Box::new(handler), resync) {
                 Ok(reg) => registrations.push((inf.clone(), reg)),

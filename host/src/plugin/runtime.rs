@@ -443,6 +443,10 @@ pub struct WasmHandler {
     pub(crate) runtime: Arc<Mutex<PluginRuntime>>,
     pub(crate) informer: String,
     pub(crate) batch_max: usize,
+    /// The bound of its queue (from the spec).
+    pub(crate) queue: informer::QueueBound,
+    /// Where its queue's overflow is counted.
+    pub(crate) status: Arc<PluginStatus>,
 }
 
 impl EventHandler for WasmHandler {
@@ -455,5 +459,13 @@ impl EventHandler for WasmHandler {
 
     fn batch_max(&self) -> Option<usize> {
         Some(self.batch_max)
+    }
+
+    fn queue_bound(&self) -> informer::QueueBound {
+        self.queue
+    }
+
+    fn overflow_observer(&self) -> Option<Arc<dyn informer::OverflowObserver>> {
+        Some(self.status.clone())
     }
 }

@@ -4,10 +4,20 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::informer::{Overflow, QueueBound};
+
 /// Default wall-clock deadline of one call into a plugin.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(50);
 /// Default cap of a plugin's linear memory.
 pub const DEFAULT_MEMORY: u64 = 64 * 1024 * 1024;
+/// Default bound of each of a plugin's queues: room for one notification per object of an
+/// informer of 100 000 objects (a large cluster's pods), so that with [`DEFAULT_OVERFLOW`] a
+/// plugin that falls behind still ends with every object's final state. At worst the queue
+/// keeps alive one superseded version per entry, besides the objects the cache holds anyway.
+pub const DEFAULT_QUEUE_MAX: usize = 100_000;
+/// Default overflow policy: coalesce (a plugin that keeps up sees every notification; one that
+/// falls behind gets the latest state of each object, not a random subset of events).
+pub const DEFAULT_OVERFLOW: Overflow = Overflow::Coalesce;
 
 /// Resource limits of one plugin instance.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,6 +108,8 @@ pub struct PluginSpec {
     pub log_level: LogLevel,
     /// Largest batch of notifications per call.
     pub batch_max: usize,
+    /// Bound and overflow policy of each of its queues (one per informer).
+    pub queue: QueueBound,
     /// After a reload, the new version is on probation for this many notifications...
     pub reload_probation: u32,
     /// ...and is rolled back to the previous one when more than this fraction of them fail.
@@ -113,8 +125,8 @@ pub struct PluginSpec {
 
 impl PluginSpec {
     /// A spec with defaults: no settings, 50 ms deadline, 64 MiB, skip failures, quarantine after
-    /// 20, info logs, batches of 64, reload probation of 20 notifications with rollback above 50%
-    /// failures.
+    /// 20, info logs, batches of 64, queues of 100 000 that coalesce, reload probation of 20
+    /// notifications with rollback above 50% failures.
     pub fn new(name: impl Into<String>, module: impl Into<PathBuf>, informers: &[&str]) -> Self {
         Self {
             name: name.into(),
@@ -126,6 +138,7 @@ impl PluginSpec {
             on_failure: OnFailure::default(),
             log_level: LogLevel::Info,
             batch_max: 64,
+            queue: QueueBound::bounded(DEFAULT_QUEUE_MAX, DEFAULT_OVERFLOW),
             reload_probation: 20,
             rollback_threshold: 0.5,
             replay_on_reload: false,

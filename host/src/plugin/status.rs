@@ -124,6 +124,10 @@ pub struct PluginCounters {
     pub restarts: AtomicU64,
     /// Retries of single notifications.
     pub retries: AtomicU64,
+    /// Notifications its queues dropped on overflow (never handed to it).
+    pub queue_dropped: AtomicU64,
+    /// Notifications its queues merged into an earlier one for the same object on overflow.
+    pub queue_coalesced: AtomicU64,
     /// Cache reads of informers not granted to the plugin, refused.
     pub denied: AtomicU64,
     /// New versions swapped in (hot reloads).
@@ -294,6 +298,14 @@ impl PluginStatus {
         lock(&self.gauges_guest)
             .get(&series_key(name, labels))
             .copied()
+    }
+}
+
+/// The plugin's queues report their overflow into its counters.
+impl crate::informer::OverflowObserver for PluginStatus {
+    fn overflowed(&self, d: crate::informer::listener::Discarded) {
+        PluginCounters::add(&self.counters.queue_dropped, d.dropped);
+        PluginCounters::add(&self.counters.queue_coalesced, d.coalesced);
     }
 }
 

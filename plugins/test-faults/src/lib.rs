@@ -14,6 +14,10 @@
 //! It also keeps a view of the objects (key -> resourceVersion) and hands it, with its sequence
 //! numbers and a count of handled notifications, to the next version through snapshot/restore:
 //! gauges `view_size`, `view_checksum` (xor of 52-bit FNV-1a hashes of `key@rv`), `handled`.
+//!
+//! Mode `gate` holds the call that handles an object named with `namePrefix` until that object
+//! is gone from the host's cache: a test deletes the gate object to let the plugin go on, so it
+//! can make the plugin fall behind by exactly as much as it wants, without timing.
 
 use std::collections::BTreeMap;
 
@@ -30,6 +34,7 @@ enum Mode {
     Alloc,
     Trap,
     Error,
+    Gate,
     Busy,
     Probe,
     Actions,
@@ -160,6 +165,15 @@ impl Faults {
             }
             Mode::Trap => panic!("trap on purpose at {}", obj.key()),
             Mode::Error => Err(format!("refusing {} on purpose", obj.key())),
+            Mode::Gate => {
+                while let Ok(Some(_)) = cache::get(cx.informer, obj.namespace(), obj.name()) {
+                    let start = std::time::Instant::now();
+                    while start.elapsed().as_millis() < 1 {
+                        std::hint::black_box(&obj);
+                    }
+                }
+                Ok(())
+            }
             Mode::Busy => {
                 let start = std::time::Instant::now();
                 while start.elapsed().as_millis() < u128::from(self.settings.busy_ms) {

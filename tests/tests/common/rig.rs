@@ -103,7 +103,7 @@ pub fn variant(module: &Path, tag: &str, dir: &Path) -> PathBuf {
     out
 }
 
-/// A gauge the plugin set (no labels).
+/// A gauge the plugin reported, without labels.
 pub fn gauge(h: &PluginHandle, name: &str) -> Option<f64> {
     h.status().guest_gauge(name, &[])
 }
@@ -125,4 +125,10 @@ pub fn server_checksum(server: &TestApiServer) -> (usize, f64) {
         s.len(),
         s.iter().fold(0u64, |acc, (k, rv)| acc ^ fnv52(k, rv)) as f64,
     )
+}
+
+/// Whether test-faults' view (`view_size`, `view_checksum`) equals the server's pods.
+pub fn view_equals_server(h: &PluginHandle, server: &TestApiServer) -> bool {
+    let (size, sum) = server_checksum(server);
+    gauge(h, "view_size") == Some(size as f64) && gauge(h, "view_checksum") == Some(sum)
 }
