@@ -17,9 +17,9 @@ const USAGE: &str = "usage: cargo xtask <demo|plugins|test|bench> [args]
   plugins  build the plugins (plugins/*) for wasm32-wasip2 into plugins/dist/
   test     build the plugins, then run the whole test suite (unit and integration tests);
            further args go to cargo test
-  bench    build the plugins, then run the benchmark harness (release); `--quick` for a short run";
+  bench    build the plugins, then run the benchmark harness (release); `--quick` for a short run,
+           `--only pipeline,latency` for some sections (see `cargo xtask bench -- --help`)";
 
-/// The repository root (xtask lives one level below it).
 /// The workspace root: found from the current directory (`cargo xtask` runs from anywhere in the
 /// workspace), else where xtask was compiled. A target dir shared by several checkouts can hold
 /// an xtask binary compiled in another checkout, so the compile-time path comes last.

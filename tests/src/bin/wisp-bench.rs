@@ -2,16 +2,25 @@
 //! in the same run, with the ratio. Run it with `cargo xtask bench` (release build, plugins
 //! built first); `--quick` runs fewer iterations (to keep it building and running in CI).
 //!
-//! Figures so far:
+//! Figures (BENCHMARKS.md has the table and what limits each):
 //! - plugin load: compile, disk-cache hit, memory hit, fresh instance;
 //! - per-notification delivery cost, wasm plugin vs native Rust handler doing the same work
-//!   (nothing, counting labels from metadata, full JSON parse), one at a time and in batches.
+//!   (nothing, counting labels from metadata, full JSON parse), one at a time and in batches;
+//! - idle instance memory, a stuck call's cut time against its deadline;
+//! - heap per cached object vs kube-runtime's Store;
+//! - hot reload latency (call and file change, cache hit and miss);
+//! - the informer core vs kube-runtime's watcher + reflector over the test API server;
+//! - pipeline throughput into 1, 8, 64 listeners, wasm vs native (`bench/pipeline.rs`);
+//! - delivery latency p50 / p99 under steady load, alone and next to a stuck plugin.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+
+#[path = "bench/pipeline.rs"]
+mod pipeline;
 use serde_json::json;
 use wisp_host::informer::{Delivery, EventHandler, Notification, Object};
 
@@ -22,19 +31,52 @@ use wisp_host::plugin::{EngineConfig, LoadSource, PluginEngine, PluginSpec, chec
 struct Args {
     quick: bool,
     plugin_dir: PathBuf,
+    /// Sections to run (all when empty).
+    only: Vec<String>,
+}
+
+/// The sections, in the order they run.
+const SECTIONS: [&str; 8] = [
+    "load",
+    "delivery",
+    "isolation",
+    "memory",
+    "reload",
+    "core",
+    "pipeline",
+    "latency",
+];
+
+impl Args {
+    fn runs(&self, section: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|s| s == section)
+    }
 }
 
 fn args() -> anyhow::Result<Args> {
     let mut quick = false;
+    let mut only = Vec::new();
     let mut plugin_dir = std::env::var_os("WISP_PLUGIN_DIR").map(PathBuf::from);
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => quick = true,
             "--plugins" => plugin_dir = it.next().map(PathBuf::from),
+            "--only" => {
+                for s in it.next().unwrap_or_default().split(',') {
+                    if !SECTIONS.contains(&s) {
+                        bail!(
+                            "--only: unknown section {s:?} (sections: {})",
+                            SECTIONS.join(", ")
+                        );
+                    }
+                    only.push(s.to_owned());
+                }
+            }
             "-h" | "--help" => {
                 println!(
-                    "usage: wisp-bench [--quick] [--plugins DIR]\n\nDIR holds the compiled plugins (default: $WISP_PLUGIN_DIR or plugins/dist)."
+                    "usage: wisp-bench [--quick] [--plugins DIR] [--only SECTION,...]\n\nDIR holds the compiled plugins (default: $WISP_PLUGIN_DIR or plugins/dist).\nSECTION: {} (default: all).",
+                    SECTIONS.join(", ")
                 );
                 std::process::exit(0);
             }
@@ -43,7 +85,11 @@ fn args() -> anyhow::Result<Args> {
     }
     let plugin_dir = plugin_dir
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist"));
-    Ok(Args { quick, plugin_dir })
+    Ok(Args {
+        quick,
+        plugin_dir,
+        only,
+    })
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -797,12 +843,34 @@ fn main() -> anyhow::Result<()> {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         a.plugin_dir.display()
     );
-    load_figures(&a)?;
-    delivery_figures(&a)?;
-    isolation_figures(&a)?;
-    memory_figures(&a)?;
+    if a.runs("load") {
+        load_figures(&a)?;
+    }
+    if a.runs("delivery") {
+        delivery_figures(&a)?;
+    }
+    if a.runs("isolation") {
+        isolation_figures(&a)?;
+    }
+    if a.runs("memory") {
+        memory_figures(&a)?;
+    }
     let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(reload_figures(&a))?;
-    rt.block_on(core_figures(&a))?;
+    if a.runs("reload") {
+        rt.block_on(reload_figures(&a))?;
+    }
+    if a.runs("core") {
+        rt.block_on(core_figures(&a))?;
+    }
+    let engine = PluginEngine::new(EngineConfig {
+        cache_dir: None,
+        ..EngineConfig::default()
+    })?;
+    if a.runs("pipeline") {
+        rt.block_on(pipeline::pipeline_figures(&engine, &a.plugin_dir, a.quick))?;
+    }
+    if a.runs("latency") {
+        rt.block_on(pipeline::latency_figures(&engine, &a.plugin_dir, a.quick))?;
+    }
     Ok(())
 }
