@@ -210,121 +210,151 @@ struct RawEvent<'a> {
 
 type RawMap<'a> = std::collections::BTreeMap<&'a str, &'a RawValue>;
 
-impl KubeSource {
-    /// Builds an object from its JSON text without building a JSON tree: metadata is read from
-    /// the text; the text is kept as is unless `managedFields` must go or apiVersion/kind must
-    /// be filled in (then the top level is reassembled from the raw spans).
-    fn parse_raw(&self, raw: &str) -> Result<Arc<Object>, SourceError> {
-        let kind_name = &self.resource.kind;
-        let bad = |e: serde_json::Error| SourceError::Decode(format!("{kind_name} object: {e}"));
-        let mut top: RawMap<'_> = serde_json::from_str(raw).map_err(bad)?;
-        let md_raw = top
-            .get("metadata")
-            .copied()
-            .ok_or_else(|| SourceError::Decode(format!("{kind_name} object without metadata")))?;
-        let view: MetaView = serde_json::from_str(md_raw.get()).map_err(bad)?;
-        let text_of = |k: &str| {
-            top.get(k)
-                .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
-                .filter(|s| !s.is_empty())
-        };
-        let api_version = text_of("apiVersion");
-        let kind = text_of("kind");
-        let strip = self.strip_managed_fields && md_raw.get().contains("\"managedFields\"");
-        let rebuilt_md = if strip {
-            let mut md: RawMap<'_> = serde_json::from_str(md_raw.get()).map_err(bad)?;
-            md.remove("managedFields");
-            Some(RawValue::from_string(serde_json::to_string(&md).map_err(bad)?).map_err(bad)?)
-        } else {
-            None
-        };
-        let json = if rebuilt_md.is_some() || api_version.is_none() || kind.is_none() {
-            let filled_api = RawValue::from_string(
-                serde_json::to_string(&self.resource.api_version).map_err(bad)?,
-            )
-            .map_err(bad)?;
-            let filled_kind = RawValue::from_string(serde_json::to_string(kind_name).map_err(bad)?)
-                .map_err(bad)?;
-            if let Some(md) = &rebuilt_md {
-                top.insert("metadata", md);
+/// Reads one watch line (`{"type": ..., "object": ...}`) of `api_version`/`kind` objects, as the
+/// watch stream does: the object's metadata is read from its JSON text (see [`decode_object`]),
+/// bookmarks keep their resourceVersion, ERROR events map to [`SourceError`]s. Never panics;
+/// text that is not JSON is a [`SourceError::Decode`].
+pub fn decode_watch_line(
+    line: &str,
+    api_version: &str,
+    kind: &str,
+    strip_managed_fields: bool,
+) -> Result<WatchEvent, SourceError> {
+    let object = |raw: &RawValue| decode_object(raw.get(), api_version, kind, strip_managed_fields);
+    let ev: RawEvent<'_> =
+        serde_json::from_str(line).map_err(|e| SourceError::Decode(format!("watch event: {e}")))?;
+    match ev.kind.as_str() {
+        "ADDED" => object(ev.object).map(WatchEvent::Added),
+        "MODIFIED" => object(ev.object).map(WatchEvent::Modified),
+        "DELETED" => object(ev.object).map(WatchEvent::Deleted),
+        "BOOKMARK" => {
+            #[derive(serde::Deserialize)]
+            struct Bookmark {
+                metadata: MetaView,
             }
-            if api_version.is_none() {
-                top.insert("apiVersion", &filled_api);
-            }
-            if kind.is_none() {
-                top.insert("kind", &filled_kind);
-            }
-            serde_json::to_string(&top).map_err(bad)?
-        } else {
-            raw.to_owned()
-        };
-        let name = view.name.ok_or_else(|| {
-            SourceError::Decode(format!("{kind_name} object without metadata.name"))
-        })?;
-        let meta = ObjectMeta {
-            api_version: api_version.unwrap_or_else(|| self.resource.api_version.clone()),
-            kind: kind.unwrap_or_else(|| kind_name.clone()),
-            namespace: view.namespace.filter(|n| !n.is_empty()),
-            name,
-            uid: view.uid.unwrap_or_default(),
-            resource_version: view.resource_version.unwrap_or_default(),
-            labels: view
-                .labels
-                .map(|m| m.into_iter().collect())
-                .unwrap_or_default(),
-            annotations: view
+            let b: Bookmark = serde_json::from_str(ev.object.get())
+                .map_err(|e| SourceError::Decode(format!("bookmark: {e}")))?;
+            let end = b
+                .metadata
                 .annotations
-                .map(|m| m.into_iter().collect())
-                .unwrap_or_default(),
-            owner_references: view
-                .owner_references
-                .unwrap_or_default()
-                .into_iter()
-                .map(|r| OwnerRef {
-                    api_version: r.api_version,
-                    kind: r.kind,
-                    name: r.name,
-                    uid: r.uid,
-                    controller: r.controller.unwrap_or(false),
-                })
-                .collect(),
-        };
-        Ok(Arc::new(Object::from_parts(meta, json)))
+                .as_ref()
+                .and_then(|a| a.get(INITIAL_EVENTS_END));
+            Ok(WatchEvent::Bookmark {
+                initial_events_end: end.is_some_and(|v| v == "true"),
+                resource_version: b.metadata.resource_version.unwrap_or_default(),
+            })
+        }
+        "ERROR" => {
+            let st: Status = serde_json::from_str(ev.object.get())
+                .map_err(|e| SourceError::Decode(format!("error event: {e}")))?;
+            Ok(WatchEvent::Error(map_status(&st)))
+        }
+        other => Err(SourceError::Decode(format!(
+            "unknown watch event type {other:?}"
+        ))),
+    }
+}
+
+/// Builds an object from its JSON text without building a JSON tree: metadata is read from the
+/// text; the text is kept as is unless `managedFields` must go or apiVersion/kind must be filled
+/// in with `api_version`/`kind` (then the top level is reassembled from the raw spans).
+pub fn decode_object(
+    raw: &str,
+    api_version: &str,
+    kind_name: &str,
+    strip_managed_fields: bool,
+) -> Result<Arc<Object>, SourceError> {
+    let bad = |e: serde_json::Error| SourceError::Decode(format!("{kind_name} object: {e}"));
+    let mut top: RawMap<'_> = serde_json::from_str(raw).map_err(bad)?;
+    let md_raw = top
+        .get("metadata")
+        .copied()
+        .ok_or_else(|| SourceError::Decode(format!("{kind_name} object without metadata")))?;
+    let view: MetaView = serde_json::from_str(md_raw.get()).map_err(bad)?;
+    let text_of = |k: &str| {
+        top.get(k)
+            .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
+            .filter(|s| !s.is_empty())
+    };
+    let given_api_version = text_of("apiVersion");
+    let kind = text_of("kind");
+    let strip = strip_managed_fields && md_raw.get().contains("\"managedFields\"");
+    let rebuilt_md = if strip {
+        let mut md: RawMap<'_> = serde_json::from_str(md_raw.get()).map_err(bad)?;
+        md.remove("managedFields");
+        Some(RawValue::from_string(serde_json::to_string(&md).map_err(bad)?).map_err(bad)?)
+    } else {
+        None
+    };
+    let json = if rebuilt_md.is_some() || given_api_version.is_none() || kind.is_none() {
+        let filled_api =
+            RawValue::from_string(serde_json::to_string(api_version).map_err(bad)?).map_err(bad)?;
+        let filled_kind =
+            RawValue::from_string(serde_json::to_string(kind_name).map_err(bad)?).map_err(bad)?;
+        if let Some(md) = &rebuilt_md {
+            top.insert("metadata", md);
+        }
+        if given_api_version.is_none() {
+            top.insert("apiVersion", &filled_api);
+        }
+        if kind.is_none() {
+            top.insert("kind", &filled_kind);
+        }
+        serde_json::to_string(&top).map_err(bad)?
+    } else {
+        raw.to_owned()
+    };
+    let name = view
+        .name
+        .ok_or_else(|| SourceError::Decode(format!("{kind_name} object without metadata.name")))?;
+    let meta = ObjectMeta {
+        api_version: given_api_version.unwrap_or_else(|| api_version.to_owned()),
+        kind: kind.unwrap_or_else(|| kind_name.to_owned()),
+        namespace: view.namespace.filter(|n| !n.is_empty()),
+        name,
+        uid: view.uid.unwrap_or_default(),
+        resource_version: view.resource_version.unwrap_or_default(),
+        labels: view
+            .labels
+            .map(|m| m.into_iter().collect())
+            .unwrap_or_default(),
+        annotations: view
+            .annotations
+            .map(|m| m.into_iter().collect())
+            .unwrap_or_default(),
+        owner_references: view
+            .owner_references
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| OwnerRef {
+                api_version: r.api_version,
+                kind: r.kind,
+                name: r.name,
+                uid: r.uid,
+                controller: r.controller.unwrap_or(false),
+            })
+            .collect(),
+    };
+    Ok(Arc::new(Object::from_parts(meta, json)))
+}
+
+impl KubeSource {
+    fn parse_raw(&self, raw: &str) -> Result<Arc<Object>, SourceError> {
+        decode_object(
+            raw,
+            &self.resource.api_version,
+            &self.resource.kind,
+            self.strip_managed_fields,
+        )
     }
 
     fn parse_event(&self, line: &str) -> Result<WatchEvent, SourceError> {
-        let ev: RawEvent<'_> = serde_json::from_str(line)
-            .map_err(|e| SourceError::Decode(format!("watch event: {e}")))?;
-        match ev.kind.as_str() {
-            "ADDED" => self.parse_raw(ev.object.get()).map(WatchEvent::Added),
-            "MODIFIED" => self.parse_raw(ev.object.get()).map(WatchEvent::Modified),
-            "DELETED" => self.parse_raw(ev.object.get()).map(WatchEvent::Deleted),
-            "BOOKMARK" => {
-                #[derive(serde::Deserialize)]
-                struct Bookmark {
-                    metadata: MetaView,
-                }
-                let b: Bookmark = serde_json::from_str(ev.object.get())
-                    .map_err(|e| SourceError::Decode(format!("bookmark: {e}")))?;
-                let end = b
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(INITIAL_EVENTS_END));
-                Ok(WatchEvent::Bookmark {
-                    initial_events_end: end.is_some_and(|v| v == "true"),
-                    resource_version: b.metadata.resource_version.unwrap_or_default(),
-                })
-            }
-            "ERROR" => {
-                let st: Status = serde_json::from_str(ev.object.get())
-                    .map_err(|e| SourceError::Decode(format!("error event: {e}")))?;
-                Ok(WatchEvent::Error(map_status(&st)))
-            }
-            other => Err(SourceError::Decode(format!(
-                "unknown watch event type {other:?}"
-            ))),
-        }
+        decode_watch_line(
+            line,
+            &self.resource.api_version,
+            &self.resource.kind,
+            self.strip_managed_fields,
+        )
     }
 }
 
