@@ -7,6 +7,7 @@
 //! are read as text: each object's metadata is extracted from its JSON span and the span kept as
 //! the object's JSON (re-assembled only to drop `managedFields`), so no JSON tree is built.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -208,7 +209,45 @@ struct RawEvent<'a> {
     object: &'a RawValue,
 }
 
-type RawMap<'a> = std::collections::BTreeMap<&'a str, &'a RawValue>;
+/// A JSON object with its values kept as raw spans.
+type RawMap<'a> = std::collections::BTreeMap<Key<'a>, &'a RawValue>;
+
+/// An object key: borrowed from the text, or owned when the text spells it with escapes
+/// (`"a\u003cb"`, valid JSON that a borrowed `&str` cannot hold).
+#[derive(PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(transparent)]
+struct Key<'a>(Cow<'a, str>);
+
+impl std::borrow::Borrow<str> for Key<'_> {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Key<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(s)))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(s.to_owned())))
+            }
+        }
+        d.deserialize_str(Visit)
+    }
+}
+
+impl Key<'static> {
+    const fn of(s: &'static str) -> Self {
+        Key(Cow::Borrowed(s))
+    }
+}
 
 /// Reads one watch line (`{"type": ..., "object": ...}`) of `api_version`/`kind` objects, as the
 /// watch stream does: the object's metadata is read from its JSON text (see [`decode_object`]),
@@ -278,7 +317,9 @@ pub fn decode_object(
     };
     let given_api_version = text_of("apiVersion");
     let kind = text_of("kind");
-    let strip = strip_managed_fields && md_raw.get().contains("\"managedFields\"");
+    // The key may be spelled with escapes (`"managedField\u0073"`): then parse to be sure.
+    let strip = strip_managed_fields
+        && (md_raw.get().contains("\"managedFields\"") || md_raw.get().contains("\\u"));
     let rebuilt_md = if strip {
         let mut md: RawMap<'_> = serde_json::from_str(md_raw.get()).map_err(bad)?;
         md.remove("managedFields");
@@ -292,13 +333,13 @@ pub fn decode_object(
         let filled_kind =
             RawValue::from_string(serde_json::to_string(kind_name).map_err(bad)?).map_err(bad)?;
         if let Some(md) = &rebuilt_md {
-            top.insert("metadata", md);
+            top.insert(Key::of("metadata"), md);
         }
         if given_api_version.is_none() {
-            top.insert("apiVersion", &filled_api);
+            top.insert(Key::of("apiVersion"), &filled_api);
         }
         if kind.is_none() {
-            top.insert("kind", &filled_kind);
+            top.insert(Key::of("kind"), &filled_kind);
         }
         serde_json::to_string(&top).map_err(bad)?
     } else {
@@ -421,5 +462,38 @@ pub fn map_error(e: kube::Error) -> SourceError {
         kube::Error::BuildRequest(e) => SourceError::Request(e.to_string()),
         kube::Error::HttpError(e) => SourceError::Request(e.to_string()),
         other => SourceError::Connect(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(line: &str) -> Arc<Object> {
+        match decode_watch_line(line, "v1", "Pod", true) {
+            Ok(WatchEvent::Added(o)) => o,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn keys_spelled_with_escapes_are_read_like_any_json_parser_reads_them() {
+        // Valid JSON (Go escapes `<` in keys too); a borrowed key could not hold it.
+        let o = object(
+            r#"{"type":"ADDED","object":{"metadata":{"name":"w"},"a\u003cb":1,"kin\u0064":"Widget"}}"#,
+        );
+        let v: serde_json::Value = serde_json::from_str(o.json()).unwrap();
+        assert_eq!(v["a<b"], 1);
+        assert_eq!(o.meta().kind, "Widget");
+        assert_eq!(o.meta().api_version, "v1", "filled in");
+    }
+
+    #[test]
+    fn managed_fields_spelled_with_escapes_are_stripped_too() {
+        let o = object(
+            r#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","managedField\u0073":[{}]}}}"#,
+        );
+        assert!(!o.json().contains("managedField"), "{}", o.json());
+        assert_eq!(o.meta().name, "p");
     }
 }
