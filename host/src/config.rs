@@ -490,7 +490,9 @@ impl Config {
                 let loc = problem[i + 4..].replace(" column", ", column");
                 problem = format!("{} ({loc})", &problem[..i]);
             }
-            let path = if path == "." {
+            // `.` is the top level; so is an empty path (an unknown field named `` at the top,
+            // e.g. from the text `?`).
+            let path = if path == "." || path.is_empty() {
                 "(top level)".to_owned()
             } else {
                 path

@@ -249,3 +249,12 @@ fn bad_action_grants_and_rate_limits_are_refused_with_their_path() {
         "{e}"
     );
 }
+
+#[test]
+fn an_error_at_the_top_level_names_it_even_for_a_key_without_a_name() {
+    for text in ["?", "\"\": 1", "[]"] {
+        let e = parse(text).expect_err(text);
+        assert_eq!(e.path, "(top level)", "{text:?}: {e}");
+        assert_eq!(e.file, "wisp.yaml");
+    }
+}
