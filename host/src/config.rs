@@ -103,9 +103,14 @@ impl<'de> Deserialize<'de> for Dur {
     }
 }
 
-/// Parses `50ms`, `30s`, `5m`, `1h`, `1m30s`, `0`.
+/// Longest duration: Go's (and so Kubernetes'), 2^63-1 ns, about 292 years. Longer ones would
+/// overflow where the host adds them to an instant or doubles a backoff.
+pub const MAX_DURATION: Duration = Duration::new(9_223_372_036, 854_775_807);
+
+/// Parses `50ms`, `30s`, `5m`, `1h`, `1m30s`, `0` (at most [`MAX_DURATION`]).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let bad = || format!("invalid duration {s:?}: expected e.g. 50ms, 30s, 5m, 1h");
+    let too_long = || format!("duration {s:?} is too long: at most 292 years (2^63-1 ns)");
     let t = s.trim();
     if t == "0" {
         return Ok(Duration::ZERO);
@@ -126,13 +131,16 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             .find(|c: char| c.is_ascii_digit())
             .unwrap_or(rest.len());
         let d = match &rest[..unit_len] {
-            "ms" => Duration::from_millis(n),
-            "s" => Duration::from_secs(n),
-            "m" => Duration::from_secs(n * 60),
-            "h" => Duration::from_secs(n * 3600),
+            "ms" => Some(Duration::from_millis(n)),
+            "s" => Some(Duration::from_secs(n)),
+            "m" => n.checked_mul(60).map(Duration::from_secs),
+            "h" => n.checked_mul(3600).map(Duration::from_secs),
             _ => return Err(bad()),
         };
-        total += d;
+        total = d
+            .and_then(|d| total.checked_add(d))
+            .filter(|t| *t <= MAX_DURATION)
+            .ok_or_else(too_long)?;
         rest = &rest[unit_len..];
     }
     Ok(total)
@@ -535,7 +543,9 @@ impl Config {
                 let loc = problem[i + 4..].replace(" column", ", column");
                 problem = format!("{} ({loc})", &problem[..i]);
             }
-            let path = if path == "." {
+            // `.` is the top level; so is an empty path (an unknown field named `` at the top,
+            // e.g. from the text `?`).
+            let path = if path == "." || path.is_empty() {
                 "(top level)".to_owned()
             } else {
                 path

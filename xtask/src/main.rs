@@ -4,13 +4,14 @@
 //! - `plugins`: build the plugins for wasm32-wasip2 into `plugins/dist/`.
 //! - `test`: build the plugins, then run the whole test suite.
 //! - `bench`: build the plugins, then run `wisp-bench` in release mode.
+//! - `fuzz`: run each fuzz target of `tests/fuzz` for a bounded time (nightly, cargo-fuzz).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, bail};
 
-const USAGE: &str = "usage: cargo xtask <demo|plugins|test|bench> [args]
+const USAGE: &str = "usage: cargo xtask <demo|plugins|test|bench|fuzz> [args]
 
   demo     the host on the bundled demo cluster (deploy/demo) with the example plugins,
            editing manifests while it runs; no cluster needed
@@ -18,7 +19,13 @@ const USAGE: &str = "usage: cargo xtask <demo|plugins|test|bench> [args]
   test     build the plugins, then run the whole test suite (unit and integration tests);
            further args go to cargo test
   bench    build the plugins, then run the benchmark harness (release); `--quick` for a short run,
-           `--only pipeline,latency` for some sections (see `cargo xtask bench -- --help`)";
+           `--only pipeline,latency` for some sections (see `cargo xtask bench -- --help`)
+  fuzz     run the fuzz targets (tests/fuzz: watch_event, config, host_api) one after the other,
+           each for `--seconds N` (default 60); name targets to run only those. Needs the nightly
+           toolchain and cargo-fuzz (`cargo install cargo-fuzz`)";
+
+/// The fuzz targets of `tests/fuzz`, in the order `cargo xtask fuzz` runs them.
+const FUZZ_TARGETS: &[&str] = &["watch_event", "config", "host_api"];
 
 /// The workspace root: found from the current directory (`cargo xtask` runs from anywhere in the
 /// workspace), else where xtask was compiled. A target dir shared by several checkouts can hold
@@ -241,6 +248,141 @@ fn demo() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What one bounded fuzz run did, from libFuzzer's last status line and its exit.
+struct FuzzRun {
+    target: String,
+    runs: String,
+    /// libFuzzer's own count, else the wall time with the build.
+    seconds: u64,
+    cov: String,
+    ft: String,
+    ok: bool,
+}
+
+/// The value after `key` in a libFuzzer status line (`#4096 pulse cov: 812 ft: 2100 ...`).
+fn stat<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    let mut words = line.split_whitespace();
+    words.find(|w| *w == key)?;
+    words.next()
+}
+
+/// Runs one target for `seconds` with `cargo +nightly fuzz run`, new inputs going to the
+/// untracked `tests/fuzz/corpus/<target>`, the committed seeds read too. libFuzzer's output is
+/// passed through; its last status line is kept for the summary.
+fn fuzz_one(root: &Path, target: &str, seconds: u64) -> anyhow::Result<FuzzRun> {
+    use std::io::BufRead;
+    let fuzz = root.join("tests").join("fuzz");
+    let corpus = fuzz.join("corpus").join(target);
+    std::fs::create_dir_all(&corpus).with_context(|| format!("creating {}", corpus.display()))?;
+    // `rustup run`: the xtask's own cargo is the stable one, which knows no `+nightly`.
+    let mut c = Command::new("rustup");
+    c.current_dir(root)
+        .args(["run", "nightly", "cargo", "fuzz", "run", "--fuzz-dir"])
+        .arg(&fuzz)
+        // No sanitizer: the host forbids unsafe code, and without ASan the build and the runs
+        // are about twice as fast on a small machine.
+        .args(["--sanitizer", "none", target])
+        .arg(&corpus)
+        .arg(fuzz.join("seeds").join(target))
+        .arg("--")
+        .arg(format!("-max_total_time={seconds}"))
+        .arg("-print_final_stats=1")
+        .stderr(std::process::Stdio::piped());
+    println!("xtask: fuzzing {target} for {seconds} s");
+    let started = std::time::Instant::now();
+    let mut child = c
+        .spawn()
+        .context("starting `rustup run nightly cargo fuzz`")?;
+    let mut last = String::new();
+    let mut runs = String::from("?");
+    let mut fuzzed = None;
+    if let Some(err) = child.stderr.take() {
+        for line in std::io::BufReader::new(err).lines() {
+            let line = line?;
+            eprintln!("{line}");
+            if line.starts_with('#') && line.contains(" cov: ") {
+                last = line.clone();
+            }
+            if let Some(n) = line.strip_prefix("stat::number_of_executed_units:") {
+                runs = n.trim().to_owned();
+            }
+            // `Done 4133247 runs in 61 second(s)`: the fuzzing time, without the build.
+            if let Some(secs) = line
+                .strip_prefix("Done ")
+                .and_then(|l| stat(l, "in"))
+                .and_then(|n| n.parse().ok())
+            {
+                fuzzed = Some(secs);
+            }
+        }
+    }
+    let status = child.wait()?;
+    Ok(FuzzRun {
+        target: target.to_owned(),
+        runs,
+        seconds: fuzzed.unwrap_or_else(|| started.elapsed().as_secs()),
+        cov: stat(&last, "cov:").unwrap_or("?").to_owned(),
+        ft: stat(&last, "ft:").unwrap_or("?").to_owned(),
+        ok: status.success(),
+    })
+}
+
+/// `cargo xtask fuzz [--seconds N] [target...]`: each target in turn, then a summary.
+fn fuzz(args: &[String]) -> anyhow::Result<()> {
+    let mut seconds = 60;
+    let mut targets = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--seconds" => {
+                let n = it.next().context("--seconds needs a number")?;
+                seconds = n
+                    .parse()
+                    .with_context(|| format!("--seconds {n:?}: expected a number"))?;
+            }
+            t if FUZZ_TARGETS.contains(&t) => targets.push(t),
+            other => {
+                bail!("unknown fuzz argument {other:?} (targets: {FUZZ_TARGETS:?})\n\n{USAGE}")
+            }
+        }
+    }
+    if targets.is_empty() {
+        targets = FUZZ_TARGETS.to_vec();
+    }
+    let check = Command::new("rustup")
+        .args(["run", "nightly", "cargo", "fuzz", "--version"])
+        .output();
+    if !check.is_ok_and(|o| o.status.success()) {
+        bail!(
+            "fuzzing needs the nightly toolchain and cargo-fuzz: \
+             `rustup toolchain install nightly` and `cargo install cargo-fuzz`"
+        );
+    }
+    let root = root();
+    let mut done = Vec::new();
+    for t in targets {
+        done.push(fuzz_one(&root, t, seconds)?);
+    }
+    println!("\n| target | runs | seconds | cov | ft | result |\n|---|---|---|---|---|---|");
+    for r in &done {
+        let result = if r.ok {
+            "no failure".to_owned()
+        } else {
+            format!("FAILED: see tests/fuzz/artifacts/{}/", r.target)
+        };
+        println!(
+            "| {} | {} | {} | {} | {} | {result} |",
+            r.target, r.runs, r.seconds, r.cov, r.ft
+        );
+    }
+    if done.iter().any(|r| !r.ok) {
+        bail!(
+            "a fuzz target failed; reproduce with `cargo +nightly fuzz run --fuzz-dir tests/fuzz -s none <target> <artifact>`"
+        );
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (task, rest) = match args.split_first() {
@@ -277,6 +419,7 @@ fn main() -> anyhow::Result<()> {
                 .args(rest.iter().skip_while(|a| *a == "--"));
             run(c)
         }
+        "fuzz" => fuzz(rest),
         "-h" | "--help" | "help" => {
             println!("{USAGE}");
             Ok(())

@@ -32,12 +32,15 @@ impl TokenBucket {
             self.tokens -= 1.0;
             return Ok(());
         }
+        // A rate the config accepts can be tiny (`perSecond: 1e-300`): a wait too long for a
+        // `Duration` is as good as forever.
         if self.per_second <= 0.0 {
             return Err(Duration::MAX);
         }
-        Err(Duration::from_secs_f64(
-            (1.0 - self.tokens) / self.per_second,
-        ))
+        Err(
+            Duration::try_from_secs_f64((1.0 - self.tokens) / self.per_second)
+                .unwrap_or(Duration::MAX),
+        )
     }
 }
 
@@ -57,6 +60,14 @@ mod tests {
         // Ten idle seconds refill to the burst only.
         let later = t0 + Duration::from_secs(11);
         assert_eq!((0..10).filter(|_| b.take(later).is_ok()).count(), 3);
+    }
+
+    #[test]
+    fn a_tiny_rate_waits_forever_instead_of_panicking() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(1e-300, 1, t0);
+        assert!(b.take(t0).is_ok());
+        assert_eq!(b.take(t0), Err(Duration::MAX));
     }
 
     #[test]

@@ -304,3 +304,37 @@ fn bad_action_grants_and_rate_limits_are_refused_with_their_path() {
         "{e}"
     );
 }
+
+#[test]
+fn an_error_at_the_top_level_names_it_even_for_a_key_without_a_name() {
+    for text in ["?", "\"\": 1", "[]"] {
+        let e = parse(text).expect_err(text);
+        assert_eq!(e.path, "(top level)", "{text:?}: {e}");
+        assert_eq!(e.file, "wisp.yaml");
+    }
+}
+
+#[test]
+fn a_duration_too_long_is_refused_instead_of_overflowing() {
+    for text in [
+        "307445734561825861m",
+        "5124095576030432h",
+        "18446744073709551615s1s",
+        "293y",
+    ] {
+        assert!(parse_duration(text).is_err(), "{text}");
+    }
+    assert!(parse_duration("9223372036s854ms").is_ok());
+    assert!(
+        parse_duration("9223372037s")
+            .unwrap_err()
+            .contains("too long")
+    );
+    let e = err_of(
+        "source: kube\ninformers: [{ name: a, apiVersion: v1, kind: Pod, resync: 999999999999999999h }]\n",
+    );
+    assert!(
+        e.contains("informers[0].resync") && e.contains("too long"),
+        "{e}"
+    );
+}

@@ -67,6 +67,13 @@ pub fn to_wit(o: &crate::informer::Object) -> ObjectResult {
     }
 }
 
+/// The cache key of `namespace`/`name`, or `None` when a `/` in either would make it another
+/// object's key (`None`, `"a/p"` is the key of `"a"`, `"p"`): Kubernetes names have no `/`.
+fn cache_key(namespace: Option<&str>, name: &str) -> Option<String> {
+    (!name.contains('/') && !namespace.is_some_and(|n| n.contains('/')))
+        .then(|| key_for(namespace, name))
+}
+
 /// A valid Prometheus metric or label name.
 fn valid_name(s: &str) -> bool {
     let mut chars = s.chars();
@@ -134,8 +141,8 @@ impl host::Host for StoreData {
         name: String,
     ) -> Result<Option<ObjectResult>, CacheError> {
         let cache = self.granted(&informer)?;
-        Ok(cache
-            .get_by_key(&key_for(namespace.as_deref(), &name))
+        Ok(cache_key(namespace.as_deref(), &name)
+            .and_then(|k| cache.get_by_key(&k))
             .map(|o| to_wit(&o)))
     }
 
@@ -235,7 +242,7 @@ pub const MAX_MANIFEST: usize = 1 << 20;
 impl StoreData {
     /// The uid and resourceVersion of `t` when one of the plugin's informers caches it.
     fn ids_of(&self, t: &Target) -> Option<(String, String)> {
-        let key = key_for(t.namespace.as_deref(), &t.name);
+        let key = cache_key(t.namespace.as_deref(), &t.name)?;
         self.api.grants.caches.values().find_map(|c| {
             c.get_by_key(&key).and_then(|o| {
                 let m = o.meta();
@@ -290,7 +297,8 @@ impl policy::Host for StoreData {
             ))
         })?;
         let key = key_for(namespace.as_deref(), &name);
-        let Some(obj) = cache.get_by_key(&key) else {
+        let Some(obj) = cache_key(namespace.as_deref(), &name).and_then(|k| cache.get_by_key(&k))
+        else {
             return Err(policy::VerdictError::NotFound(format!(
                 "informer {informer:?} has no object {key:?}"
             )));
@@ -394,5 +402,62 @@ impl actions::Host for StoreData {
                 .request(regarding, Err(e), ActionVerb::Create),
         };
         accepted(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::actions::PluginActions;
+    use crate::informer::Indexer;
+    use crate::informer::object::test_util::obj;
+    use crate::plugin::state::{Grants, HostApi};
+    use crate::plugin::status::PluginStatus;
+
+    /// Store data of a plugin granted `pods`, which caches `a/p` and the cluster-scoped `n`.
+    fn store() -> StoreData {
+        let pods = Indexer::new();
+        pods.add(obj(Some("a"), "p", "1"));
+        pods.add(obj(None, "n", "1"));
+        let grants = Grants::caches(BTreeMap::from([("pods".to_owned(), pods.cache())]));
+        let status = Arc::new(PluginStatus::default());
+        let actions = PluginActions::new(
+            "t".into(),
+            Default::default(),
+            status.clone(),
+            grants.services.clone(),
+        );
+        let api = HostApi {
+            plugin: "t".into(),
+            grants,
+            log_level: LogLevel::Info,
+            status,
+            actions: Arc::new(actions),
+            verdict_events: false,
+        };
+        StoreData::new(api, 1 << 20)
+    }
+
+    #[test]
+    fn a_name_with_a_slash_names_no_object_rather_than_another_ones_key() {
+        let mut s = store();
+        let get = |s: &mut StoreData, ns: Option<&str>, name: &str| {
+            host::Host::cache_get(s, "pods".into(), ns.map(Into::into), name.into())
+                .unwrap()
+                .map(|o| o.meta.name)
+        };
+        assert_eq!(get(&mut s, Some("a"), "p").as_deref(), Some("p"));
+        assert_eq!(get(&mut s, None, "n").as_deref(), Some("n"));
+        assert_eq!(
+            get(&mut s, None, "a/p"),
+            None,
+            "the key of a/p, not its name"
+        );
+        assert_eq!(get(&mut s, Some("a/b"), "p"), None);
+        let r = policy::Host::report(&mut s, "pods".into(), None, "a/p".into(), "r".into(), None);
+        assert!(matches!(r, Err(policy::VerdictError::NotFound(_))), "{r:?}");
     }
 }

@@ -262,7 +262,10 @@ impl PluginStatus {
         if !self.series_allowed(m.len(), m.contains_key(&key)) {
             return false;
         }
-        *m.entry(key).or_default() += v;
+        // A plugin can add u64::MAX twice: the counter stays at the top instead of wrapping
+        // (or panicking in a debug build).
+        let c = m.entry(key).or_default();
+        *c = c.saturating_add(v);
         true
     }
 
@@ -317,4 +320,22 @@ pub fn series_key(name: &str, labels: &[(&str, &str)]) -> SeriesKey {
         .collect();
     l.sort();
     (name.to_owned(), l)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_guest_counter_saturates_instead_of_overflowing() {
+        let s = PluginStatus::default();
+        let key = series_key("requests_total", &[("code", "200")]);
+        assert!(s.counter_add(key.clone(), u64::MAX - 1));
+        assert!(s.counter_add(key.clone(), 5));
+        assert!(s.counter_add(key, u64::MAX));
+        assert_eq!(
+            s.guest_counter("requests_total", &[("code", "200")]),
+            u64::MAX
+        );
+    }
 }

@@ -7,6 +7,7 @@
 //! are read as text: each object's metadata is extracted from its JSON span and the span kept as
 //! the object's JSON (re-assembled only to drop `managedFields`), so no JSON tree is built.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -208,123 +209,193 @@ struct RawEvent<'a> {
     object: &'a RawValue,
 }
 
-type RawMap<'a> = std::collections::BTreeMap<&'a str, &'a RawValue>;
+/// A JSON object with its values kept as raw spans.
+type RawMap<'a> = std::collections::BTreeMap<Key<'a>, &'a RawValue>;
+
+/// An object key: borrowed from the text, or owned when the text spells it with escapes
+/// (`"a\u003cb"`, valid JSON that a borrowed `&str` cannot hold).
+#[derive(PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(transparent)]
+struct Key<'a>(Cow<'a, str>);
+
+impl std::borrow::Borrow<str> for Key<'_> {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Key<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(s)))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(s.to_owned())))
+            }
+        }
+        d.deserialize_str(Visit)
+    }
+}
+
+impl Key<'static> {
+    const fn of(s: &'static str) -> Self {
+        Key(Cow::Borrowed(s))
+    }
+}
+
+/// Reads one watch line (`{"type": ..., "object": ...}`) of `api_version`/`kind` objects, as the
+/// watch stream does: the object's metadata is read from its JSON text (see [`decode_object`]),
+/// bookmarks keep their resourceVersion, ERROR events map to [`SourceError`]s. Never panics;
+/// text that is not JSON is a [`SourceError::Decode`].
+pub fn decode_watch_line(
+    line: &str,
+    api_version: &str,
+    kind: &str,
+    strip_managed_fields: bool,
+) -> Result<WatchEvent, SourceError> {
+    let object = |raw: &RawValue| decode_object(raw.get(), api_version, kind, strip_managed_fields);
+    let ev: RawEvent<'_> =
+        serde_json::from_str(line).map_err(|e| SourceError::Decode(format!("watch event: {e}")))?;
+    match ev.kind.as_str() {
+        "ADDED" => object(ev.object).map(WatchEvent::Added),
+        "MODIFIED" => object(ev.object).map(WatchEvent::Modified),
+        "DELETED" => object(ev.object).map(WatchEvent::Deleted),
+        "BOOKMARK" => {
+            #[derive(serde::Deserialize)]
+            struct Bookmark {
+                metadata: MetaView,
+            }
+            let b: Bookmark = serde_json::from_str(ev.object.get())
+                .map_err(|e| SourceError::Decode(format!("bookmark: {e}")))?;
+            let end = b
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(INITIAL_EVENTS_END));
+            Ok(WatchEvent::Bookmark {
+                initial_events_end: end.is_some_and(|v| v == "true"),
+                resource_version: b.metadata.resource_version.unwrap_or_default(),
+            })
+        }
+        "ERROR" => {
+            let st: Status = serde_json::from_str(ev.object.get())
+                .map_err(|e| SourceError::Decode(format!("error event: {e}")))?;
+            Ok(WatchEvent::Error(map_status(&st)))
+        }
+        other => Err(SourceError::Decode(format!(
+            "unknown watch event type {other:?}"
+        ))),
+    }
+}
+
+/// Builds an object from its JSON text without building a JSON tree: metadata is read from the
+/// text; the text is kept as is unless `managedFields` must go or apiVersion/kind must be filled
+/// in with `api_version`/`kind` (then the top level is reassembled from the raw spans).
+pub fn decode_object(
+    raw: &str,
+    api_version: &str,
+    kind_name: &str,
+    strip_managed_fields: bool,
+) -> Result<Arc<Object>, SourceError> {
+    let bad = |e: serde_json::Error| SourceError::Decode(format!("{kind_name} object: {e}"));
+    let mut top: RawMap<'_> = serde_json::from_str(raw).map_err(bad)?;
+    let md_raw = top
+        .get("metadata")
+        .copied()
+        .ok_or_else(|| SourceError::Decode(format!("{kind_name} object without metadata")))?;
+    let view: MetaView = serde_json::from_str(md_raw.get()).map_err(bad)?;
+    let text_of = |k: &str| {
+        top.get(k)
+            .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
+            .filter(|s| !s.is_empty())
+    };
+    let given_api_version = text_of("apiVersion");
+    let kind = text_of("kind");
+    // The key may be spelled with escapes (`"managedField\u0073"`): then parse to be sure.
+    let strip = strip_managed_fields
+        && (md_raw.get().contains("\"managedFields\"") || md_raw.get().contains("\\u"));
+    let rebuilt_md = if strip {
+        let mut md: RawMap<'_> = serde_json::from_str(md_raw.get()).map_err(bad)?;
+        md.remove("managedFields");
+        Some(RawValue::from_string(serde_json::to_string(&md).map_err(bad)?).map_err(bad)?)
+    } else {
+        None
+    };
+    let json = if rebuilt_md.is_some() || given_api_version.is_none() || kind.is_none() {
+        let filled_api =
+            RawValue::from_string(serde_json::to_string(api_version).map_err(bad)?).map_err(bad)?;
+        let filled_kind =
+            RawValue::from_string(serde_json::to_string(kind_name).map_err(bad)?).map_err(bad)?;
+        if let Some(md) = &rebuilt_md {
+            top.insert(Key::of("metadata"), md);
+        }
+        if given_api_version.is_none() {
+            top.insert(Key::of("apiVersion"), &filled_api);
+        }
+        if kind.is_none() {
+            top.insert(Key::of("kind"), &filled_kind);
+        }
+        serde_json::to_string(&top).map_err(bad)?
+    } else {
+        raw.to_owned()
+    };
+    let name = view
+        .name
+        .ok_or_else(|| SourceError::Decode(format!("{kind_name} object without metadata.name")))?;
+    let meta = ObjectMeta {
+        api_version: given_api_version.unwrap_or_else(|| api_version.to_owned()),
+        kind: kind.unwrap_or_else(|| kind_name.to_owned()),
+        namespace: view.namespace.filter(|n| !n.is_empty()),
+        name,
+        uid: view.uid.unwrap_or_default(),
+        resource_version: view.resource_version.unwrap_or_default(),
+        labels: view
+            .labels
+            .map(|m| m.into_iter().collect())
+            .unwrap_or_default(),
+        annotations: view
+            .annotations
+            .map(|m| m.into_iter().collect())
+            .unwrap_or_default(),
+        owner_references: view
+            .owner_references
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| OwnerRef {
+                api_version: r.api_version,
+                kind: r.kind,
+                name: r.name,
+                uid: r.uid,
+                controller: r.controller.unwrap_or(false),
+            })
+            .collect(),
+    };
+    Ok(Arc::new(Object::from_parts(meta, json)))
+}
 
 impl KubeSource {
-    /// Builds an object from its JSON text without building a JSON tree: metadata is read from
-    /// the text; the text is kept as is unless `managedFields` must go or apiVersion/kind must
-    /// be filled in (then the top level is reassembled from the raw spans).
     fn parse_raw(&self, raw: &str) -> Result<Arc<Object>, SourceError> {
-        let kind_name = &self.resource.kind;
-        let bad = |e: serde_json::Error| SourceError::Decode(format!("{kind_name} object: {e}"));
-        let mut top: RawMap<'_> = serde_json::from_str(raw).map_err(bad)?;
-        let md_raw = top
-            .get("metadata")
-            .copied()
-            .ok_or_else(|| SourceError::Decode(format!("{kind_name} object without metadata")))?;
-        let view: MetaView = serde_json::from_str(md_raw.get()).map_err(bad)?;
-        let text_of = |k: &str| {
-            top.get(k)
-                .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
-                .filter(|s| !s.is_empty())
-        };
-        let api_version = text_of("apiVersion");
-        let kind = text_of("kind");
-        let strip = self.strip_managed_fields && md_raw.get().contains("\"managedFields\"");
-        let rebuilt_md = if strip {
-            let mut md: RawMap<'_> = serde_json::from_str(md_raw.get()).map_err(bad)?;
-            md.remove("managedFields");
-            Some(RawValue::from_string(serde_json::to_string(&md).map_err(bad)?).map_err(bad)?)
-        } else {
-            None
-        };
-        let json = if rebuilt_md.is_some() || api_version.is_none() || kind.is_none() {
-            let filled_api = RawValue::from_string(
-                serde_json::to_string(&self.resource.api_version).map_err(bad)?,
-            )
-            .map_err(bad)?;
-            let filled_kind = RawValue::from_string(serde_json::to_string(kind_name).map_err(bad)?)
-                .map_err(bad)?;
-            if let Some(md) = &rebuilt_md {
-                top.insert("metadata", md);
-            }
-            if api_version.is_none() {
-                top.insert("apiVersion", &filled_api);
-            }
-            if kind.is_none() {
-                top.insert("kind", &filled_kind);
-            }
-            serde_json::to_string(&top).map_err(bad)?
-        } else {
-            raw.to_owned()
-        };
-        let name = view.name.ok_or_else(|| {
-            SourceError::Decode(format!("{kind_name} object without metadata.name"))
-        })?;
-        let meta = ObjectMeta {
-            api_version: api_version.unwrap_or_else(|| self.resource.api_version.clone()),
-            kind: kind.unwrap_or_else(|| kind_name.clone()),
-            namespace: view.namespace.filter(|n| !n.is_empty()),
-            name,
-            uid: view.uid.unwrap_or_default(),
-            resource_version: view.resource_version.unwrap_or_default(),
-            labels: view
-                .labels
-                .map(|m| m.into_iter().collect())
-                .unwrap_or_default(),
-            annotations: view
-                .annotations
-                .map(|m| m.into_iter().collect())
-                .unwrap_or_default(),
-            owner_references: view
-                .owner_references
-                .unwrap_or_default()
-                .into_iter()
-                .map(|r| OwnerRef {
-                    api_version: r.api_version,
-                    kind: r.kind,
-                    name: r.name,
-                    uid: r.uid,
-                    controller: r.controller.unwrap_or(false),
-                })
-                .collect(),
-        };
-        Ok(Arc::new(Object::from_parts(meta, json)))
+        decode_object(
+            raw,
+            &self.resource.api_version,
+            &self.resource.kind,
+            self.strip_managed_fields,
+        )
     }
 
     fn parse_event(&self, line: &str) -> Result<WatchEvent, SourceError> {
-        let ev: RawEvent<'_> = serde_json::from_str(line)
-            .map_err(|e| SourceError::Decode(format!("watch event: {e}")))?;
-        match ev.kind.as_str() {
-            "ADDED" => self.parse_raw(ev.object.get()).map(WatchEvent::Added),
-            "MODIFIED" => self.parse_raw(ev.object.get()).map(WatchEvent::Modified),
-            "DELETED" => self.parse_raw(ev.object.get()).map(WatchEvent::Deleted),
-            "BOOKMARK" => {
-                #[derive(serde::Deserialize)]
-                struct Bookmark {
-                    metadata: MetaView,
-                }
-                let b: Bookmark = serde_json::from_str(ev.object.get())
-                    .map_err(|e| SourceError::Decode(format!("bookmark: {e}")))?;
-                let end = b
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(INITIAL_EVENTS_END));
-                Ok(WatchEvent::Bookmark {
-                    initial_events_end: end.is_some_and(|v| v == "true"),
-                    resource_version: b.metadata.resource_version.unwrap_or_default(),
-                })
-            }
-            "ERROR" => {
-                let st: Status = serde_json::from_str(ev.object.get())
-                    .map_err(|e| SourceError::Decode(format!("error event: {e}")))?;
-                Ok(WatchEvent::Error(map_status(&st)))
-            }
-            other => Err(SourceError::Decode(format!(
-                "unknown watch event type {other:?}"
-            ))),
-        }
+        decode_watch_line(
+            line,
+            &self.resource.api_version,
+            &self.resource.kind,
+            self.strip_managed_fields,
+        )
     }
 }
 
@@ -391,5 +462,38 @@ pub fn map_error(e: kube::Error) -> SourceError {
         kube::Error::BuildRequest(e) => SourceError::Request(e.to_string()),
         kube::Error::HttpError(e) => SourceError::Request(e.to_string()),
         other => SourceError::Connect(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(line: &str) -> Arc<Object> {
+        match decode_watch_line(line, "v1", "Pod", true) {
+            Ok(WatchEvent::Added(o)) => o,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn keys_spelled_with_escapes_are_read_like_any_json_parser_reads_them() {
+        // Valid JSON (Go escapes `<` in keys too); a borrowed key could not hold it.
+        let o = object(
+            r#"{"type":"ADDED","object":{"metadata":{"name":"w"},"a\u003cb":1,"kin\u0064":"Widget"}}"#,
+        );
+        let v: serde_json::Value = serde_json::from_str(o.json()).unwrap();
+        assert_eq!(v["a<b"], 1);
+        assert_eq!(o.meta().kind, "Widget");
+        assert_eq!(o.meta().api_version, "v1", "filled in");
+    }
+
+    #[test]
+    fn managed_fields_spelled_with_escapes_are_stripped_too() {
+        let o = object(
+            r#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","managedField\u0073":[{}]}}}"#,
+        );
+        assert!(!o.json().contains("managedField"), "{}", o.json());
+        assert_eq!(o.meta().name, "p");
     }
 }
