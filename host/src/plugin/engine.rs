@@ -180,6 +180,11 @@ impl PluginEngine {
         self.fuel
     }
 
+    /// The epoch tick.
+    pub fn tick(&self) -> Duration {
+        self.tick
+    }
+
     /// Epoch ticks for a deadline (at least one).
     pub fn deadline_ticks(&self, deadline: Duration) -> u64 {
         (deadline.as_nanos().div_ceil(self.tick.as_nanos())).max(1) as u64

@@ -13,7 +13,7 @@ use super::state::{HostApi, StoreData};
 /// How a call into a plugin failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CallError {
-    /// Cut by the wall-clock deadline.
+    /// Cut by its deadline (CPU time, or the wall-clock cap).
     Deadline(Duration),
     /// The plugin tried to grow its memory beyond the cap.
     OutOfMemory(u64),
@@ -63,7 +63,9 @@ impl Instance {
         let mut store = Store::new(engine.engine(), StoreData::new(api, limits.memory));
         store.limiter(|s| &mut s.limiter);
         let ticks = engine.deadline_ticks(limits.deadline);
+        store.epoch_deadline_callback(deadline_check(limits.deadline, engine.tick()));
         // Instantiation runs wasm (start functions): arm the deadline first.
+        store.data_mut().call_start = Some(call_clock());
         store.set_epoch_deadline(ticks);
         if engine.fuel() {
             let _ = store.set_fuel(limits.fuel.unwrap_or(u64::MAX));
@@ -82,6 +84,7 @@ impl Instance {
     }
 
     fn arm(&mut self) {
+        self.store.data_mut().call_start = Some(call_clock());
         self.store.set_epoch_deadline(self.ticks);
         if self.fuel_engine {
             let _ = self.store.set_fuel(self.limits.fuel.unwrap_or(u64::MAX));
@@ -146,6 +149,54 @@ impl Instance {
                 .call_restore(&mut self.store, state)
                 .map_err(|e| self.fail(e))
         })
+    }
+}
+
+/// Longest wall-clock time a call may take, whatever CPU time it used: `WALL_CAP_FACTOR` times
+/// its deadline, and at least [`MIN_WALL_CAP`].
+pub const WALL_CAP_FACTOR: u32 = 20;
+/// See [`WALL_CAP_FACTOR`].
+pub const MIN_WALL_CAP: Duration = Duration::from_secs(1);
+
+fn call_clock() -> (Duration, std::time::Instant) {
+    (
+        super::cputime::thread_cpu_time().unwrap_or_default(),
+        std::time::Instant::now(),
+    )
+}
+
+/// What happens when a call's epoch deadline passes. The deadline is CPU time of the thread
+/// running the call: with more busy threads than cores, a call can wait for a core for longer
+/// than its deadline while running far less, and cutting it then would fail a healthy plugin
+/// (and quarantine it, under load). So the call is cut when its thread has used `deadline` of
+/// CPU time, or after [`WALL_CAP_FACTOR`] times its deadline of wall time, whichever comes
+/// first; otherwise the deadline is pushed back by the CPU time it has left. On an idle machine
+/// CPU time and wall time are the same and the cut comes at the deadline, to one epoch tick.
+/// Where the thread's CPU time cannot be read, the deadline is wall-clock time.
+fn deadline_check(
+    deadline: Duration,
+    tick: Duration,
+) -> impl FnMut(wasmtime::StoreContextMut<'_, StoreData>) -> wasmtime::Result<wasmtime::UpdateDeadline>
++ Send
++ Sync
++ 'static {
+    let wall_cap = (deadline * WALL_CAP_FACTOR).max(MIN_WALL_CAP);
+    move |ctx| {
+        let Some((cpu0, wall0)) = ctx.data().call_start else {
+            return Ok(wasmtime::UpdateDeadline::Interrupt);
+        };
+        let Some(cpu) = super::cputime::thread_cpu_time() else {
+            return Ok(wasmtime::UpdateDeadline::Interrupt);
+        };
+        let used = cpu.saturating_sub(cpu0);
+        if used >= deadline || wall0.elapsed() >= wall_cap {
+            return Ok(wasmtime::UpdateDeadline::Interrupt);
+        }
+        let left = deadline - used;
+        let ticks = left.as_nanos().div_ceil(tick.as_nanos().max(1)).max(1);
+        Ok(wasmtime::UpdateDeadline::Continue(
+            u64::try_from(ticks).unwrap_or(u64::MAX),
+        ))
     }
 }
 

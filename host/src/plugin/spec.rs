@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::informer::{Overflow, QueueBound};
 
-/// Default wall-clock deadline of one call into a plugin.
+/// Default deadline of one call into a plugin (CPU time of its thread).
 pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(50);
 /// Default cap of a plugin's linear memory.
 pub const DEFAULT_MEMORY: u64 = 64 * 1024 * 1024;
@@ -24,7 +24,9 @@ pub const DEFAULT_OVERFLOW: Overflow = Overflow::Coalesce;
 pub struct Limits {
     /// Largest linear memory, in bytes.
     pub memory: u64,
-    /// Wall-clock deadline of one call (enforced by epoch interruption, to one tick).
+    /// Deadline of one call: CPU time of the thread running it, checked at epoch ticks (so to
+    /// one tick), with a wall-clock cap of 20 times this (at least 1 s); see
+    /// `instance::deadline_check`.
     pub deadline: Duration,
     /// Fuel per call (instructions, roughly); `None` = unlimited. Needs an engine with fuel on.
     pub fuel: Option<u64>,

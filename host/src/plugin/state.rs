@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
@@ -100,6 +101,8 @@ pub struct StoreData {
     pub limiter: MemoryLimiter,
     /// Host API state.
     pub api: HostApi,
+    /// When the current call started: the thread's CPU time and the wall clock.
+    pub call_start: Option<(Duration, Instant)>,
 }
 
 impl StoreData {
@@ -123,6 +126,7 @@ impl StoreData {
                 hit: false,
             },
             api,
+            call_start: None,
         }
     }
 }
