@@ -741,6 +741,9 @@ async fn core_figures(a: &Args) -> anyhow::Result<()> {
     })
     .await?;
     let _ = stop_tx.send(());
+    // Later sections must not share the cores with this server's watches and bookmarks.
+    server.shutdown();
+    drop(inf);
 
     let rate = |count: u64, d: Duration| count as f64 / d.as_secs_f64().max(1e-9);
     let (kl, kw) = (rate(n, k_list), rate(m, seen_k.watch_time()));
