@@ -68,16 +68,10 @@ struct Harness {
 impl Harness {
     async fn start(pods: usize) -> Self {
         let server = server_with_pods(pods).await;
-        let cluster = Cluster {
-            server: server.clone(),
-            live: (0..pods)
-                .map(|i| ("default".to_owned(), format!("web-{i}")))
-                .collect(),
-            next_name: 0,
-            rng: Lcg(7),
-            deletes: 0,
-            deleted: Vec::new(),
-        };
+        let live = (0..pods)
+            .map(|i| ("default".to_owned(), format!("web-{i}")))
+            .collect();
+        let cluster = Cluster::new(server.clone(), live, 7);
         let inf = pod_informer(&server, fast_config());
         let rec = Recorder::new();
         let rec_reg = inf

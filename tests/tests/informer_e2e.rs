@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::churn::{Cluster, Lcg};
+use common::churn::Cluster;
 use common::*;
 use wisp_host::informer::Notification;
 use wisp_host::informer::handler::Recorder;
@@ -23,14 +23,7 @@ async fn ten_thousand_objects_and_five_thousand_changes_through_drops_and_compac
         server.create(pod(&ns, &name)).unwrap();
         live.push((ns, name));
     }
-    let mut cluster = Cluster {
-        server: server.clone(),
-        live,
-        next_name: 0,
-        rng: Lcg(42),
-        deletes: 0,
-        deleted: Vec::new(),
-    };
+    let mut cluster = Cluster::new(server.clone(), live, 42);
 
     let inf = pod_informer(&server, fast_config());
     let early = Recorder::new();

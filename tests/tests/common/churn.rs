@@ -27,6 +27,18 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// Churn on `server`, whose pods are `live` (namespace, name), with random seed `seed`.
+    pub fn new(server: TestApiServer, live: Vec<(String, String)>, seed: u64) -> Self {
+        Self {
+            server,
+            live,
+            next_name: 0,
+            rng: Lcg(seed),
+            deletes: 0,
+            deleted: Vec::new(),
+        }
+    }
+
     /// One random change: update (60%), create (20%) or delete (20%).
     pub fn change(&mut self, n: u64) {
         let roll = self.rng.next(10);
