@@ -123,19 +123,16 @@ pub struct VerdictFilter {
     pub rule: Option<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Key {
-    plugin: String,
-    informer: String,
-    object: String,
-    rule: String,
-}
+/// Where a violation sits in its plugin's map: informer, object key, rule (so an object's
+/// violations are one range).
+type Slot = (String, String, String);
 
 /// Every plugin's current violations.
 #[derive(Debug, Default)]
 pub struct VerdictStore {
-    map: RwLock<BTreeMap<Key, Verdict>>,
-    /// Number of entries (read without the lock on the delivery path).
+    /// Per plugin, its violations by slot.
+    by_plugin: RwLock<BTreeMap<String, BTreeMap<Slot, Verdict>>>,
+    /// Number of violations held (read without the lock on the delivery path).
     len: AtomicUsize,
 }
 
@@ -172,21 +169,23 @@ impl VerdictStore {
                 rule.len()
             ));
         }
-        let key = Key {
-            plugin: plugin.to_owned(),
-            informer: subject.informer.clone(),
-            object: subject.key(),
-            rule: rule.to_owned(),
-        };
-        let mut map = self.map.write().unwrap_or_else(PoisonError::into_inner);
+        let slot: Slot = (subject.informer.clone(), subject.key(), rule.to_owned());
+        let mut by_plugin = self
+            .by_plugin
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
         let Some((severity, mut message)) = violation else {
-            let change = if map.remove(&key).is_some() {
-                Change::Cleared
-            } else {
-                Change::Passed
+            let Some(slots) = by_plugin.get_mut(plugin) else {
+                return Ok(Change::Passed);
             };
-            self.len.store(map.len(), Ordering::Relaxed);
-            return Ok(change);
+            if slots.remove(&slot).is_none() {
+                return Ok(Change::Passed);
+            }
+            self.len.fetch_sub(1, Ordering::Relaxed);
+            if slots.is_empty() {
+                by_plugin.remove(plugin);
+            }
+            return Ok(Change::Cleared);
         };
         if message.len() > MAX_MESSAGE_LEN {
             let mut cut = MAX_MESSAGE_LEN;
@@ -196,7 +195,8 @@ impl VerdictStore {
             message.truncate(cut);
         }
         let now = rfc3339(SystemTime::now());
-        if let Some(v) = map.get_mut(&key) {
+        let slots = by_plugin.entry(plugin.to_owned()).or_default();
+        if let Some(v) = slots.get_mut(&slot) {
             let changed = v.severity != severity || v.message != message;
             v.severity = severity;
             v.message = message;
@@ -209,14 +209,13 @@ impl VerdictStore {
                 Change::Unchanged
             });
         }
-        let held = map.keys().filter(|k| k.plugin == plugin).count();
-        if held >= MAX_VERDICTS_PER_PLUGIN {
+        if slots.len() >= MAX_VERDICTS_PER_PLUGIN {
             return Err(format!(
                 "the plugin already holds {MAX_VERDICTS_PER_PLUGIN} violations"
             ));
         }
-        map.insert(
-            key,
+        slots.insert(
+            slot,
             Verdict {
                 plugin: plugin.to_owned(),
                 plugin_version: plugin_version.to_owned(),
@@ -228,36 +227,59 @@ impl VerdictStore {
                 last_reported: now,
             },
         );
-        self.len.store(map.len(), Ordering::Relaxed);
+        self.len.fetch_add(1, Ordering::Relaxed);
         Ok(Change::Raised)
     }
 
     /// Clears `plugin`'s verdicts on the object `key` of `informer` (it was deleted).
     pub fn clear_object(&self, plugin: &str, informer: &str, key: &str) -> usize {
-        if self.len.load(Ordering::Relaxed) == 0 {
+        if self.is_empty() {
             return 0;
         }
-        let mut map = self.map.write().unwrap_or_else(PoisonError::into_inner);
-        let before = map.len();
-        map.retain(|k, _| !(k.plugin == plugin && k.informer == informer && k.object == key));
-        self.len.store(map.len(), Ordering::Relaxed);
-        before - map.len()
+        let mut by_plugin = self
+            .by_plugin
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(slots) = by_plugin.get_mut(plugin) else {
+            return 0;
+        };
+        let from: Slot = (informer.to_owned(), key.to_owned(), String::new());
+        let gone: Vec<Slot> = slots
+            .range(from..)
+            .take_while(|((i, o, _), _)| i == informer && o == key)
+            .map(|(slot, _)| slot.clone())
+            .collect();
+        for slot in &gone {
+            slots.remove(slot);
+        }
+        if slots.is_empty() {
+            by_plugin.remove(plugin);
+        }
+        self.len.fetch_sub(gone.len(), Ordering::Relaxed);
+        gone.len()
     }
 
     /// Clears every verdict of `plugin` (it was removed).
     pub fn clear_plugin(&self, plugin: &str) -> usize {
-        let mut map = self.map.write().unwrap_or_else(PoisonError::into_inner);
-        let before = map.len();
-        map.retain(|k, _| k.plugin != plugin);
-        self.len.store(map.len(), Ordering::Relaxed);
-        before - map.len()
+        let mut by_plugin = self
+            .by_plugin
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let n = by_plugin.remove(plugin).map_or(0, |slots| slots.len());
+        self.len.fetch_sub(n, Ordering::Relaxed);
+        n
     }
 
     /// Current violations matching `filter`, by plugin, informer, object and rule.
     pub fn list(&self, filter: &VerdictFilter) -> Vec<Verdict> {
-        let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
-        map.values()
-            .filter(|v| filter.plugin.as_ref().is_none_or(|p| *p == v.plugin))
+        let by_plugin = self
+            .by_plugin
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        by_plugin
+            .iter()
+            .filter(|(p, _)| filter.plugin.as_ref().is_none_or(|f| f == *p))
+            .flat_map(|(_, slots)| slots.values())
             .filter(|v| filter.rule.as_ref().is_none_or(|r| *r == v.rule))
             .filter(|v| {
                 filter
@@ -271,9 +293,12 @@ impl VerdictStore {
 
     /// Number of violations per (plugin, rule, severity).
     pub fn counts(&self) -> BTreeMap<(String, String, Severity), u64> {
-        let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
+        let by_plugin = self
+            .by_plugin
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
         let mut out = BTreeMap::new();
-        for v in map.values() {
+        for v in by_plugin.values().flat_map(BTreeMap::values) {
             *out.entry((v.plugin.clone(), v.rule.clone(), v.severity))
                 .or_insert(0) += 1;
         }
