@@ -61,23 +61,19 @@ struct Scopes {
 
 impl Scopes {
     fn grant(&mut self, namespaces: Option<&[String]>, r: &Resource, verbs: &[&'static str]) {
-        let perms: Vec<&mut Perms> = match namespaces {
-            None => vec![&mut self.cluster],
+        let add = |perms: &mut Perms| {
+            perms
+                .entry(r.clone())
+                .or_default()
+                .extend(verbs.iter().copied())
+        };
+        match namespaces {
+            None => add(&mut self.cluster),
             Some(list) => {
                 for ns in list {
-                    self.per_ns.entry(ns.clone()).or_default();
+                    add(self.per_ns.entry(ns.clone()).or_default());
                 }
-                self.per_ns
-                    .iter_mut()
-                    .filter(|(ns, _)| list.contains(ns))
-                    .map(|(_, p)| p)
-                    .collect()
             }
-        };
-        for p in perms {
-            p.entry(r.clone())
-                .or_default()
-                .extend(verbs.iter().copied());
         }
     }
 }

@@ -609,6 +609,23 @@ impl PluginActions {
         })
     }
 
+    /// Starts the task that sends this plugin's actions (on first use); `None` without a sink
+    /// or a runtime.
+    fn spawn_sender(&self) -> Option<tokio::sync::mpsc::Sender<Action>> {
+        let sink = self.services.sink.clone()?;
+        let rt = self.services.runtime.clone()?;
+        let (tx, rx) = tokio::sync::mpsc::channel(self.spec.queue.max(1));
+        rt.spawn(worker(
+            rx,
+            sink,
+            self.services.audit.clone(),
+            self.status.clone(),
+            self.spec.retries,
+            self.spec.backoff,
+        ));
+        Some(tx)
+    }
+
     fn take(&self, target: Target, body: ActionBody) -> Result<Accepted, ActionError> {
         let verb = body.verb();
         if self.spec.dry_run {
@@ -631,36 +648,21 @@ impl PluginActions {
         };
         let mut sender = self.sender.lock().unwrap_or_else(PoisonError::into_inner);
         if sender.is_none() {
-            let (Some(sink), Some(rt)) =
-                (self.services.sink.clone(), self.services.runtime.clone())
-            else {
-                let t = action.target.clone();
-                return Err(self.refuse(
-                    verb,
-                    &t,
-                    ActionError::Unavailable("no runtime to send actions on".into()),
-                ));
-            };
-            let (tx, rx) = tokio::sync::mpsc::channel(self.spec.queue.max(1));
-            rt.spawn(worker(
-                rx,
-                sink,
-                self.services.audit.clone(),
-                self.status.clone(),
-                self.spec.retries,
-                self.spec.backoff,
-            ));
-            *sender = Some(tx);
+            *sender = self.spawn_sender();
         }
         let Some(tx) = sender.as_ref() else {
-            return Err(ActionError::Unavailable("no sender".into()));
+            let t = action.target.clone();
+            return Err(self.refuse(
+                verb,
+                &t,
+                ActionError::Unavailable("no runtime to send actions on".into()),
+            ));
         };
         match tx.try_send(action) {
             Ok(()) => Ok(Accepted::Queued),
             Err(e) => {
                 let full = matches!(e, tokio::sync::mpsc::error::TrySendError::Full(_));
                 let a = e.into_inner();
-                drop(sender);
                 let err = if full {
                     ActionError::QueueFull(format!("{} actions already waiting", self.spec.queue))
                 } else {
