@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use common::http::get;
-use common::rig::engine;
+use common::rig::{counter, engine};
 use common::*;
 use serde_json::{Value, json};
 use wisp_host::actions::audit::{AuditLog, AuditResult};
@@ -17,10 +17,8 @@ use wisp_host::actions::kube::KubeActionSink;
 use wisp_host::actions::{ActionGrant, ActionVerb, HostServices};
 use wisp_host::admin::{self, AdminState};
 use wisp_host::informer::SharedInformer;
-use wisp_host::plugin::status::PluginCounters;
 use wisp_host::plugin::{PluginHandle, PluginManager, PluginSpec};
 use wisp_host::policy::VerdictFilter;
-use wisp_host::source::kube::KubeSource;
 use wisp_tests::{TestApiServer, Verb, pod};
 
 /// Pods and namespaces informers over a server, a plugin manager whose actions go to the server,
@@ -67,16 +65,7 @@ impl Rig {
         let mut config = fast_config();
         config.default_resync = resync;
         let pods = pod_informer(&server, config.clone());
-        let nss = SharedInformer::new(
-            "namespaces",
-            Arc::new(KubeSource::new(
-                server.client_no_retry(),
-                "v1",
-                "Namespace",
-                None,
-            )),
-            config,
-        );
+        let nss = informer_of(&server, "namespaces", "v1", "Namespace", config);
         let stops = vec![start(&pods), start(&nss)];
         until("informers synced", || pods.has_synced() && nss.has_synced()).await;
         let dir = tempfile::tempdir().unwrap();
@@ -172,10 +161,6 @@ fn grant(verbs: &[ActionVerb], api_version: &str, kind: &str, ns: Option<&[&str]
         kind: kind.into(),
         namespaces: ns.map(|l| l.iter().map(|s| (*s).to_owned()).collect()),
     }
-}
-
-fn counter(h: &PluginHandle, f: impl Fn(&PluginCounters) -> &std::sync::atomic::AtomicU64) -> u64 {
-    PluginCounters::get(f(&h.status().counters))
 }
 
 #[tokio::test]

@@ -15,27 +15,17 @@ use std::time::{Duration, Instant};
 
 use common::churn::{Cluster, Lcg};
 use common::http::get;
-use common::rig::{engine, gauge, server_checksum, variant};
+use common::rig::{counter, engine, faults_spec, gauge, server_checksum, variant};
 use common::*;
 use serde_json::{Value, json};
 use wisp_host::admin::{self, AdminState};
+use wisp_host::informer::SharedInformer;
 use wisp_host::informer::handler::Recorder;
 use wisp_host::informer::shared_informer::HandlerRegistration;
-use wisp_host::informer::{Notification, SharedInformer};
-use wisp_host::plugin::status::PluginCounters;
 use wisp_host::plugin::{
     FailurePolicy, OnFailure, PluginError, PluginHandle, PluginManager, PluginSpec, PluginState,
 };
 use wisp_tests::{TestApiServer, Verb, pod};
-
-/// A test-faults plugin with a deadline generous enough for a loaded machine (a cut call loses
-/// its sequence bookkeeping); tests about deadlines set their own.
-fn faults_spec(name: &str, settings: Value) -> PluginSpec {
-    let mut s = PluginSpec::new(name, plugin_path("test_faults"), &["pods"]);
-    s.settings = settings;
-    s.limits.deadline = Duration::from_secs(10);
-    s
-}
 
 /// Notifications a test-faults plugin saw, and how many sequence numbers it found missing or
 /// repeated.
@@ -46,10 +36,6 @@ fn seq_figures(h: &PluginHandle) -> (u64, u64, u64) {
         s.guest_counter("gaps_total", &[]),
         s.guest_counter("dups_total", &[]),
     )
-}
-
-fn counter(h: &PluginHandle, f: impl Fn(&PluginCounters) -> &std::sync::atomic::AtomicU64) -> u64 {
-    PluginCounters::get(f(&h.status().counters))
 }
 
 /// An informer over a server with churn, a native recorder and a test-faults plugin keeping a
@@ -128,21 +114,7 @@ impl Harness {
 
     /// Keys the recorder got tombstones for.
     fn tombstones(&self) -> BTreeSet<String> {
-        self.rec
-            .deliveries()
-            .iter()
-            .filter_map(|d| match &d.notification {
-                Notification::Delete { obj } if obj.is_tombstone() => {
-                    let m = obj.object().meta();
-                    Some(format!(
-                        "{}/{}",
-                        m.namespace.as_deref().unwrap_or(""),
-                        m.name
-                    ))
-                }
-                _ => None,
-            })
-            .collect()
+        tombstone_keys(&self.rec.deliveries())
     }
 
     /// Waits until everything agrees with the server; checks every history. Returns the

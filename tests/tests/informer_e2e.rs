@@ -104,20 +104,7 @@ async fn ten_thousand_objects_and_five_thousand_changes_through_drops_and_compac
             view, want,
             "{name}: replaying its notifications gives the server's state"
         );
-        let tombstones: std::collections::BTreeSet<String> = seen
-            .iter()
-            .filter_map(|d| match &d.notification {
-                Notification::Delete { obj } if obj.is_tombstone() => {
-                    let m = obj.object().meta();
-                    Some(format!(
-                        "{}/{}",
-                        m.namespace.as_deref().unwrap_or(""),
-                        m.name
-                    ))
-                }
-                _ => None,
-            })
-            .collect();
+        let tombstones = tombstone_keys(&seen);
         for key in &deleted_while_down {
             assert!(
                 tombstones.contains(key),

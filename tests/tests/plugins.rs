@@ -201,14 +201,6 @@ async fn inventory_counts_pods_per_node_and_owner_from_the_cache_indexes() {
     until("after delete", || node("node-a") == Some(1.0)).await;
 }
 
-fn faults(name: &str, settings: Value) -> PluginSpec {
-    let mut s = spec(name, "test_faults", settings);
-    // A generous deadline unless a test is about deadlines: a cut call loses the instance's
-    // state (its sequence bookkeeping), which a loaded CI machine must not cause.
-    s.limits.deadline = Duration::from_secs(10);
-    s
-}
-
 fn seq_ok(h: &PluginHandle, n: u64) -> bool {
     let s = h.status();
     s.guest_gauge("last_seq", &[("informer", "pods")]) == Some(n as f64)
@@ -219,10 +211,10 @@ fn seq_ok(h: &PluginHandle, n: u64) -> bool {
 #[tokio::test]
 async fn a_stuck_plugin_is_cut_by_its_deadline_and_a_healthy_neighbour_gets_everything_in_order() {
     let r = rig(vec![pod("default", "web-0")]).await;
-    let mut stuck = faults("stuck", json!({"mode": "spin", "namePrefix": "stuck-"}));
+    let mut stuck = faults_spec("stuck", json!({"mode": "spin", "namePrefix": "stuck-"}));
     stuck.limits.deadline = Duration::from_millis(30);
     let stuck = r.manager.start(stuck).unwrap();
-    let healthy = r.manager.start(faults("healthy", json!({}))).unwrap();
+    let healthy = r.manager.start(faults_spec("healthy", json!({}))).unwrap();
     r.server.create(pod("default", "stuck-1")).unwrap();
     for i in 1..200 {
         r.server
@@ -252,7 +244,7 @@ async fn a_stuck_plugin_is_cut_by_its_deadline_and_a_healthy_neighbour_gets_ever
 #[tokio::test]
 async fn a_memory_bomb_is_stopped_at_its_cap_and_gets_a_fresh_instance() {
     let r = rig(vec![]).await;
-    let mut bomb = faults("bomb", json!({"mode": "alloc", "namePrefix": "bomb-"}));
+    let mut bomb = faults_spec("bomb", json!({"mode": "alloc", "namePrefix": "bomb-"}));
     bomb.limits.memory = 16 * 1024 * 1024;
     bomb.limits.deadline = Duration::from_secs(5);
     let bomb = r.manager.start(bomb).unwrap();
@@ -277,7 +269,7 @@ async fn a_trap_gets_a_fresh_instance_and_delivery_goes_on() {
     let r = rig(vec![]).await;
     let h = r
         .manager
-        .start(faults(
+        .start(faults_spec(
             "trappy",
             json!({"mode": "trap", "namePrefix": "bad-"}),
         ))
@@ -308,7 +300,7 @@ async fn a_trap_gets_a_fresh_instance_and_delivery_goes_on() {
 #[tokio::test]
 async fn a_plugin_failing_n_times_in_a_row_is_quarantined_and_receives_nothing_more() {
     let r = rig(vec![]).await;
-    let mut s = faults("failing", json!({"mode": "error"}));
+    let mut s = faults_spec("failing", json!({"mode": "error"}));
     s.on_failure = OnFailure {
         policy: FailurePolicy::Skip,
         quarantine_after: 3,
@@ -341,7 +333,7 @@ async fn a_plugin_failing_n_times_in_a_row_is_quarantined_and_receives_nothing_m
 #[tokio::test]
 async fn the_retry_policy_redelivers_a_failed_notification_alone_with_backoff() {
     let r = rig(vec![]).await;
-    let mut s = faults("retrying", json!({"mode": "error", "namePrefix": "bad-"}));
+    let mut s = faults_spec("retrying", json!({"mode": "error", "namePrefix": "bad-"}));
     s.on_failure = OnFailure {
         policy: FailurePolicy::Retry {
             retries: 2,
@@ -369,7 +361,7 @@ async fn a_plugin_cannot_open_files_read_env_open_sockets_read_an_ungranted_info
     let r = rig(vec![]).await;
     let h = r
         .manager
-        .start(faults("prober", json!({"mode": "probe"})))
+        .start(faults_spec("prober", json!({"mode": "probe"})))
         .unwrap();
     r.server.create(pod("default", "probe-1")).unwrap();
     until("probed", || counter(&h, |c| &c.delivered) == 1).await;
@@ -419,7 +411,7 @@ async fn sequence_numbers_show_no_loss_or_duplication_under_batches() {
         .map(|i| pod("default", &format!("init-{i}")))
         .collect())
     .await;
-    let h = r.manager.start(faults("counter", json!({}))).unwrap();
+    let h = r.manager.start(faults_spec("counter", json!({}))).unwrap();
     for i in 0..1500 {
         r.server
             .create(pod("default", &format!("web-{i}")))
@@ -528,7 +520,7 @@ async fn fuel_limits_cut_a_runaway_call_when_the_engine_meters_fuel() {
     .unwrap();
     let mut manager = PluginManager::new(fuel_engine);
     manager.add_informer(r.inf.clone());
-    let mut s = faults("metered", json!({"mode": "spin", "namePrefix": "spin-"}));
+    let mut s = faults_spec("metered", json!({"mode": "spin", "namePrefix": "spin-"}));
     s.limits.fuel = Some(50_000_000);
     let h = manager.start(s).unwrap();
     r.server.create(pod("default", "spin-1")).unwrap();
@@ -543,7 +535,7 @@ async fn fuel_limits_cut_a_runaway_call_when_the_engine_meters_fuel() {
     assert!(h.status().last_error().unwrap().contains("fuel exhausted"));
 
     // Without fuel metering in the engine, asking for fuel is refused at load.
-    let mut s = faults("unmetered", json!({}));
+    let mut s = faults_spec("unmetered", json!({}));
     s.limits.fuel = Some(1);
     let e = r.manager.start(s).err().unwrap();
     assert!(

@@ -12,13 +12,12 @@ use wisp_host::plugin::PluginSpec;
 use wisp_host::plugin::status::PluginCounters;
 use wisp_tests::pod;
 
-fn faults_spec(module: PathBuf, settings: serde_json::Value) -> PluginSpec {
-    let mut s = PluginSpec::new("faults", module, &["pods"]);
-    s.settings = settings;
-    // These tests are about reloads, not deadlines: a loaded CI machine must not cut a call
-    // (a cut call loses the instance's state, which no reload can hand over).
-    s.limits.deadline = Duration::from_secs(10);
-    s
+/// test-faults loaded from `module` (a build of it), as `faults`.
+fn faults_build(module: PathBuf, settings: serde_json::Value) -> PluginSpec {
+    PluginSpec {
+        module,
+        ..faults_spec("faults", settings)
+    }
 }
 
 #[tokio::test]
@@ -29,12 +28,12 @@ async fn snapshot_and_restore_carry_state_across_a_reload() {
     .await;
     let h = r
         .manager
-        .start(faults_spec(plugin_path("test_faults"), json!({})))
+        .start(faults_build(plugin_path("test_faults"), json!({})))
         .unwrap();
     until("5 handled", || gauge(&h, "handled") == Some(5.0)).await;
     let dir = tempfile::tempdir().unwrap();
     let rep = h
-        .reload(faults_spec(
+        .reload(faults_build(
             variant(&plugin_path("test_faults"), "v2", dir.path()),
             json!({}),
         ))
@@ -53,7 +52,7 @@ async fn a_bad_new_version_is_refused_and_the_running_one_keeps_running() {
     let r = rig(vec![pod("default", "web-0")]).await;
     let h = r
         .manager
-        .start(faults_spec(plugin_path("test_faults"), json!({})))
+        .start(faults_build(plugin_path("test_faults"), json!({})))
         .unwrap();
     until("first", || gauge(&h, "handled") == Some(1.0)).await;
     let dir = tempfile::tempdir().unwrap();
@@ -61,7 +60,7 @@ async fn a_bad_new_version_is_refused_and_the_running_one_keeps_running() {
 
     let junk = dir.path().join("junk.wasm");
     std::fs::write(&junk, b"garbage").unwrap();
-    let e = h.reload(faults_spec(junk, json!({}))).unwrap_err();
+    let e = h.reload(faults_build(junk, json!({}))).unwrap_err();
     assert!(e.to_string().contains("not a WebAssembly file"), "{e}");
 
     let mut truncated = std::fs::read(plugin_path("test_faults")).unwrap();
@@ -69,14 +68,14 @@ async fn a_bad_new_version_is_refused_and_the_running_one_keeps_running() {
     let half = dir.path().join("half.wasm");
     std::fs::write(&half, truncated).unwrap();
     assert!(
-        h.reload(faults_spec(half, json!({})))
+        h.reload(faults_build(half, json!({})))
             .unwrap_err()
             .to_string()
             .contains("invalid component")
     );
 
     let e = h
-        .reload(faults_spec(plugin_path("test_wrong_world"), json!({})))
+        .reload(faults_build(plugin_path("test_wrong_world"), json!({})))
         .unwrap_err();
     assert!(
         e.to_string()
@@ -85,7 +84,7 @@ async fn a_bad_new_version_is_refused_and_the_running_one_keeps_running() {
     );
 
     let e = h
-        .reload(faults_spec(
+        .reload(faults_build(
             plugin_path("test_faults"),
             json!({"mode": "explode"}),
         ))
@@ -110,7 +109,7 @@ async fn a_bad_new_version_is_refused_and_the_running_one_keeps_running() {
 #[tokio::test]
 async fn a_new_version_failing_its_first_events_is_rolled_back_and_the_old_one_misses_nothing() {
     let r = rig(vec![pod("default", "web-0")]).await;
-    let mut spec = faults_spec(plugin_path("test_faults"), json!({}));
+    let mut spec = faults_build(plugin_path("test_faults"), json!({}));
     spec.reload_probation = 4;
     let h = r.manager.start(spec.clone()).unwrap();
     until("first", || gauge(&h, "handled") == Some(1.0)).await;
@@ -163,7 +162,7 @@ async fn a_hundred_reloads_under_twenty_thousand_changes_lose_and_repeat_nothing
     ];
     let h = std::sync::Arc::new(
         r.manager
-            .start(faults_spec(modules[0].clone(), json!({})))
+            .start(faults_build(modules[0].clone(), json!({})))
             .unwrap(),
     );
     until("synced", || h.has_synced()).await;
@@ -187,7 +186,7 @@ async fn a_hundred_reloads_under_twenty_thousand_changes_lose_and_repeat_nothing
         tokio::task::spawn_blocking(move || {
             for k in 0..100 {
                 let rep = h
-                    .reload(faults_spec(modules[k % 2].clone(), json!({})))
+                    .reload(faults_build(modules[k % 2].clone(), json!({})))
                     .expect("reload");
                 assert!(rep.state_handed_over);
                 std::thread::sleep(Duration::from_millis(5));
@@ -229,7 +228,7 @@ async fn a_plugin_configured_for_it_gets_the_cache_replayed_after_a_reload() {
         .map(|i| pod("default", &format!("web-{i}")))
         .collect())
     .await;
-    let mut spec = faults_spec(plugin_path("test_faults"), json!({}));
+    let mut spec = faults_build(plugin_path("test_faults"), json!({}));
     spec.replay_on_reload = true;
     let h = r.manager.start(spec.clone()).unwrap();
     until("initial list", || gauge(&h, "handled") == Some(4.0)).await;

@@ -37,8 +37,39 @@ pub fn fast_config() -> InformerConfig {
 
 /// A pod informer on all namespaces of `server`, through a real `kube::Client` without retries.
 pub fn pod_informer(server: &TestApiServer, config: InformerConfig) -> Arc<SharedInformer> {
-    let source = KubeSource::new(server.client_no_retry(), "v1", "Pod", None);
-    SharedInformer::new("pods", Arc::new(source), config)
+    informer_of(server, "pods", "v1", "Pod", config)
+}
+
+/// An informer `name` on every object of `api_version` / `kind` of `server`, through a real
+/// `kube::Client` without retries.
+pub fn informer_of(
+    server: &TestApiServer,
+    name: &str,
+    api_version: &str,
+    kind: &str,
+    config: InformerConfig,
+) -> Arc<SharedInformer> {
+    let source = KubeSource::new(server.client_no_retry(), api_version, kind, None);
+    SharedInformer::new(name, Arc::new(source), config)
+}
+
+/// Keys (`namespace/name`) of the objects `deliveries` deleted with a tombstone (a deletion the
+/// watch missed).
+pub fn tombstone_keys(deliveries: &[Delivery]) -> std::collections::BTreeSet<String> {
+    deliveries
+        .iter()
+        .filter_map(|d| match &d.notification {
+            Notification::Delete { obj } if obj.is_tombstone() => {
+                let m = obj.object().meta();
+                Some(format!(
+                    "{}/{}",
+                    m.namespace.as_deref().unwrap_or(""),
+                    m.name
+                ))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Runs the informer in the background; dropping the sender stops it.

@@ -66,6 +66,15 @@ pub fn spec(name: &str, module: &str, settings: Value) -> PluginSpec {
     s
 }
 
+/// The test-faults plugin on pods, with a deadline generous enough for a loaded machine: a cut
+/// call loses the instance's state (its sequence bookkeeping), which tests that are not about
+/// deadlines must not see. Tests about deadlines set their own.
+pub fn faults_spec(name: &str, settings: Value) -> PluginSpec {
+    let mut s = spec(name, "test_faults", settings);
+    s.limits.deadline = std::time::Duration::from_secs(10);
+    s
+}
+
 pub fn counter(
     h: &PluginHandle,
     f: impl Fn(&PluginCounters) -> &std::sync::atomic::AtomicU64,
