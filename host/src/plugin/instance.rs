@@ -96,59 +96,41 @@ impl Instance {
         classify(&self.store, &self.limits, e)
     }
 
-    /// `describe`.
-    pub fn describe(&mut self) -> Result<PluginInfo, CallError> {
+    /// One call into the plugin: off async code, armed with its deadline (and fuel), its error
+    /// classified.
+    fn call<R: Send>(
+        &mut self,
+        f: impl FnOnce(&Plugin, &mut Store<StoreData>) -> wasmtime::Result<R> + Send,
+    ) -> Result<R, CallError> {
         off_async(|| {
             self.arm();
-            self.plugin
-                .wisp_plugin_listener()
-                .call_describe(&mut self.store)
-                .map_err(|e| self.fail(e))
+            f(&self.plugin, &mut self.store).map_err(|e| self.fail(e))
         })
+    }
+
+    /// `describe`.
+    pub fn describe(&mut self) -> Result<PluginInfo, CallError> {
+        self.call(|p, s| p.wisp_plugin_listener().call_describe(s))
     }
 
     /// `init(settings)`: the inner error is the plugin refusing its settings.
     pub fn init(&mut self, settings: &str) -> Result<Result<(), String>, CallError> {
-        off_async(|| {
-            self.arm();
-            self.plugin
-                .wisp_plugin_listener()
-                .call_init(&mut self.store, settings)
-                .map_err(|e| self.fail(e))
-        })
+        self.call(|p, s| p.wisp_plugin_listener().call_init(s, settings))
     }
 
     /// `handle(batch)`.
     pub fn handle(&mut self, batch: &[Delivery]) -> Result<Vec<Outcome>, CallError> {
-        off_async(|| {
-            self.arm();
-            self.plugin
-                .wisp_plugin_listener()
-                .call_handle(&mut self.store, batch)
-                .map_err(|e| self.fail(e))
-        })
+        self.call(|p, s| p.wisp_plugin_listener().call_handle(s, batch))
     }
 
     /// `snapshot()`.
     pub fn snapshot(&mut self) -> Result<Option<Vec<u8>>, CallError> {
-        off_async(|| {
-            self.arm();
-            self.plugin
-                .wisp_plugin_listener()
-                .call_snapshot(&mut self.store)
-                .map_err(|e| self.fail(e))
-        })
+        self.call(|p, s| p.wisp_plugin_listener().call_snapshot(s))
     }
 
     /// `restore(state)`.
     pub fn restore(&mut self, state: &[u8]) -> Result<Result<(), String>, CallError> {
-        off_async(|| {
-            self.arm();
-            self.plugin
-                .wisp_plugin_listener()
-                .call_restore(&mut self.store, state)
-                .map_err(|e| self.fail(e))
-        })
+        self.call(|p, s| p.wisp_plugin_listener().call_restore(s, state))
     }
 }
 
