@@ -500,7 +500,7 @@ impl PluginActions {
     }
 
     fn version(&self) -> String {
-        self.status.running().version
+        self.status.plugin_version()
     }
 
     fn audit(

@@ -314,23 +314,21 @@ impl policy::Host for StoreData {
             resource_version: m.resource_version.clone(),
         };
         let violation = violation.map(|v| (severity(v.severity), v.message));
-        let version = self.api.status.running().version;
+        // What an Event would need, kept only when the plugin's violations become Events.
+        let event = self
+            .api
+            .verdict_events
+            .then(|| (subject.clone(), violation.clone()));
+        let version = self.api.status.plugin_version();
         let store = &self.api.grants.services.verdicts;
         let change = store
-            .report(
-                &self.api.plugin,
-                &version,
-                &rule,
-                subject.clone(),
-                violation.clone(),
-            )
+            .report(&self.api.plugin, &version, &rule, subject, violation)
             .map_err(policy::VerdictError::Invalid)?;
         PluginCounters::add(&self.api.status.counters.verdicts, 1);
-        if self.api.verdict_events
-            && matches!(change, Change::Raised | Change::Changed)
-            && let Some((sev, msg)) = &violation
+        if matches!(change, Change::Raised | Change::Changed)
+            && let Some((subject, Some((sev, msg)))) = &event
         {
-            self.verdict_event(&subject, &rule, *sev, msg);
+            self.verdict_event(subject, &rule, *sev, msg);
         }
         Ok(())
     }

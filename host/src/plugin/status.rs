@@ -231,6 +231,11 @@ impl PluginStatus {
         (r.hash.clone(), r.generation)
     }
 
+    /// The version the running plugin gives in its `describe`.
+    pub fn plugin_version(&self) -> String {
+        lock(&self.running).version.clone()
+    }
+
     /// The running version: what it says about itself, its module, hash and generation.
     pub fn running(&self) -> Running {
         lock(&self.running).clone()
