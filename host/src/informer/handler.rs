@@ -3,6 +3,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use super::executor::Placement;
 use super::listener::{OverflowObserver, QueueBound};
 use super::object::{DeletedObject, Object};
 
@@ -69,9 +70,10 @@ pub struct Delivery {
     pub notification: Notification,
 }
 
-/// A listener's handler (client-go's `ResourceEventHandler`). Called from the listener's own
-/// thread, one batch at a time, in order. A panic is caught by the listener: it is counted and
-/// logged, and the next notification is delivered as usual.
+/// A listener's handler (client-go's `ResourceEventHandler`). Called one batch at a time, in
+/// order, from the listener's own thread or from a worker of the shared executor (its
+/// [`EventHandler::placement`]). A panic is caught by the listener: it is counted and logged,
+/// and the next notification is delivered as usual.
 pub trait EventHandler: Send + 'static {
     /// An object was added.
     fn on_add(&mut self, _obj: &Arc<Object>, _initial_list: bool) {}
@@ -97,6 +99,28 @@ pub trait EventHandler: Send + 'static {
     fn overflow_observer(&self) -> Option<Arc<dyn OverflowObserver>> {
         None
     }
+
+    /// Where it runs (read once, at registration): a thread of its own (the default: a native
+    /// handler may block, and then delays nobody else), or the informer's shared executor, in a
+    /// group whose handlers never run at the same time (a plugin's handlers, which share one
+    /// instance). A handler on the executor must not block for long: it holds a worker while it
+    /// runs. See [`super::executor`].
+    fn placement(&self) -> Placement {
+        Placement::OwnThread
+    }
+
+    /// Asked after each [`EventHandler::handle`] and [`EventHandler::resume`]: `Some(t)` when
+    /// the batch is not finished and the handler wants [`EventHandler::resume`] called at `t`
+    /// (a plugin waiting out a retry backoff, instead of sleeping on the thread). Until it is
+    /// finished the batch stays in hand: no next batch, not counted delivered, its initial-list
+    /// notifications keep HasSynced false. A stopped listener does not resume. Default: always
+    /// finished.
+    fn unfinished(&mut self) -> Option<std::time::Instant> {
+        None
+    }
+
+    /// Goes on with the batch left unfinished (see [`EventHandler::unfinished`]).
+    fn resume(&mut self) {}
 
     /// Handles a batch of consecutive deliveries. The default calls the three methods above in
     /// order; handlers with a per-call cost (wasm) override it to take the batch at once.

@@ -1,7 +1,20 @@
 //! A processor listener (client-go `processorListener`): its own queue between `add` (called by
-//! the informer's fan-out, never blocking on the handler) and its handler, which runs on the
-//! listener's own thread. Each listener keeps its own resync period and its own HasSynced (the
-//! informer synced, and every initial-list notification handled).
+//! the informer's fan-out, never blocking on the handler) and its handler. Each listener keeps
+//! its own resync period and its own HasSynced (the informer synced, and every initial-list
+//! notification handled).
+//!
+//! Where the handler runs is the handler's choice ([`EventHandler::placement`]): on a thread of
+//! the listener's own (the default, like client-go's goroutine per listener: a handler that
+//! blocks delays nobody else), or on the informer's shared [`Executor`], a fixed pool of workers
+//! that takes ready listeners in turn, one batch each (plugins: a thousand of them need no
+//! thousand threads). Either way the handler gets one batch at a time, in order, a panic is
+//! caught and counted, and a stopped listener finishes the batch in hand and then nothing more.
+//!
+//! A handler may leave a batch unfinished until a given time ([`EventHandler::unfinished`]: a
+//! plugin waiting out the backoff before retrying a failed notification): the listener keeps the
+//! batch in hand (not delivered; its initial-list notifications keep HasSynced false) and calls
+//! [`EventHandler::resume`] then — on its own thread after a sleep that `stop` interrupts, on the
+//! executor from its timers, holding no worker meanwhile.
 //!
 //! The queue is unbounded unless the handler asks for a bound ([`EventHandler::queue_bound`]);
 //! a bounded queue drops or coalesces on overflow, counts it, tells the handler's
@@ -18,6 +31,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::executor::{Executor, GroupId, Placement, Ran, Task};
 use super::handler::{Delivery, EventHandler, Notification};
 use queue::Queue;
 pub use queue::{Discarded, Overflow, QueueBound};
@@ -57,16 +71,42 @@ pub struct ListenerStats {
     pub bound: QueueBound,
 }
 
+/// What the listener is doing with its handler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Run {
+    /// Nothing in hand; on the executor, not queued either.
+    Idle,
+    /// Queued on the executor (ready, or parked behind its group).
+    Scheduled,
+    /// A batch is in the handler.
+    Running,
+    /// The handler left its batch unfinished until then.
+    Unfinished(std::time::Instant),
+}
+
+/// What the handler is given next.
+enum Work {
+    /// A new batch.
+    Batch,
+    /// The rest of an unfinished one.
+    Resume,
+}
+
 /// What the listener's lock guards.
 struct State {
     queue: Queue,
-    /// Notifications handed to the handler so far.
+    /// Notifications handed to the handler and finished so far.
     delivered: u64,
     /// Entries carrying an initial-list notification that are in the handler now.
     initial_in_handler: usize,
+    /// Size and first sequence number of the batch in the handler.
+    in_hand: usize,
+    first_seq: u64,
     panics: u64,
-    /// Set when removed or stopped: the thread exits and buffered items are dropped.
+    /// Set when removed or stopped: nothing more is handed to the handler, buffered items are
+    /// dropped.
     closed: bool,
+    run: Run,
     /// Overflow not logged yet, and when it was last logged (rate-limits the warning).
     unreported: Discarded,
     warned_at: Option<std::time::Instant>,
@@ -80,31 +120,45 @@ struct Resync {
     next: Instant,
 }
 
+/// The part of a listener its runner (own thread or executor) shares.
 pub(crate) struct Shared {
+    id: u64,
+    name: String,
+    batch_max: usize,
+    group: Option<GroupId>,
     queue: Mutex<State>,
+    /// Signalled on new work (own thread), on stop, and when a batch ends (for `join`).
     cond: Condvar,
     resync: Mutex<Resync>,
+    /// `None` once the listener has stopped and let it go.
+    handler: Mutex<Option<Box<dyn EventHandler>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Where the handler runs.
+enum Runner {
+    Thread(Mutex<Option<JoinHandle<()>>>),
+    Pool(Executor),
+}
+
 /// One listener. Created by [`super::SharedInformer::add_event_handler`].
 pub struct Listener {
-    id: u64,
-    name: String,
-    batch_max: usize,
     shared: Arc<Shared>,
     upstream_synced: Arc<dyn Fn() -> bool + Send + Sync>,
     /// Told of overflow (the handler's choice).
     observer: Option<Arc<dyn OverflowObserver>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    runner: Runner,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Listener {
+    /// A listener whose handler runs on `executor` when given (in the group the handler names
+    /// in its [`EventHandler::placement`]), else on a thread of its own, started here: the
+    /// error is the OS refusing the thread.
     pub(crate) fn new(
         name: String,
         handler: Box<dyn EventHandler>,
@@ -112,15 +166,26 @@ impl Listener {
         resync_period: Duration,
         batch_max: usize,
         upstream_synced: Arc<dyn Fn() -> bool + Send + Sync>,
-    ) -> Arc<Self> {
+        executor: Option<Executor>,
+    ) -> std::io::Result<Arc<Self>> {
         let observer = handler.overflow_observer();
+        let group = match handler.placement() {
+            Placement::Shared { group } => group,
+            Placement::OwnThread => None,
+        };
         let shared = Arc::new(Shared {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            batch_max: handler.batch_max().unwrap_or(batch_max).max(1),
+            group,
             queue: Mutex::new(State {
                 queue: Queue::new(handler.queue_bound()),
                 delivered: 0,
                 initial_in_handler: 0,
+                in_hand: 0,
+                first_seq: 0,
                 panics: 0,
                 closed: false,
+                run: Run::Idle,
                 unreported: Discarded::default(),
                 warned_at: None,
             }),
@@ -130,42 +195,45 @@ impl Listener {
                 period: resync_period,
                 next: Instant::now() + resync_period,
             }),
-        });
-        let worker = shared.clone();
-        let thread_name = format!("wisp-listener-{name}");
-        let batch = handler.batch_max().unwrap_or(batch_max).max(1);
-        let log_name = name.clone();
-        let handle = std::thread::Builder::new()
-            .name(thread_name)
-            .spawn(move || run(worker, handler, batch, log_name))
-            .ok();
-        if handle.is_none() {
-            tracing::error!(listener = %name, "could not start the listener thread");
-        }
-        Arc::new(Self {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            handler: Mutex::new(Some(handler)),
             name,
-            batch_max: batch,
+        });
+        let runner = match executor {
+            Some(e) => Runner::Pool(e),
+            None => {
+                let worker = shared.clone();
+                let handle = std::thread::Builder::new()
+                    .name(format!("wisp-listener-{}", shared.name))
+                    .spawn(move || run_thread(&worker))?;
+                Runner::Thread(Mutex::new(Some(handle)))
+            }
+        };
+        Ok(Arc::new(Self {
             shared,
             upstream_synced,
             observer,
-            thread: Mutex::new(handle),
-        })
+            runner,
+        }))
     }
 
     /// Unique id of this listener.
     pub fn id(&self) -> u64 {
-        self.id
+        self.shared.id
     }
 
     /// The name given at registration.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.shared.name
     }
 
     /// Largest batch handed to the handler.
     pub fn batch_max(&self) -> usize {
-        self.batch_max
+        self.shared.batch_max
+    }
+
+    /// Whether the handler runs on the shared executor (else on a thread of its own).
+    pub fn on_executor(&self) -> bool {
+        matches!(self.runner, Runner::Pool(_))
     }
 
     /// Queues a notification under the next sequence number, applying the queue's bound;
@@ -177,10 +245,20 @@ impl Listener {
         }
         let discarded = st.queue.push(notification);
         let warn = self.overflowed(&mut st, discarded);
+        // On the executor, an idle listener with work queues itself (once: it is `Scheduled`
+        // until a worker finds it has nothing left).
+        let submit = matches!(self.runner, Runner::Pool(_)) && st.run == Run::Idle;
+        if submit {
+            st.run = Run::Scheduled;
+        }
         drop(st);
-        self.shared.cond.notify_one();
+        match &self.runner {
+            Runner::Pool(e) if submit => e.submit(self.shared.clone()),
+            Runner::Pool(_) => {}
+            Runner::Thread(_) => self.shared.cond.notify_one(),
+        }
         if let Some(w) = warn {
-            w.log(&self.name);
+            w.log(&self.shared.name);
         }
     }
 
@@ -220,7 +298,7 @@ impl Listener {
         let warn = self.overflowed(&mut st, discarded);
         drop(st);
         if let Some(w) = warn {
-            w.log(&self.name);
+            w.log(&self.shared.name);
         }
     }
 
@@ -249,21 +327,47 @@ impl Listener {
         }
     }
 
-    /// Stops the listener: buffered notifications are dropped, the thread ends after the batch
-    /// in hand. Idempotent.
+    /// Stops the listener: buffered notifications are dropped, the batch in the handler (if
+    /// any) finishes, then nothing more; an unfinished batch waiting for its time is not resumed.
+    /// Idempotent.
     pub(crate) fn stop(&self) {
         let mut st = lock(&self.shared.queue);
         st.closed = true;
         st.queue.clear();
         st.initial_in_handler = 0;
+        let waiting = matches!(st.run, Run::Unfinished(_));
         drop(st);
         self.shared.cond.notify_all();
+        if let (Runner::Pool(e), true) = (&self.runner, waiting) {
+            // Off the timers now, so its group is let go without waiting for the time.
+            e.wake(self.shared.id);
+        }
     }
 
-    /// Waits for the handler thread to end (after [`Listener::stop`]).
+    /// Waits for the batch in the handler to finish (after [`Listener::stop`]) and lets the
+    /// handler go: its own thread ends; on the executor it is dropped here.
     pub(crate) fn join(&self) {
-        if let Some(h) = lock(&self.thread).take() {
-            let _ = h.join();
+        match &self.runner {
+            Runner::Thread(t) => {
+                if let Some(h) = lock(t).take() {
+                    let _ = h.join();
+                }
+            }
+            Runner::Pool(_) => {
+                let mut st = lock(&self.shared.queue);
+                while st.run == Run::Running {
+                    st = self
+                        .shared
+                        .cond
+                        .wait(st)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+                let closed = st.closed;
+                drop(st);
+                if closed {
+                    drop(lock(&self.shared.handler).take());
+                }
+            }
         }
     }
 
@@ -314,32 +418,149 @@ impl OverflowWarning {
     }
 }
 
-fn run(shared: Arc<Shared>, mut handler: Box<dyn EventHandler>, batch_max: usize, name: String) {
-    let mut batch: Vec<Delivery> = Vec::with_capacity(batch_max);
-    loop {
+impl Shared {
+    /// Takes the next batch into `batch` and marks the listener running; `None` when the queue
+    /// is empty. The caller has checked that the listener is open and has no unfinished batch.
+    fn take(&self, st: &mut State, batch: &mut Vec<Delivery>) -> Option<Work> {
+        if st.queue.is_empty() {
+            return None;
+        }
+        // Not synced until the handler is done with them.
+        st.initial_in_handler = st.queue.take(self.batch_max, batch);
+        st.in_hand = batch.len();
+        st.first_seq = batch.first().map_or(0, |d| d.seq);
+        st.run = Run::Running;
+        Some(Work::Batch)
+    }
+
+    /// Hands the handler `batch` (or resumes its unfinished one), catching panics; returns when
+    /// the handler wants to be resumed, if it left the batch unfinished.
+    fn call(&self, work: Work, batch: &[Delivery]) -> Option<std::time::Instant> {
+        let mut guard = lock(&self.handler);
+        let handler = guard.as_mut()?;
+        let panicked = catch_unwind(AssertUnwindSafe(|| match work {
+            Work::Batch => handler.handle(batch),
+            Work::Resume => handler.resume(),
+        }))
+        .is_err();
+        let later = catch_unwind(AssertUnwindSafe(|| handler.unfinished())).unwrap_or(None);
+        drop(guard);
+        if panicked {
+            let mut st = lock(&self.queue);
+            st.panics += 1;
+            let first_seq = st.first_seq;
+            drop(st);
+            tracing::error!(listener = %self.name, first_seq, "event handler panicked; continuing with the next notification");
+        }
+        later
+    }
+
+    /// Ends a turn: an unfinished batch waits for its time (unless the listener stopped),
+    /// else the batch counts as delivered. Returns what the executor does next with it.
+    fn end(&self, later: Option<std::time::Instant>) -> Ran {
+        let mut st = lock(&self.queue);
+        if let Some(at) = later
+            && !st.closed
         {
+            st.run = Run::Unfinished(at);
+            return Ran::Later(at);
+        }
+        st.delivered += st.in_hand as u64;
+        st.in_hand = 0;
+        st.initial_in_handler = 0;
+        let ran = if !st.closed && !st.queue.is_empty() {
+            st.run = Run::Scheduled;
+            Ran::Again
+        } else {
+            st.run = Run::Idle;
+            Ran::Idle
+        };
+        drop(st);
+        // `join` waits for the end of a running batch.
+        self.cond.notify_all();
+        ran
+    }
+}
+
+/// One turn on an executor worker: one batch, or the rest of an unfinished one.
+impl Task for Shared {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn group(&self) -> Option<GroupId> {
+        self.group
+    }
+
+    fn run(&self) -> Ran {
+        let mut batch = Vec::new();
+        let work = {
+            let mut st = lock(&self.queue);
+            if st.closed {
+                st.run = Run::Idle;
+                return Ran::Idle;
+            }
+            match st.run {
+                Run::Unfinished(_) => {
+                    st.run = Run::Running;
+                    Some(Work::Resume)
+                }
+                _ => {
+                    let w = self.take(&mut st, &mut batch);
+                    if w.is_none() {
+                        st.run = Run::Idle;
+                    }
+                    w
+                }
+            }
+        };
+        let Some(work) = work else {
+            return Ran::Idle;
+        };
+        let later = self.call(work, &batch);
+        drop(batch);
+        self.end(later)
+    }
+}
+
+/// The listener's own thread: waits for work, runs it, until stopped; then lets the handler go.
+fn run_thread(shared: &Shared) {
+    let mut batch: Vec<Delivery> = Vec::with_capacity(shared.batch_max);
+    loop {
+        let work = {
             let mut st = lock(&shared.queue);
-            while st.queue.is_empty() && !st.closed {
+            loop {
+                if st.closed {
+                    break None;
+                }
+                if let Run::Unfinished(at) = st.run {
+                    let now = std::time::Instant::now();
+                    if now >= at {
+                        st.run = Run::Running;
+                        break Some(Work::Resume);
+                    }
+                    st = shared
+                        .cond
+                        .wait_timeout(st, at - now)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
+                    continue;
+                }
+                if let Some(w) = shared.take(&mut st, &mut batch) {
+                    break Some(w);
+                }
                 st = shared.cond.wait(st).unwrap_or_else(PoisonError::into_inner);
             }
-            if st.closed {
-                return;
-            }
-            // Not synced until the handler is done with them.
-            st.initial_in_handler = st.queue.take(batch_max, &mut batch);
-        }
-        let panicked = catch_unwind(AssertUnwindSafe(|| handler.handle(&batch))).is_err();
-        if panicked {
-            tracing::error!(listener = %name, first_seq = batch[0].seq, "event handler panicked; continuing with the next notification");
-        }
-        let mut st = lock(&shared.queue);
-        st.delivered += batch.len() as u64;
-        st.initial_in_handler = 0;
-        if panicked {
-            st.panics += 1;
-        }
+        };
+        let Some(work) = work else {
+            break;
+        };
+        let later = shared.call(work, &batch);
         batch.clear();
+        shared.end(later);
     }
+    lock(&shared.queue).run = Run::Idle;
+    drop(lock(&shared.handler).take());
 }
 
 #[cfg(test)]
@@ -427,7 +648,9 @@ mod tests {
             Duration::ZERO,
             64,
             Arc::new(|| true),
-        );
+            None,
+        )
+        .unwrap();
         l.add(initial(0));
         eventually("the handler to hold the first", || {
             entered.load(Ordering::SeqCst)
@@ -459,7 +682,9 @@ mod tests {
             Duration::ZERO,
             64,
             Arc::new(|| true),
-        );
+            None,
+        )
+        .unwrap();
         assert_eq!(l.stats().bound, QueueBound::Unbounded);
         l.set_queue_bound(QueueBound::bounded(5, Overflow::Coalesce));
         assert_eq!(l.stats().bound.max(), Some(5));

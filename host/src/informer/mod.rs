@@ -16,6 +16,8 @@
 //! - [`handler`]: the listener trait (native now, wasm later) and notifications.
 //! - [`listener`] / [`processor`]: per-listener queues (unbounded, or bounded with an overflow
 //!   policy: [`listener::queue`]) and fan-out.
+//! - [`executor`]: the fixed pool of workers that runs the listeners whose handlers ask for it
+//!   (plugins), fairly and a group at a time; other handlers have a thread each.
 //! - [`shared_informer`]: wires it together.
 //! - [`selector`]: label selectors.
 //!
@@ -23,6 +25,7 @@
 
 pub mod backoff;
 pub mod delta_fifo;
+pub mod executor;
 pub mod handler;
 pub mod indexer;
 pub mod key;
@@ -35,6 +38,7 @@ pub mod selector;
 pub mod shared_informer;
 
 pub use delta_fifo::{Delta, DeltaFifo, DeltaType};
+pub use executor::{Executor, ExecutorError, GroupId, Placement};
 pub use handler::{Delivery, EventHandler, Notification};
 pub use indexer::{Cache, IndexFunc, Indexer};
 pub use listener::{Overflow, OverflowObserver, QueueBound};

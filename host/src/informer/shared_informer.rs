@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::delta_fifo::{Delta, DeltaFifo, TransformFn};
+use super::executor::{Executor, Placement};
 use super::handler::{EventHandler, Notification};
 use super::indexer::{Cache, IndexError, IndexFunc, Indexer};
 use super::listener::{DEFAULT_BATCH_MAX, Listener, ListenerStats, QueueBound};
@@ -31,6 +32,9 @@ pub struct InformerConfig {
     pub transform: Option<TransformFn>,
     /// Largest batch a listener hands to its handler (default 64).
     pub batch_max: Option<usize>,
+    /// Where handlers that ask for the shared executor ([`Placement::Shared`]) run; `None`:
+    /// the process's default one ([`Executor::process_default`]), started on first use.
+    pub executor: Option<Executor>,
 }
 
 /// Errors of informer operations.
@@ -48,6 +52,16 @@ pub enum InformerError {
     /// An index operation failed.
     #[error(transparent)]
     Index(#[from] IndexError),
+    /// The handler's thread, or the executor it asked for, could not be started.
+    #[error("informer {informer:?}: cannot start handler {handler:?}: {detail}")]
+    Start {
+        /// The informer.
+        informer: String,
+        /// The handler's name.
+        handler: String,
+        /// The OS error.
+        detail: String,
+    },
 }
 
 struct State {
@@ -237,14 +251,29 @@ impl SharedInformer {
         }
         let period = determine_resync_period(resync, st.resync_check_period);
         let fifo = self.fifo.clone();
+        let name = name.into();
+        let failed = |detail: String| InformerError::Start {
+            informer: self.name.clone(),
+            handler: name.clone(),
+            detail,
+        };
+        let executor = match handler.placement() {
+            Placement::OwnThread => None,
+            Placement::Shared { .. } => Some(match &self.config.executor {
+                Some(e) => e.clone(),
+                None => Executor::process_default().map_err(|e| failed(e.to_string()))?,
+            }),
+        };
         let listener = Listener::new(
-            name.into(),
+            name.clone(),
             handler,
             resync,
             period,
             self.config.batch_max.unwrap_or(DEFAULT_BATCH_MAX),
             Arc::new(move || fifo.has_synced()),
-        );
+            executor,
+        )
+        .map_err(|e| failed(format!("cannot start its thread: {e}")))?;
         let reg = HandlerRegistration {
             informer_id: self.id,
             listener: listener.clone(),
