@@ -127,6 +127,14 @@ impl Reloader {
             ReloadError::Refused(format!("config reload refused, nothing changed: {e}"))
         })?;
         let mut cfg = self.config.lock().unwrap_or_else(PoisonError::into_inner);
+        if cfg.executor != next.executor {
+            let msg = format!(
+                "config reload refused, nothing changed: {}: executor changed; the number of workers needs a restart",
+                next.file
+            );
+            tracing::error!("{msg}");
+            return Err(ReloadError::Refused(msg));
+        }
         if !same_config(&cfg, &next) {
             let msg = format!(
                 "config reload refused, nothing changed: {}: informers changed; informer changes need a restart",
@@ -188,7 +196,14 @@ impl Reloader {
             keep
         });
         for c in started {
-            list.push(Arc::new(self.manager.attach(c)));
+            let name = c.name().to_owned();
+            match self.manager.attach(c) {
+                Ok(h) => list.push(Arc::new(h)),
+                Err(e) => {
+                    tracing::error!(plugin = %name, error = %e, "cannot start the plugin");
+                    actions.push(format!("plugin {name:?} not started: {e}"));
+                }
+            }
         }
         for p in &next.plugins {
             if let Some(o) = old.get(&p.name)

@@ -56,6 +56,16 @@ pub enum PluginError {
         /// What is missing or mismatched.
         detail: String,
     },
+    /// The plugin could not be attached to one of its informers.
+    #[error("plugin {plugin:?}: cannot attach to informer {informer:?}: {detail}")]
+    Attach {
+        /// Plugin name.
+        plugin: String,
+        /// The informer.
+        informer: String,
+        /// Why (the informer stopped, or its executor could not start).
+        detail: String,
+    },
     /// `init` refused the settings.
     #[error("plugin {plugin:?}: init: settings rejected: {message}")]
     SettingsRejected {

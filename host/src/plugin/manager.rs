@@ -46,6 +46,11 @@ pub struct CheckedPlugin {
 }
 
 impl CheckedPlugin {
+    /// The plugin's configured name.
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
     /// The plugin's status (counters, logs, its own metrics).
     pub fn status(&self) -> &Arc<PluginStatus> {
         &self.status
@@ -225,11 +230,13 @@ impl PluginManager {
     /// receives every cached object as an initial-list add).
     pub fn start(&self, spec: PluginSpec) -> Result<PluginHandle, PluginError> {
         let checked = self.check(&spec)?;
-        Ok(self.attach(checked))
+        self.attach(checked)
     }
 
-    /// Attaches a checked plugin to its informers.
-    pub fn attach(&self, checked: CheckedPlugin) -> PluginHandle {
+    /// Attaches a checked plugin to its informers: one listener per informer, all in one group
+    /// on the informers' shared executor (they share the plugin's instance, so they take turns).
+    /// Fails, attached to none, when an informer has stopped or its executor cannot start.
+    pub fn attach(&self, checked: CheckedPlugin) -> Result<PluginHandle, PluginError> {
         let version = checked.version_info();
         let name = checked.spec.name.clone();
         let batch_max = checked.spec.batch_max.max(1);
@@ -246,13 +253,15 @@ impl PluginManager {
             self.engine.clone(),
             version,
         )));
-        let mut registrations = Vec::new();
+        let group = crate::informer::GroupId::new();
+        let mut registrations: Vec<(Arc<SharedInformer>, HandlerRegistration)> = Vec::new();
         for inf_name in informers {
             let Some(inf) = self.informers.get(&inf_name) else {
                 continue;
             };
             let handler = WasmHandler {
                 runtime: runtime.clone(),
+                group,
                 informer: inf_name.clone(),
                 batch_max,
                 queue,
@@ -261,18 +270,25 @@ impl PluginManager {
             match inf.add_event_handler(name.clone(), Box::new(handler), resync) {
                 Ok(reg) => registrations.push((inf.clone(), reg)),
                 Err(e) => {
-                    tracing::error!(plugin = %name, informer = %inf_name, error = %e, "cannot attach the plugin")
+                    for (inf, reg) in &registrations {
+                        inf.remove_event_handler(reg);
+                    }
+                    return Err(PluginError::Attach {
+                        plugin: name,
+                        informer: inf_name,
+                        detail: e.to_string(),
+                    });
                 }
             }
         }
         tracing::info!(plugin = %name, version = %info.version, source = ?report.source, load = ?report.load, "plugin started");
-        PluginHandle {
+        Ok(PluginHandle {
             runtime,
             name,
             report,
             status,
             registrations,
-        }
+        })
     }
 }
 

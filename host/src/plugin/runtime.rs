@@ -33,6 +33,44 @@ pub struct PluginRuntime {
     pub(super) version: VersionInfo,
     /// The previous version, kept while a newly loaded one proves itself.
     pub(super) probation: Option<super::reload::Probation>,
+    /// While set (during [`PluginRuntime::begin`]'s delivery), a failed notification under the
+    /// retry policy is queued in `retries` instead of retried on the spot.
+    pub(super) defer_retries: bool,
+    /// Failed notifications of the batch in hand waiting for their retry, first due first.
+    pub(super) retries: std::collections::VecDeque<PendingRetry>,
+    /// The batch in hand while its retries wait.
+    pub(super) in_hand: Option<InHand>,
+}
+
+/// A notification that failed and waits for its next retry.
+pub(super) struct PendingRetry {
+    seq: u64,
+    informer: String,
+    /// Retries left.
+    left: u32,
+    /// The wait before the next one.
+    wait: Duration,
+    due: Instant,
+    /// Why its first attempt failed (what the log and quarantine say if it never succeeds).
+    why: String,
+}
+
+/// A batch whose failed notifications wait for their retries.
+pub(super) struct InHand {
+    informer: String,
+    batch: Vec<informer::Delivery>,
+    failed_before: u64,
+}
+
+/// Longest wait between two retries of a notification (the backoff doubles up to it).
+pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
+
+/// `now + wait`, or a year from now when that overflows (a backoff may be configured up to 292
+/// years).
+fn after(wait: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(wait)
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
 }
 
 /// Identity of a version (the running one, or the one kept on probation).
@@ -183,6 +221,9 @@ impl PluginRuntime {
             actions,
             instance: Some(instance),
             consecutive_failures: 0,
+            defer_retries: false,
+            retries: std::collections::VecDeque::new(),
+            in_hand: None,
         }
     }
 
@@ -293,35 +334,70 @@ impl PluginRuntime {
     }
 
     /// Applies the failure policy to one delivery whose first attempt failed with `why`.
+    ///
+    /// Under `retry`, the retries wait out a backoff (doubled each time, at most
+    /// [`MAX_RETRY_WAIT`]). On a listener ([`PluginRuntime::begin`]) the failed notification is
+    /// queued and the caller is told when to come back ([`PluginRuntime::retry_at`]): the
+    /// thread, a worker of the shared executor, is not held for the wait, which can add up to
+    /// minutes. Elsewhere (a rollback's redelivery to the previous version) the retries run
+    /// here, sleeping on the calling thread, as they always did.
     fn settle(&mut self, d: &Delivery, why: String) {
         if let FailurePolicy::Retry { retries, backoff } = self.spec.on_failure.policy.clone() {
-            let mut wait = backoff;
-            for _ in 0..retries {
-                if self.is_quarantined() {
-                    break;
+            if self.defer_retries {
+                if retries > 0 && !self.is_quarantined() {
+                    self.retries.push_back(PendingRetry {
+                        seq: d.seq,
+                        informer: d.informer.to_owned(),
+                        left: retries,
+                        wait: backoff,
+                        due: after(backoff),
+                        why,
+                    });
+                    return;
                 }
-                std::thread::sleep(wait);
-                wait = wait.saturating_mul(2).min(Duration::from_secs(60));
-                PluginCounters::add(&self.status.counters.retries, 1);
-                match self.call(std::slice::from_ref(d)) {
-                    Ok(o) if matches!(o.first(), Some(Outcome::Ok)) => {
-                        self.succeeded(1);
+            } else {
+                let mut wait = backoff;
+                for _ in 0..retries {
+                    if self.is_quarantined() {
+                        break;
+                    }
+                    std::thread::sleep(wait);
+                    wait = wait.saturating_mul(2).min(MAX_RETRY_WAIT);
+                    if self.retry_once(d) {
                         return;
                     }
-                    Ok(o) => {
-                        if let Some(Outcome::Error(m)) = o.first() {
-                            PluginCounters::add(&self.status.counters.errors, 1);
-                            self.status.set_last_error(m.clone());
-                        }
-                    }
-                    Err(_) => {}
                 }
             }
         }
+        self.give_up(d.seq, d.informer, why);
+    }
+
+    /// Delivers `d` alone again; whether it succeeded.
+    fn retry_once(&mut self, d: &Delivery) -> bool {
+        PluginCounters::add(&self.status.counters.retries, 1);
+        match self.call(std::slice::from_ref(d)) {
+            Ok(o) if matches!(o.first(), Some(Outcome::Ok)) => {
+                self.succeeded(1);
+                true
+            }
+            Ok(o) => {
+                if let Some(Outcome::Error(m)) = o.first() {
+                    PluginCounters::add(&self.status.counters.errors, 1);
+                    self.status.set_last_error(m.clone());
+                }
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// A notification failed for good: counted, and the plugin quarantined after too many in a
+    /// row.
+    fn give_up(&mut self, seq: u64, informer: &str, why: String) {
         PluginCounters::add(&self.status.counters.failed, 1);
         self.consecutive_failures += 1;
         let limit = self.spec.on_failure.quarantine_after;
-        tracing::debug!(plugin = %self.name, seq = d.seq, informer = %d.informer, error = %why, "notification failed");
+        tracing::debug!(plugin = %self.name, seq, informer = %informer, error = %why, "notification failed");
         if limit > 0 && self.consecutive_failures >= limit {
             self.quarantine(format!(
                 "{} notifications failed in a row; last: {why}",
@@ -330,17 +406,117 @@ impl PluginRuntime {
         }
     }
 
-    /// Delivers one batch from `informer`'s listener.
+    /// Delivers one batch from `informer`'s listener, retries included: waits for the retries'
+    /// backoff on this thread (offline replay, benchmarks). Listeners use
+    /// [`PluginRuntime::begin`] and [`PluginRuntime::resume`] instead.
     pub fn handle(&mut self, informer: &str, batch: &[informer::Delivery]) {
+        self.begin(informer, batch);
+        while let Some(at) = self.retry_at() {
+            std::thread::sleep(at.saturating_duration_since(Instant::now()));
+            self.resume();
+        }
+    }
+
+    /// Delivers one batch from `informer`'s listener. Notifications that fail under the retry
+    /// policy are retried later, after the rest of the batch: when [`PluginRuntime::retry_at`]
+    /// says, by [`PluginRuntime::resume`]. The batch is finished (probation verdict, deleted
+    /// objects' verdicts cleared) once they are settled. A plugin's next batch, from any of its
+    /// listeners, comes only after that (its listeners form one group on the executor).
+    pub fn begin(&mut self, informer: &str, batch: &[informer::Delivery]) {
+        // Left by a listener that stopped during its wait: they will not be retried.
+        self.abandon_retries();
         if self.is_quarantined() {
             PluginCounters::add(&self.status.counters.dropped, batch.len() as u64);
+            self.clear_deleted_verdicts(informer, batch);
+            return;
+        }
+        let failed_before = PluginCounters::get(&self.status.counters.failed);
+        self.defer_retries = true;
+        with_wit_batch(informer, batch, |wit| self.deliver(wit));
+        self.defer_retries = false;
+        if self.retries.is_empty() {
+            self.finish(informer, batch, failed_before);
         } else {
-            let failed_before = PluginCounters::get(&self.status.counters.failed);
-            with_wit_batch(informer, batch, |wit| self.deliver(wit));
-            let failed = PluginCounters::get(&self.status.counters.failed) - failed_before;
-            if self.probation.is_some() {
-                self.after_probation_batch(informer, batch, failed);
+            self.in_hand = Some(InHand {
+                informer: informer.to_owned(),
+                batch: batch.to_vec(),
+                failed_before,
+            });
+        }
+    }
+
+    /// When the next retry of the batch in hand is due (now, if the plugin was quarantined
+    /// meanwhile: what is left is given up); `None` when the batch is finished.
+    pub fn retry_at(&self) -> Option<Instant> {
+        let first = self.retries.front()?;
+        if self.is_quarantined() {
+            return Some(Instant::now());
+        }
+        Some(first.due)
+    }
+
+    /// Runs the retries that are due, in order; a retry that fails again waits its doubled
+    /// backoff (and the ones behind it wait too, as they did behind a sleeping thread). When none
+    /// is left, the batch in hand is finished.
+    pub fn resume(&mut self) {
+        while let Some(r) = self.retries.front() {
+            if self.is_quarantined() {
+                self.abandon_retries();
+                return;
             }
+            if r.due > Instant::now() {
+                return;
+            }
+            let Some(mut r) = self.retries.pop_front() else {
+                break;
+            };
+            let d = self.in_hand.as_ref().and_then(|h| {
+                (h.informer == r.informer)
+                    .then(|| h.batch.iter().find(|d| d.seq == r.seq).cloned())
+                    .flatten()
+            });
+            let Some(d) = d else {
+                self.give_up(r.seq, &r.informer, r.why);
+                continue;
+            };
+            let ok = with_wit_batch(&r.informer, std::slice::from_ref(&d), |wit| {
+                self.retry_once(&wit[0])
+            });
+            if ok {
+                continue;
+            }
+            r.left -= 1;
+            if r.left == 0 {
+                self.give_up(r.seq, &r.informer, r.why);
+            } else {
+                r.wait = r.wait.saturating_mul(2).min(MAX_RETRY_WAIT);
+                r.due = after(r.wait);
+                self.retries.push_front(r);
+                return;
+            }
+        }
+        if let Some(h) = self.in_hand.take() {
+            self.finish(&h.informer, &h.batch, h.failed_before);
+        }
+    }
+
+    /// Gives up the retries left (the plugin was quarantined, or their listener stopped) and
+    /// finishes the batch in hand.
+    fn abandon_retries(&mut self) {
+        while let Some(r) = self.retries.pop_front() {
+            self.give_up(r.seq, &r.informer, r.why);
+        }
+        if let Some(h) = self.in_hand.take() {
+            self.finish(&h.informer, &h.batch, h.failed_before);
+        }
+    }
+
+    /// A batch is done: the probation verdict counts its failures, deleted objects lose their
+    /// verdicts.
+    fn finish(&mut self, informer: &str, batch: &[informer::Delivery], failed_before: u64) {
+        let failed = PluginCounters::get(&self.status.counters.failed) - failed_before;
+        if self.probation.is_some() {
+            self.after_probation_batch(informer, batch, failed);
         }
         self.clear_deleted_verdicts(informer, batch);
     }
@@ -438,9 +614,13 @@ pub(super) fn with_panic_message(
     }
 }
 
-/// The informer-side handler of one (plugin, informer) pair.
+/// The informer-side handler of one (plugin, informer) pair. It runs on the informer's shared
+/// executor, in its plugin's group: the plugin's handlers share one instance, so they take turns
+/// instead of holding several workers that wait on its mutex.
 pub struct WasmHandler {
     pub(crate) runtime: Arc<Mutex<PluginRuntime>>,
+    /// The plugin's handlers.
+    pub(crate) group: informer::GroupId,
     pub(crate) informer: String,
     pub(crate) batch_max: usize,
     /// The bound of its queue (from the spec).
@@ -449,12 +629,30 @@ pub struct WasmHandler {
     pub(crate) status: Arc<PluginStatus>,
 }
 
+impl WasmHandler {
+    fn runtime(&self) -> std::sync::MutexGuard<'_, PluginRuntime> {
+        self.runtime.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 impl EventHandler for WasmHandler {
     fn handle(&mut self, batch: &[informer::Delivery]) {
-        self.runtime
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .handle(&self.informer, batch);
+        self.runtime().begin(&self.informer, batch);
+    }
+
+    fn placement(&self) -> informer::Placement {
+        informer::Placement::Shared {
+            group: Some(self.group),
+        }
+    }
+
+    /// A failed notification waiting for its retry keeps the batch in hand, off the worker.
+    fn unfinished(&mut self) -> Option<Instant> {
+        self.runtime().retry_at()
+    }
+
+    fn resume(&mut self) {
+        self.runtime().resume();
     }
 
     fn batch_max(&self) -> Option<usize> {
