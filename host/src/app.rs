@@ -13,7 +13,6 @@ use crate::actions::audit::AuditLog;
 use crate::actions::kube::KubeActionSink;
 use crate::admin::AdminState;
 use crate::config::{Config, IndexSpec, InformerConfig, SourceKind};
-use crate::informer::SharedInformer;
 use crate::informer::indexer::{
     IndexFunc, index_by_json_pointer, index_by_label, index_by_owner_uid,
 };
@@ -21,6 +20,7 @@ use crate::informer::lister_watcher::ListerWatcher;
 use crate::informer::reflector::ReflectorConfig;
 use crate::informer::selector::LabelSelector;
 use crate::informer::shared_informer::InformerConfig as InformerSettings;
+use crate::informer::{Executor, SharedInformer};
 use crate::plugin::{EngineConfig, PluginEngine, PluginHandle, PluginManager};
 use crate::source::dir::DirCluster;
 use crate::source::filter::{Filtered, ObjectFilter};
@@ -93,6 +93,7 @@ pub async fn kube_client(context: Option<&str>) -> anyhow::Result<kube::Client> 
 pub async fn build_informers(
     config: &Config,
     opts: &RunOptions,
+    executor: Option<&Executor>,
 ) -> anyhow::Result<(
     Vec<Arc<SharedInformer>>,
     Option<Arc<DirCluster>>,
@@ -140,6 +141,7 @@ pub async fn build_informers(
                 use_watch_list: inf.watch_list,
                 ..ReflectorConfig::default()
             },
+            executor: executor.cloned(),
             ..InformerSettings::default()
         };
         let informer = SharedInformer::new(inf.name.clone(), lw, settings);
@@ -197,6 +199,8 @@ pub struct Host {
     pub admin_addr: Option<std::net::SocketAddr>,
     /// Live reloads (when the host was started from a config file).
     pub reloader: Option<Arc<crate::reloader::Reloader>>,
+    /// The workers that run the plugins.
+    pub executor: Executor,
 }
 
 /// Builds and starts everything; returns once started (informers sync in the background).
@@ -206,7 +210,12 @@ pub async fn start(
     opts: &RunOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<Host> {
-    let (informers, dir, client) = build_informers(config, opts).await?;
+    let workers = config.executor.workers();
+    let executor = Executor::new(workers).with_context(|| {
+        format!("executor: cannot start {workers} worker threads for the plugins")
+    })?;
+    tracing::info!(workers, "executor started");
+    let (informers, dir, client) = build_informers(config, opts, Some(&executor)).await?;
     let engine = engine(config)?;
     let mut manager = PluginManager::new(engine);
     let services = services(config, client)?;
@@ -218,10 +227,10 @@ pub async fn start(
     for spec in config.plugin_specs() {
         checked.push(manager.check(&spec)?);
     }
-    let plugins: Vec<Arc<PluginHandle>> = checked
-        .into_iter()
-        .map(|c| Arc::new(manager.attach(c)))
-        .collect();
+    let mut plugins: Vec<Arc<PluginHandle>> = Vec::with_capacity(checked.len());
+    for c in checked {
+        plugins.push(Arc::new(manager.attach(c)?));
+    }
     let plugins = Arc::new(RwLock::new(plugins));
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -291,6 +300,7 @@ pub async fn start(
         admin,
         admin_addr,
         reloader,
+        executor,
     })
 }
 

@@ -37,8 +37,15 @@
 //!       queue: 1000
 //! admin: { listen: 127.0.0.1:9090 }
 //! engine: { cacheDir: /var/cache/wisp, epochTick: 10ms, fuel: false }
+//! executor: { workers: 4 }     # threads that run the plugins (default: one per core)
 //! audit: { file: /var/log/wisp/audit.jsonl }   # actions also go to the log and to /audit
 //! ```
+//!
+//! `executor.workers` is the number of threads that run every plugin's listeners, however many
+//! plugins there are (1 to 1024; default the number of cores). Each worker takes a plugin with
+//! work, hands it one batch, and moves on to the next, round-robin; a plugin never holds more than
+//! one worker, and a plugin waiting to retry a notification holds none. More workers than cores
+//! only help when plugins wait (on host calls); fewer leave cores to the informers.
 //!
 //! `queue` bounds the notifications waiting for a plugin, per informer it receives, so a plugin
 //! far slower than the event rate costs bounded memory and never slows the informer or the
@@ -213,6 +220,9 @@ pub struct Config {
     /// Audit log of plugins' actions.
     #[serde(default)]
     pub audit: AuditConfig,
+    /// The worker threads that run the plugins.
+    #[serde(default)]
+    pub executor: ExecutorSettings,
     /// Directory of the config file (module and dir paths are relative to it).
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -466,6 +476,22 @@ pub struct EngineSettings {
     pub fuel: bool,
 }
 
+/// The shared executor that runs the plugins' listeners.
+#[derive(Debug, Deserialize, Clone, Default, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ExecutorSettings {
+    /// Worker threads (default: the number of cores).
+    pub workers: Option<usize>,
+}
+
+impl ExecutorSettings {
+    /// The number of workers in force.
+    pub fn workers(&self) -> usize {
+        self.workers
+            .unwrap_or_else(crate::informer::executor::default_workers)
+    }
+}
+
 /// Where objects come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SourceKind {
@@ -681,6 +707,24 @@ impl Config {
                 return Err(self.error(
                     at("queue.max"),
                     "must be at least 1 (a count of notifications per informer)",
+                ));
+            }
+        }
+        if let Some(w) = self.executor.workers {
+            let max = crate::informer::executor::MAX_WORKERS;
+            if w == 0 {
+                return Err(self.error(
+                    "executor.workers",
+                    "must be at least 1 (omit it for one worker per core)",
+                ));
+            }
+            if w > max {
+                return Err(self.error(
+                    "executor.workers",
+                    format!(
+                        "{w} is too many: at most {max} (each worker is a thread; the default is \
+                         one per core, and more than the cores only helps plugins that wait)"
+                    ),
                 ));
             }
         }

@@ -279,6 +279,7 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
                     context,
                     ..RunOptions::default()
                 },
+                None,
             )
             .await?;
             let mut regs = Vec::new();
