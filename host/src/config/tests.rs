@@ -338,3 +338,28 @@ fn a_duration_too_long_is_refused_instead_of_overflowing() {
         "{e}"
     );
 }
+
+#[test]
+fn executor_workers_default_to_the_cores_and_a_bad_count_is_refused_naming_the_field() {
+    let c = parse(GOOD).unwrap();
+    assert_eq!(c.executor.workers, None);
+    assert_eq!(
+        c.executor.workers(),
+        crate::informer::executor::default_workers()
+    );
+    let c = parse(&format!("{GOOD}executor: {{ workers: 7 }}\n")).unwrap();
+    assert_eq!(c.executor.workers(), 7);
+    assert_eq!(
+        err_of(&format!("{GOOD}executor: {{ workers: 0 }}\n")),
+        "wisp.yaml: executor.workers: must be at least 1 (omit it for one worker per core)"
+    );
+    let e = err_of(&format!("{GOOD}executor: {{ workers: 100000 }}\n"));
+    assert!(
+        e.starts_with("wisp.yaml: executor.workers: 100000 is too many: at most 1024"),
+        "{e}"
+    );
+    let e = err_of(&format!("{GOOD}executor: {{ workers: -1 }}\n"));
+    assert!(e.starts_with("wisp.yaml: executor.workers: "), "{e}");
+    let e = err_of(&format!("{GOOD}executor: {{ threads: 4 }}\n"));
+    assert!(e.contains("unknown field `threads`"), "{e}");
+}
