@@ -544,3 +544,63 @@ async fn fuel_limits_cut_a_runaway_call_when_the_engine_meters_fuel() {
         "{e}"
     );
 }
+
+/// A plugin waiting out a retry backoff holds no worker: on an executor of one worker, another
+/// plugin on the same informer goes on handling its notifications meanwhile (a backoff slept on
+/// the worker would hold it for the whole wait).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_waiting_to_retry_holds_no_worker() {
+    let server = wisp_tests::TestApiServer::start().await.unwrap();
+    server.create(pod("default", "web-0")).unwrap();
+    let executor = wisp_host::informer::Executor::new(1).unwrap();
+    let inf = pod_informer(
+        &server,
+        wisp_host::informer::shared_informer::InformerConfig {
+            executor: Some(executor.clone()),
+            ..fast_config()
+        },
+    );
+    let _stop = start(&inf);
+    until("informer synced", || inf.has_synced()).await;
+    let mut manager = PluginManager::new(engine());
+    manager.add_informer(inf.clone());
+    let mut s = faults_spec("retrying", json!({"mode": "error", "namePrefix": "bad-"}));
+    s.on_failure = OnFailure {
+        policy: FailurePolicy::Retry {
+            retries: 1,
+            backoff: Duration::from_secs(60),
+        },
+        quarantine_after: 0,
+    };
+    let retrying = manager.start(s).unwrap();
+    let healthy = manager.start(faults_spec("healthy", json!({}))).unwrap();
+    until("both synced", || {
+        retrying.has_synced() && healthy.has_synced()
+    })
+    .await;
+
+    server.create(pod("default", "bad-1")).unwrap();
+    until("the first attempt failed", || {
+        counter(&retrying, |c| &c.errors) == 1
+    })
+    .await;
+    for i in 0..5 {
+        server.create(pod("default", &format!("ok-{i}"))).unwrap();
+    }
+    until("the healthy plugin handled everything", || {
+        counter(&healthy, |c| &c.delivered) == 7
+    })
+    .await;
+    assert_eq!(
+        counter(&retrying, |c| &c.retries),
+        0,
+        "still waiting out its backoff"
+    );
+    let q = &retrying.queues()[0].1;
+    assert_eq!(
+        (q.delivered, q.depth),
+        (1, 5),
+        "its batch with bad-1 is still in hand, the rest waits behind it: {q:?}"
+    );
+    executor.shutdown();
+}

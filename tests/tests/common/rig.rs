@@ -36,13 +36,22 @@ pub struct Rig {
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
-/// A running pod informer (indexes `node` and `owner`) over a server holding `pods`.
+/// A running pod informer (indexes `node` and `owner`) over a server holding `pods`; its plugins
+/// run on the process's default executor.
 pub async fn rig(pods: Vec<Value>) -> Rig {
+    rig_with(pods, fast_config()).await
+}
+
+/// [`rig`] with informer settings of its own (e.g. an executor).
+pub async fn rig_with(
+    pods: Vec<Value>,
+    config: wisp_host::informer::shared_informer::InformerConfig,
+) -> Rig {
     let server = TestApiServer::start().await.unwrap();
     for p in pods {
         server.create(p).unwrap();
     }
-    let inf = pod_informer(&server, fast_config());
+    let inf = pod_informer(&server, config);
     inf.add_indexers([
         ("node".to_owned(), index_by_json_pointer("/spec/nodeName")),
         ("owner".to_owned(), index_by_owner_uid()),
