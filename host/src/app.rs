@@ -280,6 +280,7 @@ pub async fn start(
         plugins: plugins.clone(),
         reload,
         services,
+        executor: Some(executor.clone()),
     };
     let listen = opts
         .admin

@@ -97,7 +97,7 @@ fn setup() -> (tempfile::TempDir, PathBuf) {
     )
     .unwrap();
     let cfg = format!(
-        "source: dir:cluster\ninformers:\n  - {{name: pods, apiVersion: v1, kind: Pod}}\nplugins:\n  - name: audit\n    module: {}\n    informers: [pods]\n  - name: policy\n    module: {}\n    informers: [pods]\n    settings: {{requireLimits: false}}\n",
+        "source: dir:cluster\nexecutor: {{workers: 3}}\ninformers:\n  - {{name: pods, apiVersion: v1, kind: Pod}}\nplugins:\n  - name: audit\n    module: {}\n    informers: [pods]\n  - name: policy\n    module: {}\n    informers: [pods]\n    settings: {{requireLimits: false}}\n",
         plugin("audit_log").display(),
         plugin("image_policy").display()
     );
@@ -193,6 +193,20 @@ fn run_refuses_a_bad_config_naming_file_field_and_problem() {
         )),
         "{err}"
     );
+    let good = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("[nodes]", "[pods]");
+    std::fs::write(&cfg, good.replace("workers: 3", "workers: 0")).unwrap();
+    let o = wisp().args(["run", "--config"]).arg(&cfg).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o).1;
+    assert!(
+        err.contains(&format!(
+            "error: {}: executor.workers: must be at least 1 (omit it for one worker per core)",
+            cfg.display()
+        )),
+        "{err}"
+    );
     drop(d);
 }
 
@@ -262,6 +276,7 @@ fn run_on_a_directory_delivers_file_changes_to_plugins_and_serves_admin_endpoint
         m.contains("wisp_informer_cache_size{informer=\"pods\"} 1"),
         "{m}"
     );
+    assert!(m.contains("wisp_executor_workers 3"), "{m}");
 }
 
 #[test]

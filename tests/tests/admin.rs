@@ -69,6 +69,7 @@ impl Rig {
             plugins: Arc::new(RwLock::new(plugins.iter().map(|p| (*p).clone()).collect())),
             reload: None,
             services: Default::default(),
+            executor: None,
         }
     }
 }

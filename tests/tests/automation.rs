@@ -87,6 +87,7 @@ impl Rig {
             plugins: plugins.clone(),
             reload: None,
             services: services.clone(),
+            executor: None,
         };
         let (stop_admin, rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(admin::serve(listener, state, async {

@@ -102,6 +102,40 @@ impl Collector for Live {
                 .map(|(n, _, synced)| ([("informer", *n)], u64::from(*synced))),
         )?;
 
+        if let Some(e) = &self.state.executor {
+            let s = e.stats();
+            let none: [(&str, &str); 0] = [];
+            for (name, help, v) in [
+                (
+                    "executor_workers",
+                    "Worker threads that run the plugins.",
+                    s.workers,
+                ),
+                (
+                    "executor_running",
+                    "Plugin listeners running a batch now.",
+                    s.running,
+                ),
+                (
+                    "executor_ready",
+                    "Plugin listeners with work waiting for a worker.",
+                    s.ready,
+                ),
+                (
+                    "executor_parked",
+                    "Plugin listeners with work waiting for another listener of their plugin.",
+                    s.parked,
+                ),
+                (
+                    "executor_waiting",
+                    "Plugin listeners waiting out a retry backoff (holding no worker).",
+                    s.waiting,
+                ),
+            ] {
+                out.gauge(name, help, [(none, v as u64)])?;
+            }
+        }
+
         let plugins = self.state.plugins();
         for c in PLUGIN_COUNTERS {
             out.counter(

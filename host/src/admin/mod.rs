@@ -46,6 +46,8 @@ pub struct AdminState {
     pub reload: Option<ReloadFn>,
     /// Verdicts (`/verdicts`) and the audit log of actions (`/audit`).
     pub services: crate::actions::HostServices,
+    /// The workers that run the plugins (`wisp_executor_*` in `/metrics`).
+    pub executor: Option<crate::informer::Executor>,
 }
 
 impl AdminState {
