@@ -186,7 +186,7 @@ fn deadline_check(
 /// stream drop, a poll) block on a Tokio runtime — their own when the thread has none — which
 /// panics on a thread driving async tasks. Plugin calls made from async code (the startup checks,
 /// `wisp check` and `wisp replay`, tests) therefore run on a scoped thread of their own; the
-/// listeners' threads, which have no runtime, call directly.
+/// listeners' threads and the executor's workers, which have no runtime, call directly.
 pub fn off_async<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     if tokio::runtime::Handle::try_current().is_err() {
         return f();

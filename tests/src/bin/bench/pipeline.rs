@@ -40,7 +40,8 @@ impl EventHandler for CountingNative {
 }
 
 /// Events per second through the whole pipeline (source, reflector, DeltaFIFO, indexer,
-/// processor, one queue and thread per listener) into `listeners` handlers: the time from the
+/// processor, one queue per listener; native handlers on a thread each, plugins on the shared
+/// executor's workers) into `listeners` handlers: the time from the
 /// first of `m` updates until every listener has handled all of them.
 async fn throughput(
     engine: &Arc<PluginEngine>,
