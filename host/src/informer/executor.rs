@@ -125,21 +125,43 @@ struct Group {
     parked: VecDeque<Arc<dyn Task>>,
 }
 
+/// A task in the ready queue.
+struct Entry {
+    task: Arc<dyn Task>,
+    /// It comes from the timers: it kept its group while it waited. Any other entry must take
+    /// its group: even its own id as the group's holder only means its previous turn has not
+    /// been accounted for yet (it was submitted again in between), and then it waits like any
+    /// other listener of the group.
+    resumed: bool,
+}
+
+impl Entry {
+    fn new(task: Arc<dyn Task>) -> Self {
+        Self {
+            task,
+            resumed: false,
+        }
+    }
+}
+
 #[derive(Default)]
 struct Sched {
-    ready: VecDeque<Arc<dyn Task>>,
+    ready: VecDeque<Entry>,
     groups: HashMap<GroupId, Group>,
     /// Unfinished tasks by (when, id).
     timers: BTreeMap<(Instant, u64), Arc<dyn Task>>,
+    /// Tasks woken (stopped) while not in the timers: between the end of their turn and its
+    /// accounting, or already ready. Their next wait, if any, ends at once.
+    woken: std::collections::HashSet<u64>,
     running: usize,
     shutdown: bool,
 }
 
 impl Sched {
-    /// The next task a worker may run: ready, and its group free (or held by itself, when it is
-    /// resumed). Tasks of a busy group are parked in the group.
+    /// The next task a worker may run: ready, and its group free (or kept by itself while it
+    /// waited in the timers). Tasks of a busy group are parked in the group.
     fn next(&mut self) -> Option<Arc<dyn Task>> {
-        while let Some(t) = self.ready.pop_front() {
+        while let Some(Entry { task: t, resumed }) = self.ready.pop_front() {
             let Some(g) = t.group() else {
                 return Some(t);
             };
@@ -149,7 +171,7 @@ impl Sched {
                     group.holder = Some(t.id());
                     return Some(t);
                 }
-                Some(h) if h == t.id() => return Some(t),
+                Some(h) if resumed && h == t.id() => return Some(t),
                 Some(_) => group.parked.push_back(t),
             }
         }
@@ -162,7 +184,10 @@ impl Sched {
             if e.key().0 > now {
                 return Some(e.key().0 - now);
             }
-            self.ready.push_back(e.remove());
+            self.ready.push_back(Entry {
+                task: e.remove(),
+                resumed: true,
+            });
         }
         None
     }
@@ -170,6 +195,14 @@ impl Sched {
     /// Accounts for a finished turn of `task`; returns whether the earliest timer changed.
     fn after(&mut self, task: Arc<dyn Task>, ran: Ran) -> bool {
         self.running -= 1;
+        let woken = self.woken.remove(&task.id());
+        if let (Ran::Later(_), true) = (ran, woken) {
+            self.ready.push_back(Entry {
+                task,
+                resumed: true,
+            });
+            return false;
+        }
         if let Ran::Later(at) = ran {
             let earliest = self.timers.first_key_value().is_none_or(|(k, _)| at < k.0);
             self.timers.insert((at, task.id()), task);
@@ -178,19 +211,19 @@ impl Sched {
         let again = ran == Ran::Again;
         let Some(g) = task.group() else {
             if again {
-                self.ready.push_back(task);
+                self.ready.push_back(Entry::new(task));
             }
             return false;
         };
         let group = self.groups.entry(g).or_default();
         group.holder = None;
         if let Some(next) = group.parked.pop_front() {
-            self.ready.push_back(next);
+            self.ready.push_back(Entry::new(next));
             if again {
                 group.parked.push_back(task);
             }
         } else if again {
-            self.ready.push_back(task);
+            self.ready.push_back(Entry::new(task));
         }
         if group.holder.is_none() && group.parked.is_empty() {
             self.groups.remove(&g);
@@ -314,6 +347,7 @@ impl Executor {
             s.ready.clear();
             s.groups.clear();
             s.timers.clear();
+            s.woken.clear();
             std::mem::take(&mut *lock(&self.inner.threads))
         };
         self.inner.work.notify_all();
@@ -333,20 +367,26 @@ impl Executor {
             if s.shutdown {
                 return;
             }
-            s.ready.push_back(task);
+            s.ready.push_back(Entry::new(task));
         }
         self.inner.work.notify_one();
     }
 
-    /// Ends a task's wait in the timers now (it was stopped); nothing if it is not waiting.
+    /// Ends a task's wait now (it was stopped): it leaves the timers for the ready queue, or, if
+    /// the turn that left it unfinished is still being accounted for, it goes there instead of
+    /// the timers.
     pub(crate) fn wake(&self, id: u64) {
         {
             let mut s = lock(&self.inner.sched);
             let Some(key) = s.timers.keys().find(|k| k.1 == id).copied() else {
+                s.woken.insert(id);
                 return;
             };
-            if let Some(t) = s.timers.remove(&key) {
-                s.ready.push_back(t);
+            if let Some(task) = s.timers.remove(&key) {
+                s.ready.push_back(Entry {
+                    task,
+                    resumed: true,
+                });
             }
         }
         self.inner.work.notify_one();
