@@ -480,6 +480,17 @@ fn a_running_host_takes_module_and_config_changes_live_and_refuses_bad_ones() {
     until("removed", || plugins_json(admin).len() == 2);
     let (code, _) = request(admin, "POST", "/reload").unwrap();
     assert_eq!(code, 200);
+
+    // The number of workers needs a restart: such a config changes nothing.
+    std::fs::write(&cfg, added.replace("workers: 3", "workers: 5")).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(plugins_json(admin).len(), 2, "nothing changed");
+    let (code, body) = request(admin, "POST", "/reload").unwrap();
+    assert_eq!(code, 409, "{body}");
+    assert!(
+        body.contains("executor changed; the number of workers needs a restart"),
+        "{body}"
+    );
 }
 
 #[test]
