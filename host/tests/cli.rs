@@ -144,7 +144,7 @@ fn check_refuses_bad_modules_and_bad_settings_with_one_clear_error() {
     assert!(
         text(&o)
             .1
-            .contains("not a wisp:plugin/plugin@0.1.0 component"),
+            .contains("not a wisp:plugin/plugin component (0.2.0 or 0.1.0)"),
         "{}",
         text(&o).1
     );

@@ -63,6 +63,7 @@ impl CheckedPlugin {
             info: self.info.clone(),
             hash: self.report.hash.clone(),
             generation: 1,
+            abi: self.pre.abi(),
         };
         v.publish(&self.spec.module, &self.status);
         v

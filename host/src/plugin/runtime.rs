@@ -4,10 +4,10 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::bindings::{
-    Added, Deleted, Delivery, Notification, ObjectMetaParam, ObjectParam, Outcome, OwnerRefParam,
-    PluginPre, Updated,
+use super::bindings::v01::{
+    Added, Deleted, Delivery, Notification, ObjectMetaParam, ObjectParam, OwnerRefParam, Updated,
 };
+use super::bindings::{Outcome, PluginPre};
 use super::engine::PluginEngine;
 use super::instance::{CallError, Instance};
 use super::spec::{FailurePolicy, PluginSpec};
@@ -44,6 +44,8 @@ pub struct VersionInfo {
     pub hash: String,
     /// 1 for the first version, +1 per reload (and per rollback).
     pub generation: u64,
+    /// The version of the `wisp:plugin` world its component targets.
+    pub abi: super::bindings::Abi,
 }
 
 impl VersionInfo {
@@ -55,6 +57,7 @@ impl VersionInfo {
             module: module.to_path_buf(),
             hash: self.hash.clone(),
             generation: self.generation,
+            abi: self.abi.version(),
         });
     }
 }
@@ -107,7 +110,8 @@ impl<'a> MetaParts<'a> {
     }
 }
 
-/// Runs `f` on the WIT form of a batch, borrowed from the cached objects (no copies).
+/// Runs `f` on the 0.1 WIT form of a batch (records), borrowed from the cached objects (no
+/// copies).
 pub(super) fn with_wit_batch<R>(
     informer: &str,
     batch: &[informer::Delivery],
@@ -244,7 +248,11 @@ impl PluginRuntime {
         self.status.logs.push(format!("host: call failed: {e}"));
     }
 
-    fn call(&mut self, batch: &[Delivery]) -> Result<Vec<Outcome>, CallError> {
+    fn call(
+        &mut self,
+        informer: &str,
+        batch: &[informer::Delivery],
+    ) -> Result<Vec<Outcome>, CallError> {
         let start = Instant::now();
         match self.fresh() {
             Ok(_) => {}
@@ -258,7 +266,7 @@ impl PluginRuntime {
             Some(i) => i,
             None => return Err(CallError::Trap("no instance".into())),
         };
-        let r = inst.handle(batch);
+        let r = inst.handle(informer, batch);
         let c = &self.status.counters;
         PluginCounters::add(&c.calls, 1);
         let took = start.elapsed();
@@ -293,7 +301,7 @@ impl PluginRuntime {
     }
 
     /// Applies the failure policy to one delivery whose first attempt failed with `why`.
-    fn settle(&mut self, d: &Delivery, why: String) {
+    fn settle(&mut self, informer: &str, d: &informer::Delivery, why: String) {
         if let FailurePolicy::Retry { retries, backoff } = self.spec.on_failure.policy.clone() {
             let mut wait = backoff;
             for _ in 0..retries {
@@ -303,7 +311,7 @@ impl PluginRuntime {
                 std::thread::sleep(wait);
                 wait = wait.saturating_mul(2).min(Duration::from_secs(60));
                 PluginCounters::add(&self.status.counters.retries, 1);
-                match self.call(std::slice::from_ref(d)) {
+                match self.call(informer, std::slice::from_ref(d)) {
                     Ok(o) if matches!(o.first(), Some(Outcome::Ok)) => {
                         self.succeeded(1);
                         return;
@@ -321,7 +329,7 @@ impl PluginRuntime {
         PluginCounters::add(&self.status.counters.failed, 1);
         self.consecutive_failures += 1;
         let limit = self.spec.on_failure.quarantine_after;
-        tracing::debug!(plugin = %self.name, seq = d.seq, informer = %d.informer, error = %why, "notification failed");
+        tracing::debug!(plugin = %self.name, seq = d.seq, informer, error = %why, "notification failed");
         if limit > 0 && self.consecutive_failures >= limit {
             self.quarantine(format!(
                 "{} notifications failed in a row; last: {why}",
@@ -336,7 +344,7 @@ impl PluginRuntime {
             PluginCounters::add(&self.status.counters.dropped, batch.len() as u64);
         } else {
             let failed_before = PluginCounters::get(&self.status.counters.failed);
-            with_wit_batch(informer, batch, |wit| self.deliver(wit));
+            self.deliver(informer, batch);
             let failed = PluginCounters::get(&self.status.counters.failed) - failed_before;
             if self.probation.is_some() {
                 self.after_probation_batch(informer, batch, failed);
@@ -359,9 +367,9 @@ impl PluginRuntime {
         }
     }
 
-    /// Delivers converted notifications, applying the failure policy.
-    pub(super) fn deliver(&mut self, wit: &[Delivery]) {
-        match self.call(wit) {
+    /// Delivers notifications from `informer`, applying the failure policy.
+    pub(super) fn deliver(&mut self, informer: &str, wit: &[informer::Delivery]) {
+        match self.call(informer, wit) {
             Ok(outcomes) if outcomes.len() == wit.len() => {
                 for (d, o) in wit.iter().zip(outcomes) {
                     match o {
@@ -369,7 +377,7 @@ impl PluginRuntime {
                         Outcome::Error(msg) => {
                             PluginCounters::add(&self.status.counters.errors, 1);
                             self.status.set_last_error(msg.clone());
-                            self.settle(d, msg);
+                            self.settle(informer, d, msg);
                         }
                     }
                 }
@@ -382,10 +390,10 @@ impl PluginRuntime {
                 );
                 self.status.set_last_error(why.clone());
                 for d in wit {
-                    self.settle(d, why.clone());
+                    self.settle(informer, d, why.clone());
                 }
             }
-            Err(e) if wit.len() == 1 => self.settle(&wit[0], e.to_string()),
+            Err(e) if wit.len() == 1 => self.settle(informer, &wit[0], e.to_string()),
             Err(_) => {
                 // The batch died with its instance: deliver its items one by one to a fresh
                 // instance, so only the one at fault meets the failure policy.
@@ -394,7 +402,7 @@ impl PluginRuntime {
                         PluginCounters::add(&self.status.counters.dropped, 1);
                         continue;
                     }
-                    match self.call(std::slice::from_ref(d)) {
+                    match self.call(informer, std::slice::from_ref(d)) {
                         Ok(o) if matches!(o.first(), Some(Outcome::Ok)) => self.succeeded(1),
                         Ok(o) => {
                             let msg = match o.into_iter().next() {
@@ -402,9 +410,9 @@ impl PluginRuntime {
                                 _ => "no outcome".to_owned(),
                             };
                             PluginCounters::add(&self.status.counters.errors, 1);
-                            self.settle(d, msg);
+                            self.settle(informer, d, msg);
                         }
-                        Err(e) => self.settle(d, e.to_string()),
+                        Err(e) => self.settle(informer, d, e.to_string()),
                     }
                 }
             }
