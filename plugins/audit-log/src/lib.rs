@@ -28,13 +28,12 @@ struct AuditLog {
 }
 
 fn what(o: &Object) -> String {
-    let m = o.meta();
     format!(
         "{} {} {} rv={}",
-        m.api_version,
-        m.kind,
+        o.api_version(),
+        o.kind(),
         o.key(),
-        m.resource_version
+        o.resource_version()
     )
 }
 
@@ -85,7 +84,7 @@ impl Plugin for AuditLog {
         wisp_sdk::info!(
             "UPDATED {} (was rv={})",
             what(new),
-            old.meta().resource_version
+            old.resource_version()
         );
         Ok(())
     }

@@ -31,7 +31,7 @@ impl Bench {
     fn visit(&mut self, obj: &Object) -> Result<(), String> {
         match self.work {
             Work::Noop => {}
-            Work::Labels => self.total += obj.meta().labels.len() as u64,
+            Work::Labels => self.total += obj.labels().len() as u64,
             Work::Parse => {
                 let v = obj.value()?;
                 self.total += v

@@ -112,7 +112,7 @@ impl Labeler {
         let pods = cache::list(&self.settings.pods, Some(ns.name()), None)
             .map_err(|e| format!("listing pods of {}: {e:?}", ns.name()))?;
         for pod in &pods {
-            self.reconcile(pod, want.as_deref());
+            self.reconcile(&pod, want.as_deref());
         }
         Ok(())
     }
