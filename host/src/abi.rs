@@ -162,11 +162,8 @@ impl Writer {
 /// Encodes an object: its metadata and its JSON text (last). Returns the encoding and where the
 /// JSON starts in it.
 pub fn encode_object(meta: &ObjectMeta, json: &str) -> (Vec<u8>, usize) {
-    let pairs_len = |p: &[(String, String)]| {
-        p.iter()
-            .map(|(k, v)| 16 + k.len() + v.len())
-            .sum::<usize>()
-    };
+    let pairs_len =
+        |p: &[(String, String)]| p.iter().map(|(k, v)| 16 + k.len() + v.len()).sum::<usize>();
     let table = OBJECT_HEADER + field::COUNT * 8;
     let capacity = table
         + meta.api_version.len()
@@ -192,7 +189,8 @@ pub fn encode_object(meta: &ObjectMeta, json: &str) -> (Vec<u8>, usize) {
         buf: Vec::with_capacity(capacity),
     };
     w.buf.extend_from_slice(&[LAYOUT_VERSION, 0]);
-    w.buf.extend_from_slice(&(field::COUNT as u16).to_le_bytes());
+    w.buf
+        .extend_from_slice(&(field::COUNT as u16).to_le_bytes());
     w.reserve(field::COUNT * 8);
     let mut spans = [(ABSENT, 0); field::COUNT];
     spans[field::API_VERSION] = w.bytes(meta.api_version.as_bytes());

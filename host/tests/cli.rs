@@ -116,7 +116,7 @@ fn check_accepts_a_plugin_and_prints_what_it_says_about_itself() {
     let (out, err) = text(&o);
     assert!(o.status.success(), "{err}");
     assert!(
-        out.starts_with("ok: audit-log 0.1.0 is a wisp:plugin/plugin@0.1.0 component"),
+        out.starts_with("ok: audit-log 0.1.0 is a wisp:plugin/plugin@0.2.0 component"),
         "{out}"
     );
 }

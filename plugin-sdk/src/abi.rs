@@ -116,7 +116,11 @@ impl<'a> Object<'a> {
     fn check(b: Cow<'a, [u8]>) -> Result<Self, DecodeError> {
         match b.first() {
             Some(&LAYOUT_VERSION) => {}
-            Some(v) => return err(format!("object layout version {v}, expected {LAYOUT_VERSION}")),
+            Some(v) => {
+                return err(format!(
+                    "object layout version {v}, expected {LAYOUT_VERSION}"
+                ));
+            }
             None => return err("empty object"),
         }
         let Some(fields) = u16_at(&b, 2) else {
@@ -432,7 +436,12 @@ impl<'a> Iterator for OwnerRefs<'a> {
         if self.left == 0 {
             return None;
         }
-        let s = |i: usize| span(self.b, self.at + i * 8).ok().flatten().map_or("", text);
+        let s = |i: usize| {
+            span(self.b, self.at + i * 8)
+                .ok()
+                .flatten()
+                .map_or("", text)
+        };
         let flags = u32_at(self.b, self.at + 32).unwrap_or(0);
         let r = OwnerRef {
             api_version: s(0),
@@ -503,7 +512,11 @@ impl<'a> Batch<'a> {
     pub fn decode(b: &'a [u8]) -> Result<Self, DecodeError> {
         match b.first() {
             Some(&LAYOUT_VERSION) => {}
-            Some(v) => return err(format!("batch layout version {v}, expected {LAYOUT_VERSION}")),
+            Some(v) => {
+                return err(format!(
+                    "batch layout version {v}, expected {LAYOUT_VERSION}"
+                ));
+            }
             None => return err("empty batch"),
         }
         let (Some(header), Some(count), Some(entry_size)) =
@@ -521,7 +534,10 @@ impl<'a> Batch<'a> {
             .checked_mul(entry_size)
             .and_then(|n| n.checked_add(header));
         if end.is_none_or(|e| e > b.len()) {
-            return err(format!("{count} batch entries do not fit {} bytes", b.len()));
+            return err(format!(
+                "{count} batch entries do not fit {} bytes",
+                b.len()
+            ));
         }
         let informer = span(b, 12)?.map(text).unwrap_or("");
         Ok(Self {
@@ -589,7 +605,9 @@ impl<'a> Batch<'a> {
     }
 
     /// The notifications, in order.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = Result<Notification<'a>, DecodeError>> + 'a {
+    pub fn iter(
+        &self,
+    ) -> impl ExactSizeIterator<Item = Result<Notification<'a>, DecodeError>> + 'a {
         let me = *self;
         (0..me.count).map(move |i| me.get(i))
     }
@@ -614,7 +632,11 @@ impl ObjectList {
     pub fn decode(b: Vec<u8>) -> Result<Self, DecodeError> {
         match b.first() {
             Some(&LAYOUT_VERSION) => {}
-            Some(v) => return err(format!("list layout version {v}, expected {LAYOUT_VERSION}")),
+            Some(v) => {
+                return err(format!(
+                    "list layout version {v}, expected {LAYOUT_VERSION}"
+                ));
+            }
             None => return err("empty list"),
         }
         let (Some(header), Some(count)) = (u16_at(&b, 2), u32_at(&b, 4)) else {

@@ -55,8 +55,8 @@ pub mod abi;
 
 use serde::de::DeserializeOwned;
 
-use bindings::wisp::plugin::host;
 pub use abi::{Object, ObjectList, OwnerRef};
+use bindings::wisp::plugin::host;
 pub use bindings::wisp::plugin::types::{Level, PluginInfo};
 
 /// Where a notification comes from.

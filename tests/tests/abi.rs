@@ -52,12 +52,26 @@ async fn every_cached_object_reads_back_through_the_sdk_decoder_as_the_host_extr
         assert_eq!(annotations, m.annotations);
         let owners: Vec<(String, String, bool, bool)> = v
             .owner_refs()
-            .map(|r| (r.kind.to_owned(), r.uid.to_owned(), r.controller, r.block_owner_deletion))
+            .map(|r| {
+                (
+                    r.kind.to_owned(),
+                    r.uid.to_owned(),
+                    r.controller,
+                    r.block_owner_deletion,
+                )
+            })
             .collect();
         let want: Vec<(String, String, bool, bool)> = m
             .owner_references
             .iter()
-            .map(|r| (r.kind.clone(), r.uid.clone(), r.controller, r.block_owner_deletion))
+            .map(|r| {
+                (
+                    r.kind.clone(),
+                    r.uid.clone(),
+                    r.controller,
+                    r.block_owner_deletion,
+                )
+            })
             .collect();
         assert_eq!(owners, want);
         assert_eq!(v.json(), o.json().as_bytes());
@@ -119,7 +133,10 @@ async fn plugins_of_abi_0_1_and_0_2_run_side_by_side_in_one_host() {
     .await;
     let (a, b) = (events(&new), events(&old));
     assert_eq!(a.len(), 5, "{:#?}", logs(&new));
-    assert_eq!(a, b, "the same notifications, in the same order, through both ABIs");
+    assert_eq!(
+        a, b,
+        "the same notifications, in the same order, through both ABIs"
+    );
     assert_eq!(
         a.iter().map(|e| e.0.as_str()).collect::<Vec<_>>(),
         ["added", "added", "updated", "added", "deleted"]

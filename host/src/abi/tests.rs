@@ -126,10 +126,7 @@ fn relayout(wire: &[u8], count: usize, extra: &[u8]) -> Vec<u8> {
     let extra_at = (new_table + data.len()) as u32;
     for f in 0..count {
         let (o, l) = if f < field::COUNT {
-            (
-                shift(u32_at(wire, 4 + f * 8)),
-                u32_at(wire, 4 + f * 8 + 4),
-            )
+            (shift(u32_at(wire, 4 + f * 8)), u32_at(wire, 4 + f * 8 + 4))
         } else {
             (extra_at, extra.len() as u32)
         };
@@ -269,7 +266,10 @@ fn an_object_keeps_its_json_as_the_last_span_of_its_encoding() {
     assert_eq!(w[0], LAYOUT_VERSION);
     assert_eq!(u16::from_le_bytes([w[2], w[3]]) as usize, field::COUNT);
     let json_span = 4 + field::JSON * 8;
-    let (at, len) = (u32_at(w, json_span) as usize, u32_at(w, json_span + 4) as usize);
+    let (at, len) = (
+        u32_at(w, json_span) as usize,
+        u32_at(w, json_span + 4) as usize,
+    );
     assert_eq!(at + len, w.len());
     assert_eq!(&w[at..], o.json().as_bytes());
     let ns = 4 + field::NAMESPACE * 8;

@@ -29,6 +29,9 @@ pub struct EngineConfig {
     pub epoch_tick: Duration,
     /// Fuel metering (needed for `limits.fuel`; costs some speed).
     pub fuel: bool,
+    /// Epoch interruption: how a call's deadline cuts it. Always on in a host; off only to
+    /// measure what the checks cost (`wisp-bench`): without it no deadline holds.
+    pub epoch_interruption: bool,
 }
 
 impl Default for EngineConfig {
@@ -37,6 +40,7 @@ impl Default for EngineConfig {
             cache_dir: default_cache_dir(),
             epoch_tick: DEFAULT_EPOCH_TICK,
             fuel: false,
+            epoch_interruption: true,
         }
     }
 }
@@ -123,7 +127,7 @@ impl PluginEngine {
     pub fn new(config: EngineConfig) -> Result<Arc<Self>, PluginError> {
         let mut c = Config::new();
         c.wasm_component_model(true);
-        c.epoch_interruption(true);
+        c.epoch_interruption(config.epoch_interruption);
         c.consume_fuel(config.fuel);
         let engine = Engine::new(&c).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
         let mut linker: Linker<StoreData> = Linker::new(&engine);

@@ -47,7 +47,9 @@ pub enum PluginError {
         detail: String,
     },
     /// The component is not of world `wisp:plugin/plugin` at a version the host loads.
-    #[error("plugin {plugin:?}: module {path}: not a wisp:plugin/plugin component (0.2.0 or 0.1.0): {detail}")]
+    #[error(
+        "plugin {plugin:?}: module {path}: not a wisp:plugin/plugin component (0.2.0 or 0.1.0): {detail}"
+    )]
     WrongWorld {
         /// Plugin name.
         plugin: String,

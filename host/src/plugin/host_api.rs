@@ -126,7 +126,8 @@ impl host::Host for StoreData {
         namespace: Option<String>,
         label_selector: Option<String>,
     ) -> Result<Vec<u8>, CacheError> {
-        let objs = self.cache_objects(&informer, namespace.as_deref(), label_selector.as_deref())?;
+        let objs =
+            self.cache_objects(&informer, namespace.as_deref(), label_selector.as_deref())?;
         Ok(crate::abi::encode_list(objs.iter().map(|o| &**o)))
     }
 
@@ -454,8 +455,8 @@ mod tests {
     fn a_name_with_a_slash_names_no_object_rather_than_another_ones_key() {
         let mut s = store();
         let get = |s: &mut StoreData, ns: Option<&str>, name: &str| {
-            let wire = host::Host::cache_get(s, "pods".into(), ns.map(Into::into), name.into())
-                .unwrap();
+            let wire =
+                host::Host::cache_get(s, "pods".into(), ns.map(Into::into), name.into()).unwrap();
             // 0.1 reads the same object as a record.
             let record = crate::plugin::bindings::v01::wisp::plugin::host::Host::cache_get(
                 s,

@@ -133,14 +133,15 @@ impl Instance {
     pub fn describe(&mut self) -> Result<PluginInfo, CallError> {
         self.call(|p, s| match p {
             Guest::V0_2(p) => p.wisp_plugin_listener().call_describe(s),
-            Guest::V0_1(p) => p.wisp_plugin_listener().call_describe(s).map(|i| {
-                PluginInfo {
+            Guest::V0_1(p) => p
+                .wisp_plugin_listener()
+                .call_describe(s)
+                .map(|i| PluginInfo {
                     name: i.name,
                     version: i.version,
                     informers: i.informers,
                     replay_on_reload: i.replay_on_reload,
-                }
-            }),
+                }),
         })
     }
 

@@ -58,6 +58,11 @@ impl CheckedPlugin {
         PluginRuntime::new(self, engine, version)
     }
 
+    /// The ABI (world version) of the component.
+    pub fn abi(&self) -> super::bindings::Abi {
+        self.pre.abi()
+    }
+
     fn version_info(&self) -> VersionInfo {
         let v = VersionInfo {
             info: self.info.clone(),

@@ -115,7 +115,10 @@ fn bytes_cut_anywhere_are_an_error_never_a_panic() {
         }
         flipped[i] ^= 0xff;
     }
-    assert!(Object::decode(&[2, 0, 0, 0]).is_err(), "another layout version");
+    assert!(
+        Object::decode(&[2, 0, 0, 0]).is_err(),
+        "another layout version"
+    );
 }
 
 #[test]

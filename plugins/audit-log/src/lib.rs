@@ -81,11 +81,7 @@ impl Plugin for AuditLog {
             return Ok(());
         }
         count(cx, "updated");
-        wisp_sdk::info!(
-            "UPDATED {} (was rv={})",
-            what(new),
-            old.resource_version()
-        );
+        wisp_sdk::info!("UPDATED {} (was rv={})", what(new), old.resource_version());
         Ok(())
     }
 

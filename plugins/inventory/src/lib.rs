@@ -52,11 +52,7 @@ impl Inventory {
     fn touch(&mut self, obj: &Object) -> Result<(), String> {
         // Only spec.nodeName is parsed (the rest of the object is skipped).
         let pod: NodeOf<'_> = obj.parse_partial()?;
-        if let Some(node) = pod
-            .spec
-            .and_then(|s| s.node_name)
-            .filter(|n| !n.is_empty())
-        {
+        if let Some(node) = pod.spec.and_then(|s| s.node_name).filter(|n| !n.is_empty()) {
             self.dirty_nodes.insert(node.into_owned());
         }
         for o in obj.owner_refs() {

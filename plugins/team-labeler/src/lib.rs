@@ -84,10 +84,15 @@ impl Labeler {
                 metrics::counter_add("labelled_total", &[], 1);
                 wisp_sdk::info!("{key}: {}={want} ({how:?})", self.settings.label);
                 if self.settings.events {
-                    let msg = format!("label {}={want} copied from its namespace", self.settings.label);
+                    let msg = format!(
+                        "label {}={want} copied from its namespace",
+                        self.settings.label
+                    );
                     match actions::create_event(&target, EventType::Normal, "TeamLabelled", &msg) {
                         Ok(_) => metrics::counter_add("events_total", &[], 1),
-                        Err(e) => metrics::counter_add("refused_total", &[("reason", reason(&e))], 1),
+                        Err(e) => {
+                            metrics::counter_add("refused_total", &[("reason", reason(&e))], 1)
+                        }
                     }
                 }
             }

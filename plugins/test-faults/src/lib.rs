@@ -119,7 +119,11 @@ fn run_probes() {
         Ok(a) => probe("ungranted-action", true, format!("{a:?}")),
         Err(ActionError::NotGranted(m)) => probe("ungranted-action", false, m),
         // Any other answer means the grant check did not come first: counted as not refused.
-        Err(e) => probe("ungranted-action", true, format!("not refused as ungranted: {e:?}")),
+        Err(e) => probe(
+            "ungranted-action",
+            true,
+            format!("not refused as ungranted: {e:?}"),
+        ),
     }
     match cache::list("secrets", None, None) {
         Ok(v) => probe("ungranted-informer", true, format!("{} objects", v.len())),

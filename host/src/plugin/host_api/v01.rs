@@ -2,7 +2,9 @@
 //! so both ABIs keep one behaviour.
 
 use super::super::bindings::v01::wisp::plugin::{actions, host, policy, types};
-use super::super::bindings::v01::{CacheError, Level, ObjectMetaResult, ObjectResult, OwnerRefResult};
+use super::super::bindings::v01::{
+    CacheError, Level, ObjectMetaResult, ObjectResult, OwnerRefResult,
+};
 use super::super::bindings::wisp::plugin as v02;
 use super::super::state::StoreData;
 
