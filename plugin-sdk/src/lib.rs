@@ -53,6 +53,20 @@ pub mod bindings {
 
 pub mod abi;
 
+/// The guest allocator chosen by a feature (see `Cargo.toml`).
+#[cfg(all(target_family = "wasm", feature = "alloc-dlmalloc"))]
+#[global_allocator]
+static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+
+/// The guest allocator chosen by a feature (see `Cargo.toml`).
+#[cfg(all(
+    target_family = "wasm",
+    feature = "alloc-talc",
+    not(feature = "alloc-dlmalloc")
+))]
+#[global_allocator]
+static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
+
 use serde::de::DeserializeOwned;
 
 pub use abi::{Object, ObjectList, OwnerRef};
