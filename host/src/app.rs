@@ -30,10 +30,13 @@ use crate::source::kube::KubeSource;
 pub const DIR_RESCAN: Duration = Duration::from_millis(250);
 
 /// Options from the command line.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct RunOptions {
     /// kubeconfig context (`--context`).
     pub context: Option<String>,
+    /// The client to use for `source: kube` instead of one from the kubeconfig (embedders,
+    /// tests).
+    pub client: Option<kube::Client>,
     /// The config file, to watch and re-read for live changes (`None`: no live reload).
     pub config_path: Option<std::path::PathBuf>,
     /// Override the admin listen address (`--admin`).
@@ -101,7 +104,10 @@ pub async fn build_informers(
 )> {
     let kind = config.source_kind()?;
     let (client, dir) = match &kind {
-        SourceKind::Kube => (Some(kube_client(opts.context.as_deref()).await?), None),
+        SourceKind::Kube => match &opts.client {
+            Some(c) => (Some(c.clone()), None),
+            None => (Some(kube_client(opts.context.as_deref()).await?), None),
+        },
         SourceKind::Dir(p) => (
             None,
             Some(DirCluster::open(p).with_context(|| format!("source dir:{}", p.display()))?),
@@ -201,6 +207,81 @@ pub struct Host {
     pub reloader: Option<Arc<crate::reloader::Reloader>>,
     /// The workers that run the plugins.
     pub executor: Executor,
+    /// The informers' tasks (they end once the shutdown future completed).
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("context", &self.context)
+            .field("client", &self.client.is_some())
+            .field("config_path", &self.config_path)
+            .field("admin", &self.admin)
+            .finish()
+    }
+}
+
+/// What a shutdown did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Every informer stopped (its listeners' batches in hand finished) within the grace period.
+    pub informers_stopped: bool,
+    /// Every accepted action was sent within the grace period.
+    pub actions_drained: bool,
+    /// Accepted actions audited as not sent (the grace period ran out first).
+    pub actions_not_sent: u64,
+}
+
+impl Host {
+    /// Finishes a shutdown, once the shutdown future given to [`start`] has completed: waits
+    /// for the informers to stop (each listener finishes the batch in hand, within the plugin's
+    /// deadline; nothing more is delivered), then lets the plugins' queued actions be sent;
+    /// at `deadline` whatever is left is audited as not sent, and this returns.
+    pub async fn finish(&mut self, deadline: tokio::time::Instant) -> ShutdownReport {
+        let informers_stopped = tokio::time::timeout_at(
+            deadline,
+            futures::future::join_all(std::mem::take(&mut self.tasks)),
+        )
+        .await
+        .is_ok();
+        if !informers_stopped {
+            tracing::warn!("informers still stopping when the grace period ran out");
+        }
+        let drain = self.admin.services.senders.drain(deadline).await;
+        if drain.not_sent > 0 {
+            tracing::warn!(
+                not_sent = drain.not_sent,
+                "the grace period ran out before every accepted action was sent; those left are audited as not sent"
+            );
+        }
+        ShutdownReport {
+            informers_stopped,
+            actions_drained: drain.drained,
+            actions_not_sent: drain.not_sent,
+        }
+    }
+}
+
+/// Runs the host until `shutdown` completes, then shuts it down within `grace` (counted from
+/// the moment `shutdown` completed): informers stop, batches in hand finish, queued actions are
+/// sent or audited as not sent.
+pub async fn run(
+    config: &Config,
+    opts: &RunOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    grace: Duration,
+) -> anyhow::Result<(Host, ShutdownReport)> {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let mut host = start(config, opts, async {
+        let _ = rx.await;
+    })
+    .await?;
+    shutdown.await;
+    let deadline = tokio::time::Instant::now() + grace;
+    let _ = tx.send(());
+    let report = host.finish(deadline).await;
+    Ok((host, report))
 }
 
 /// Builds and starts everything; returns once started (informers sync in the background).
@@ -247,9 +328,16 @@ pub async fn start(
     if let Some(d) = dir {
         tokio::spawn(d.watch(DIR_RESCAN, stopped()));
     }
+    let mut tasks = Vec::new();
     for inf in &informers {
         tracing::info!(informer = %inf.name(), "listing objects");
-        tokio::spawn(inf.clone().run(stopped()));
+        let run = inf.clone().run(stopped());
+        let name = inf.name().to_owned();
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = run.await {
+                tracing::error!(informer = %name, error = %e, "informer failed");
+            }
+        }));
         let i = inf.clone();
         tokio::spawn(async move {
             if crate::informer::shared_informer::wait_for(Duration::from_secs(3600), || {
@@ -302,6 +390,7 @@ pub async fn start(
         admin_addr,
         reloader,
         executor,
+        tasks,
     })
 }
 

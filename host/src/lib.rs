@@ -1,6 +1,7 @@
 //! Wisp: a Kubernetes informer host whose event listeners are sandboxed WebAssembly components.
 //!
 //! Layout:
+//! - [`abi`]: the byte layout of plugin ABI 0.2 (objects, batches, object lists).
 //! - [`informer`]: the client-go informer pipeline (reflector, DeltaFIFO, indexer, shared
 //!   informer, processor and listeners). Knows nothing of wasm, HTTP or kube.
 //! - [`app`]: the host assembled from a config.
@@ -17,6 +18,7 @@
 //! - [`source`]: `ListerWatcher` implementations (the Kubernetes API through `kube`).
 #![deny(unsafe_code)]
 
+pub mod abi;
 pub mod actions;
 pub mod admin;
 pub mod app;

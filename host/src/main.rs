@@ -33,7 +33,8 @@ enum LogFormat {
 #[derive(Subcommand)]
 enum Command {
     /// Run the host: informers from the config, plugins attached, admin server on `admin.listen`.
-    /// Stops on Ctrl-C / SIGTERM.
+    /// Stops on Ctrl-C / SIGTERM: informers stop, batches in hand finish, queued actions are sent
+    /// until the grace period ends and audited as not sent after it.
     Run {
         /// Config file (YAML).
         #[arg(long, short)]
@@ -47,6 +48,9 @@ enum Command {
         /// Stop after this long (e.g. 10s) instead of waiting for a signal.
         #[arg(long = "for", value_name = "DURATION")]
         run_for: Option<String>,
+        /// Longest a shutdown takes (keep it under the pod's terminationGracePeriodSeconds).
+        #[arg(long, value_name = "DURATION", default_value = "25s")]
+        grace: String,
     },
     /// Validate a plugin: is it a wisp:plugin component, does `describe` work, does `init`
     /// accept the settings. Prints what it says about itself.
@@ -188,16 +192,19 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
             context,
             admin,
             run_for,
+            grace,
         } => {
             let cfg = Config::load(&config)?;
             let limit = optional_duration(run_for.as_deref())?;
+            let grace = parse_duration(&grace).map_err(|e| anyhow::anyhow!("--grace: {e}"))?;
             let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
             let opts = RunOptions {
                 context,
                 admin,
                 config_path: Some(config.clone()),
+                ..RunOptions::default()
             };
-            let host = app::start(&cfg, &opts, async {
+            let mut host = app::start(&cfg, &opts, async {
                 let _ = stop_rx.await;
             })
             .await?;
@@ -216,8 +223,15 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
                 },
                 None => shutdown_signal().await,
             }
+            let deadline = tokio::time::Instant::now() + grace;
             let _ = stop_tx.send(());
-            tracing::info!("shutting down");
+            tracing::info!(grace = ?grace, "shutting down");
+            let report = host.finish(deadline).await;
+            tracing::info!(
+                informers_stopped = report.informers_stopped,
+                actions_not_sent = report.actions_not_sent,
+                "shut down"
+            );
             let plugins = host.plugins.read().map(|p| p.clone()).unwrap_or_default();
             for (name, line) in app::summary(&plugins) {
                 tracing::info!(plugin = %name, "{line}");
@@ -228,8 +242,10 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
             let engine = PluginEngine::new(EngineConfig::default())?;
             let c = check_module(&engine, &module, settings_json(&settings)?)?;
             println!(
-                "ok: {} {} is a wisp:plugin/plugin@0.1.0 component",
-                c.info.name, c.info.version
+                "ok: {} {} is a wisp:plugin/plugin@{} component",
+                c.info.name,
+                c.info.version,
+                c.abi()
             );
             if !c.info.informers.is_empty() {
                 println!("wants informers: {}", c.info.informers.join(", "));

@@ -116,7 +116,7 @@ fn check_accepts_a_plugin_and_prints_what_it_says_about_itself() {
     let (out, err) = text(&o);
     assert!(o.status.success(), "{err}");
     assert!(
-        out.starts_with("ok: audit-log 0.1.0 is a wisp:plugin/plugin@0.1.0 component"),
+        out.starts_with("ok: audit-log 0.1.0 is a wisp:plugin/plugin@0.2.0 component"),
         "{out}"
     );
 }
@@ -144,7 +144,7 @@ fn check_refuses_bad_modules_and_bad_settings_with_one_clear_error() {
     assert!(
         text(&o)
             .1
-            .contains("not a wisp:plugin/plugin@0.1.0 component"),
+            .contains("not a wisp:plugin/plugin component (0.2.0 or 0.1.0)"),
         "{}",
         text(&o).1
     );

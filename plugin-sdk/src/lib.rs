@@ -25,7 +25,11 @@
 //! wisp_sdk::export_plugin!(Hello);
 //! ```
 //!
-//! - [`Object`]: metadata without parsing; [`Object::parse`] into k8s-openapi types on demand.
+//! Plugins target ABI `wisp:plugin@0.2.0`: each batch of notifications arrives as one byte buffer
+//! (`docs/abi.md`), read in place:
+//! - [`Object`]: zero-copy views of an object (`name()`, `label(k)`, `labels()`, `owner_refs()`,
+//!   `json()`), parsed only on demand: [`Object::parse`] into k8s-openapi types,
+//!   [`Object::parse_partial`] into a struct of just the fields needed.
 //! - [`cache`]: reads of the host's cache (only informers granted in the host's config).
 //! - [`metrics`]: counters and gauges, exported by the host.
 //! - [`policy`]: verdicts on cached objects; [`actions`]: changes to the cluster through the
@@ -47,80 +51,27 @@ pub mod bindings {
     });
 }
 
+pub mod abi;
+
+/// The guest allocator chosen by a feature (see `Cargo.toml`).
+#[cfg(all(target_family = "wasm", feature = "alloc-dlmalloc"))]
+#[global_allocator]
+static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+
+/// The guest allocator chosen by a feature (see `Cargo.toml`).
+#[cfg(all(
+    target_family = "wasm",
+    feature = "alloc-talc",
+    not(feature = "alloc-dlmalloc")
+))]
+#[global_allocator]
+static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
+
 use serde::de::DeserializeOwned;
 
+pub use abi::{Object, ObjectList, OwnerRef};
 use bindings::wisp::plugin::host;
-pub use bindings::wisp::plugin::types::{CacheError, Level, ObjectMeta, OwnerRef, PluginInfo};
-
-/// A Kubernetes object handed to a plugin: metadata already extracted, JSON parsed only on demand.
-#[derive(Clone, Debug)]
-pub struct Object(bindings::wisp::plugin::types::Object);
-
-impl Object {
-    /// Wraps the raw WIT object.
-    pub fn from_raw(o: bindings::wisp::plugin::types::Object) -> Self {
-        Self(o)
-    }
-
-    /// Extracted metadata (no parsing).
-    pub fn meta(&self) -> &ObjectMeta {
-        &self.0.meta
-    }
-
-    /// `metadata.name`.
-    pub fn name(&self) -> &str {
-        &self.0.meta.name
-    }
-
-    /// `metadata.namespace` (None when cluster-scoped).
-    pub fn namespace(&self) -> Option<&str> {
-        self.0.meta.namespace.as_deref()
-    }
-
-    /// `namespace/name`, or `name` when cluster-scoped.
-    pub fn key(&self) -> String {
-        match self.namespace() {
-            Some(ns) => format!("{ns}/{}", self.name()),
-            None => self.name().to_owned(),
-        }
-    }
-
-    /// The value of a label.
-    pub fn label(&self, key: &str) -> Option<&str> {
-        self.0
-            .meta
-            .labels
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// The value of an annotation.
-    pub fn annotation(&self, key: &str) -> Option<&str> {
-        self.0
-            .meta
-            .annotations
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// The whole object as JSON text.
-    pub fn json(&self) -> &str {
-        &self.0.json
-    }
-
-    /// Parses the JSON into `T` (e.g. `k8s_openapi::api::core::v1::Pod`).
-    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, String> {
-        serde_json::from_str(&self.0.json)
-            .map_err(|e| format!("{}: cannot parse as the requested type: {e}", self.key()))
-    }
-
-    /// Parses the JSON into a generic value.
-    pub fn value(&self) -> Result<serde_json::Value, String> {
-        self.parse()
-    }
-}
+pub use bindings::wisp::plugin::types::{Level, PluginInfo};
 
 /// Where a notification comes from.
 #[derive(Clone, Copy, Debug)]
@@ -142,7 +93,12 @@ pub trait Plugin: Sized + 'static {
     fn init(settings: &str) -> Result<Self, String>;
 
     /// An object appeared (`initial_list`: part of the first list or of a late-join replay).
-    fn on_add(&mut self, _cx: &Context, _obj: &Object, _initial_list: bool) -> Result<(), String> {
+    fn on_add(
+        &mut self,
+        _cx: &Context,
+        _obj: &Object<'_>,
+        _initial_list: bool,
+    ) -> Result<(), String> {
         Ok(())
     }
 
@@ -150,8 +106,8 @@ pub trait Plugin: Sized + 'static {
     fn on_update(
         &mut self,
         _cx: &Context,
-        _old: &Object,
-        _new: &Object,
+        _old: &Object<'_>,
+        _new: &Object<'_>,
         _resync: bool,
     ) -> Result<(), String> {
         Ok(())
@@ -162,7 +118,7 @@ pub trait Plugin: Sized + 'static {
     fn on_delete(
         &mut self,
         _cx: &Context,
-        _obj: &Object,
+        _obj: &Object<'_>,
         _final_state_unknown: bool,
     ) -> Result<(), String> {
         Ok(())
@@ -245,17 +201,64 @@ macro_rules! warn { ($($arg:tt)+) => { $crate::log!($crate::Level::Warn, $($arg)
 macro_rules! error { ($($arg:tt)+) => { $crate::log!($crate::Level::Error, $($arg)+) }; }
 
 /// Reads of the host's cache. Only informers granted to the plugin in the host's config can be
-/// read; others give [`CacheError::NotGranted`].
+/// read; others give [`cache::Error::NotGranted`]. Objects come back in the ABI's encoding,
+/// read as they are used (see [`Object`]).
 pub mod cache {
-    use super::{CacheError, Object, host};
+    use super::bindings::wisp::plugin::types::CacheError;
+    use super::{Object, ObjectList, host};
+
+    /// Why a cache read gave nothing.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub enum Error {
+        /// The host's config does not grant this informer to the plugin.
+        NotGranted(String),
+        /// The informer has no such index.
+        UnknownIndex(String),
+        /// The label selector does not parse.
+        BadSelector(String),
+        /// The host's answer could not be decoded (a host of another ABI layout).
+        Malformed(String),
+    }
+
+    impl std::fmt::Display for Error {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            match self {
+                Error::NotGranted(m) => write!(f, "informer not granted: {m}"),
+                Error::UnknownIndex(m) => write!(f, "unknown index: {m}"),
+                Error::BadSelector(m) => write!(f, "bad label selector: {m}"),
+                Error::Malformed(m) => write!(f, "{m}"),
+            }
+        }
+    }
+
+    impl std::error::Error for Error {}
+
+    impl From<CacheError> for Error {
+        fn from(e: CacheError) -> Self {
+            match e {
+                CacheError::NotGranted(m) => Error::NotGranted(m),
+                CacheError::UnknownIndex(m) => Error::UnknownIndex(m),
+                CacheError::BadSelector(m) => Error::BadSelector(m),
+            }
+        }
+    }
+
+    fn decode_list(bytes: Result<Vec<u8>, CacheError>) -> Result<ObjectList, Error> {
+        ObjectList::decode(bytes?).map_err(|e| Error::Malformed(e.to_string()))
+    }
 
     /// The cached object `namespace/name` (or `name`) of `informer`.
     pub fn get(
         informer: &str,
         namespace: Option<&str>,
         name: &str,
-    ) -> Result<Option<Object>, CacheError> {
-        host::cache_get(informer, namespace, name).map(|o| o.map(Object))
+    ) -> Result<Option<Object<'static>>, Error> {
+        match host::cache_get(informer, namespace, name)? {
+            Some(b) => Object::decode_owned(b)
+                .map(Some)
+                .map_err(|e| Error::Malformed(e.to_string())),
+            None => Ok(None),
+        }
     }
 
     /// Cached objects of `informer`, optionally in one namespace and matching a label selector.
@@ -263,14 +266,13 @@ pub mod cache {
         informer: &str,
         namespace: Option<&str>,
         label_selector: Option<&str>,
-    ) -> Result<Vec<Object>, CacheError> {
-        host::cache_list(informer, namespace, label_selector)
-            .map(|v| v.into_iter().map(Object).collect())
+    ) -> Result<ObjectList, Error> {
+        decode_list(host::cache_list(informer, namespace, label_selector))
     }
 
     /// Cached objects of `informer` whose index `index` holds `value`.
-    pub fn by_index(informer: &str, index: &str, value: &str) -> Result<Vec<Object>, CacheError> {
-        host::cache_by_index(informer, index, value).map(|v| v.into_iter().map(Object).collect())
+    pub fn by_index(informer: &str, index: &str, value: &str) -> Result<ObjectList, Error> {
+        decode_list(host::cache_by_index(informer, index, value))
     }
 }
 
@@ -287,7 +289,7 @@ pub mod policy {
     /// Reports `obj` (from `informer`) as violating `rule`.
     pub fn violation(
         informer: &str,
-        obj: &Object,
+        obj: &Object<'_>,
         rule: &str,
         severity: Severity,
         message: &str,
@@ -300,7 +302,7 @@ pub mod policy {
     }
 
     /// Reports that `obj` passes `rule` (clearing an earlier violation).
-    pub fn pass(informer: &str, obj: &Object, rule: &str) -> Result<(), VerdictError> {
+    pub fn pass(informer: &str, obj: &Object<'_>, rule: &str) -> Result<(), VerdictError> {
         wit::report(informer, obj.namespace(), obj.name(), rule, None)
     }
 }
@@ -315,13 +317,12 @@ pub mod actions {
     pub use super::bindings::wisp::plugin::types::ObjectRef;
 
     /// A reference to `obj`.
-    pub fn object_ref(obj: &Object) -> ObjectRef {
-        let m = obj.meta();
+    pub fn object_ref(obj: &Object<'_>) -> ObjectRef {
         ObjectRef {
-            api_version: m.api_version.clone(),
-            kind: m.kind.clone(),
-            namespace: m.namespace.clone(),
-            name: m.name.clone(),
+            api_version: obj.api_version().to_owned(),
+            kind: obj.kind().to_owned(),
+            namespace: obj.namespace().map(str::to_owned),
+            name: obj.name().to_owned(),
         }
     }
 
@@ -385,8 +386,9 @@ pub mod metrics {
 pub mod __private {
     use std::cell::RefCell;
 
-    use super::bindings::wisp::plugin::types::{Delivery, Notification, Outcome};
-    use super::{Context, Object, Plugin};
+    use super::abi::{Batch, Kind};
+    use super::bindings::wisp::plugin::types::Outcome;
+    use super::{Context, Level, Plugin};
 
     pub fn init<P: Plugin>(state: &RefCell<Option<P>>, settings: String) -> Result<(), String> {
         let p = P::init(&settings)?;
@@ -394,7 +396,15 @@ pub mod __private {
         Ok(())
     }
 
-    pub fn handle<P: Plugin>(state: &RefCell<Option<P>>, batch: Vec<Delivery>) -> Vec<Outcome> {
+    pub fn handle<P: Plugin>(state: &RefCell<Option<P>>, batch: Vec<u8>) -> Vec<Outcome> {
+        let batch = match Batch::decode(&batch) {
+            Ok(b) => b,
+            Err(e) => {
+                // No outcomes: the host counts every notification of the batch as failed.
+                crate::log(Level::Error, &format!("cannot read the batch: {e}"));
+                return Vec::new();
+            }
+        };
         let mut guard = state.borrow_mut();
         let Some(p) = guard.as_mut() else {
             return batch
@@ -402,33 +412,38 @@ pub mod __private {
                 .map(|_| Outcome::Error("plugin used before init".into()))
                 .collect();
         };
+        let informer = batch.informer();
         let out = batch
-            .into_iter()
-            .map(
-                |Delivery {
-                     seq,
-                     informer,
-                     notification,
-                 }| {
-                    let cx = Context {
-                        seq,
-                        informer: &informer,
-                    };
-                    let r = match notification {
-                        Notification::Added(a) => p.on_add(&cx, &Object(a.object), a.initial_list),
-                        Notification::Updated(u) => {
-                            p.on_update(&cx, &Object(u.old), &Object(u.new), u.resync)
-                        }
-                        Notification::Deleted(d) => {
-                            p.on_delete(&cx, &Object(d.object), d.final_state_unknown)
-                        }
-                    };
-                    match r {
-                        Ok(()) => Outcome::Ok,
-                        Err(e) => Outcome::Error(e),
+            .iter()
+            .map(|n| {
+                let n = match n {
+                    Ok(n) => n,
+                    Err(e) => return Outcome::Error(e.to_string()),
+                };
+                let cx = Context {
+                    seq: n.seq,
+                    informer,
+                };
+                let r = match (n.kind, &n.old) {
+                    (Kind::Added { initial_list }, _) => p.on_add(&cx, &n.object, initial_list),
+                    (Kind::Updated { resync }, Some(old)) => {
+                        p.on_update(&cx, old, &n.object, resync)
                     }
-                },
-            )
+                    (Kind::Updated { resync }, None) => {
+                        p.on_update(&cx, &n.object, &n.object, resync)
+                    }
+                    (
+                        Kind::Deleted {
+                            final_state_unknown,
+                        },
+                        _,
+                    ) => p.on_delete(&cx, &n.object, final_state_unknown),
+                };
+                match r {
+                    Ok(()) => Outcome::Ok,
+                    Err(e) => Outcome::Error(e),
+                }
+            })
             .collect();
         p.after_batch();
         out
@@ -467,7 +482,7 @@ macro_rules! export_plugin {
                 __WISP_STATE.with(|s| $crate::__private::init::<$plugin>(s, settings))
             }
             fn handle(
-                batch: ::std::vec::Vec<$crate::bindings::wisp::plugin::types::Delivery>,
+                batch: ::std::vec::Vec<u8>,
             ) -> ::std::vec::Vec<$crate::bindings::wisp::plugin::types::Outcome> {
                 __WISP_STATE.with(|s| $crate::__private::handle::<$plugin>(s, batch))
             }

@@ -467,7 +467,7 @@ async fn modules_that_are_not_plugins_are_refused_with_a_clear_error() {
     assert!(matches!(e, PluginError::WrongWorld { .. }), "{e}");
     assert!(
         e.to_string()
-            .contains("not a wisp:plugin/plugin@0.1.0 component"),
+            .contains("not a wisp:plugin/plugin component (0.2.0 or 0.1.0)"),
         "{e}"
     );
 

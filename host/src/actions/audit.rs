@@ -25,6 +25,9 @@ pub enum AuditResult {
     DryRun,
     /// The host refused it (not granted, invalid, queue full, no API server).
     Refused,
+    /// Accepted but never sent: the host shut down and its grace period ran out first (or
+    /// ran out while it was being sent: the API server may have applied it).
+    NotSent,
 }
 
 /// One audited action.

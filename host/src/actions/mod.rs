@@ -9,10 +9,11 @@
 //! a refused action.
 //!
 //! - [`ratelimit`]: the token bucket; [`audit`]: the audit log; [`kube`]: the sink that sends
-//!   actions with `kube::Client`.
+//!   actions with `kube::Client`; [`lifecycle`]: draining the senders at shutdown.
 
 pub mod audit;
 pub mod kube;
+pub mod lifecycle;
 pub mod ratelimit;
 
 use std::future::Future;
@@ -231,6 +232,8 @@ pub struct HostServices {
     pub audit: Arc<AuditLog>,
     /// Runtime of the per-plugin sender tasks.
     pub runtime: Option<tokio::runtime::Handle>,
+    /// The sender tasks and their phase (drained at shutdown).
+    pub senders: Arc<lifecycle::Senders>,
 }
 
 impl Default for HostServices {
@@ -241,6 +244,7 @@ impl Default for HostServices {
             sink: None,
             audit: Arc::new(AuditLog::memory()),
             runtime: tokio::runtime::Handle::try_current().ok(),
+            senders: Arc::default(),
         }
     }
 }
@@ -615,14 +619,18 @@ impl PluginActions {
         let sink = self.services.sink.clone()?;
         let rt = self.services.runtime.clone()?;
         let (tx, rx) = tokio::sync::mpsc::channel(self.spec.queue.max(1));
-        rt.spawn(worker(
+        let task = rt.spawn(worker(
             rx,
             sink,
-            self.services.audit.clone(),
-            self.status.clone(),
+            Sender {
+                audit: self.services.audit.clone(),
+                status: self.status.clone(),
+                senders: self.services.senders.clone(),
+            },
             self.spec.retries,
             self.spec.backoff,
         ));
+        self.services.senders.register(task);
         Some(tx)
     }
 
@@ -639,6 +647,13 @@ impl PluginActions {
             };
             self.audit(verb, &target, AuditResult::DryRun, detail, 0);
             return Ok(Accepted::DryRun);
+        }
+        if !self.services.senders.is_running() {
+            return Err(self.refuse(
+                verb,
+                &target,
+                ActionError::Unavailable("the host is shutting down".into()),
+            ));
         }
         let action = Action {
             plugin: self.plugin.to_string(),
@@ -674,54 +689,19 @@ impl PluginActions {
     }
 }
 
-/// Sends one plugin's actions in order, retrying retryable failures with doubling backoff (to
-/// 30 s), and audits each outcome. Ends when the plugin's [`PluginActions`] is dropped.
-pub async fn worker(
-    mut rx: tokio::sync::mpsc::Receiver<Action>,
-    sink: Arc<dyn ActionSink>,
-    audit: Arc<AuditLog>,
-    status: Arc<PluginStatus>,
-    retries: u32,
-    backoff: Duration,
-) {
-    while let Some(action) = rx.recv().await {
-        let mut wait = backoff;
-        let mut attempts = 0;
-        let outcome = loop {
-            attempts += 1;
-            match sink.send(&action).await {
-                Ok(detail) => break Ok(detail),
-                Err(e) if e.retryable() && attempts <= retries => {
-                    tracing::debug!(plugin = %action.plugin, error = %e.message, code = ?e.code, attempt = attempts, "action failed; retrying");
-                    let jitter = rand::random::<f64>() * 0.2 + 0.9;
-                    tokio::time::sleep(wait.mul_f64(jitter)).await;
-                    wait = (wait * 2).min(Duration::from_secs(30));
-                }
-                Err(e) => break Err(e),
-            }
-        };
-        let (result, detail) = match outcome {
-            Ok(d) => {
-                PluginCounters::add(&status.counters.actions_applied, 1);
-                (AuditResult::Applied, d)
-            }
-            Err(e) => {
-                PluginCounters::add(&status.counters.actions_failed, 1);
-                let msg = format!(
-                    "{}{}",
-                    e.code.map(|c| format!("HTTP {c}: ")).unwrap_or_default(),
-                    e.message
-                );
-                status.set_last_error(format!(
-                    "action {} {} {:?} failed: {msg}",
-                    action.body.verb().as_str(),
-                    action.target.kind,
-                    action.target.name
-                ));
-                (AuditResult::Failed, msg)
-            }
-        };
-        audit.record(AuditEntry {
+/// Where a sender reports: the audit log, the plugin's counters, the host's senders.
+pub struct Sender {
+    /// The audit log.
+    pub audit: Arc<AuditLog>,
+    /// The plugin's status (counters, last error).
+    pub status: Arc<PluginStatus>,
+    /// The host's senders (phase, not-sent count).
+    pub senders: Arc<lifecycle::Senders>,
+}
+
+impl Sender {
+    fn record(&self, action: &Action, result: AuditResult, detail: String, attempts: u32) {
+        self.audit.record(AuditEntry {
             time: rfc3339(SystemTime::now()),
             plugin: action.plugin.clone(),
             version: action.version.clone(),
@@ -734,6 +714,105 @@ pub async fn worker(
             detail,
             attempts,
         });
+    }
+
+    fn not_sent(&self, action: &Action, detail: &str, attempts: u32) {
+        PluginCounters::add(&self.status.counters.actions_failed, 1);
+        self.senders.count_not_sent();
+        tracing::warn!(plugin = %action.plugin, verb = action.body.verb().as_str(), kind = %action.target.kind, name = %action.target.name, "{detail}");
+        self.record(action, AuditResult::NotSent, detail.to_owned(), attempts);
+    }
+}
+
+/// Sends one plugin's actions in order, retrying retryable failures with doubling backoff (to
+/// 30 s), and audits each outcome. Ends when the plugin's [`PluginActions`] is dropped, or, at
+/// shutdown, once the queue is empty; when the grace period runs out it sends nothing more and
+/// audits every action left (the one in flight included) as not sent.
+pub async fn worker(
+    mut rx: tokio::sync::mpsc::Receiver<Action>,
+    sink: Arc<dyn ActionSink>,
+    out: Sender,
+    retries: u32,
+    backoff: Duration,
+) {
+    use lifecycle::{Phase, reached};
+    let mut phase = out.senders.subscribe();
+    let mut closed = false;
+    loop {
+        let action = tokio::select! {
+            biased;
+            a = rx.recv() => match a {
+                Some(a) => a,
+                None => break,
+            },
+            _ = reached(&mut phase, |p| *p != Phase::Running), if !closed => {
+                // Shutting down: take nothing new, send what is queued.
+                rx.close();
+                closed = true;
+                continue;
+            }
+        };
+        if *phase.borrow() == Phase::Abandoned {
+            out.not_sent(
+                &action,
+                "not sent: the host shut down and its grace period ran out first",
+                0,
+            );
+            continue;
+        }
+        let mut wait = backoff;
+        let mut attempts = 0;
+        let outcome = loop {
+            attempts += 1;
+            let sent = tokio::select! {
+                r = sink.send(&action) => r,
+                _ = reached(&mut phase, |p| *p == Phase::Abandoned) => break None,
+            };
+            match sent {
+                Ok(detail) => break Some(Ok(detail)),
+                Err(e) if e.retryable() && attempts <= retries => {
+                    tracing::debug!(plugin = %action.plugin, error = %e.message, code = ?e.code, attempt = attempts, "action failed; retrying");
+                    let jitter = rand::random::<f64>() * 0.2 + 0.9;
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait.mul_f64(jitter)) => {}
+                        _ = reached(&mut phase, |p| *p == Phase::Abandoned) => break None,
+                    }
+                    wait = (wait * 2).min(Duration::from_secs(30));
+                }
+                Err(e) => break Some(Err(e)),
+            }
+        };
+        let (result, detail) = match outcome {
+            None => {
+                out.not_sent(
+                    &action,
+                    "not sent: the host's grace period ran out while it was being sent (the API \
+                     server may have applied it)",
+                    attempts,
+                );
+                continue;
+            }
+            Some(Ok(d)) => {
+                PluginCounters::add(&out.status.counters.actions_applied, 1);
+                (AuditResult::Applied, d)
+            }
+            Some(Err(e)) => {
+                PluginCounters::add(&out.status.counters.actions_failed, 1);
+                let msg = format!(
+                    "{}{}",
+                    e.code.map(|c| format!("HTTP {c}: ")).unwrap_or_default(),
+                    e.message
+                );
+                out.status.set_last_error(format!(
+                    "action {} {} {:?} failed: {msg}",
+                    action.body.verb().as_str(),
+                    action.target.kind,
+                    action.target.name
+                ));
+                (AuditResult::Failed, msg)
+            }
+        };
+        out.record(&action, result, detail, attempts);
     }
 }
 

@@ -29,6 +29,9 @@ pub struct PluginView {
     pub hash: String,
     /// 1 for the first version, +1 per reload or rollback.
     pub generation: u64,
+    /// The `wisp:plugin` world its component targets: `0.2.0` (byte batches) or `0.1.0`
+    /// (records).
+    pub abi: &'static str,
     /// `compiled`, `disk-cache` or `memory`.
     pub loaded_from: &'static str,
     /// `running` or `quarantined`.
@@ -92,6 +95,7 @@ pub fn view(h: &PluginHandle) -> PluginView {
         plugin_name: running.plugin_name,
         hash: running.hash,
         generation: running.generation,
+        abi: running.abi,
         loaded_from: source_name(report.source),
         state,
         quarantine_reason,

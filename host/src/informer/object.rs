@@ -21,6 +21,8 @@ pub struct OwnerRef {
     pub uid: String,
     /// Whether this owner is the managing controller.
     pub controller: bool,
+    /// `blockOwnerDeletion`.
+    pub block_owner_deletion: bool,
 }
 
 /// Metadata extracted from an object once, when it enters the informer.
@@ -38,6 +40,10 @@ pub struct ObjectMeta {
     pub uid: String,
     /// `metadata.resourceVersion`: opaque, compared only for equality.
     pub resource_version: String,
+    /// `metadata.generation`, when the object has one.
+    pub generation: Option<i64>,
+    /// `metadata.deletionTimestamp` (RFC 3339), set while the object is being deleted.
+    pub deletion_timestamp: Option<String>,
     /// `metadata.labels`, sorted by key.
     pub labels: Vec<(String, String)>,
     /// `metadata.annotations`, sorted by key.
@@ -65,11 +71,24 @@ fn lookup<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
         .map(|i| pairs[i].1.as_str())
 }
 
-/// A Kubernetes object as the informer holds it: extracted metadata plus the full JSON.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A Kubernetes object as the informer holds it: extracted metadata, and the object encoded in
+/// the plugin ABI's layout ([`crate::abi`]), which holds the full JSON: the encoding is made once
+/// when the object enters the informer and copied whole into every batch and cache read.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Object {
     meta: ObjectMeta,
-    json: Box<str>,
+    wire: Box<[u8]>,
+    /// Where the JSON text starts in `wire` (it runs to the end).
+    json_at: usize,
+}
+
+impl std::fmt::Debug for Object {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Object")
+            .field("meta", &self.meta)
+            .field("json", &self.json())
+            .finish()
+    }
 }
 
 /// Why a JSON document could not be taken as a Kubernetes object.
@@ -90,10 +109,12 @@ pub enum ObjectError {
 
 impl Object {
     /// Builds an object from extracted metadata and its JSON text. The caller promises they agree.
-    pub fn from_parts(meta: ObjectMeta, json: impl Into<Box<str>>) -> Self {
+    pub fn from_parts(meta: ObjectMeta, json: impl AsRef<str>) -> Self {
+        let (wire, json_at) = crate::abi::encode_object(&meta, json.as_ref());
         Self {
             meta,
-            json: json.into(),
+            wire: wire.into_boxed_slice(),
+            json_at,
         }
     }
 
@@ -107,10 +128,7 @@ impl Object {
         }
         let meta = meta_from_value(&value)?;
         let json = serde_json::to_string(&value)?;
-        Ok(Self {
-            meta,
-            json: json.into(),
-        })
+        Ok(Self::from_parts(meta, json))
     }
 
     /// Parses JSON text into an object.
@@ -125,14 +143,26 @@ impl Object {
     }
 
     /// The full object as JSON text.
+    #[allow(unsafe_code)]
     pub fn json(&self) -> &str {
-        &self.json
+        let bytes = &self.wire[self.json_at..];
+        debug_assert!(std::str::from_utf8(bytes).is_ok());
+        // SAFETY: `from_parts`, the only constructor, copied these bytes from a `&str` into
+        // `wire` (immutable from then on) and recorded where they start; they run to the end
+        // of `wire`, so they are that string's bytes: valid UTF-8.
+        unsafe { std::str::from_utf8_unchecked(bytes) }
+    }
+
+    /// The object in the plugin ABI's layout (`docs/abi.md`): what batches and cache reads
+    /// copy into a plugin.
+    pub fn wire(&self) -> &[u8] {
+        &self.wire
     }
 
     /// Parses the JSON into a value (for callers that need the whole object).
     pub fn to_value(&self) -> Value {
         // The JSON was produced by serde_json from a value, so it always parses.
-        serde_json::from_str(&self.json).unwrap_or(Value::Null)
+        serde_json::from_str(self.json()).unwrap_or(Value::Null)
     }
 
     /// Shorthand for `meta().resource_version`.
@@ -145,7 +175,8 @@ impl Object {
         let m = &self.meta;
         let pairs =
             |v: &[(String, String)]| v.iter().map(|(a, b)| a.len() + b.len() + 48).sum::<usize>();
-        self.json.len()
+        self.wire.len()
+            + m.deletion_timestamp.as_ref().map_or(0, String::len)
             + m.api_version.len()
             + m.kind.len()
             + m.namespace.as_ref().map_or(0, String::len)
@@ -202,6 +233,10 @@ pub fn meta_from_value(value: &Value) -> Result<ObjectMeta, ObjectError> {
                         .get("controller")
                         .and_then(Value::as_bool)
                         .unwrap_or(false),
+                    block_owner_deletion: r
+                        .get("blockOwnerDeletion")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false),
                 })
                 .collect()
         })
@@ -213,6 +248,8 @@ pub fn meta_from_value(value: &Value) -> Result<ObjectMeta, ObjectError> {
         name,
         uid: str_field(md, "uid").unwrap_or_default(),
         resource_version: str_field(md, "resourceVersion").unwrap_or_default(),
+        generation: md.get("generation").and_then(Value::as_i64),
+        deletion_timestamp: str_field(md, "deletionTimestamp"),
         labels: pairs("labels"),
         annotations: pairs("annotations"),
         owner_references,

@@ -30,11 +30,14 @@ mod tests {
     #[test]
     fn a_busy_thread_accrues_cpu_time_and_a_sleeping_one_does_not() {
         let t0 = thread_cpu_time().expect("thread CPU time is readable here");
+        // Spin until the thread has run 20 ms (on a loaded machine that takes longer than 20 ms
+        // of wall time, so the bound is generous).
         let start = std::time::Instant::now();
-        while start.elapsed() < Duration::from_millis(30) {
+        let mut t1 = t0;
+        while t1 - t0 < Duration::from_millis(20) && start.elapsed() < Duration::from_secs(20) {
             std::hint::black_box(0u64);
+            t1 = thread_cpu_time().unwrap();
         }
-        let t1 = thread_cpu_time().unwrap();
         assert!(t1 - t0 >= Duration::from_millis(20), "{:?}", t1 - t0);
         std::thread::sleep(Duration::from_millis(50));
         let t2 = thread_cpu_time().unwrap();

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine};
 
-use super::bindings::{Plugin, PluginPre};
+use super::bindings::{Abi, PluginPre, v01, v02};
 use super::error::PluginError;
 use super::state::StoreData;
 
@@ -29,6 +29,9 @@ pub struct EngineConfig {
     pub epoch_tick: Duration,
     /// Fuel metering (needed for `limits.fuel`; costs some speed).
     pub fuel: bool,
+    /// Epoch interruption: how a call's deadline cuts it. Always on in a host; off only to
+    /// measure what the checks cost (`wisp-bench`): without it no deadline holds.
+    pub epoch_interruption: bool,
 }
 
 impl Default for EngineConfig {
@@ -37,6 +40,7 @@ impl Default for EngineConfig {
             cache_dir: default_cache_dir(),
             epoch_tick: DEFAULT_EPOCH_TICK,
             fuel: false,
+            epoch_interruption: true,
         }
     }
 }
@@ -123,13 +127,15 @@ impl PluginEngine {
     pub fn new(config: EngineConfig) -> Result<Arc<Self>, PluginError> {
         let mut c = Config::new();
         c.wasm_component_model(true);
-        c.epoch_interruption(true);
+        c.epoch_interruption(config.epoch_interruption);
         c.consume_fuel(config.fuel);
         let engine = Engine::new(&c).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
         let mut linker: Linker<StoreData> = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| PluginError::Engine(format!("{e:#}")))?;
-        Plugin::add_to_linker::<StoreData, HasSelf<StoreData>>(&mut linker, |s| s)
+        v02::Plugin::add_to_linker::<StoreData, HasSelf<StoreData>>(&mut linker, |s| s)
+            .map_err(|e| PluginError::Engine(format!("{e:#}")))?;
+        v01::Plugin::add_to_linker::<StoreData, HasSelf<StoreData>>(&mut linker, |s| s)
             .map_err(|e| PluginError::Engine(format!("{e:#}")))?;
 
         let mut h = ShaHasher(Sha256::new());
@@ -256,14 +262,36 @@ impl PluginEngine {
             .insert(key.to_owned(), c.clone());
     }
 
-    /// Links the component against the host: fails when it imports what the host does not
-    /// provide or does not export the `listener` interface.
+    /// Links the component against the host in the world its exported `listener` interface
+    /// names (0.2.0 or 0.1.0): fails when it exports neither, or imports what the host does not
+    /// provide.
     pub fn instance_pre(&self, component: &Component) -> Result<PluginPre<StoreData>, String> {
+        let ty = component.component_type();
+        let exports: Vec<&str> = ty.exports(&self.engine).map(|(name, _)| name).collect();
+        let Some(abi) = Abi::ALL
+            .into_iter()
+            .find(|a| exports.contains(&a.listener_export().as_str()))
+        else {
+            let loaded: Vec<String> = Abi::ALL.iter().map(|a| a.listener_export()).collect();
+            return Err(format!(
+                "it exports none of {} (its exports: {})",
+                loaded.join(", "),
+                if exports.is_empty() {
+                    "none".to_owned()
+                } else {
+                    exports.join(", ")
+                }
+            ));
+        };
         let pre = self
             .linker
             .instantiate_pre(component)
             .map_err(|e| format!("{e:#}"))?;
-        PluginPre::new(pre).map_err(|e| format!("{e:#}"))
+        match abi {
+            Abi::V0_2 => v02::PluginPre::new(pre).map(PluginPre::V0_2),
+            Abi::V0_1 => v01::PluginPre::new(pre).map(PluginPre::V0_1),
+        }
+        .map_err(|e| format!("{e:#}"))
     }
 }
 

@@ -46,8 +46,10 @@ pub enum PluginError {
         /// Compiler message.
         detail: String,
     },
-    /// The component is not of world `wisp:plugin/plugin@0.1.0`.
-    #[error("plugin {plugin:?}: module {path}: not a wisp:plugin/plugin@0.1.0 component: {detail}")]
+    /// The component is not of world `wisp:plugin/plugin` at a version the host loads.
+    #[error(
+        "plugin {plugin:?}: module {path}: not a wisp:plugin/plugin component (0.2.0 or 0.1.0): {detail}"
+    )]
     WrongWorld {
         /// Plugin name.
         plugin: String,

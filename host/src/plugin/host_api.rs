@@ -1,9 +1,11 @@
 //! The imports as plugins see them: `host` (logging, cache reads limited to granted informers,
 //! counters and gauges), `policy` (verdicts) and `actions` (changes through the host, within
-//! grants).
+//! grants), in ABI 0.2 here and in 0.1 in [`v01`] (which converts and calls these).
+
+mod v01;
 
 use super::bindings::wisp::plugin::{actions, host, policy, types};
-use super::bindings::{CacheError, Level, ObjectMetaResult, ObjectResult, OwnerRefResult};
+use super::bindings::{CacheError, Level};
 use super::spec::LogLevel;
 use super::state::StoreData;
 use super::status::PluginCounters;
@@ -38,34 +40,7 @@ fn level_name(l: LogLevel) -> &'static str {
     }
 }
 
-/// Converts a cached object to its owned WIT form (for cache reads).
-pub fn to_wit(o: &crate::informer::Object) -> ObjectResult {
-    let m = o.meta();
-    ObjectResult {
-        meta: ObjectMetaResult {
-            api_version: m.api_version.clone(),
-            kind: m.kind.clone(),
-            namespace: m.namespace.clone(),
-            name: m.name.clone(),
-            uid: m.uid.clone(),
-            resource_version: m.resource_version.clone(),
-            labels: m.labels.clone(),
-            annotations: m.annotations.clone(),
-            owner_references: m
-                .owner_references
-                .iter()
-                .map(|r| OwnerRefResult {
-                    api_version: r.api_version.clone(),
-                    kind: r.kind.clone(),
-                    name: r.name.clone(),
-                    uid: r.uid.clone(),
-                    controller: r.controller,
-                })
-                .collect(),
-        },
-        json: o.json().to_owned(),
-    }
-}
+pub use v01::to_wit;
 
 /// The cache key of `namespace`/`name`, or `None` when a `/` in either would make it another
 /// object's key (`None`, `"a/p"` is the key of `"a"`, `"p"`): Kubernetes names have no `/`.
@@ -139,11 +114,10 @@ impl host::Host for StoreData {
         informer: String,
         namespace: Option<String>,
         name: String,
-    ) -> Result<Option<ObjectResult>, CacheError> {
-        let cache = self.granted(&informer)?;
-        Ok(cache_key(namespace.as_deref(), &name)
-            .and_then(|k| cache.get_by_key(&k))
-            .map(|o| to_wit(&o)))
+    ) -> Result<Option<Vec<u8>>, CacheError> {
+        Ok(self
+            .cache_object(&informer, namespace.as_deref(), &name)?
+            .map(|o| o.wire().to_vec()))
     }
 
     fn cache_list(
@@ -151,24 +125,10 @@ impl host::Host for StoreData {
         informer: String,
         namespace: Option<String>,
         label_selector: Option<String>,
-    ) -> Result<Vec<ObjectResult>, CacheError> {
-        let cache = self.granted(&informer)?;
-        let selector = match label_selector.as_deref() {
-            Some(s) => {
-                LabelSelector::parse(s).map_err(|e| CacheError::BadSelector(e.to_string()))?
-            }
-            None => LabelSelector::default(),
-        };
-        let objs = match &namespace {
-            Some(ns) => cache.by_index(NAMESPACE_INDEX, ns).unwrap_or_default(),
-            None => cache.list(),
-        };
-        Ok(objs
-            .iter()
-            .filter(|o| selector.matches(&o.meta().labels))
-            .take(MAX_QUERY_RESULTS)
-            .map(|o| to_wit(o))
-            .collect())
+    ) -> Result<Vec<u8>, CacheError> {
+        let objs =
+            self.cache_objects(&informer, namespace.as_deref(), label_selector.as_deref())?;
+        Ok(crate::abi::encode_list(objs.iter().map(|o| &**o)))
     }
 
     fn cache_by_index(
@@ -176,19 +136,71 @@ impl host::Host for StoreData {
         informer: String,
         index: String,
         value: String,
-    ) -> Result<Vec<ObjectResult>, CacheError> {
-        let cache = self.granted(&informer)?;
-        let objs = cache
-            .by_index(&index, &value)
-            .map_err(|_| CacheError::UnknownIndex(index.clone()))?;
-        Ok(objs
-            .iter()
-            .take(MAX_QUERY_RESULTS)
-            .map(|o| to_wit(o))
-            .collect())
+    ) -> Result<Vec<u8>, CacheError> {
+        let objs = self.cache_indexed(&informer, &index, &value)?;
+        Ok(crate::abi::encode_list(objs.iter().map(|o| &**o)))
     }
 
     fn counter_add(&mut self, name: String, labels: Vec<(String, String)>, value: u64) {
+        self.counter(name, labels, value);
+    }
+
+    fn gauge_set(&mut self, name: String, labels: Vec<(String, String)>, value: f64) {
+        self.gauge(name, labels, value);
+    }
+}
+
+/// The cache reads and metrics of both ABIs.
+impl StoreData {
+    fn cache_object(
+        &self,
+        informer: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<std::sync::Arc<crate::informer::Object>>, CacheError> {
+        let cache = self.granted(informer)?;
+        Ok(cache_key(namespace, name).and_then(|k| cache.get_by_key(&k)))
+    }
+
+    fn cache_objects(
+        &self,
+        informer: &str,
+        namespace: Option<&str>,
+        label_selector: Option<&str>,
+    ) -> Result<Vec<std::sync::Arc<crate::informer::Object>>, CacheError> {
+        let cache = self.granted(informer)?;
+        let selector = match label_selector {
+            Some(s) => {
+                LabelSelector::parse(s).map_err(|e| CacheError::BadSelector(e.to_string()))?
+            }
+            None => LabelSelector::default(),
+        };
+        let objs = match namespace {
+            Some(ns) => cache.by_index(NAMESPACE_INDEX, ns).unwrap_or_default(),
+            None => cache.list(),
+        };
+        Ok(objs
+            .into_iter()
+            .filter(|o| selector.matches(&o.meta().labels))
+            .take(MAX_QUERY_RESULTS)
+            .collect())
+    }
+
+    fn cache_indexed(
+        &self,
+        informer: &str,
+        index: &str,
+        value: &str,
+    ) -> Result<Vec<std::sync::Arc<crate::informer::Object>>, CacheError> {
+        let cache = self.granted(informer)?;
+        let mut objs = cache
+            .by_index(index, value)
+            .map_err(|_| CacheError::UnknownIndex(index.to_owned()))?;
+        objs.truncate(MAX_QUERY_RESULTS);
+        Ok(objs)
+    }
+
+    fn counter(&self, name: String, labels: Vec<(String, String)>, value: u64) {
         if let Some(key) = self.series(&name, labels)
             && !self.api.status.counter_add(key, value)
         {
@@ -196,7 +208,7 @@ impl host::Host for StoreData {
         }
     }
 
-    fn gauge_set(&mut self, name: String, labels: Vec<(String, String)>, value: f64) {
+    fn gauge(&self, name: String, labels: Vec<(String, String)>, value: f64) {
         if let Some(key) = self.series(&name, labels)
             && !self.api.status.gauge_set(key, value)
         {
@@ -443,9 +455,22 @@ mod tests {
     fn a_name_with_a_slash_names_no_object_rather_than_another_ones_key() {
         let mut s = store();
         let get = |s: &mut StoreData, ns: Option<&str>, name: &str| {
-            host::Host::cache_get(s, "pods".into(), ns.map(Into::into), name.into())
-                .unwrap()
-                .map(|o| o.meta.name)
+            let wire =
+                host::Host::cache_get(s, "pods".into(), ns.map(Into::into), name.into()).unwrap();
+            // 0.1 reads the same object as a record.
+            let record = crate::plugin::bindings::v01::wisp::plugin::host::Host::cache_get(
+                s,
+                "pods".into(),
+                ns.map(Into::into),
+                name.into(),
+            )
+            .unwrap();
+            assert_eq!(wire.is_some(), record.is_some());
+            if let Some(w) = wire {
+                let cached = s.api.grants.caches["pods"].get_by_key(&key_for(ns, name));
+                assert_eq!(Some(w.as_slice()), cached.as_ref().map(|o| o.wire()));
+            }
+            record.map(|o| o.meta.name)
         };
         assert_eq!(get(&mut s, Some("a"), "p").as_deref(), Some("p"));
         assert_eq!(get(&mut s, None, "n").as_deref(), Some("n"));

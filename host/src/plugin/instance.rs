@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use wasmtime::{Store, Trap};
 
-use super::bindings::{Delivery, Outcome, Plugin, PluginInfo, PluginPre};
+use super::bindings::{Abi, Outcome, PluginInfo, PluginPre, v01, v02};
 use super::engine::PluginEngine;
 use super::spec::Limits;
 use super::state::{HostApi, StoreData};
@@ -34,13 +34,21 @@ impl std::fmt::Display for CallError {
     }
 }
 
+/// The instantiated component, in its world.
+enum Guest {
+    V0_1(v01::Plugin),
+    V0_2(v02::Plugin),
+}
+
 /// A plugin instance.
 pub struct Instance {
     store: Store<StoreData>,
-    plugin: Plugin,
+    plugin: Guest,
     ticks: u64,
     limits: Limits,
     fuel_engine: bool,
+    /// The encoding of the batch in hand (0.2), reused from call to call.
+    encoder: crate::abi::BatchEncoder,
 }
 
 impl Instance {
@@ -70,7 +78,11 @@ impl Instance {
         if engine.fuel() {
             let _ = store.set_fuel(limits.fuel.unwrap_or(u64::MAX));
         }
-        let plugin = match pre.instantiate(&mut store) {
+        let plugin = match pre {
+            PluginPre::V0_2(pre) => pre.instantiate(&mut store).map(Guest::V0_2),
+            PluginPre::V0_1(pre) => pre.instantiate(&mut store).map(Guest::V0_1),
+        };
+        let plugin = match plugin {
             Ok(p) => p,
             Err(e) => return Err(classify(&store, limits, e)),
         };
@@ -80,6 +92,7 @@ impl Instance {
             ticks,
             limits: limits.clone(),
             fuel_engine: engine.fuel(),
+            encoder: crate::abi::BatchEncoder::new(),
         })
     }
 
@@ -100,7 +113,7 @@ impl Instance {
     /// classified.
     fn call<R: Send>(
         &mut self,
-        f: impl FnOnce(&Plugin, &mut Store<StoreData>) -> wasmtime::Result<R> + Send,
+        f: impl FnOnce(&Guest, &mut Store<StoreData>) -> wasmtime::Result<R> + Send,
     ) -> Result<R, CallError> {
         off_async(|| {
             self.arm();
@@ -108,29 +121,88 @@ impl Instance {
         })
     }
 
+    /// The ABI of the instance's component.
+    pub fn abi(&self) -> Abi {
+        match self.plugin {
+            Guest::V0_1(_) => Abi::V0_1,
+            Guest::V0_2(_) => Abi::V0_2,
+        }
+    }
+
     /// `describe`.
     pub fn describe(&mut self) -> Result<PluginInfo, CallError> {
-        self.call(|p, s| p.wisp_plugin_listener().call_describe(s))
+        self.call(|p, s| match p {
+            Guest::V0_2(p) => p.wisp_plugin_listener().call_describe(s),
+            Guest::V0_1(p) => p
+                .wisp_plugin_listener()
+                .call_describe(s)
+                .map(|i| PluginInfo {
+                    name: i.name,
+                    version: i.version,
+                    informers: i.informers,
+                    replay_on_reload: i.replay_on_reload,
+                }),
+        })
     }
 
     /// `init(settings)`: the inner error is the plugin refusing its settings.
     pub fn init(&mut self, settings: &str) -> Result<Result<(), String>, CallError> {
-        self.call(|p, s| p.wisp_plugin_listener().call_init(s, settings))
+        self.call(|p, s| match p {
+            Guest::V0_2(p) => p.wisp_plugin_listener().call_init(s, settings),
+            Guest::V0_1(p) => p.wisp_plugin_listener().call_init(s, settings),
+        })
     }
 
-    /// `handle(batch)`.
-    pub fn handle(&mut self, batch: &[Delivery]) -> Result<Vec<Outcome>, CallError> {
-        self.call(|p, s| p.wisp_plugin_listener().call_handle(s, batch))
+    /// `handle(batch)` of notifications from `informer`, in the form of the plugin's ABI.
+    pub fn handle(
+        &mut self,
+        informer: &str,
+        batch: &[crate::informer::Delivery],
+    ) -> Result<Vec<Outcome>, CallError> {
+        match self.plugin {
+            Guest::V0_2(_) => {
+                // Encoded outside the timed call (host work, not the plugin's).
+                let mut encoder = std::mem::take(&mut self.encoder);
+                let bytes = encoder.encode(informer, batch);
+                let r = self.call(|p, s| match p {
+                    Guest::V0_2(p) => p.wisp_plugin_listener().call_handle(s, bytes),
+                    Guest::V0_1(_) => unreachable!("matched above"),
+                });
+                self.encoder = encoder;
+                r
+            }
+            Guest::V0_1(_) => super::runtime::with_wit_batch(informer, batch, |wit| {
+                self.call(|p, s| match p {
+                    Guest::V0_1(p) => p.wisp_plugin_listener().call_handle(s, wit),
+                    Guest::V0_2(_) => unreachable!("matched above"),
+                })
+                .map(|outcomes| {
+                    outcomes
+                        .into_iter()
+                        .map(|o| match o {
+                            v01::Outcome::Ok => Outcome::Ok,
+                            v01::Outcome::Error(m) => Outcome::Error(m),
+                        })
+                        .collect()
+                })
+            }),
+        }
     }
 
     /// `snapshot()`.
     pub fn snapshot(&mut self) -> Result<Option<Vec<u8>>, CallError> {
-        self.call(|p, s| p.wisp_plugin_listener().call_snapshot(s))
+        self.call(|p, s| match p {
+            Guest::V0_2(p) => p.wisp_plugin_listener().call_snapshot(s),
+            Guest::V0_1(p) => p.wisp_plugin_listener().call_snapshot(s),
+        })
     }
 
     /// `restore(state)`.
     pub fn restore(&mut self, state: &[u8]) -> Result<Result<(), String>, CallError> {
-        self.call(|p, s| p.wisp_plugin_listener().call_restore(s, state))
+        self.call(|p, s| match p {
+            Guest::V0_2(p) => p.wisp_plugin_listener().call_restore(s, state),
+            Guest::V0_1(p) => p.wisp_plugin_listener().call_restore(s, state),
+        })
     }
 }
 

@@ -63,11 +63,17 @@ impl CheckedPlugin {
         PluginRuntime::new(self, engine, version)
     }
 
+    /// The ABI (world version) of the component.
+    pub fn abi(&self) -> super::bindings::Abi {
+        self.pre.abi()
+    }
+
     fn version_info(&self) -> VersionInfo {
         let v = VersionInfo {
             info: self.info.clone(),
             hash: self.report.hash.clone(),
             generation: 1,
+            abi: self.pre.abi(),
         };
         v.publish(&self.spec.module, &self.status);
         v

@@ -146,6 +146,7 @@ impl PluginRuntime {
             info,
             hash: load.hash.clone(),
             generation,
+            abi: pre.abi(),
         };
         let settings = spec.settings.to_string();
         let old = Probation {
@@ -235,9 +236,7 @@ impl PluginRuntime {
         self.status.logs.push(format!("host: {msg}"));
         // The previous version missed what the new one was given: deliver it again.
         for (informer, d) in p.buffer {
-            super::runtime::with_wit_batch(&informer, std::slice::from_ref(&d), |wit| {
-                self.deliver(wit)
-            });
+            self.deliver(&informer, std::slice::from_ref(&d));
         }
     }
 }

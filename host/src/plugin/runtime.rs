@@ -4,10 +4,10 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::bindings::{
-    Added, Deleted, Delivery, Notification, ObjectMetaParam, ObjectParam, Outcome, OwnerRefParam,
-    PluginPre, Updated,
+use super::bindings::v01::{
+    Added, Deleted, Delivery, Notification, ObjectMetaParam, ObjectParam, OwnerRefParam, Updated,
 };
+use super::bindings::{Outcome, PluginPre};
 use super::engine::PluginEngine;
 use super::instance::{CallError, Instance};
 use super::spec::{FailurePolicy, PluginSpec};
@@ -44,8 +44,8 @@ pub struct PluginRuntime {
 
 /// A notification that failed and waits for its next retry.
 pub(super) struct PendingRetry {
-    seq: u64,
     informer: String,
+    delivery: informer::Delivery,
     /// Retries left.
     left: u32,
     /// The wait before the next one.
@@ -82,6 +82,8 @@ pub struct VersionInfo {
     pub hash: String,
     /// 1 for the first version, +1 per reload (and per rollback).
     pub generation: u64,
+    /// The version of the `wisp:plugin` world its component targets.
+    pub abi: super::bindings::Abi,
 }
 
 impl VersionInfo {
@@ -93,6 +95,7 @@ impl VersionInfo {
             module: module.to_path_buf(),
             hash: self.hash.clone(),
             generation: self.generation,
+            abi: self.abi.version(),
         });
     }
 }
@@ -145,7 +148,8 @@ impl<'a> MetaParts<'a> {
     }
 }
 
-/// Runs `f` on the WIT form of a batch, borrowed from the cached objects (no copies).
+/// Runs `f` on the 0.1 WIT form of a batch (records), borrowed from the cached objects (no
+/// copies).
 pub(super) fn with_wit_batch<R>(
     informer: &str,
     batch: &[informer::Delivery],
@@ -285,7 +289,11 @@ impl PluginRuntime {
         self.status.logs.push(format!("host: call failed: {e}"));
     }
 
-    fn call(&mut self, batch: &[Delivery]) -> Result<Vec<Outcome>, CallError> {
+    fn call(
+        &mut self,
+        informer: &str,
+        batch: &[informer::Delivery],
+    ) -> Result<Vec<Outcome>, CallError> {
         let start = Instant::now();
         match self.fresh() {
             Ok(_) => {}
@@ -299,7 +307,7 @@ impl PluginRuntime {
             Some(i) => i,
             None => return Err(CallError::Trap("no instance".into())),
         };
-        let r = inst.handle(batch);
+        let r = inst.handle(informer, batch);
         let c = &self.status.counters;
         PluginCounters::add(&c.calls, 1);
         let took = start.elapsed();
@@ -341,13 +349,13 @@ impl PluginRuntime {
     /// thread, a worker of the shared executor, is not held for the wait, which can add up to
     /// minutes. Elsewhere (a rollback's redelivery to the previous version) the retries run
     /// here, sleeping on the calling thread, as they always did.
-    fn settle(&mut self, d: &Delivery, why: String) {
+    fn settle(&mut self, informer: &str, d: &informer::Delivery, why: String) {
         if let FailurePolicy::Retry { retries, backoff } = self.spec.on_failure.policy.clone() {
             if self.defer_retries {
                 if retries > 0 && !self.is_quarantined() {
                     self.retries.push_back(PendingRetry {
-                        seq: d.seq,
-                        informer: d.informer.to_owned(),
+                        informer: informer.to_owned(),
+                        delivery: d.clone(),
                         left: retries,
                         wait: backoff,
                         due: after(backoff),
@@ -363,19 +371,19 @@ impl PluginRuntime {
                     }
                     std::thread::sleep(wait);
                     wait = wait.saturating_mul(2).min(MAX_RETRY_WAIT);
-                    if self.retry_once(d) {
+                    if self.retry_once(informer, d) {
                         return;
                     }
                 }
             }
         }
-        self.give_up(d.seq, d.informer, why);
+        self.give_up(d.seq, informer, why);
     }
 
     /// Delivers `d` alone again; whether it succeeded.
-    fn retry_once(&mut self, d: &Delivery) -> bool {
+    fn retry_once(&mut self, informer: &str, d: &informer::Delivery) -> bool {
         PluginCounters::add(&self.status.counters.retries, 1);
-        match self.call(std::slice::from_ref(d)) {
+        match self.call(informer, std::slice::from_ref(d)) {
             Ok(o) if matches!(o.first(), Some(Outcome::Ok)) => {
                 self.succeeded(1);
                 true
@@ -397,7 +405,7 @@ impl PluginRuntime {
         PluginCounters::add(&self.status.counters.failed, 1);
         self.consecutive_failures += 1;
         let limit = self.spec.on_failure.quarantine_after;
-        tracing::debug!(plugin = %self.name, seq, informer = %informer, error = %why, "notification failed");
+        tracing::debug!(plugin = %self.name, seq, informer, error = %why, "notification failed");
         if limit > 0 && self.consecutive_failures >= limit {
             self.quarantine(format!(
                 "{} notifications failed in a row; last: {why}",
@@ -432,7 +440,7 @@ impl PluginRuntime {
         }
         let failed_before = PluginCounters::get(&self.status.counters.failed);
         self.defer_retries = true;
-        with_wit_batch(informer, batch, |wit| self.deliver(wit));
+        self.deliver(informer, batch);
         self.defer_retries = false;
         if self.retries.is_empty() {
             self.finish(informer, batch, failed_before);
@@ -470,24 +478,12 @@ impl PluginRuntime {
             let Some(mut r) = self.retries.pop_front() else {
                 break;
             };
-            let d = self.in_hand.as_ref().and_then(|h| {
-                (h.informer == r.informer)
-                    .then(|| h.batch.iter().find(|d| d.seq == r.seq).cloned())
-                    .flatten()
-            });
-            let Some(d) = d else {
-                self.give_up(r.seq, &r.informer, r.why);
-                continue;
-            };
-            let ok = with_wit_batch(&r.informer, std::slice::from_ref(&d), |wit| {
-                self.retry_once(&wit[0])
-            });
-            if ok {
+            if self.retry_once(&r.informer, &r.delivery) {
                 continue;
             }
             r.left -= 1;
             if r.left == 0 {
-                self.give_up(r.seq, &r.informer, r.why);
+                self.give_up(r.delivery.seq, &r.informer, r.why);
             } else {
                 r.wait = r.wait.saturating_mul(2).min(MAX_RETRY_WAIT);
                 r.due = after(r.wait);
@@ -504,7 +500,7 @@ impl PluginRuntime {
     /// finishes the batch in hand.
     fn abandon_retries(&mut self) {
         while let Some(r) = self.retries.pop_front() {
-            self.give_up(r.seq, &r.informer, r.why);
+            self.give_up(r.delivery.seq, &r.informer, r.why);
         }
         if let Some(h) = self.in_hand.take() {
             self.finish(&h.informer, &h.batch, h.failed_before);
@@ -535,9 +531,9 @@ impl PluginRuntime {
         }
     }
 
-    /// Delivers converted notifications, applying the failure policy.
-    pub(super) fn deliver(&mut self, wit: &[Delivery]) {
-        match self.call(wit) {
+    /// Delivers notifications from `informer`, applying the failure policy.
+    pub(super) fn deliver(&mut self, informer: &str, wit: &[informer::Delivery]) {
+        match self.call(informer, wit) {
             Ok(outcomes) if outcomes.len() == wit.len() => {
                 for (d, o) in wit.iter().zip(outcomes) {
                     match o {
@@ -545,7 +541,7 @@ impl PluginRuntime {
                         Outcome::Error(msg) => {
                             PluginCounters::add(&self.status.counters.errors, 1);
                             self.status.set_last_error(msg.clone());
-                            self.settle(d, msg);
+                            self.settle(informer, d, msg);
                         }
                     }
                 }
@@ -558,10 +554,10 @@ impl PluginRuntime {
                 );
                 self.status.set_last_error(why.clone());
                 for d in wit {
-                    self.settle(d, why.clone());
+                    self.settle(informer, d, why.clone());
                 }
             }
-            Err(e) if wit.len() == 1 => self.settle(&wit[0], e.to_string()),
+            Err(e) if wit.len() == 1 => self.settle(informer, &wit[0], e.to_string()),
             Err(_) => {
                 // The batch died with its instance: deliver its items one by one to a fresh
                 // instance, so only the one at fault meets the failure policy.
@@ -570,7 +566,7 @@ impl PluginRuntime {
                         PluginCounters::add(&self.status.counters.dropped, 1);
                         continue;
                     }
-                    match self.call(std::slice::from_ref(d)) {
+                    match self.call(informer, std::slice::from_ref(d)) {
                         Ok(o) if matches!(o.first(), Some(Outcome::Ok)) => self.succeeded(1),
                         Ok(o) => {
                             let msg = match o.into_iter().next() {
@@ -578,9 +574,9 @@ impl PluginRuntime {
                                 _ => "no outcome".to_owned(),
                             };
                             PluginCounters::add(&self.status.counters.errors, 1);
-                            self.settle(d, msg);
+                            self.settle(informer, d, msg);
                         }
-                        Err(e) => self.settle(d, e.to_string()),
+                        Err(e) => self.settle(informer, d, e.to_string()),
                     }
                 }
             }

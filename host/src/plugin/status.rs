@@ -195,6 +195,8 @@ pub struct Running {
     pub hash: String,
     /// 1 for the first load, +1 per reload or rollback.
     pub generation: u64,
+    /// The version of the `wisp:plugin` world its component targets (`0.2.0`, `0.1.0`).
+    pub abi: &'static str,
 }
 
 /// A metric series a plugin reports: name plus sorted labels.

@@ -176,6 +176,8 @@ struct MetaView {
     namespace: Option<String>,
     uid: Option<String>,
     resource_version: Option<String>,
+    generation: Option<i64>,
+    deletion_timestamp: Option<String>,
     labels: Option<std::collections::BTreeMap<String, String>>,
     annotations: Option<std::collections::BTreeMap<String, String>>,
     owner_references: Option<Vec<OwnerView>>,
@@ -189,6 +191,7 @@ struct OwnerView {
     name: String,
     uid: String,
     controller: Option<bool>,
+    block_owner_deletion: Option<bool>,
 }
 
 /// A list response with its items kept as raw JSON spans.
@@ -355,6 +358,8 @@ pub fn decode_object(
         name,
         uid: view.uid.unwrap_or_default(),
         resource_version: view.resource_version.unwrap_or_default(),
+        generation: view.generation,
+        deletion_timestamp: view.deletion_timestamp,
         labels: view
             .labels
             .map(|m| m.into_iter().collect())
@@ -373,6 +378,7 @@ pub fn decode_object(
                 name: r.name,
                 uid: r.uid,
                 controller: r.controller.unwrap_or(false),
+                block_owner_deletion: r.block_owner_deletion.unwrap_or(false),
             })
             .collect(),
     };

@@ -28,13 +28,12 @@ struct AuditLog {
 }
 
 fn what(o: &Object) -> String {
-    let m = o.meta();
     format!(
         "{} {} {} rv={}",
-        m.api_version,
-        m.kind,
+        o.api_version(),
+        o.kind(),
         o.key(),
-        m.resource_version
+        o.resource_version()
     )
 }
 
@@ -82,11 +81,7 @@ impl Plugin for AuditLog {
             return Ok(());
         }
         count(cx, "updated");
-        wisp_sdk::info!(
-            "UPDATED {} (was rv={})",
-            what(new),
-            old.meta().resource_version
-        );
+        wisp_sdk::info!("UPDATED {} (was rv={})", what(new), old.resource_version());
         Ok(())
     }
 

@@ -1,8 +1,11 @@
 //! The benchmark plugin: the same work as the native baseline handlers in `wisp-bench`.
 //!
-//! Settings: `{"work": "noop" | "labels" | "parse"}`:
-//! - `labels`: counts label pairs from the pre-extracted metadata (no JSON parsing);
-//! - `parse`: parses the whole object JSON and counts its containers.
+//! Settings: `{"work": "noop" | "labels" | "meta" | "parse" | "pod" | "partial"}`:
+//! - `labels`: counts label pairs from the metadata (no JSON parsing);
+//! - `meta`: namespace, name and one label looked up from the metadata;
+//! - `parse`: parses the whole object JSON into a `serde_json::Value` and counts its containers;
+//! - `pod`: parses the whole object into a k8s-openapi `Pod` (what real plugins do);
+//! - `partial`: parses only the containers' images (borrowed), the SDK's partial parse.
 
 use serde::Deserialize;
 use wisp_sdk::{Context, Object, Plugin, PluginInfo, metrics};
@@ -13,7 +16,28 @@ enum Work {
     #[default]
     Noop,
     Labels,
+    Meta,
     Parse,
+    Pod,
+    Partial,
+}
+
+#[derive(Deserialize, Default)]
+struct Images<'a> {
+    #[serde(borrow, default)]
+    spec: ImagesSpec<'a>,
+}
+
+#[derive(Deserialize, Default)]
+struct ImagesSpec<'a> {
+    #[serde(borrow, default)]
+    containers: Vec<ImagesContainer<'a>>,
+}
+
+#[derive(Deserialize, Default)]
+struct ImagesContainer<'a> {
+    #[serde(default)]
+    image: &'a str,
 }
 
 #[derive(Deserialize, Default)]
@@ -31,7 +55,26 @@ impl Bench {
     fn visit(&mut self, obj: &Object) -> Result<(), String> {
         match self.work {
             Work::Noop => {}
-            Work::Labels => self.total += obj.meta().labels.len() as u64,
+            Work::Labels => self.total += obj.labels().len() as u64,
+            Work::Meta => {
+                self.total += obj.namespace().map_or(0, str::len) as u64
+                    + obj.name().len() as u64
+                    + obj.label("app").map_or(0, |v| v.len() as u64)
+            }
+            Work::Pod => {
+                let p: k8s_openapi::api::core::v1::Pod = obj.parse()?;
+                self.total += p.spec.map_or(0, |s| s.containers.len() as u64);
+            }
+            Work::Partial => {
+                let p: Images<'_> = obj.parse_partial()?;
+                self.total += p
+                    .spec
+                    .containers
+                    .iter()
+                    .filter(|c| c.image.ends_with(":latest"))
+                    .count() as u64
+                    + p.spec.containers.len() as u64;
+            }
             Work::Parse => {
                 let v = obj.value()?;
                 self.total += v

@@ -98,7 +98,7 @@ impl ImagePolicy {
     }
 
     fn check(&mut self, cx: &Context, obj: &Object) -> Result<(), String> {
-        if obj.meta().kind != "Pod" {
+        if obj.kind() != "Pod" {
             return Ok(());
         }
         let key = obj.key();

@@ -28,6 +28,19 @@ impl Default for Settings {
     }
 }
 
+/// The one field of a pod the inventory reads.
+#[derive(Deserialize)]
+struct NodeOf<'a> {
+    #[serde(borrow, default)]
+    spec: Option<SpecNode<'a>>,
+}
+
+#[derive(Deserialize)]
+struct SpecNode<'a> {
+    #[serde(borrow, default, rename = "nodeName")]
+    node_name: Option<std::borrow::Cow<'a, str>>,
+}
+
 struct Inventory {
     settings: Settings,
     dirty_nodes: BTreeSet<String>,
@@ -37,17 +50,14 @@ struct Inventory {
 
 impl Inventory {
     fn touch(&mut self, obj: &Object) -> Result<(), String> {
-        let v = obj.value()?;
-        if let Some(node) = v
-            .pointer("/spec/nodeName")
-            .and_then(|n| n.as_str())
-            .filter(|n| !n.is_empty())
-        {
-            self.dirty_nodes.insert(node.to_owned());
+        // Only spec.nodeName is parsed (the rest of the object is skipped).
+        let pod: NodeOf<'_> = obj.parse_partial()?;
+        if let Some(node) = pod.spec.and_then(|s| s.node_name).filter(|n| !n.is_empty()) {
+            self.dirty_nodes.insert(node.into_owned());
         }
-        for o in &obj.meta().owner_references {
+        for o in obj.owner_refs() {
             self.dirty_owners
-                .insert((o.uid.clone(), format!("{}/{}", o.kind, o.name)));
+                .insert((o.uid.to_owned(), format!("{}/{}", o.kind, o.name)));
         }
         Ok(())
     }

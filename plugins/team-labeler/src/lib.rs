@@ -84,10 +84,15 @@ impl Labeler {
                 metrics::counter_add("labelled_total", &[], 1);
                 wisp_sdk::info!("{key}: {}={want} ({how:?})", self.settings.label);
                 if self.settings.events {
-                    let msg = format!("label {}={want} copied from its namespace", self.settings.label);
+                    let msg = format!(
+                        "label {}={want} copied from its namespace",
+                        self.settings.label
+                    );
                     match actions::create_event(&target, EventType::Normal, "TeamLabelled", &msg) {
                         Ok(_) => metrics::counter_add("events_total", &[], 1),
-                        Err(e) => metrics::counter_add("refused_total", &[("reason", reason(&e))], 1),
+                        Err(e) => {
+                            metrics::counter_add("refused_total", &[("reason", reason(&e))], 1)
+                        }
                     }
                 }
             }
@@ -112,7 +117,7 @@ impl Labeler {
         let pods = cache::list(&self.settings.pods, Some(ns.name()), None)
             .map_err(|e| format!("listing pods of {}: {e:?}", ns.name()))?;
         for pod in &pods {
-            self.reconcile(pod, want.as_deref());
+            self.reconcile(&pod, want.as_deref());
         }
         Ok(())
     }

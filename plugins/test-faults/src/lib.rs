@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use wisp_sdk::actions::{self, Accepted, ActionError};
-use wisp_sdk::{CacheError, Context, Object, Plugin, PluginInfo, cache, metrics};
+use wisp_sdk::{Context, Object, Plugin, PluginInfo, cache, metrics};
 
 #[derive(Deserialize, Default, PartialEq)]
 #[serde(rename_all = "lowercase")]
@@ -119,11 +119,15 @@ fn run_probes() {
         Ok(a) => probe("ungranted-action", true, format!("{a:?}")),
         Err(ActionError::NotGranted(m)) => probe("ungranted-action", false, m),
         // Any other answer means the grant check did not come first: counted as not refused.
-        Err(e) => probe("ungranted-action", true, format!("not refused as ungranted: {e:?}")),
+        Err(e) => probe(
+            "ungranted-action",
+            true,
+            format!("not refused as ungranted: {e:?}"),
+        ),
     }
     match cache::list("secrets", None, None) {
         Ok(v) => probe("ungranted-informer", true, format!("{} objects", v.len())),
-        Err(CacheError::NotGranted(i)) => {
+        Err(cache::Error::NotGranted(i)) => {
             probe("ungranted-informer", false, format!("not granted: {i}"))
         }
         Err(e) => probe("ungranted-informer", false, format!("{e:?}")),
@@ -203,7 +207,7 @@ impl Faults {
                                 "name": format!("{}-report", obj.name()),
                                 "namespace": obj.namespace(),
                             },
-                            "data": { "n": n, "of": obj.meta().resource_version },
+                            "data": { "n": n, "of": obj.resource_version() },
                         })),
                         ActionVerb::Event => actions::create_event(
                             &target,
@@ -249,7 +253,7 @@ impl Plugin for Faults {
         self.observe(cx, obj)?;
         self.state
             .view
-            .insert(obj.key(), obj.meta().resource_version.clone());
+            .insert(obj.key(), obj.resource_version().to_owned());
         Ok(())
     }
 
@@ -263,7 +267,7 @@ impl Plugin for Faults {
         self.observe(cx, new)?;
         self.state
             .view
-            .insert(new.key(), new.meta().resource_version.clone());
+            .insert(new.key(), new.resource_version().to_owned());
         Ok(())
     }
 

@@ -272,8 +272,13 @@ fn call(u: &mut Unstructured<'_>, s: &mut StoreData, dry_run: bool) -> Result<()
                 Some(c) => {
                     let want = find(c, &namespace, &name);
                     let got = got.expect("a granted get");
+                    // Read back with the SDK's decoder, as a plugin would.
+                    let got = got.map(|b| {
+                        let o = wisp_sdk::abi::Object::decode(&b).expect("a decodable object");
+                        String::from_utf8(o.json().to_vec()).expect("UTF-8 JSON")
+                    });
                     assert_eq!(
-                        got.map(|o| o.json),
+                        got,
                         want.map(|o| o.json().to_owned()),
                         "cache_get({informer:?}, {namespace:?}, {name:?})"
                     );
@@ -302,10 +307,11 @@ fn call(u: &mut Unstructured<'_>, s: &mut StoreData, dry_run: bool) -> Result<()
                         .filter(|o| sel.matches(&o.meta().labels))
                         .map(|o| o.json().to_owned())
                         .collect();
-                    let mut got: Vec<String> = got
-                        .expect("a granted list")
-                        .into_iter()
-                        .map(|o| o.json)
+                    let list = wisp_sdk::abi::ObjectList::decode(got.expect("a granted list"))
+                        .expect("a decodable list");
+                    let mut got: Vec<String> = list
+                        .iter()
+                        .map(|o| String::from_utf8(o.json().to_vec()).expect("UTF-8 JSON"))
                         .collect();
                     want.sort();
                     got.sort();

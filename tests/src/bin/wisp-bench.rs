@@ -128,6 +128,32 @@ fn deliveries(n: usize) -> Vec<Delivery> {
         .collect()
 }
 
+/// The bench plugin's `meta` work: namespace, name and one label lookup from the metadata.
+fn meta_work(o: &Object) -> u64 {
+    let m = o.meta();
+    let ns = m.namespace.as_deref().map_or(0, str::len) as u64;
+    ns + m.name.len() as u64 + m.label("app").map_or(0, |v| v.len() as u64)
+}
+
+/// The bench plugin's `partial` work: only the containers' images (borrowed).
+#[derive(serde::Deserialize, Default)]
+struct Images<'a> {
+    #[serde(borrow, default)]
+    spec: ImagesSpec<'a>,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct ImagesSpec<'a> {
+    #[serde(borrow, default)]
+    containers: Vec<ImagesContainer<'a>>,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct ImagesContainer<'a> {
+    #[serde(default)]
+    image: &'a str,
+}
+
 /// The native baseline: the same work as the bench plugin.
 struct Native {
     work: &'static str,
@@ -140,6 +166,22 @@ impl EventHandler for Native {
             let o = d.notification.object();
             match self.work {
                 "labels" => self.total += o.meta().labels.len() as u64,
+                "meta" => self.total += meta_work(o),
+                "pod" => {
+                    let p: k8s_openapi::api::core::v1::Pod =
+                        serde_json::from_str(o.json()).unwrap_or_default();
+                    self.total += p.spec.map_or(0, |s| s.containers.len() as u64);
+                }
+                "partial" => {
+                    let p: Images = serde_json::from_str(o.json()).unwrap_or_default();
+                    self.total += p
+                        .spec
+                        .containers
+                        .iter()
+                        .filter(|c| c.image.ends_with(":latest"))
+                        .count() as u64
+                        + p.spec.containers.len() as u64;
+                }
                 "parse" => {
                     let v: serde_json::Value = serde_json::from_str(o.json()).unwrap_or_default();
                     self.total += v
@@ -272,6 +314,35 @@ fn load_figures(a: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Time per notification of the bench plugin doing `work` over `items` in batches of `batch`.
+fn wasm_time(
+    engine: &Arc<PluginEngine>,
+    path: &std::path::Path,
+    work: &str,
+    batch: usize,
+    items: &[Delivery],
+) -> anyhow::Result<Duration> {
+    let checked =
+        check_module(engine, path, json!({ "work": work })).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let status = checked.status().clone();
+    let mut rt = checked.into_runtime(engine.clone());
+    // Warm up (first calls fault in memory).
+    rt.handle("pods", &items[..batch.min(items.len())]);
+    let t = Instant::now();
+    for chunk in items.chunks(batch) {
+        rt.handle("pods", chunk);
+    }
+    let took = per_item(t.elapsed(), items.len());
+    let failed = wisp_host::plugin::status::PluginCounters::get(&status.counters.failed);
+    if failed > 0 {
+        bail!(
+            "the bench plugin failed {failed} notifications: {:?}",
+            status.last_error()
+        );
+    }
+    Ok(took)
+}
+
 fn delivery_figures(a: &Args) -> anyhow::Result<()> {
     let n = if a.quick { 2_000 } else { 20_000 };
     let items = deliveries(n);
@@ -285,53 +356,63 @@ fn delivery_figures(a: &Args) -> anyhow::Result<()> {
     );
     println!("| work | batch | native | wasm | wasm/native time | wasm throughput vs native |");
     println!("|---|---|---|---|---|---|");
-    // Where the wasm cost goes: the host-side copy of each object into WIT values alone.
+    // Where the wasm cost goes: the host-side staging copy of each batch (ABI 0.2 encoding).
+    let mut encoder = wisp_host::abi::BatchEncoder::new();
     let t = Instant::now();
     let mut keep = 0usize;
-    for d in &items {
-        let w = wisp_host::plugin::host_api::to_wit(d.notification.object());
-        keep += w.json.len() + w.meta.labels.len();
+    for chunk in items.chunks(64) {
+        keep += encoder.encode("pods", chunk).len();
     }
     std::hint::black_box(keep);
     println!(
-        "| (an owned host copy, as cache reads make; deliveries skip it) | - | - | {} | - | - |",
+        "| (the host encoding batches of 64, part of every wasm figure below) | 64 | - | {} | - | - |",
         ns(per_item(t.elapsed(), n))
     );
-    for work in ["noop", "labels", "parse"] {
-        for batch in [1usize, 64] {
-            let mut native = Native { work, total: 0 };
-            let t = Instant::now();
-            for chunk in items.chunks(batch) {
-                native.handle(chunk);
-            }
-            let native_t = per_item(t.elapsed(), n);
-
-            let checked = check_module(&engine, &path, json!({ "work": work }))
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            let status = checked.status().clone();
-            let mut rt = checked.into_runtime(engine.clone());
-            // Warm up (first calls fault in memory).
-            rt.handle("pods", &items[..batch.min(n)]);
-            let t = Instant::now();
-            for chunk in items.chunks(batch) {
-                rt.handle("pods", chunk);
-            }
-            let wasm_t = per_item(t.elapsed(), n);
-            let failed = wisp_host::plugin::status::PluginCounters::get(&status.counters.failed);
-            if failed > 0 {
-                bail!(
-                    "the bench plugin failed {failed} notifications: {:?}",
-                    status.last_error()
-                );
-            }
-            println!(
-                "| {work} | {batch} | {} | {} | {:.2}x | {:.2}x |",
-                ns(native_t),
-                ns(wasm_t),
-                wasm_t.as_secs_f64() / native_t.as_secs_f64().max(1e-12),
-                native_t.as_secs_f64() / wasm_t.as_secs_f64().max(1e-12),
-            );
+    let no_epochs = PluginEngine::new(EngineConfig {
+        cache_dir: None,
+        epoch_interruption: false,
+        ..EngineConfig::default()
+    })?;
+    let runs: Vec<(&str, usize, &Arc<PluginEngine>, &str)> =
+        ["noop", "labels", "meta", "parse", "pod", "partial"]
+            .into_iter()
+            .flat_map(|w| [(w, 1, &engine, ""), (w, 64, &engine, "")])
+            .chain([
+                (
+                    "parse",
+                    64,
+                    &no_epochs,
+                    " (epochs off: no deadline, cost of the checks)",
+                ),
+                (
+                    "pod",
+                    64,
+                    &no_epochs,
+                    " (epochs off: no deadline, cost of the checks)",
+                ),
+                (
+                    "partial",
+                    64,
+                    &no_epochs,
+                    " (epochs off: no deadline, cost of the checks)",
+                ),
+            ])
+            .collect();
+    for (work, batch, engine, note) in runs {
+        let mut native = Native { work, total: 0 };
+        let t = Instant::now();
+        for chunk in items.chunks(batch) {
+            native.handle(chunk);
         }
+        let native_t = per_item(t.elapsed(), n);
+        let wasm_t = wasm_time(engine, &path, work, batch, &items)?;
+        println!(
+            "| {work}{note} | {batch} | {} | {} | {:.2}x | {:.2}x |",
+            ns(native_t),
+            ns(wasm_t),
+            wasm_t.as_secs_f64() / native_t.as_secs_f64().max(1e-12),
+            native_t.as_secs_f64() / wasm_t.as_secs_f64().max(1e-12),
+        );
     }
     Ok(())
 }
@@ -463,29 +544,35 @@ async fn wait_gen(p: &wisp_host::plugin::PluginHandle, target: u64) -> anyhow::R
     Ok(())
 }
 
-/// Counts live heap bytes, to compare caches precisely (no allocator slack, no RSS noise).
+/// Counts live heap bytes, to compare caches precisely (no allocator slack, no RSS noise), only
+/// while the memory section runs: the timed sections allocate through the system allocator with
+/// nothing added but one relaxed load.
 struct Counting;
 
 static LIVE: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+static COUNTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn count(bytes: i64) {
+    if COUNTING.load(std::sync::atomic::Ordering::Relaxed) {
+        LIVE.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+}
 
 // SAFETY: forwards to the system allocator unchanged; only counts sizes.
 #[allow(unsafe_code)]
 unsafe impl std::alloc::GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as i64, std::sync::atomic::Ordering::Relaxed);
+        count(l.size() as i64);
         // SAFETY: same contract as the caller's.
         unsafe { std::alloc::System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
-        LIVE.fetch_sub(l.size() as i64, std::sync::atomic::Ordering::Relaxed);
+        count(-(l.size() as i64));
         // SAFETY: same contract as the caller's.
         unsafe { std::alloc::System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new as i64 - l.size() as i64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        count(new as i64 - l.size() as i64);
         // SAFETY: same contract as the caller's.
         unsafe { std::alloc::System.realloc(p, l, new) }
     }
@@ -511,12 +598,19 @@ fn memory_figures(a: &Args) -> anyhow::Result<()> {
             v
         })
         .collect();
+    COUNTING.store(true, std::sync::atomic::Ordering::Relaxed);
+    let r = memory_tables(n, &values);
+    COUNTING.store(false, std::sync::atomic::Ordering::Relaxed);
+    r
+}
+
+fn memory_tables(n: usize, values: &[serde_json::Value]) -> anyhow::Result<()> {
     println!("\n## Memory per cached object ({n} pods of ~1.5 KB + managedFields)\n");
     println!("| cache | heap per object | ratio |");
     println!("|---|---|---|");
     let base = live();
     let ix = wisp_host::informer::Indexer::new();
-    for v in &values {
+    for v in values {
         ix.add(Arc::new(
             Object::from_value(v.clone(), true).map_err(|e| anyhow::anyhow!("{e}"))?,
         ));
@@ -527,7 +621,7 @@ fn memory_figures(a: &Args) -> anyhow::Result<()> {
     let ar = kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&());
     let mut writer: kube::runtime::reflector::store::Writer<kube::api::DynamicObject> =
         kube::runtime::reflector::store::Writer::new(ar);
-    for v in &values {
+    for v in values {
         let o: kube::api::DynamicObject = serde_json::from_value(v.clone())?;
         writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(o));
     }
@@ -538,7 +632,7 @@ fn memory_figures(a: &Args) -> anyhow::Result<()> {
     let ar = kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&());
     let mut writer: kube::runtime::reflector::store::Writer<kube::api::DynamicObject> =
         kube::runtime::reflector::store::Writer::new(ar);
-    for v in &values {
+    for v in values {
         let mut o: kube::api::DynamicObject = serde_json::from_value(v.clone())?;
         o.metadata.managed_fields = None;
         writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(o));

@@ -1,0 +1,723 @@
+//! Decoder of the plugin ABI 0.2 byte layout (`docs/abi.md`): zero-copy views over the bytes the
+//! host hands over. Nothing here calls the host; it runs (and is tested against the shared test
+//! vectors, `wit/abi-vectors.json`) natively as well as in wasm.
+//!
+//! Decoding never panics: a malformed header or a span out of bounds is a [`DecodeError`];
+//! a metadata string that is not UTF-8 reads as empty (the host never writes one).
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+/// The layout version this decoder reads (the first byte of every encoding).
+pub const LAYOUT_VERSION: u8 = 1;
+const ABSENT: u32 = u32::MAX;
+
+const API_VERSION: usize = 0;
+const KIND: usize = 1;
+const NAMESPACE: usize = 2;
+const NAME: usize = 3;
+const UID: usize = 4;
+const RESOURCE_VERSION: usize = 5;
+const GENERATION: usize = 6;
+const DELETION_TIMESTAMP: usize = 7;
+const LABELS: usize = 8;
+const ANNOTATIONS: usize = 9;
+const OWNER_REFERENCES: usize = 10;
+const JSON: usize = 11;
+
+/// Bytes that are not a valid encoding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecodeError(pub String);
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "malformed ABI bytes: {}", self.0)
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+fn err<T>(what: impl Into<String>) -> Result<T, DecodeError> {
+    Err(DecodeError(what.into()))
+}
+
+#[inline]
+fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+
+#[inline]
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+#[inline]
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// The bytes of the span at `at` in `b`: `Ok(None)` when absent, an error when out of bounds.
+#[inline]
+fn span(b: &[u8], at: usize) -> Result<Option<&[u8]>, DecodeError> {
+    let (Some(off), Some(len)) = (u32_at(b, at), u32_at(b, at + 4)) else {
+        return err(format!("span at {at} past the end ({} bytes)", b.len()));
+    };
+    if off == ABSENT {
+        return Ok(None);
+    }
+    let (off, len) = (off as usize, len as usize);
+    match off.checked_add(len).and_then(|end| b.get(off..end)) {
+        Some(s) => Ok(Some(s)),
+        None => err(format!(
+            "span {off}+{len} at {at} past the end ({} bytes)",
+            b.len()
+        )),
+    }
+}
+
+#[inline]
+fn text(b: &[u8]) -> &str {
+    std::str::from_utf8(b).unwrap_or("")
+}
+
+/// A Kubernetes object: views of its metadata and JSON, read from its encoding as asked (nothing
+/// is copied or parsed up front). Borrowed from a batch while the host's call lasts, or owned
+/// (`Object<'static>`) when read from the cache.
+#[derive(Clone)]
+pub struct Object<'a> {
+    b: Cow<'a, [u8]>,
+    fields: usize,
+}
+
+impl std::fmt::Debug for Object<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Object")
+            .field("apiVersion", &self.api_version())
+            .field("kind", &self.kind())
+            .field("key", &self.key())
+            .field("resourceVersion", &self.resource_version())
+            .finish()
+    }
+}
+
+impl<'a> Object<'a> {
+    /// Reads an encoded object, checking its header and that every field lies within it.
+    pub fn decode(bytes: &'a [u8]) -> Result<Self, DecodeError> {
+        Self::check(Cow::Borrowed(bytes))
+    }
+
+    /// Like [`Object::decode`], keeping the bytes.
+    pub fn decode_owned(bytes: Vec<u8>) -> Result<Object<'static>, DecodeError> {
+        Object::check(Cow::Owned(bytes))
+    }
+
+    fn check(b: Cow<'a, [u8]>) -> Result<Self, DecodeError> {
+        match b.first() {
+            Some(&LAYOUT_VERSION) => {}
+            Some(v) => {
+                return err(format!(
+                    "object layout version {v}, expected {LAYOUT_VERSION}"
+                ));
+            }
+            None => return err("empty object"),
+        }
+        let Some(fields) = u16_at(&b, 2) else {
+            return err("object header cut short");
+        };
+        let fields = fields as usize;
+        for f in 0..fields {
+            span(&b, 4 + f * 8)?;
+        }
+        for table in [LABELS, ANNOTATIONS, OWNER_REFERENCES] {
+            if table < fields {
+                Self::check_table(&b, table)?;
+            }
+        }
+        Ok(Self { b, fields })
+    }
+
+    fn check_table(b: &[u8], table: usize) -> Result<(), DecodeError> {
+        let Some(t) = span(b, 4 + table * 8)? else {
+            return Ok(());
+        };
+        let Some(n) = u32_at(t, 0) else {
+            return err(format!("field {table}: table without a count"));
+        };
+        let (first, size, spans) = if table == OWNER_REFERENCES {
+            let size = u32_at(t, 4).unwrap_or(0) as usize;
+            if size < 36 {
+                return err(format!("owner entries of {size} bytes (at least 36)"));
+            }
+            (8, size, 4)
+        } else {
+            (4, 16, 2)
+        };
+        let end = (n as usize)
+            .checked_mul(size)
+            .and_then(|s| s.checked_add(first));
+        if end.is_none_or(|e| e > t.len()) {
+            return err(format!("field {table}: {n} entries do not fit its span"));
+        }
+        let base = u32_at(b, 4 + table * 8).unwrap_or(0) as usize;
+        for i in 0..n as usize {
+            for s in 0..spans {
+                span(b, base + first + i * size + s * 8)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The bytes of field `f` (None when absent, or unknown to the writer).
+    #[inline]
+    fn field(&self, f: usize) -> Option<&[u8]> {
+        if f >= self.fields {
+            return None;
+        }
+        span(&self.b, 4 + f * 8).ok().flatten()
+    }
+
+    #[inline]
+    fn str_field(&self, f: usize) -> &str {
+        self.field(f).map_or("", text)
+    }
+
+    /// The whole encoding (what the host sent).
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.b
+    }
+
+    /// An owned copy (to keep beyond the call that delivered it).
+    pub fn into_owned(self) -> Object<'static> {
+        Object {
+            b: Cow::Owned(self.b.into_owned()),
+            fields: self.fields,
+        }
+    }
+
+    /// `apiVersion`, e.g. `v1` or `apps/v1`.
+    pub fn api_version(&self) -> &str {
+        self.str_field(API_VERSION)
+    }
+
+    /// `kind`, e.g. `Pod`.
+    pub fn kind(&self) -> &str {
+        self.str_field(KIND)
+    }
+
+    /// `metadata.namespace` (None when cluster-scoped).
+    pub fn namespace(&self) -> Option<&str> {
+        self.field(NAMESPACE).map(text)
+    }
+
+    /// `metadata.name`.
+    pub fn name(&self) -> &str {
+        self.str_field(NAME)
+    }
+
+    /// `metadata.uid`.
+    pub fn uid(&self) -> &str {
+        self.str_field(UID)
+    }
+
+    /// `metadata.resourceVersion`.
+    pub fn resource_version(&self) -> &str {
+        self.str_field(RESOURCE_VERSION)
+    }
+
+    /// `metadata.generation`, when the object has one.
+    pub fn generation(&self) -> Option<i64> {
+        let b = self.field(GENERATION)?;
+        Some(i64::from_le_bytes(b.try_into().ok()?))
+    }
+
+    /// `metadata.deletionTimestamp` (RFC 3339), set while the object is being deleted.
+    pub fn deletion_timestamp(&self) -> Option<&str> {
+        self.field(DELETION_TIMESTAMP).map(text)
+    }
+
+    /// `namespace/name`, or `name` when cluster-scoped.
+    pub fn key(&self) -> String {
+        match self.namespace() {
+            Some(ns) => format!("{ns}/{}", self.name()),
+            None => self.name().to_owned(),
+        }
+    }
+
+    fn pairs(&self, table: usize) -> Pairs<'_> {
+        let base = if table < self.fields {
+            u32_at(&self.b, 4 + table * 8).filter(|&o| o != ABSENT)
+        } else {
+            None
+        };
+        let n = base.and_then(|o| u32_at(&self.b, o as usize)).unwrap_or(0);
+        Pairs {
+            b: &self.b,
+            at: base.map_or(0, |o| o as usize + 4),
+            left: n as usize,
+        }
+    }
+
+    /// `metadata.labels`, sorted by key.
+    pub fn labels(&self) -> Pairs<'_> {
+        self.pairs(LABELS)
+    }
+
+    /// The value of label `key`.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels().find_sorted(key)
+    }
+
+    /// `metadata.annotations`, sorted by key.
+    pub fn annotations(&self) -> Pairs<'_> {
+        self.pairs(ANNOTATIONS)
+    }
+
+    /// The value of annotation `key`.
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations().find_sorted(key)
+    }
+
+    /// `metadata.ownerReferences`.
+    pub fn owner_refs(&self) -> OwnerRefs<'_> {
+        let base = if OWNER_REFERENCES < self.fields {
+            u32_at(&self.b, 4 + OWNER_REFERENCES * 8).filter(|&o| o != ABSENT)
+        } else {
+            None
+        };
+        let (n, size) = base.map_or((0, 36), |o| {
+            (
+                u32_at(&self.b, o as usize).unwrap_or(0),
+                u32_at(&self.b, o as usize + 4).unwrap_or(36),
+            )
+        });
+        OwnerRefs {
+            b: &self.b,
+            at: base.map_or(0, |o| o as usize + 8),
+            size: size as usize,
+            left: n as usize,
+        }
+    }
+
+    /// The owner that is the managing controller, if any.
+    pub fn controller(&self) -> Option<OwnerRef<'_>> {
+        self.owner_refs().find(|o| o.controller)
+    }
+
+    /// The whole object as JSON bytes (UTF-8); empty when absent.
+    pub fn json(&self) -> &[u8] {
+        self.field(JSON).unwrap_or_default()
+    }
+
+    /// Parses the JSON into `T` (e.g. `k8s_openapi::api::core::v1::Pod`).
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, String> {
+        serde_json::from_slice(self.json())
+            .map_err(|e| format!("{}: cannot parse as the requested type: {e}", self.key()))
+    }
+
+    /// Parses only what `T` names, borrowing its strings from the object: a struct with the few
+    /// fields a plugin needs (`&str` fields borrow; unknown fields are skipped) costs a fraction
+    /// of a full parse into a k8s-openapi type.
+    ///
+    /// ```
+    /// # use wisp_sdk::abi::Object;
+    /// #[derive(serde::Deserialize)]
+    /// struct Images<'a> {
+    ///     #[serde(borrow)]
+    ///     spec: Spec<'a>,
+    /// }
+    /// #[derive(serde::Deserialize)]
+    /// struct Spec<'a> {
+    ///     #[serde(borrow)]
+    ///     containers: Vec<Container<'a>>,
+    /// }
+    /// #[derive(serde::Deserialize)]
+    /// struct Container<'a> {
+    ///     image: &'a str,
+    /// }
+    /// # fn f(obj: &Object) -> Result<(), String> {
+    /// let images: Images = obj.parse_partial()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn parse_partial<'de, T: Deserialize<'de>>(&'de self) -> Result<T, String> {
+        serde_json::from_slice(self.json())
+            .map_err(|e| format!("{}: cannot parse as the requested type: {e}", self.key()))
+    }
+
+    /// Parses the JSON into a generic value.
+    pub fn value(&self) -> Result<serde_json::Value, String> {
+        self.parse()
+    }
+}
+
+/// Key/value pairs (labels or annotations), sorted by key.
+#[derive(Clone)]
+pub struct Pairs<'a> {
+    b: &'a [u8],
+    at: usize,
+    left: usize,
+}
+
+impl<'a> Pairs<'a> {
+    /// Binary search by key (the host sorts them).
+    fn find_sorted(self, key: &str) -> Option<&'a str> {
+        let (b, at) = (self.b, self.at);
+        let entry = |i: usize| {
+            let k = span(b, at + i * 16).ok().flatten().map_or("", text);
+            let v = span(b, at + i * 16 + 8).ok().flatten().map_or("", text);
+            (k, v)
+        };
+        let (mut lo, mut hi) = (0, self.left);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let (k, v) = entry(mid);
+            match k.cmp(key) {
+                std::cmp::Ordering::Equal => return Some(v),
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+            }
+        }
+        None
+    }
+}
+
+impl<'a> Iterator for Pairs<'a> {
+    type Item = (&'a str, &'a str);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        let k = span(self.b, self.at).ok().flatten().map_or("", text);
+        let v = span(self.b, self.at + 8).ok().flatten().map_or("", text);
+        self.at += 16;
+        self.left -= 1;
+        Some((k, v))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ExactSizeIterator for Pairs<'_> {}
+
+/// An owner reference (`metadata.ownerReferences[]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OwnerRef<'a> {
+    /// `apiVersion` of the owner.
+    pub api_version: &'a str,
+    /// `kind` of the owner.
+    pub kind: &'a str,
+    /// `name` of the owner.
+    pub name: &'a str,
+    /// `uid` of the owner.
+    pub uid: &'a str,
+    /// This owner is the managing controller.
+    pub controller: bool,
+    /// `blockOwnerDeletion`.
+    pub block_owner_deletion: bool,
+}
+
+/// The owner references of an object.
+#[derive(Clone)]
+pub struct OwnerRefs<'a> {
+    b: &'a [u8],
+    at: usize,
+    size: usize,
+    left: usize,
+}
+
+impl<'a> Iterator for OwnerRefs<'a> {
+    type Item = OwnerRef<'a>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        let s = |i: usize| {
+            span(self.b, self.at + i * 8)
+                .ok()
+                .flatten()
+                .map_or("", text)
+        };
+        let flags = u32_at(self.b, self.at + 32).unwrap_or(0);
+        let r = OwnerRef {
+            api_version: s(0),
+            kind: s(1),
+            name: s(2),
+            uid: s(3),
+            controller: flags & 1 != 0,
+            block_owner_deletion: flags & 2 != 0,
+        };
+        self.at += self.size;
+        self.left -= 1;
+        Some(r)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ExactSizeIterator for OwnerRefs<'_> {}
+
+/// What happened to the object of a notification.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// The object appeared; `initial_list`: part of the first list or of a late-join replay.
+    Added {
+        /// Part of the initial list.
+        initial_list: bool,
+    },
+    /// The object changed; `resync`: nothing changed (a periodic resync or an unchanged relist).
+    Updated {
+        /// Same resourceVersion.
+        resync: bool,
+    },
+    /// The object is gone; `final_state_unknown`: the deletion was missed and the object is the
+    /// last state the host knew.
+    Deleted {
+        /// The deletion was missed.
+        final_state_unknown: bool,
+    },
+}
+
+/// One notification of a batch.
+#[derive(Clone, Debug)]
+pub struct Notification<'a> {
+    /// Sequence number in this (plugin, informer) stream.
+    pub seq: u64,
+    /// What happened.
+    pub kind: Kind,
+    /// The object (the new state of an update).
+    pub object: Object<'a>,
+    /// The previous state (updates only).
+    pub old: Option<Object<'a>>,
+}
+
+/// A batch of notifications from one informer.
+#[derive(Clone, Copy, Debug)]
+pub struct Batch<'a> {
+    b: &'a [u8],
+    count: usize,
+    entries: usize,
+    entry_size: usize,
+    informer: &'a str,
+}
+
+impl<'a> Batch<'a> {
+    /// Reads a batch's header (its notifications are read as iterated).
+    pub fn decode(b: &'a [u8]) -> Result<Self, DecodeError> {
+        match b.first() {
+            Some(&LAYOUT_VERSION) => {}
+            Some(v) => {
+                return err(format!(
+                    "batch layout version {v}, expected {LAYOUT_VERSION}"
+                ));
+            }
+            None => return err("empty batch"),
+        }
+        let (Some(header), Some(count), Some(entry_size)) =
+            (u16_at(b, 2), u32_at(b, 4), u32_at(b, 8))
+        else {
+            return err("batch header cut short");
+        };
+        let (header, count, entry_size) = (header as usize, count as usize, entry_size as usize);
+        if header < 24 || entry_size < 32 {
+            return err(format!(
+                "batch header of {header} bytes / entries of {entry_size} (at least 24 / 32)"
+            ));
+        }
+        let end = count
+            .checked_mul(entry_size)
+            .and_then(|n| n.checked_add(header));
+        if end.is_none_or(|e| e > b.len()) {
+            return err(format!(
+                "{count} batch entries do not fit {} bytes",
+                b.len()
+            ));
+        }
+        let informer = span(b, 12)?.map(text).unwrap_or("");
+        Ok(Self {
+            b,
+            count,
+            entries: header,
+            entry_size,
+            informer,
+        })
+    }
+
+    /// The informer (its name in the host's config) the notifications come from.
+    pub fn informer(&self) -> &'a str {
+        self.informer
+    }
+
+    /// How many notifications.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Notification `i`.
+    pub fn get(&self, i: usize) -> Result<Notification<'a>, DecodeError> {
+        if i >= self.count {
+            return err(format!("notification {i} of {}", self.count));
+        }
+        let b = self.b;
+        let e = self.entries + i * self.entry_size;
+        let seq = u64_at(b, e).unwrap_or(0);
+        let (kind, flags) = (b[e + 8], b[e + 9]);
+        let kind = match kind {
+            0 => Kind::Added {
+                initial_list: flags & 1 != 0,
+            },
+            1 => Kind::Updated {
+                resync: flags & 2 != 0,
+            },
+            2 => Kind::Deleted {
+                final_state_unknown: flags & 4 != 0,
+            },
+            k => return err(format!("notification {seq}: unknown kind {k}")),
+        };
+        let Some(obj) = span(b, e + 12)? else {
+            return err(format!("notification {seq} without an object"));
+        };
+        let object = Object::decode(obj)?;
+        let old = match (kind, span(b, e + 20)?) {
+            (Kind::Updated { .. }, Some(o)) => Some(Object::decode(o)?),
+            (Kind::Updated { .. }, None) => {
+                return err(format!("update {seq} without its old object"));
+            }
+            _ => None,
+        };
+        Ok(Notification {
+            seq,
+            kind,
+            object,
+            old,
+        })
+    }
+
+    /// The notifications, in order.
+    pub fn iter(
+        &self,
+    ) -> impl ExactSizeIterator<Item = Result<Notification<'a>, DecodeError>> + 'a {
+        let me = *self;
+        (0..me.count).map(move |i| me.get(i))
+    }
+}
+
+/// Objects read from the cache, in one buffer.
+#[derive(Clone)]
+pub struct ObjectList {
+    b: Vec<u8>,
+    count: usize,
+    header: usize,
+}
+
+impl std::fmt::Debug for ObjectList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl ObjectList {
+    /// Reads an object list, checking every object in it.
+    pub fn decode(b: Vec<u8>) -> Result<Self, DecodeError> {
+        match b.first() {
+            Some(&LAYOUT_VERSION) => {}
+            Some(v) => {
+                return err(format!(
+                    "list layout version {v}, expected {LAYOUT_VERSION}"
+                ));
+            }
+            None => return err("empty list"),
+        }
+        let (Some(header), Some(count)) = (u16_at(&b, 2), u32_at(&b, 4)) else {
+            return err("list header cut short");
+        };
+        let (header, count) = (header as usize, count as usize);
+        if header < 8 {
+            return err(format!("list header of {header} bytes (at least 8)"));
+        }
+        for i in 0..count {
+            match span(&b, header + i * 8)? {
+                Some(o) => {
+                    Object::decode(o)?;
+                }
+                None => return err(format!("list entry {i} absent")),
+            }
+        }
+        Ok(Self { b, count, header })
+    }
+
+    /// How many objects.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Object `i`.
+    pub fn get(&self, i: usize) -> Option<Object<'_>> {
+        if i >= self.count {
+            return None;
+        }
+        let o = span(&self.b, self.header + i * 8).ok().flatten()?;
+        Object::decode(o).ok()
+    }
+
+    /// The objects, in the host's order.
+    pub fn iter(&self) -> Iter<'_> {
+        Iter { list: self, i: 0 }
+    }
+}
+
+/// The objects of an [`ObjectList`].
+pub struct Iter<'a> {
+    list: &'a ObjectList,
+    i: usize,
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = Object<'a>;
+
+    fn next(&mut self) -> Option<Object<'a>> {
+        // Every entry was checked by `decode`: none is skipped.
+        while self.i < self.list.count {
+            self.i += 1;
+            if let Some(o) = self.list.get(self.i - 1) {
+                return Some(o);
+            }
+        }
+        None
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.list.count - self.i;
+        (left, Some(left))
+    }
+}
+
+impl ExactSizeIterator for Iter<'_> {}
+
+impl<'a> IntoIterator for &'a ObjectList {
+    type Item = Object<'a>;
+    type IntoIter = Iter<'a>;
+
+    fn into_iter(self) -> Iter<'a> {
+        self.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests;
