@@ -511,3 +511,65 @@ fn on_its_own_thread_an_unfinished_batch_is_resumed_and_stop_ends_the_wait() {
         "stop ended the wait"
     );
 }
+
+/// A task for driving the scheduler by hand.
+struct Fake(u64, Option<GroupId>);
+
+impl Task for Fake {
+    fn id(&self) -> u64 {
+        self.0
+    }
+    fn group(&self) -> Option<GroupId> {
+        self.1
+    }
+    fn run(&self) -> Ran {
+        Ran::Idle
+    }
+}
+
+/// The race the group test once hit, step by step: a listener whose turn ended idle is given work
+/// and submitted again before its worker accounts for the turn. It must wait for its group like
+/// any other listener (its own stale turn still holds the group), not run while the group is
+/// released behind it and a second listener of the group starts.
+#[test]
+fn a_listener_submitted_again_before_its_turn_is_accounted_for_waits_for_its_group() {
+    let g = Some(GroupId::new());
+    let a: Arc<dyn Task> = Arc::new(Fake(1, g));
+    let b: Arc<dyn Task> = Arc::new(Fake(2, g));
+    let mut s = Sched::default();
+    s.ready.push_back(Entry::new(a.clone()));
+    let first = s.next().expect("a runs");
+    assert_eq!(first.id(), 1);
+    s.running += 1;
+    // Its handler returned idle; the informer gives it work again, and b gets work too.
+    s.ready.push_back(Entry::new(a.clone()));
+    s.ready.push_back(Entry::new(b.clone()));
+    assert!(
+        s.next().is_none(),
+        "neither runs while a's turn holds the group"
+    );
+    assert_eq!(s.groups[&g.unwrap()].parked.len(), 2);
+    // The turn is accounted for: the group goes to the first parked, a.
+    assert!(!s.after(first, Ran::Idle));
+    let again = s.next().expect("a runs again");
+    assert_eq!(again.id(), 1);
+    s.running += 1;
+    assert!(s.next().is_none(), "b still waits");
+    s.after(again, Ran::Idle);
+    assert_eq!(s.next().map(|t| t.id()), Some(2));
+
+    // Resumed from the timers, a task keeps the group it held.
+    let mut s = Sched::default();
+    s.ready.push_back(Entry::new(a.clone()));
+    let t = s.next().unwrap();
+    s.running += 1;
+    let at = Instant::now();
+    assert!(s.after(t, Ran::Later(at)), "the earliest timer");
+    s.ready.push_back(Entry::new(b.clone()));
+    assert!(
+        s.next().is_none(),
+        "b waits: a keeps the group while it waits"
+    );
+    s.due_timers(at);
+    assert_eq!(s.next().map(|t| t.id()), Some(1), "a resumes in its group");
+}
