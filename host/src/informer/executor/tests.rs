@@ -533,9 +533,9 @@ impl Task for Fake {
 /// released behind it and a second listener of the group starts.
 #[test]
 fn a_listener_submitted_again_before_its_turn_is_accounted_for_waits_for_its_group() {
-    let g = Some(GroupId::new());
-    let a: Arc<dyn Task> = Arc::new(Fake(1, g));
-    let b: Arc<dyn Task> = Arc::new(Fake(2, g));
+    let g = GroupId::new();
+    let a: Arc<dyn Task> = Arc::new(Fake(1, Some(g)));
+    let b: Arc<dyn Task> = Arc::new(Fake(2, Some(g)));
     let mut s = Sched::default();
     s.ready.push_back(Entry::new(a.clone()));
     let first = s.next().expect("a runs");
@@ -548,7 +548,7 @@ fn a_listener_submitted_again_before_its_turn_is_accounted_for_waits_for_its_gro
         s.next().is_none(),
         "neither runs while a's turn holds the group"
     );
-    assert_eq!(s.groups[&g.unwrap()].parked.len(), 2);
+    assert_eq!(s.groups[&g].parked.len(), 2);
     // The turn is accounted for: the group goes to the first parked, a.
     assert!(!s.after(first, Ran::Idle));
     let again = s.next().expect("a runs again");
