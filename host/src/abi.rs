@@ -222,6 +222,17 @@ pub fn encode_object(meta: &ObjectMeta, json: &str) -> (Vec<u8>, usize) {
 #[derive(Default)]
 pub struct BatchEncoder {
     buf: Vec<u8>,
+    /// Objects without their JSON (a metadata-only plugin).
+    metadata_only: bool,
+}
+
+/// The bytes of `o` a batch carries: all of them, or, metadata only, all but the JSON.
+fn carried(o: &Object, metadata_only: bool) -> &[u8] {
+    if metadata_only {
+        &o.wire()[..o.json_at()]
+    } else {
+        o.wire()
+    }
 }
 
 impl BatchEncoder {
@@ -230,15 +241,30 @@ impl BatchEncoder {
         Self::default()
     }
 
+    /// An encoder of objects without their JSON (the JSON field is absent), for plugins that
+    /// describe themselves `metadata-only`.
+    pub fn metadata_only() -> Self {
+        Self {
+            metadata_only: true,
+            ..Self::default()
+        }
+    }
+
+    /// Whether it leaves the JSON out.
+    pub fn is_metadata_only(&self) -> bool {
+        self.metadata_only
+    }
+
     /// Encodes `batch`, from `informer`, and returns the bytes (valid until the next call).
     pub fn encode(&mut self, informer: &str, batch: &[Delivery]) -> &[u8] {
+        let meta = self.metadata_only;
         let objects: usize = batch
             .iter()
             .map(|d| match &d.notification {
                 Notification::Update { old, new } if !std::ptr::eq(&**old, &**new) => {
-                    old.wire().len() + new.wire().len()
+                    carried(old, meta).len() + carried(new, meta).len()
                 }
-                n => n.object().wire().len(),
+                n => carried(n.object(), meta).len(),
             })
             .sum();
         let entries = BATCH_HEADER + batch.len() * BATCH_ENTRY;
@@ -254,9 +280,15 @@ impl BatchEncoder {
         buf.extend_from_slice(informer.as_bytes());
         put_span(buf, 12, informer_span);
         let append = |buf: &mut Vec<u8>, o: &Object| {
-            let at = off(buf.len());
-            buf.extend_from_slice(o.wire());
-            (at, off(o.wire().len()))
+            let start = buf.len();
+            let bytes = carried(o, meta);
+            buf.extend_from_slice(bytes);
+            if meta {
+                // The JSON's span (in the copy) says it is absent.
+                let json = start + OBJECT_HEADER + field::JSON * 8;
+                put_span(buf, json, (ABSENT, 0));
+            }
+            (off(start), off(bytes.len()))
         };
         for (i, d) in batch.iter().enumerate() {
             let e = BATCH_HEADER + i * BATCH_ENTRY;

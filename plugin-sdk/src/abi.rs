@@ -310,9 +310,25 @@ impl<'a> Object<'a> {
         self.field(JSON).unwrap_or_default()
     }
 
+    /// Whether the object came with its JSON (not when the plugin is metadata-only).
+    pub fn has_json(&self) -> bool {
+        self.field(JSON).is_some()
+    }
+
+    fn json_for_parse(&self) -> Result<&[u8], String> {
+        match self.field(JSON) {
+            Some(j) => Ok(j),
+            None => Err(format!(
+                "{}: delivered without its JSON (the plugin describes itself metadata-only); \
+                 read the object with cache::get to parse it",
+                self.key()
+            )),
+        }
+    }
+
     /// Parses the JSON into `T` (e.g. `k8s_openapi::api::core::v1::Pod`).
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, String> {
-        serde_json::from_slice(self.json())
+        serde_json::from_slice(self.json_for_parse()?)
             .map_err(|e| format!("{}: cannot parse as the requested type: {e}", self.key()))
     }
 
@@ -341,7 +357,7 @@ impl<'a> Object<'a> {
     /// # Ok(()) }
     /// ```
     pub fn parse_partial<'de, T: Deserialize<'de>>(&'de self) -> Result<T, String> {
-        serde_json::from_slice(self.json())
+        serde_json::from_slice(self.json_for_parse()?)
             .map_err(|e| format!("{}: cannot parse as the requested type: {e}", self.key()))
     }
 

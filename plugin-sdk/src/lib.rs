@@ -138,14 +138,17 @@ pub trait Plugin: Sized + 'static {
     }
 }
 
-/// A [`PluginInfo`] from parts (set `replay_on_reload` on the result to be sent every cached
-/// object again after a hot reload, instead of handing state over with snapshot/restore).
+/// A [`PluginInfo`] from parts. On the result, set `replay_on_reload` to be sent every cached
+/// object again after a hot reload (instead of handing state over with snapshot/restore), and
+/// `metadata_only` to receive objects without their JSON ([`Object::json`] is then empty and
+/// [`Object::parse`] an error; [`cache::get`] still returns the whole object).
 pub fn info(name: &str, version: &str, informers: &[&str]) -> PluginInfo {
     PluginInfo {
         name: name.to_owned(),
         version: version.to_owned(),
         informers: informers.iter().map(|s| (*s).to_owned()).collect(),
         replay_on_reload: false,
+        metadata_only: false,
     }
 }
 

@@ -150,3 +150,26 @@ async fn plugins_of_abi_0_1_and_0_2_run_side_by_side_in_one_host() {
         assert_eq!(counter(h, |c| &c.traps), 0);
     }
 }
+
+/// A plugin that describes itself metadata-only gets objects without their JSON: its metadata
+/// work succeeds, a parse fails with an error that says why, and the JSON is a cache read away.
+#[tokio::test]
+async fn a_metadata_only_plugin_gets_metadata_without_the_json() {
+    let r = rig(vec![pod("default", "web-1"), pod("default", "web-2")]).await;
+    let meta = r
+        .manager
+        .start(spec("meta", "bench_meta", json!({"work": "meta"})))
+        .unwrap();
+    let mut parse = spec("parse", "bench_meta", json!({"work": "pod"}));
+    parse.on_failure.quarantine_after = 0;
+    let parse = r.manager.start(parse).unwrap();
+    until("both handled the initial list", || {
+        counter(&meta, |c| &c.delivered) == 2
+            && counter(&parse, |c| &c.failed) + counter(&parse, |c| &c.delivered) == 2
+    })
+    .await;
+    assert_eq!(counter(&meta, |c| &c.failed), 0);
+    assert_eq!(counter(&parse, |c| &c.failed), 2, "no JSON to parse");
+    let e = parse.status().last_error().unwrap_or_default();
+    assert!(e.contains("metadata-only"), "{e}");
+}

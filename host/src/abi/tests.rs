@@ -151,6 +151,15 @@ fn with_count(mut expected: Value, count: usize) -> Value {
     expected
 }
 
+/// A notification's expected values when its objects come without their JSON.
+fn no_json(mut n: Value) -> Value {
+    n["object"]["json"] = Value::Null;
+    if !n["old"].is_null() {
+        n["old"]["json"] = Value::Null;
+    }
+    n
+}
+
 fn delivery(seq: u64, notification: Notification) -> Delivery {
     Delivery { seq, notification }
 }
@@ -226,6 +235,12 @@ fn vectors() -> Value {
               note(9, "updated", [false, true, false], &p2, Some(&p2)),
               note(10, "deleted", [false, false, true], &n, None),
               note(11, "deleted", [false, false, false], &p2, None),
+          ] } },
+        { "name": "metadata only: added (initial list), updated: no JSON",
+          "hex": hex(BatchEncoder::metadata_only().encode("pods", &batch[..2])),
+          "expect": { "informer": "pods", "notifications": [
+              no_json(note(7, "added", [true, false, false], &p, None)),
+              no_json(note(8, "updated", [false, false, false], &p2, Some(&p))),
           ] } },
         { "name": "empty batch", "hex": hex(enc.encode("nodes", &[])),
           "expect": { "informer": "nodes", "notifications": [] } },

@@ -159,6 +159,12 @@ impl Object {
         &self.wire
     }
 
+    /// Where the JSON starts in [`Object::wire`] (it runs to the end): the bytes before it are
+    /// the object's metadata.
+    pub fn json_at(&self) -> usize {
+        self.json_at
+    }
+
     /// Parses the JSON into a value (for callers that need the whole object).
     pub fn to_value(&self) -> Value {
         // The JSON was produced by serde_json from a value, so it always parses.

@@ -129,8 +129,25 @@ impl Instance {
         }
     }
 
-    /// `describe`.
+    /// Deliveries leave the JSON out (the plugin describes itself `metadata-only`).
+    pub fn set_metadata_only(&mut self, yes: bool) {
+        if self.encoder.is_metadata_only() != yes {
+            self.encoder = if yes {
+                crate::abi::BatchEncoder::metadata_only()
+            } else {
+                crate::abi::BatchEncoder::new()
+            };
+        }
+    }
+
+    /// `describe` (which also sets what deliveries carry: see [`Instance::set_metadata_only`]).
     pub fn describe(&mut self) -> Result<PluginInfo, CallError> {
+        let info = self.describe_call()?;
+        self.set_metadata_only(info.metadata_only);
+        Ok(info)
+    }
+
+    fn describe_call(&mut self) -> Result<PluginInfo, CallError> {
         self.call(|p, s| match p {
             Guest::V0_2(p) => p.wisp_plugin_listener().call_describe(s),
             Guest::V0_1(p) => p
@@ -141,6 +158,7 @@ impl Instance {
                     version: i.version,
                     informers: i.informers,
                     replay_on_reload: i.replay_on_reload,
+                    metadata_only: false,
                 }),
         })
     }

@@ -260,6 +260,7 @@ impl PluginRuntime {
             );
             let mut inst = Instance::new(&self.engine, &self.pre, api, &self.spec.limits)
                 .map_err(|e| e.to_string())?;
+            inst.set_metadata_only(self.version.info.metadata_only);
             match inst.init(&self.settings) {
                 Ok(Ok(())) => {}
                 Ok(Err(msg)) => return Err(format!("init refused its settings on restart: {msg}")),

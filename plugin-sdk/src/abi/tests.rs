@@ -145,3 +145,28 @@ fn a_partial_parse_borrows_only_the_fields_it_names() {
     let e = o.parse::<Vec<u8>>().unwrap_err();
     assert!(e.starts_with("shop/web-0: cannot parse"), "{e}");
 }
+
+#[test]
+fn a_metadata_only_object_says_why_it_cannot_be_parsed() {
+    let v = vectors();
+    let case = v["batches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"].as_str().unwrap().starts_with("metadata only"))
+        .expect("a metadata-only vector");
+    let bytes = unhex(case["hex"].as_str().unwrap());
+    let b = Batch::decode(&bytes).unwrap();
+    let n = b.get(0).unwrap();
+    assert!(!n.object.has_json());
+    assert_eq!(
+        n.object.label("app"),
+        Some("web"),
+        "the metadata is all there"
+    );
+    let e = n.object.value().unwrap_err();
+    assert!(
+        e.contains("metadata-only") && e.contains("cache::get"),
+        "{e}"
+    );
+}

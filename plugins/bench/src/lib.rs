@@ -1,4 +1,5 @@
-//! The benchmark plugin: the same work as the native baseline handlers in `wisp-bench`.
+//! The benchmark plugin: the same work as the native baseline handlers in `wisp-bench`. Built
+//! twice: `bench`, and `bench-meta` (feature `metadata-only`: objects come without their JSON).
 //!
 //! Settings: `{"work": "noop" | "labels" | "meta" | "parse" | "pod" | "partial"}`:
 //! - `labels`: counts label pairs from the metadata (no JSON parsing);
@@ -89,7 +90,10 @@ impl Bench {
 
 impl Plugin for Bench {
     fn describe() -> PluginInfo {
-        wisp_sdk::info("bench", env!("CARGO_PKG_VERSION"), &[])
+        let mut info = wisp_sdk::info("bench", env!("CARGO_PKG_VERSION"), &[]);
+        // bench-meta: objects come without their JSON (work `pod` etc. then fails).
+        info.metadata_only = cfg!(feature = "metadata-only");
+        info
     }
 
     fn init(settings: &str) -> Result<Self, String> {

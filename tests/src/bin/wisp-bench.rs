@@ -373,39 +373,30 @@ fn delivery_figures(a: &Args) -> anyhow::Result<()> {
         epoch_interruption: false,
         ..EngineConfig::default()
     })?;
-    let runs: Vec<(&str, usize, &Arc<PluginEngine>, &str)> =
-        ["noop", "labels", "meta", "parse", "pod", "partial"]
-            .into_iter()
-            .flat_map(|w| [(w, 1, &engine, ""), (w, 64, &engine, "")])
-            .chain([
-                (
-                    "parse",
-                    64,
-                    &no_epochs,
-                    " (epochs off: no deadline, cost of the checks)",
-                ),
-                (
-                    "pod",
-                    64,
-                    &no_epochs,
-                    " (epochs off: no deadline, cost of the checks)",
-                ),
-                (
-                    "partial",
-                    64,
-                    &no_epochs,
-                    " (epochs off: no deadline, cost of the checks)",
-                ),
-            ])
-            .collect();
-    for (work, batch, engine, note) in runs {
+    let meta_path = a.plugin_dir.join("bench_meta.wasm");
+    let epochs_off = " (epochs off: no deadline, cost of the checks)";
+    let meta_only = " (metadata-only plugin: objects without JSON)";
+    let mut runs: Vec<(&str, usize, &Arc<PluginEngine>, &std::path::Path, &str)> = Vec::new();
+    for w in ["noop", "labels", "meta", "parse", "pod", "partial"] {
+        runs.extend([(w, 1, &engine, &*path, ""), (w, 64, &engine, &*path, "")]);
+    }
+    for w in ["noop", "labels", "meta"] {
+        runs.extend([
+            (w, 1, &engine, &*meta_path, meta_only),
+            (w, 64, &engine, &*meta_path, meta_only),
+        ]);
+    }
+    for w in ["parse", "pod", "partial"] {
+        runs.push((w, 64, &no_epochs, &*path, epochs_off));
+    }
+    for (work, batch, engine, path, note) in runs {
         let mut native = Native { work, total: 0 };
         let t = Instant::now();
         for chunk in items.chunks(batch) {
             native.handle(chunk);
         }
         let native_t = per_item(t.elapsed(), n);
-        let wasm_t = wasm_time(engine, &path, work, batch, &items)?;
+        let wasm_t = wasm_time(engine, path, work, batch, &items)?;
         println!(
             "| {work}{note} | {batch} | {} | {} | {:.2}x | {:.2}x |",
             ns(native_t),

@@ -50,7 +50,7 @@ async fn throughput(
     work: &'static str,
     wasm: bool,
     (n, m): (u64, u64),
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<(f64, usize)> {
     let src = MemorySource::new();
     for i in 0..n {
         src.apply(pod(i, 0))?;
@@ -102,6 +102,7 @@ async fn throughput(
     }
     wait_until("updates handled", Duration::from_secs(600), || all(n + m)).await?;
     let took = start.elapsed();
+    let threads = threads();
     let _ = stop_tx.send(());
     for p in &plugins {
         let failed = PluginCounters::get(&p.status().counters.failed);
@@ -110,31 +111,51 @@ async fn throughput(
         }
         p.stop();
     }
-    Ok(m as f64 / took.as_secs_f64().max(1e-9))
+    Ok((m as f64 / took.as_secs_f64().max(1e-9), threads))
 }
 
-/// Throughput into 1, 8 and 64 listeners, wasm vs native.
+/// Threads of this process now (`Threads:` of /proc/self/status; 0 where unreadable).
+fn threads() -> usize {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Throughput into 1, 8, 64, 256 and 1,000 listeners, wasm vs native.
 pub async fn pipeline_figures(
     engine: &Arc<PluginEngine>,
     plugin_dir: &Path,
     quick: bool,
 ) -> anyhow::Result<()> {
     let (n, m) = if quick { (500, 2_000) } else { (5_000, 20_000) };
+    // Hundreds of listeners: fewer objects, so each run stays within a minute.
+    let (n_many, m_many) = if quick { (100, 400) } else { (500, 2_000) };
     println!(
-        "\n## Pipeline throughput into L listeners (in-process source; {n} pods listed, then {m} updates; each update goes to every listener)\n"
+        "\n## Pipeline throughput into L listeners (in-process source; up to 64 listeners {n} pods listed then {m} updates, 256 and 1,000 listeners {n_many} then {m_many}; each update goes to every listener; wasm plugins run on the executor's workers, native handlers on a thread each)\n"
     );
     println!(
-        "| listeners | work | native handlers (baseline), events/s | wasm plugins, events/s | ratio (target >= 0.5x) |"
+        "| listeners | work | native handlers (baseline), events/s | wasm plugins, events/s | ratio | threads native / wasm |"
     );
     // (The producer is in the same process: it turns each update into an object, about 30k/s
     // here, which bounds the 1-listener figures on both sides.)
-    println!("|---|---|---|---|---|");
-    for listeners in [1usize, 8, 64] {
-        for work in ["labels", "parse"] {
-            let native = throughput(engine, plugin_dir, listeners, work, false, (n, m)).await?;
-            let wasm = throughput(engine, plugin_dir, listeners, work, true, (n, m)).await?;
+    println!("|---|---|---|---|---|---|");
+    for listeners in [1usize, 8, 64, 256, 1000] {
+        let sizes = if listeners > 64 {
+            (n_many, m_many)
+        } else {
+            (n, m)
+        };
+        for work in ["labels", "meta", "parse", "pod"] {
+            let (native, nt) =
+                throughput(engine, plugin_dir, listeners, work, false, sizes).await?;
+            let (wasm, wt) = throughput(engine, plugin_dir, listeners, work, true, sizes).await?;
             println!(
-                "| {listeners} | {work} | {native:.0} | {wasm:.0} | {:.2}x |",
+                "| {listeners} | {work} | {native:.0} | {wasm:.0} | {:.2}x | {nt} / {wt} |",
                 wasm / native
             );
         }
