@@ -184,7 +184,7 @@ impl Instance {
                 let bytes = encoder.encode(informer, batch);
                 let r = self.call(|p, s| match p {
                     Guest::V0_2(p) => p.wisp_plugin_listener().call_handle(s, bytes),
-                    Guest::V0_1(_) => unreachable!("matched above"),
+                    Guest::V0_1(_) => Err(wasmtime::Error::msg("the instance changed ABI")),
                 });
                 self.encoder = encoder;
                 r
@@ -192,7 +192,7 @@ impl Instance {
             Guest::V0_1(_) => super::runtime::with_wit_batch(informer, batch, |wit| {
                 self.call(|p, s| match p {
                     Guest::V0_1(p) => p.wisp_plugin_listener().call_handle(s, wit),
-                    Guest::V0_2(_) => unreachable!("matched above"),
+                    Guest::V0_2(_) => Err(wasmtime::Error::msg("the instance changed ABI")),
                 })
                 .map(|outcomes| {
                     outcomes
