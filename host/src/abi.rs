@@ -241,18 +241,10 @@ impl BatchEncoder {
         Self::default()
     }
 
-    /// An encoder of objects without their JSON (the JSON field is absent), for plugins that
-    /// describe themselves `metadata-only`.
-    pub fn metadata_only() -> Self {
-        Self {
-            metadata_only: true,
-            ..Self::default()
-        }
-    }
-
-    /// Whether it leaves the JSON out.
-    pub fn is_metadata_only(&self) -> bool {
-        self.metadata_only
+    /// Whether objects go without their JSON (the JSON field absent), for plugins that describe
+    /// themselves `metadata-only`.
+    pub fn set_metadata_only(&mut self, yes: bool) {
+        self.metadata_only = yes;
     }
 
     /// Encodes `batch`, from `informer`, and returns the bytes (valid until the next call).

@@ -265,11 +265,13 @@ impl Host {
 
 /// Runs the host until `shutdown` completes, then shuts it down within `grace` (counted from
 /// the moment `shutdown` completed): informers stop, batches in hand finish, queued actions are
-/// sent or audited as not sent.
+/// sent or audited as not sent. `started` is called once the host runs (e.g. to hook signals to
+/// its reloader).
 pub async fn run(
     config: &Config,
     opts: &RunOptions,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    started: impl FnOnce(&Host),
+    shutdown: impl Future<Output = ()>,
     grace: Duration,
 ) -> anyhow::Result<(Host, ShutdownReport)> {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -277,10 +279,22 @@ pub async fn run(
         let _ = rx.await;
     })
     .await?;
+    tracing::info!(
+        informers = host.informers.len(),
+        plugins = host.plugins.read().map(|p| p.len()).unwrap_or(0),
+        "wisp running"
+    );
+    started(&host);
     shutdown.await;
     let deadline = tokio::time::Instant::now() + grace;
     let _ = tx.send(());
+    tracing::info!(grace = ?grace, "shutting down");
     let report = host.finish(deadline).await;
+    tracing::info!(
+        informers_stopped = report.informers_stopped,
+        actions_not_sent = report.actions_not_sent,
+        "shut down"
+    );
     Ok((host, report))
 }
 

@@ -197,41 +197,27 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
             let cfg = Config::load(&config)?;
             let limit = optional_duration(run_for.as_deref())?;
             let grace = parse_duration(&grace).map_err(|e| anyhow::anyhow!("--grace: {e}"))?;
-            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
             let opts = RunOptions {
                 context,
                 admin,
                 config_path: Some(config.clone()),
                 ..RunOptions::default()
             };
-            let mut host = app::start(&cfg, &opts, async {
-                let _ = stop_rx.await;
-            })
-            .await?;
-            tracing::info!(
-                informers = host.informers.len(),
-                plugins = host.plugins.read().map(|p| p.len()).unwrap_or(0),
-                "wisp running"
-            );
-            if let Some(r) = host.reloader.clone() {
-                tokio::spawn(reload_on_sighup(r));
-            }
-            match limit {
-                Some(d) => tokio::select! {
-                    _ = shutdown_signal() => {}
-                    _ = tokio::time::sleep(d) => {}
-                },
-                None => shutdown_signal().await,
-            }
-            let deadline = tokio::time::Instant::now() + grace;
-            let _ = stop_tx.send(());
-            tracing::info!(grace = ?grace, "shutting down");
-            let report = host.finish(deadline).await;
-            tracing::info!(
-                informers_stopped = report.informers_stopped,
-                actions_not_sent = report.actions_not_sent,
-                "shut down"
-            );
+            let started = |host: &app::Host| {
+                if let Some(r) = host.reloader.clone() {
+                    tokio::spawn(reload_on_sighup(r));
+                }
+            };
+            let shutdown = async move {
+                match limit {
+                    Some(d) => tokio::select! {
+                        _ = shutdown_signal() => {}
+                        _ = tokio::time::sleep(d) => {}
+                    },
+                    None => shutdown_signal().await,
+                }
+            };
+            let (host, _report) = app::run(&cfg, &opts, started, shutdown, grace).await?;
             let plugins = host.plugins.read().map(|p| p.clone()).unwrap_or_default();
             for (name, line) in app::summary(&plugins) {
                 tracing::info!(plugin = %name, "{line}");

@@ -37,19 +37,14 @@ async fn every_cached_object_reads_back_through_the_sdk_decoder_as_the_host_extr
         assert!(!v.uid().is_empty());
         assert_eq!(v.resource_version(), m.resource_version);
         assert_eq!(v.generation(), m.generation);
-        let labels: Vec<(String, String)> = v
-            .labels()
-            .map(|(k, x)| (k.to_owned(), x.to_owned()))
-            .collect();
-        assert_eq!(labels, m.labels);
+        let owned = |p: wisp_sdk::abi::Pairs<'_>| -> Vec<(String, String)> {
+            p.map(|(k, x)| (k.to_owned(), x.to_owned())).collect()
+        };
+        assert_eq!(owned(v.labels()), m.labels);
         for (k, x) in &m.labels {
             assert_eq!(v.label(k), Some(x.as_str()));
         }
-        let annotations: Vec<(String, String)> = v
-            .annotations()
-            .map(|(k, x)| (k.to_owned(), x.to_owned()))
-            .collect();
-        assert_eq!(annotations, m.annotations);
+        assert_eq!(owned(v.annotations()), m.annotations);
         let owners: Vec<(String, String, bool, bool)> = v
             .owner_refs()
             .map(|r| {

@@ -17,8 +17,7 @@ use serde_json::json;
 use wisp_host::informer::Executor;
 use wisp_host::informer::executor::default_workers;
 use wisp_host::informer::shared_informer::InformerConfig;
-use wisp_host::plugin::PluginManager;
-use wisp_tests::{TestApiServer, pod};
+use wisp_tests::pod;
 
 const PLUGINS: usize = 1000;
 /// Pods before the plugins start (each plugin's initial list).
@@ -87,23 +86,17 @@ async fn until_within(what: &str, limit: Duration, mut cond: impl FnMut() -> boo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_plugins_get_every_notification_in_order_on_a_fixed_pool_of_workers() {
     let test_start = Instant::now();
-    let server = TestApiServer::start().await.unwrap();
-    for i in 0..INITIAL {
-        server.create(pod("default", &format!("web-{i}"))).unwrap();
-    }
     let workers = default_workers();
     let executor = Executor::new(workers).unwrap();
-    let inf = pod_informer(
-        &server,
-        InformerConfig {
-            executor: Some(executor.clone()),
-            ..fast_config()
-        },
-    );
-    let _stop = start(&inf);
-    until("informer synced", || inf.has_synced()).await;
-    let mut manager = PluginManager::new(engine());
-    manager.add_informer(inf.clone());
+    let pods = (0..INITIAL)
+        .map(|i| pod("default", &format!("web-{i}")))
+        .collect();
+    let config = InformerConfig {
+        executor: Some(executor.clone()),
+        ..fast_config()
+    };
+    let r = rig_with(pods, config).await;
+    let (server, manager) = (&r.server, r.manager);
     // Compile the module (once for all) and start the engine's pools before counting.
     let setup = test_start.elapsed();
     let first = manager.start(faults_spec("faults-0", json!({}))).unwrap();

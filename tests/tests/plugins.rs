@@ -550,20 +550,13 @@ async fn fuel_limits_cut_a_runaway_call_when_the_engine_meters_fuel() {
 /// the worker would hold it for the whole wait).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_waiting_to_retry_holds_no_worker() {
-    let server = wisp_tests::TestApiServer::start().await.unwrap();
-    server.create(pod("default", "web-0")).unwrap();
     let executor = wisp_host::informer::Executor::new(1).unwrap();
-    let inf = pod_informer(
-        &server,
-        wisp_host::informer::shared_informer::InformerConfig {
-            executor: Some(executor.clone()),
-            ..fast_config()
-        },
-    );
-    let _stop = start(&inf);
-    until("informer synced", || inf.has_synced()).await;
-    let mut manager = PluginManager::new(engine());
-    manager.add_informer(inf.clone());
+    let config = wisp_host::informer::shared_informer::InformerConfig {
+        executor: Some(executor.clone()),
+        ..fast_config()
+    };
+    let r = rig_with(vec![pod("default", "web-0")], config).await;
+    let (server, manager) = (&r.server, &r.manager);
     let mut s = faults_spec("retrying", json!({"mode": "error", "namePrefix": "bad-"}));
     s.on_failure = OnFailure {
         policy: FailurePolicy::Retry {

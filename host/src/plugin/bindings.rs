@@ -46,9 +46,6 @@ pub enum Abi {
 }
 
 impl Abi {
-    /// The newest ABI, the one the SDKs build.
-    pub const LATEST: Abi = Abi::V0_2;
-
     /// `0.1.0`, `0.2.0`.
     pub fn version(self) -> &'static str {
         match self {

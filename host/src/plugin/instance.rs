@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use wasmtime::{Store, Trap};
 
-use super::bindings::{Abi, Outcome, PluginInfo, PluginPre, v01, v02};
+use super::bindings::{Outcome, PluginInfo, PluginPre, v01, v02};
 use super::engine::PluginEngine;
 use super::spec::Limits;
 use super::state::{HostApi, StoreData};
@@ -121,23 +121,9 @@ impl Instance {
         })
     }
 
-    /// The ABI of the instance's component.
-    pub fn abi(&self) -> Abi {
-        match self.plugin {
-            Guest::V0_1(_) => Abi::V0_1,
-            Guest::V0_2(_) => Abi::V0_2,
-        }
-    }
-
     /// Deliveries leave the JSON out (the plugin describes itself `metadata-only`).
     pub fn set_metadata_only(&mut self, yes: bool) {
-        if self.encoder.is_metadata_only() != yes {
-            self.encoder = if yes {
-                crate::abi::BatchEncoder::metadata_only()
-            } else {
-                crate::abi::BatchEncoder::new()
-            };
-        }
+        self.encoder.set_metadata_only(yes);
     }
 
     /// `describe` (which also sets what deliveries carry: see [`Instance::set_metadata_only`]).

@@ -533,10 +533,10 @@ impl PluginRuntime {
     }
 
     /// Delivers notifications from `informer`, applying the failure policy.
-    pub(super) fn deliver(&mut self, informer: &str, wit: &[informer::Delivery]) {
-        match self.call(informer, wit) {
-            Ok(outcomes) if outcomes.len() == wit.len() => {
-                for (d, o) in wit.iter().zip(outcomes) {
+    pub(super) fn deliver(&mut self, informer: &str, batch: &[informer::Delivery]) {
+        match self.call(informer, batch) {
+            Ok(outcomes) if outcomes.len() == batch.len() => {
+                for (d, o) in batch.iter().zip(outcomes) {
                     match o {
                         Outcome::Ok => self.succeeded(1),
                         Outcome::Error(msg) => {
@@ -551,18 +551,18 @@ impl PluginRuntime {
                 let why = format!(
                     "returned {} outcomes for {} deliveries",
                     outcomes.len(),
-                    wit.len()
+                    batch.len()
                 );
                 self.status.set_last_error(why.clone());
-                for d in wit {
+                for d in batch {
                     self.settle(informer, d, why.clone());
                 }
             }
-            Err(e) if wit.len() == 1 => self.settle(informer, &wit[0], e.to_string()),
+            Err(e) if batch.len() == 1 => self.settle(informer, &batch[0], e.to_string()),
             Err(_) => {
                 // The batch died with its instance: deliver its items one by one to a fresh
                 // instance, so only the one at fault meets the failure policy.
-                for d in wit {
+                for d in batch {
                     if self.is_quarantined() {
                         PluginCounters::add(&self.status.counters.dropped, 1);
                         continue;
