@@ -44,7 +44,41 @@ pub fn families(plugins: &[Arc<PluginHandle>]) -> Families {
             }
         }
     }
+    f.untangle();
     f
+}
+
+impl Families {
+    /// Renames families so no plugin's series can take another's names (which would leave one
+    /// of them out of the exposition): a counter family ending in `_total` or `_created` (whose
+    /// names another counter family's would be) gets `_counter` appended, and a gauge family
+    /// named like a counter family's samples (`<c>`, `<c>_total`, `<c>_created`) gets `_gauge`
+    /// appended until it is not. Families of one type and name merge, their series told apart
+    /// by `plugin`.
+    fn untangle(&mut self) {
+        let counters = std::mem::take(&mut self.counters);
+        for (name, mut samples) in counters {
+            let name = if name.ends_with("_total") || name.ends_with("_created") {
+                format!("{name}_counter")
+            } else {
+                name
+            };
+            self.counters.entry(name).or_default().append(&mut samples);
+        }
+        let clashes = |g: &str, counters: &BTreeMap<String, Vec<(Labels, u64)>>| {
+            counters.contains_key(g)
+                || ["_total", "_created"]
+                    .iter()
+                    .any(|s| g.strip_suffix(s).is_some_and(|c| counters.contains_key(c)))
+        };
+        let gauges = std::mem::take(&mut self.gauges);
+        for (mut name, mut samples) in gauges {
+            while clashes(&name, &self.counters) {
+                name.push_str("_gauge");
+            }
+            self.gauges.entry(name).or_default().append(&mut samples);
+        }
+    }
 }
 
 /// A plugin's series labels plus `plugin`, sorted by name; a label of the plugin's own named
@@ -85,6 +119,32 @@ mod tests {
         assert_eq!(
             labels_with_plugin(l(&[("plugin", "x"), ("a", "1")]), "p"),
             Some(l(&[("a", "1"), ("exported_plugin", "x"), ("plugin", "p")]))
+        );
+    }
+
+    #[test]
+    fn no_family_takes_the_names_of_another() {
+        let mut f = Families::default();
+        let one = |p: &str| vec![(l(&[("plugin", p)]), 1u64)];
+        f.counters.insert("plugin_x".into(), one("a"));
+        f.counters.insert("plugin_x_total".into(), one("b"));
+        f.gauges
+            .insert("plugin_x".into(), vec![(l(&[("plugin", "c")]), 1.0)]);
+        f.gauges.insert(
+            "plugin_x_created".into(),
+            vec![(l(&[("plugin", "d")]), 1.0)],
+        );
+        f.gauges
+            .insert("plugin_y".into(), vec![(l(&[("plugin", "e")]), 1.0)]);
+        f.untangle();
+        let names = |m: Vec<&String>| m.into_iter().cloned().collect::<Vec<_>>();
+        assert_eq!(
+            names(f.counters.keys().collect()),
+            ["plugin_x", "plugin_x_total_counter"]
+        );
+        assert_eq!(
+            names(f.gauges.keys().collect()),
+            ["plugin_x_created_gauge", "plugin_x_gauge", "plugin_y"]
         );
     }
 

@@ -186,6 +186,18 @@ pub const PLUGIN_COUNTERS: &[CounterField] = &[
         get: |c| &c.denied,
     },
     CounterField {
+        metric: "log_lines_dropped",
+        json: "logLinesDropped",
+        help: "Log lines dropped over the plugin's log rate.",
+        get: |c| &c.log_lines_dropped,
+    },
+    CounterField {
+        metric: "series_refused",
+        json: "seriesRefused",
+        help: "Metric series refused: a bad name or label, over the series or bytes bound.",
+        get: |c| &c.series_refused,
+    },
+    CounterField {
         metric: "calls",
         json: "calls",
         help: "Calls into the plugin's handle.",

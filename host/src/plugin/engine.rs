@@ -132,6 +132,7 @@ impl PluginEngine {
         let engine = Engine::new(&c).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
         let mut linker: Linker<StoreData> = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .and_then(|()| super::clock::add_to_linker(&mut linker))
             .map_err(|e| PluginError::Engine(format!("{e:#}")))?;
         v02::Plugin::add_to_linker::<StoreData, HasSelf<StoreData>>(&mut linker, |s| s)
             .map_err(|e| PluginError::Engine(format!("{e:#}")))?;

@@ -8,7 +8,7 @@ use super::bindings::wisp::plugin::{actions, host, policy, types};
 use super::bindings::{CacheError, Level};
 use super::spec::LogLevel;
 use super::state::StoreData;
-use super::status::PluginCounters;
+use super::status::{PluginCounters, clip};
 use crate::actions::{
     Accepted, ActionBody, ActionError, ActionVerb, Target, apply_target, event_body, metadata_patch,
 };
@@ -30,16 +30,6 @@ fn level(l: Level) -> LogLevel {
     }
 }
 
-fn level_name(l: LogLevel) -> &'static str {
-    match l {
-        LogLevel::Trace => "trace",
-        LogLevel::Debug => "debug",
-        LogLevel::Info => "info",
-        LogLevel::Warn => "warn",
-        LogLevel::Error => "error",
-    }
-}
-
 pub use v01::to_wit;
 
 /// The cache key of `namespace`/`name`, or `None` when a `/` in either would make it another
@@ -49,8 +39,21 @@ fn cache_key(namespace: Option<&str>, name: &str) -> Option<String> {
         .then(|| key_for(namespace, name))
 }
 
-/// A valid Prometheus metric or label name.
+/// Longest metric name or label name a plugin may use (bytes).
+pub const MAX_METRIC_NAME: usize = 128;
+/// Longest label value a plugin may use (bytes).
+pub const MAX_LABEL_VALUE: usize = 1024;
+/// Most labels on one series.
+pub const MAX_LABELS: usize = 16;
+/// Longest informer name, index name or value echoed in a log line (informer names are config
+/// names; a longer one is not a name).
+const MAX_ECHO: usize = 253;
+
+/// A valid Prometheus metric or label name, within [`MAX_METRIC_NAME`].
 fn valid_name(s: &str) -> bool {
+    if s.len() > MAX_METRIC_NAME {
+        return false;
+    }
     let mut chars = s.chars();
     chars
         .next()
@@ -61,11 +64,26 @@ fn valid_name(s: &str) -> bool {
 impl StoreData {
     fn granted(&self, informer: &str) -> Result<&Cache, CacheError> {
         self.api.grants.caches.get(informer).ok_or_else(|| {
-            tracing::warn!(target: "wisp::plugin", plugin = %self.api.plugin, informer, "cache read of an informer not granted to the plugin refused");
-            self.api.status.logs.push(format!("warn: cache read of informer {informer:?} refused: not granted"));
+            let informer = clip(informer, MAX_ECHO);
+            self.host_says(
+                LogLevel::Warn,
+                &format!("cache read of informer {informer:?} refused: not granted"),
+            );
             PluginCounters::add(&self.api.status.counters.denied, 1);
-            CacheError::NotGranted(informer.to_owned())
+            CacheError::NotGranted(informer.into_owned())
         })
+    }
+
+    /// A line the host logs about something the plugin did: within the plugin's log budget.
+    fn host_says(&self, level: LogLevel, text: &str) {
+        let s = &self.api.status;
+        s.logs.emit(
+            &self.api.plugin,
+            level,
+            "host",
+            text,
+            &s.counters.log_lines_dropped,
+        );
     }
 
     fn series(
@@ -73,8 +91,21 @@ impl StoreData {
         name: &str,
         labels: Vec<(String, String)>,
     ) -> Option<(String, Vec<(String, String)>)> {
-        if !valid_name(name) || labels.iter().any(|(k, _)| !valid_name(k)) {
-            tracing::warn!(target: "wisp::plugin", plugin = %self.api.plugin, metric = name, "invalid metric or label name ignored");
+        let bad = if !valid_name(name) {
+            Some("a metric name must match [a-zA-Z_:][a-zA-Z0-9_:]* and be at most 128 bytes")
+        } else if labels.len() > MAX_LABELS {
+            Some("a series has at most 16 labels")
+        } else if labels.iter().any(|(k, _)| !valid_name(k)) {
+            Some("a label name must match [a-zA-Z_][a-zA-Z0-9_]* and be at most 128 bytes")
+        } else if labels.iter().any(|(_, v)| v.len() > MAX_LABEL_VALUE) {
+            Some("a label value is at most 1024 bytes")
+        } else {
+            None
+        };
+        if let Some(why) = bad {
+            PluginCounters::add(&self.api.status.counters.series_refused, 1);
+            let name = clip(name, MAX_ECHO);
+            self.host_says(LogLevel::Debug, &format!("metric {name:?} refused: {why}"));
             return None;
         }
         let mut labels = labels;
@@ -91,18 +122,14 @@ impl host::Host for StoreData {
         if l < self.api.log_level {
             return;
         }
-        let plugin = &*self.api.plugin;
-        match l {
-            LogLevel::Trace => tracing::trace!(target: "wisp::plugin", plugin, "{message}"),
-            LogLevel::Debug => tracing::debug!(target: "wisp::plugin", plugin, "{message}"),
-            LogLevel::Info => tracing::info!(target: "wisp::plugin", plugin, "{message}"),
-            LogLevel::Warn => tracing::warn!(target: "wisp::plugin", plugin, "{message}"),
-            LogLevel::Error => tracing::error!(target: "wisp::plugin", plugin, "{message}"),
-        }
-        self.api
-            .status
-            .logs
-            .push(format!("{}: {message}", level_name(l)));
+        let s = &self.api.status;
+        s.logs.emit(
+            &self.api.plugin,
+            l,
+            "log",
+            &message,
+            &s.counters.log_lines_dropped,
+        );
     }
 
     fn log_enabled(&mut self, l: Level) -> bool {
@@ -204,7 +231,10 @@ impl StoreData {
         if let Some(key) = self.series(&name, labels)
             && !self.api.status.counter_add(key, value)
         {
-            tracing::debug!(target: "wisp::plugin", plugin = %self.api.plugin, "metric series limit reached; dropped");
+            self.host_says(
+                LogLevel::Debug,
+                "metric series bound reached; series dropped",
+            );
         }
     }
 
@@ -212,7 +242,10 @@ impl StoreData {
         if let Some(key) = self.series(&name, labels)
             && !self.api.status.gauge_set(key, value)
         {
-            tracing::debug!(target: "wisp::plugin", plugin = %self.api.plugin, "metric series limit reached; dropped");
+            self.host_says(
+                LogLevel::Debug,
+                "metric series bound reached; series dropped",
+            );
         }
     }
 }
@@ -448,7 +481,7 @@ mod tests {
             actions: Arc::new(actions),
             verdict_events: false,
         };
-        StoreData::new(api, 1 << 20)
+        StoreData::new(api, 1 << 20, std::time::Duration::from_millis(50))
     }
 
     #[test]

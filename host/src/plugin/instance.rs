@@ -68,12 +68,15 @@ impl Instance {
         api: HostApi,
         limits: &Limits,
     ) -> Result<Self, CallError> {
-        let mut store = Store::new(engine.engine(), StoreData::new(api, limits.memory));
+        let mut store = Store::new(
+            engine.engine(),
+            StoreData::new(api, limits.memory, limits.deadline),
+        );
         store.limiter(|s| &mut s.limiter);
         let ticks = engine.deadline_ticks(limits.deadline);
-        store.epoch_deadline_callback(deadline_check(limits.deadline, engine.tick()));
+        store.epoch_deadline_callback(deadline_check(engine.tick()));
         // Instantiation runs wasm (start functions): arm the deadline first.
-        store.data_mut().call_start = Some(call_clock());
+        store.data_mut().clock.start();
         store.set_epoch_deadline(ticks);
         if engine.fuel() {
             let _ = store.set_fuel(limits.fuel.unwrap_or(u64::MAX));
@@ -97,7 +100,7 @@ impl Instance {
     }
 
     fn arm(&mut self) {
-        self.store.data_mut().call_start = Some(call_clock());
+        self.store.data_mut().clock.start();
         self.store.set_epoch_deadline(self.ticks);
         if self.fuel_engine {
             let _ = self.store.set_fuel(self.limits.fuel.unwrap_or(u64::MAX));
@@ -126,9 +129,10 @@ impl Instance {
         self.encoder.set_metadata_only(yes);
     }
 
-    /// `describe` (which also sets what deliveries carry: see [`Instance::set_metadata_only`]).
+    /// `describe` (which also sets what deliveries carry: see [`Instance::set_metadata_only`]),
+    /// its strings bounded (see [`bounded_info`]).
     pub fn describe(&mut self) -> Result<PluginInfo, CallError> {
-        let info = self.describe_call()?;
+        let info = bounded_info(self.describe_call()?);
         self.set_metadata_only(info.metadata_only);
         Ok(info)
     }
@@ -155,10 +159,25 @@ impl Instance {
             Guest::V0_2(p) => p.wisp_plugin_listener().call_init(s, settings),
             Guest::V0_1(p) => p.wisp_plugin_listener().call_init(s, settings),
         })
+        .map(bounded_refusal)
     }
 
     /// `handle(batch)` of notifications from `informer`, in the form of the plugin's ABI.
     pub fn handle(
+        &mut self,
+        informer: &str,
+        batch: &[crate::informer::Delivery],
+    ) -> Result<Vec<Outcome>, CallError> {
+        let mut outcomes = self.handle_call(informer, batch)?;
+        for o in &mut outcomes {
+            if let Outcome::Error(m) = o {
+                bound_text(m, MAX_PLUGIN_MESSAGE);
+            }
+        }
+        Ok(outcomes)
+    }
+
+    fn handle_call(
         &mut self,
         informer: &str,
         batch: &[crate::informer::Delivery],
@@ -207,50 +226,72 @@ impl Instance {
             Guest::V0_2(p) => p.wisp_plugin_listener().call_restore(s, state),
             Guest::V0_1(p) => p.wisp_plugin_listener().call_restore(s, state),
         })
+        .map(bounded_refusal)
     }
 }
 
-/// Longest wall-clock time a call may take, whatever CPU time it used: `WALL_CAP_FACTOR` times
-/// its deadline, and at least [`MIN_WALL_CAP`].
-pub const WALL_CAP_FACTOR: u32 = 20;
-/// See [`WALL_CAP_FACTOR`].
-pub const MIN_WALL_CAP: Duration = Duration::from_secs(1);
+/// Longest plugin name a `describe` may give (bytes; a Kubernetes name label's length).
+pub const MAX_PLUGIN_NAME: usize = 63;
+/// Longest version a `describe` may give (bytes).
+pub const MAX_PLUGIN_VERSION: usize = 64;
+/// Most informers a `describe` may name, and the longest name (bytes).
+pub const MAX_DESCRIBED_INFORMERS: usize = 64;
+/// See [`MAX_DESCRIBED_INFORMERS`].
+pub const MAX_INFORMER_NAME: usize = 253;
+/// Longest message a plugin's error outcome or refusal keeps (bytes; the rest is cut).
+pub const MAX_PLUGIN_MESSAGE: usize = 4096;
 
-fn call_clock() -> (Duration, std::time::Instant) {
-    (
-        super::cputime::thread_cpu_time().unwrap_or_default(),
-        std::time::Instant::now(),
-    )
+/// `text` cut to `max` bytes and escaped to one printable line, in place.
+fn bound_text(text: &mut String, max: usize) {
+    if text.len() > max || text.chars().any(char::is_control) {
+        let clipped = super::status::clip(text, max);
+        *text = super::status::escape_line(&clipped).into_owned();
+    }
+}
+
+/// What a `describe` says, its strings within the bounds above: what the host keeps, logs and
+/// copies into every verdict cannot be made large by a plugin.
+fn bounded_info(mut info: PluginInfo) -> PluginInfo {
+    bound_text(&mut info.name, MAX_PLUGIN_NAME);
+    bound_text(&mut info.version, MAX_PLUGIN_VERSION);
+    info.informers.truncate(MAX_DESCRIBED_INFORMERS);
+    for i in &mut info.informers {
+        bound_text(i, MAX_INFORMER_NAME);
+    }
+    info
+}
+
+fn bounded_refusal(r: Result<(), String>) -> Result<(), String> {
+    r.map_err(|mut m| {
+        bound_text(&mut m, MAX_PLUGIN_MESSAGE);
+        m
+    })
 }
 
 /// What happens when a call's epoch deadline passes. The deadline is CPU time of the thread
-/// running the call: with more busy threads than cores, a call can wait for a core for longer
-/// than its deadline while running far less, and cutting it then would fail a healthy plugin
-/// (and quarantine it, under load). So the call is cut when its thread has used `deadline` of
-/// CPU time, or after [`WALL_CAP_FACTOR`] times its deadline of wall time, whichever comes
-/// first; otherwise the deadline is pushed back by the CPU time it has left. On an idle machine
-/// CPU time and wall time are the same and the cut comes at the deadline, to one epoch tick.
-/// Where the thread's CPU time cannot be read, the deadline is wall-clock time.
+/// running the call plus time it spent blocked in host calls (see [`clock`](super::clock)):
+/// with more busy threads than cores, a call can wait for a core for longer than its deadline
+/// while running far less, and cutting it then would fail a healthy plugin (and quarantine it,
+/// under load). So the call is cut when it has used `deadline`, or after
+/// [`WALL_CAP_FACTOR`](super::clock::WALL_CAP_FACTOR) times its deadline of wall time, whichever
+/// comes first; otherwise the deadline is pushed back by the time it has left. On an idle
+/// machine CPU time and wall time are the same and the cut comes at the deadline, to one epoch
+/// tick. Where the thread's CPU time cannot be read, the deadline is wall-clock time.
 fn deadline_check(
-    deadline: Duration,
     tick: Duration,
 ) -> impl FnMut(wasmtime::StoreContextMut<'_, StoreData>) -> wasmtime::Result<wasmtime::UpdateDeadline>
 + Send
 + Sync
 + 'static {
-    let wall_cap = (deadline * WALL_CAP_FACTOR).max(MIN_WALL_CAP);
     move |ctx| {
-        let Some((cpu0, wall0)) = ctx.data().call_start else {
+        let clock = &ctx.data().clock;
+        let Some((used, wall)) = clock.used() else {
             return Ok(wasmtime::UpdateDeadline::Interrupt);
         };
-        let Some(cpu) = super::cputime::thread_cpu_time() else {
-            return Ok(wasmtime::UpdateDeadline::Interrupt);
-        };
-        let used = cpu.saturating_sub(cpu0);
-        if used >= deadline || wall0.elapsed() >= wall_cap {
+        if used >= clock.deadline || wall >= clock.wall_cap {
             return Ok(wasmtime::UpdateDeadline::Interrupt);
         }
-        let left = deadline - used;
+        let left = clock.deadline - used;
         let ticks = left.as_nanos().div_ceil(tick.as_nanos().max(1)).max(1);
         Ok(wasmtime::UpdateDeadline::Continue(
             u64::try_from(ticks).unwrap_or(u64::MAX),
@@ -276,6 +317,9 @@ pub fn off_async<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 fn classify(store: &Store<StoreData>, limits: &Limits, e: wasmtime::Error) -> CallError {
     if store.data().limiter.hit {
         return CallError::OutOfMemory(limits.memory);
+    }
+    if store.data().clock.cut {
+        return CallError::Deadline(limits.deadline);
     }
     match e.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => CallError::Deadline(limits.deadline),

@@ -1,5 +1,6 @@
-//! A plugin's stdout and stderr: lines go to the host log, tagged with the plugin's name.
-//! Nothing reaches the host's own stdio.
+//! A plugin's stdout and stderr: lines go to the host log, tagged with the plugin's name,
+//! within its log budget (see [`LogRing::emit`](super::status::LogRing::emit)). Nothing reaches
+//! the host's own stdio.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -9,7 +10,8 @@ use bytes::Bytes;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
 
-use super::status::LogRing;
+use super::spec::LogLevel;
+use super::status::PluginStatus;
 
 /// Longest line kept; longer output is cut into pieces of this size.
 const MAX_LINE: usize = 8 * 1024;
@@ -20,17 +22,17 @@ pub struct LogStream {
     plugin: Arc<str>,
     stream: &'static str,
     buf: Arc<Mutex<Vec<u8>>>,
-    ring: LogRing,
+    status: Arc<PluginStatus>,
 }
 
 impl LogStream {
     /// A sink for `plugin`'s `stream` ("stdout" or "stderr").
-    pub fn new(plugin: Arc<str>, stream: &'static str, ring: LogRing) -> Self {
+    pub fn new(plugin: Arc<str>, stream: &'static str, status: Arc<PluginStatus>) -> Self {
         Self {
             plugin,
             stream,
             buf: Arc::default(),
-            ring,
+            status,
         }
     }
 
@@ -48,8 +50,13 @@ impl LogStream {
                 buf.remove(0);
             }
             let text = String::from_utf8_lossy(&line);
-            tracing::info!(target: "wisp::plugin", plugin = %self.plugin, stream = self.stream, "{text}");
-            self.ring.push(format!("{}: {text}", self.stream));
+            self.status.logs.emit(
+                &self.plugin,
+                LogLevel::Info,
+                self.stream,
+                &text,
+                &self.status.counters.log_lines_dropped,
+            );
         }
     }
 }

@@ -8,7 +8,7 @@ use crate::informer::{Overflow, QueueBound};
 
 /// Default deadline of one call into a plugin (CPU time of its thread).
 pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(50);
-/// Default cap of a plugin's linear memory.
+/// Default memory budget of a plugin instance (all its linear memories and tables).
 pub const DEFAULT_MEMORY: u64 = 64 * 1024 * 1024;
 /// Default bound of each of a plugin's queues: room for one notification per object of an
 /// informer of 100 000 objects (a large cluster's pods), so that with [`DEFAULT_OVERFLOW`] a
@@ -22,11 +22,12 @@ pub const DEFAULT_OVERFLOW: Overflow = Overflow::Coalesce;
 /// Resource limits of one plugin instance.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
-    /// Largest linear memory, in bytes.
+    /// Memory budget of one instance, in bytes: all its linear memories and table elements
+    /// together, from instantiation on (see `state::MemoryLimiter`).
     pub memory: u64,
-    /// Deadline of one call: CPU time of the thread running it, checked at epoch ticks (so to
-    /// one tick), with a wall-clock cap of 20 times this (at least 1 s); see
-    /// `instance::deadline_check`.
+    /// Deadline of one call: CPU time of the thread running it plus time blocked in WASI calls,
+    /// checked at epoch ticks (so to one tick), with a wall-clock cap of 20 times this (at least
+    /// 1 s); see `instance::deadline_check` and `clock`.
     pub deadline: Duration,
     /// Fuel per call (instructions, roughly); `None` = unlimited. Needs an engine with fuel on.
     pub fuel: Option<u64>,
@@ -87,6 +88,19 @@ pub enum LogLevel {
     Warn,
     /// Something failed.
     Error,
+}
+
+impl LogLevel {
+    /// As in the config: `trace` ... `error`.
+    pub fn name(self) -> &'static str {
+        match self {
+            LogLevel::Trace => "trace",
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Warn => "warn",
+            LogLevel::Error => "error",
+        }
+    }
 }
 
 /// One plugin to run.

@@ -3,57 +3,99 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
+use super::clock::CallClock;
 use super::output::LogStream;
 use super::spec::LogLevel;
 use super::status::PluginStatus;
 use crate::actions::{HostServices, PluginActions};
 use crate::informer::Cache;
 
-/// Most table elements an instance may have.
-const MAX_TABLE_ELEMENTS: usize = 100_000;
+/// What one table element costs in host memory (wasmtime keeps a pointer per element).
+pub const TABLE_ELEMENT_BYTES: usize = std::mem::size_of::<usize>();
+/// Most core instances, linear memories and tables one plugin instance may create: far more than
+/// any toolchain makes (a Rust or C component has 1-3 of each, an interpreted one a handful),
+/// few enough that their bookkeeping stays small. Their sizes are what [`MemoryLimiter`] bounds.
+pub const MAX_INSTANCES: usize = 64;
+/// See [`MAX_INSTANCES`].
+pub const MAX_MEMORIES: usize = 16;
+/// See [`MAX_INSTANCES`].
+pub const MAX_TABLES: usize = 64;
+/// Most entries in a plugin's WASI resource table (streams, pollables, ...): each is a host
+/// allocation the plugin asks for.
+pub const MAX_WASI_RESOURCES: usize = 10_000;
 
-/// Caps linear memory; remembers whether the cap was hit (to name an OOM trap as such).
+/// One memory budget for a whole plugin instance: every linear memory it creates or grows, and
+/// every table element (at [`TABLE_ELEMENT_BYTES`] each), counted together against the
+/// plugin's `limits.memory`, from instantiation on (creating a memory asks for its initial
+/// size). Remembers whether the budget was hit, to name the trap as out of memory.
 pub struct MemoryLimiter {
     cap: usize,
-    /// Set when a growth beyond the cap was refused.
+    /// Bytes of linear memory and tables the instance holds now.
+    pub used: usize,
+    /// Set when a growth beyond the budget was refused.
     pub hit: bool,
+}
+
+impl MemoryLimiter {
+    /// A budget of `cap` bytes.
+    pub fn new(cap: usize) -> Self {
+        Self {
+            cap,
+            used: 0,
+            hit: false,
+        }
+    }
+
+    /// Takes `current -> desired` bytes out of the budget, or refuses (and remembers it).
+    fn grow(&mut self, current: usize, desired: usize) -> bool {
+        let used = self.used.saturating_sub(current).saturating_add(desired);
+        if used > self.cap {
+            self.hit = true;
+            return false;
+        }
+        self.used = used;
+        true
+    }
 }
 
 impl ResourceLimiter for MemoryLimiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.cap {
-            self.hit = true;
-            return Ok(false);
-        }
-        Ok(true)
+        Ok(self.grow(current, desired))
     }
 
     fn table_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        Ok(desired <= MAX_TABLE_ELEMENTS)
+        Ok(self.grow(
+            current.saturating_mul(TABLE_ELEMENT_BYTES),
+            desired.saturating_mul(TABLE_ELEMENT_BYTES),
+        ))
     }
 
     fn instances(&self) -> usize {
-        64
+        MAX_INSTANCES
     }
 
     fn memories(&self) -> usize {
-        64
+        MAX_MEMORIES
+    }
+
+    fn tables(&self) -> usize {
+        MAX_TABLES
     }
 }
 
@@ -101,16 +143,17 @@ pub struct StoreData {
     pub limiter: MemoryLimiter,
     /// Host API state.
     pub api: HostApi,
-    /// When the current call started: the thread's CPU time and the wall clock.
-    pub call_start: Option<(Duration, Instant)>,
+    /// The time the current call has used of its deadline.
+    pub clock: CallClock,
 }
 
 impl StoreData {
     /// Store data for a plugin: WASI with nothing granted (no files, env, args or sockets;
-    /// stdout/stderr to the host log), a memory cap of `memory` bytes.
-    pub fn new(api: HostApi, memory: u64) -> Self {
-        let out = LogStream::new(api.plugin.clone(), "stdout", api.status.logs.clone());
-        let err = LogStream::new(api.plugin.clone(), "stderr", api.status.logs.clone());
+    /// stdout/stderr to the host log), a memory budget of `memory` bytes, calls cut at
+    /// `deadline`.
+    pub fn new(api: HostApi, memory: u64, deadline: Duration) -> Self {
+        let out = LogStream::new(api.plugin.clone(), "stdout", api.status.clone());
+        let err = LogStream::new(api.plugin.clone(), "stderr", api.status.clone());
         let wasi = WasiCtxBuilder::new()
             .stdout(out)
             .stderr(err)
@@ -118,16 +161,22 @@ impl StoreData {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .build();
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_WASI_RESOURCES);
         Self {
             wasi,
-            table: ResourceTable::new(),
-            limiter: MemoryLimiter {
-                cap: usize::try_from(memory).unwrap_or(usize::MAX),
-                hit: false,
-            },
+            table,
+            limiter: MemoryLimiter::new(usize::try_from(memory).unwrap_or(usize::MAX)),
             api,
-            call_start: None,
+            clock: CallClock::new(deadline),
         }
+    }
+}
+
+impl StoreData {
+    /// The WASI resource table and the call's clock, apart.
+    pub(super) fn table_and_clock(&mut self) -> (&mut ResourceTable, &mut CallClock) {
+        (&mut self.table, &mut self.clock)
     }
 }
 
@@ -137,5 +186,34 @@ impl WasiView for StoreData {
             ctx: &mut self.wasi,
             table: &mut self.table,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_memory_budget_counts_every_memory_and_table_together() {
+        let mut l = MemoryLimiter::new(64 << 20);
+        // Three memories of 20 MiB fit, a fourth does not, however small each is.
+        for _ in 0..3 {
+            assert!(l.memory_growing(0, 20 << 20, None).unwrap());
+        }
+        assert!(!l.memory_growing(0, 20 << 20, None).unwrap());
+        assert!(l.hit);
+        // Growing one of them counts only the growth.
+        assert!(l.memory_growing(20 << 20, 24 << 20, None).unwrap());
+        // Table elements count too.
+        let left = (64 << 20) - l.used;
+        assert!(
+            !l.table_growing(0, left / TABLE_ELEMENT_BYTES + 1, None)
+                .unwrap()
+        );
+        assert!(
+            l.table_growing(0, left / TABLE_ELEMENT_BYTES, None)
+                .unwrap()
+        );
+        assert_eq!(l.used, 64 << 20);
     }
 }

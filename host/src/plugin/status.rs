@@ -5,35 +5,202 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use super::spec::LogLevel;
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// How many recent log lines a plugin keeps for `/plugins` and the replay tool.
+/// How many recent log lines a plugin keeps for `/plugins` and the replay tool...
 pub const LOG_RING_LINES: usize = 1000;
-/// Most metric series one plugin may create; further ones are dropped (and logged once).
+/// ...and how many bytes of them, at most.
+pub const LOG_RING_BYTES: usize = 256 * 1024;
+/// Longest log line (bytes) a plugin writes (with `log`, or to stdout/stderr); longer ones are
+/// cut and marked `...`.
+pub const MAX_LOG_LINE: usize = 8 * 1024;
+/// A plugin's log budget, in bytes per second (the host log and the ring): lines over it are
+/// dropped and counted (`log_lines_dropped`), and the host says once a second how many.
+pub const LOG_BYTES_PER_SEC: f64 = 64.0 * 1024.0;
+/// Bytes a plugin may log at once above its rate.
+pub const LOG_BURST_BYTES: f64 = 512.0 * 1024.0;
+/// What a line costs of the budget at least (so short lines are limited too: 256 a second).
+pub const LOG_LINE_MIN_COST: usize = 256;
+/// Most metric series one plugin may create; further ones are dropped (and counted).
 pub const MAX_GUEST_SERIES: usize = 1000;
+/// Most bytes of names, label names and label values of all of a plugin's series together.
+pub const MAX_GUEST_SERIES_BYTES: usize = 256 * 1024;
 
-#[derive(Default)]
-struct Ring {
-    lines: VecDeque<String>,
-    /// Lines ever pushed.
-    total: u64,
+/// `text` safe to print on one line of a text log: control characters (newlines, escapes,
+/// carriage returns) and the Unicode marks that reorder text written as escapes (`\n`,
+/// `\u{1b}`), so a plugin cannot forge or hide host log lines.
+pub fn escape_line(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char =
+        |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if !text.chars().any(unsafe_char) {
+        return text.into();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    out.into()
 }
 
-/// The last [`LOG_RING_LINES`] log lines of a plugin.
+/// `text` cut to at most `max` bytes (at a character boundary), marked `...` when cut.
+pub fn clip(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return text.into();
+    }
+    let mut cut = max.saturating_sub(3);
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}...", &text[..cut]).into()
+}
+
+struct Ring {
+    lines: VecDeque<String>,
+    /// Bytes of `lines`.
+    bytes: usize,
+    /// Lines ever pushed.
+    total: u64,
+    /// What the lines the plugin logged cost of its budget, ever.
+    spent: u64,
+    /// Log budget left, in bytes.
+    budget: f64,
+    /// When the budget was last refilled.
+    refilled: std::time::Instant,
+    /// Lines dropped over the budget since the host last said so.
+    dropped: u64,
+    /// When the host last said so.
+    said: Option<std::time::Instant>,
+}
+
+impl Default for Ring {
+    fn default() -> Self {
+        Self {
+            lines: VecDeque::new(),
+            bytes: 0,
+            total: 0,
+            spent: 0,
+            budget: LOG_BURST_BYTES,
+            refilled: std::time::Instant::now(),
+            dropped: 0,
+            said: None,
+        }
+    }
+}
+
+impl Ring {
+    fn push(&mut self, line: String) {
+        self.bytes += line.len();
+        self.lines.push_back(line);
+        while self.lines.len() > LOG_RING_LINES
+            || (self.bytes > LOG_RING_BYTES && self.lines.len() > 1)
+        {
+            if let Some(old) = self.lines.pop_front() {
+                self.bytes -= old.len();
+            }
+        }
+        self.total += 1;
+    }
+
+    /// Takes `cost` bytes from the budget; false (and counted) when it has not got them.
+    fn admit(&mut self, cost: usize) -> bool {
+        let now = std::time::Instant::now();
+        let secs = now.duration_since(self.refilled).as_secs_f64();
+        self.refilled = now;
+        self.budget = (self.budget + secs * LOG_BYTES_PER_SEC).min(LOG_BURST_BYTES);
+        let cost = cost.max(LOG_LINE_MIN_COST) as f64;
+        if self.budget < cost {
+            self.dropped += 1;
+            return false;
+        }
+        self.budget -= cost;
+        self.spent += cost as u64;
+        true
+    }
+
+    /// Lines dropped since the host last said so, once a second at most.
+    fn dropped_to_say(&mut self) -> Option<u64> {
+        let now = std::time::Instant::now();
+        if self.dropped == 0
+            || self
+                .said
+                .is_some_and(|t| now.duration_since(t).as_secs() < 1)
+        {
+            return None;
+        }
+        self.said = Some(now);
+        Some(std::mem::take(&mut self.dropped))
+    }
+}
+
+/// A plugin's log: its last [`LOG_RING_LINES`] lines (at most [`LOG_RING_BYTES`]), and the
+/// budget ([`LOG_BYTES_PER_SEC`]) that bounds what it may write to the host log.
 #[derive(Clone, Default)]
 pub struct LogRing(Arc<Mutex<Ring>>);
 
 impl LogRing {
-    /// Appends a line, dropping the oldest beyond the bound.
+    /// Appends a line the host writes about the plugin, dropping the oldest beyond the bounds.
     pub fn push(&self, line: String) {
-        let mut r = lock(&self.0);
-        if r.lines.len() == LOG_RING_LINES {
-            r.lines.pop_front();
+        lock(&self.0).push(line);
+    }
+
+    /// A line the plugin wrote (`source`: `log`, `stdout`, `stderr`), or the host wrote because
+    /// of something the plugin did (`host`), within the plugin's log budget: cut to
+    /// [`MAX_LOG_LINE`], escaped (see [`escape_line`]), logged at `level` with target
+    /// `wisp::plugin` and kept in the ring. Over the budget it is dropped and counted in
+    /// `dropped`. Returns whether it was logged.
+    pub fn emit(
+        &self,
+        plugin: &str,
+        level: LogLevel,
+        source: &'static str,
+        text: &str,
+        dropped: &AtomicU64,
+    ) -> bool {
+        let text = clip(text, MAX_LOG_LINE);
+        let text = escape_line(&text);
+        let (admitted, say) = {
+            let mut r = lock(&self.0);
+            let admitted = r.admit(text.len());
+            if admitted {
+                r.push(format!("{}: {text}", source_tag(source, level)));
+            }
+            (admitted, r.dropped_to_say())
+        };
+        if !admitted {
+            dropped.fetch_add(1, Ordering::Relaxed);
         }
-        r.lines.push_back(line);
-        r.total += 1;
+        if let Some(n) = say {
+            tracing::warn!(target: "wisp::plugin", plugin, dropped = n, "log lines over the plugin's log rate dropped");
+        }
+        if admitted {
+            match level {
+                LogLevel::Trace => {
+                    tracing::trace!(target: "wisp::plugin", plugin, source, "{text}")
+                }
+                LogLevel::Debug => {
+                    tracing::debug!(target: "wisp::plugin", plugin, source, "{text}")
+                }
+                LogLevel::Info => tracing::info!(target: "wisp::plugin", plugin, source, "{text}"),
+                LogLevel::Warn => tracing::warn!(target: "wisp::plugin", plugin, source, "{text}"),
+                LogLevel::Error => {
+                    tracing::error!(target: "wisp::plugin", plugin, source, "{text}")
+                }
+            }
+        }
+        admitted
+    }
+
+    /// What the lines the plugin logged cost of its log budget, ever (bytes).
+    pub fn spent(&self) -> u64 {
+        lock(&self.0).spent
     }
 
     /// Lines ever pushed (a position for [`LogRing::since`]).
@@ -53,6 +220,14 @@ impl LogRing {
     /// The kept lines, oldest first.
     pub fn lines(&self) -> Vec<String> {
         lock(&self.0).lines.iter().cloned().collect()
+    }
+}
+
+/// How a line is tagged in the ring: `stdout`, `stderr`, or the level of a logged line.
+fn source_tag(source: &'static str, level: LogLevel) -> &'static str {
+    match source {
+        "stdout" | "stderr" => source,
+        _ => level.name(),
     }
 }
 
@@ -130,6 +305,10 @@ pub struct PluginCounters {
     pub queue_coalesced: AtomicU64,
     /// Cache reads of informers not granted to the plugin, refused.
     pub denied: AtomicU64,
+    /// Log lines dropped over the plugin's log rate.
+    pub log_lines_dropped: AtomicU64,
+    /// Metric series refused: a bad name, over the series or bytes bound.
+    pub series_refused: AtomicU64,
     /// New versions swapped in (hot reloads).
     pub reloads: AtomicU64,
     /// Reloads refused (module or settings bad): the running version stayed.
@@ -214,7 +393,8 @@ pub struct PluginStatus {
     pub logs: LogRing,
     counters_guest: Mutex<BTreeMap<SeriesKey, u64>>,
     gauges_guest: Mutex<BTreeMap<SeriesKey, f64>>,
-    series_dropped: AtomicU64,
+    /// Bytes of the names and labels of the plugin's series.
+    series_bytes: AtomicU64,
 }
 
 impl PluginStatus {
@@ -256,17 +436,25 @@ impl PluginStatus {
         *lock(&self.last_error) = Some(e);
     }
 
-    fn series_allowed(&self, len: usize, exists: bool) -> bool {
-        if exists || len < MAX_GUEST_SERIES {
+    /// Whether a series may be written: an existing one always; a new one within
+    /// [`MAX_GUEST_SERIES`] and [`MAX_GUEST_SERIES_BYTES`] (then counted in).
+    fn series_allowed(&self, key: &SeriesKey, len: usize, exists: bool) -> bool {
+        if exists {
             return true;
         }
-        self.series_dropped.fetch_add(1, Ordering::Relaxed);
-        false
+        let bytes = series_bytes(key) as u64;
+        let total = self.series_bytes.load(Ordering::Relaxed);
+        if len >= MAX_GUEST_SERIES || total + bytes > MAX_GUEST_SERIES_BYTES as u64 {
+            PluginCounters::add(&self.counters.series_refused, 1);
+            return false;
+        }
+        self.series_bytes.fetch_add(bytes, Ordering::Relaxed);
+        true
     }
 
     pub(crate) fn counter_add(&self, key: SeriesKey, v: u64) -> bool {
         let mut m = lock(&self.counters_guest);
-        if !self.series_allowed(m.len(), m.contains_key(&key)) {
+        if !self.series_allowed(&key, m.len(), m.contains_key(&key)) {
             return false;
         }
         // A plugin can add u64::MAX twice: the counter stays at the top instead of wrapping
@@ -278,7 +466,7 @@ impl PluginStatus {
 
     pub(crate) fn gauge_set(&self, key: SeriesKey, v: f64) -> bool {
         let mut m = lock(&self.gauges_guest);
-        if !self.series_allowed(m.len(), m.contains_key(&key)) {
+        if !self.series_allowed(&key, m.len(), m.contains_key(&key)) {
             return false;
         }
         m.insert(key, v);
@@ -319,6 +507,11 @@ impl crate::informer::OverflowObserver for PluginStatus {
     }
 }
 
+/// Bytes of a series' name and labels.
+fn series_bytes((name, labels): &SeriesKey) -> usize {
+    name.len() + labels.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+}
+
 /// The key of a series: name plus labels sorted by name.
 pub fn series_key(name: &str, labels: &[(&str, &str)]) -> SeriesKey {
     let mut l: Vec<(String, String)> = labels
@@ -332,6 +525,55 @@ pub fn series_key(name: &str, labels: &[(&str, &str)]) -> SeriesKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plugin_text_is_one_printable_line() {
+        assert_eq!(escape_line("plain text"), "plain text");
+        assert_eq!(
+            escape_line("ok\n2026-12-03T00:00:00Z  INFO wisp: forged\r\u{1b}[2J\u{202e}"),
+            "ok\\n2026-12-03T00:00:00Z  INFO wisp: forged\\r\\u{1b}[2J\\u{202e}"
+        );
+        assert_eq!(clip("héllo", 3), "...");
+        assert_eq!(clip("hello world", 8), "hello...");
+        assert_eq!(clip("short", 8), "short");
+    }
+
+    #[test]
+    fn a_log_flood_is_cut_to_the_budget_and_counted() {
+        let ring = LogRing::default();
+        let dropped = AtomicU64::new(0);
+        let line = "x".repeat(4 * MAX_LOG_LINE);
+        let mut logged = 0u64;
+        for _ in 0..1000 {
+            if ring.emit("p", LogLevel::Info, "log", &line, &dropped) {
+                logged += 1;
+            }
+        }
+        // Lines are cut to MAX_LOG_LINE, and the burst holds LOG_BURST_BYTES of them (plus what
+        // refills while the loop runs).
+        let burst = (LOG_BURST_BYTES as u64) / MAX_LOG_LINE as u64;
+        assert!((burst..=burst + 2).contains(&logged), "{logged}");
+        assert_eq!(dropped.load(Ordering::Relaxed), 1000 - logged);
+        let kept = ring.lines();
+        assert!(kept.iter().all(|l| l.len() <= MAX_LOG_LINE + 8));
+        assert!(kept.iter().map(String::len).sum::<usize>() <= LOG_RING_BYTES);
+    }
+
+    #[test]
+    fn a_plugins_series_are_bounded_in_bytes() {
+        let s = PluginStatus::default();
+        let value = "v".repeat(1000);
+        let made = (0..MAX_GUEST_SERIES)
+            .filter(|i| s.gauge_set(series_key("g", &[("k", &format!("{i}{value}"))]), 1.0))
+            .count();
+        assert!(made < 300, "{made}");
+        assert_eq!(
+            PluginCounters::get(&s.counters.series_refused),
+            (MAX_GUEST_SERIES - made) as u64
+        );
+        // An existing series is still written.
+        assert!(s.gauge_set(series_key("g", &[("k", &format!("0{value}"))]), 2.0));
+    }
 
     #[test]
     fn a_guest_counter_saturates_instead_of_overflowing() {

@@ -203,7 +203,10 @@ fn store(u: &mut Unstructured<'_>) -> Result<(StoreData, bool)> {
         actions: Arc::new(PluginActions::new(PLUGIN.into(), spec, status, services)),
         verdict_events: u.arbitrary()?,
     };
-    Ok((StoreData::new(api, 1 << 20), dry_run))
+    Ok((
+        StoreData::new(api, 1 << 20, std::time::Duration::from_secs(1)),
+        dry_run,
+    ))
 }
 
 /// Runs the calls `data` describes on a fresh plugin store and checks each result.

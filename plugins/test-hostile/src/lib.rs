@@ -1,0 +1,118 @@
+//! A hostile plugin, for the sandbox tests (never shipped with the examples): each setting
+//! makes it attack one limit of the host, on every notification it handles.
+//!
+//! Settings (all optional, camelCase):
+//! - `sleepMs`: sleep that long in `handle` (a blocking WASI call: clocks + poll);
+//!   `sleepInInitMs`: the same in `init`.
+//! - `logLines` x `logBytes`: log that many lines of that many bytes; `logText`: log this text
+//!   (newlines and all) instead.
+//! - `stdoutBytes`: print a line of that many bytes to stdout.
+//! - `series` x `labelBytes`: set that many gauge series `flood{v="<n><padding>"}` with label
+//!   values of that many bytes.
+//! - `counter` / `gauge`: add 1 to a counter, set a gauge, of that name (no labels).
+//! - `errorBytes`: fail each notification with a message of that many bytes.
+//!
+//! Its `describe` gives a version of 1 MiB and a name with a newline in it.
+
+use serde::Deserialize;
+use wisp_sdk::{Context, Object, Plugin, PluginInfo, metrics};
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+struct Settings {
+    sleep_ms: u64,
+    sleep_in_init_ms: u64,
+    log_lines: u32,
+    log_bytes: usize,
+    log_text: Option<String>,
+    stdout_bytes: usize,
+    series: u32,
+    label_bytes: usize,
+    counter: Option<String>,
+    gauge: Option<String>,
+    error_bytes: usize,
+}
+
+struct Hostile {
+    settings: Settings,
+    calls: u64,
+}
+
+fn padded(prefix: &str, bytes: usize) -> String {
+    let mut s = prefix.to_owned();
+    while s.len() < bytes {
+        s.push('x');
+    }
+    s
+}
+
+impl Hostile {
+    fn attack(&mut self) -> Result<(), String> {
+        let s = &self.settings;
+        self.calls += 1;
+        if s.sleep_ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(s.sleep_ms));
+        }
+        for i in 0..s.log_lines {
+            match &s.log_text {
+                Some(t) => wisp_sdk::info!("{t}"),
+                None => wisp_sdk::info!("{}", padded(&format!("line {i} "), s.log_bytes)),
+            }
+        }
+        if s.stdout_bytes > 0 {
+            println!("{}", padded("out ", s.stdout_bytes));
+        }
+        for i in 0..s.series {
+            let v = padded(&format!("{}-{i}-", self.calls), s.label_bytes);
+            metrics::gauge_set("flood", &[("v", &v)], 1.0);
+        }
+        if let Some(c) = &s.counter {
+            metrics::counter_add(c, &[], 1);
+        }
+        if let Some(g) = &s.gauge {
+            metrics::gauge_set(g, &[], 1.0);
+        }
+        if s.error_bytes > 0 {
+            return Err(padded("refused ", s.error_bytes));
+        }
+        Ok(())
+    }
+}
+
+impl Plugin for Hostile {
+    fn describe() -> PluginInfo {
+        wisp_sdk::info(
+            "test-hostile\nINFO wisp: forged",
+            &padded("0.1.0-", 1 << 20),
+            &[],
+        )
+    }
+
+    fn init(settings: &str) -> Result<Self, String> {
+        let settings: Settings = wisp_sdk::parse_settings(settings)?;
+        if settings.sleep_in_init_ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(settings.sleep_in_init_ms));
+        }
+        Ok(Self { settings, calls: 0 })
+    }
+
+    fn on_add(&mut self, _cx: &Context, _obj: &Object, _initial: bool) -> Result<(), String> {
+        self.attack()
+    }
+
+    fn on_update(
+        &mut self,
+        _cx: &Context,
+        _old: &Object,
+        _new: &Object,
+        _resync: bool,
+    ) -> Result<(), String> {
+        self.attack()
+    }
+
+    fn on_delete(&mut self, _cx: &Context, _obj: &Object, _unknown: bool) -> Result<(), String> {
+        self.attack()
+    }
+}
+
+wisp_sdk::export_plugin!(Hostile);

@@ -1,0 +1,329 @@
+//! The sandbox against a hostile plugin (plugins/test-hostile, never shipped with the
+//! examples): each test attacks one limit and asserts the bound a user relies on: a call cut
+//! at its deadline whatever it blocks in, one memory budget for all of an instance's memories,
+//! bounded bytes for what crosses into the host (logs, metrics, names, messages), log text that
+//! cannot forge host lines, and metric families no plugin can take from another.
+
+mod common;
+
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use common::rig::{counter, rig, spec};
+use common::*;
+use serde_json::{Value, json};
+use wisp_host::admin::{AdminState, metrics};
+use wisp_host::plugin::status::{LOG_BURST_BYTES, LOG_BYTES_PER_SEC, LOG_RING_BYTES, MAX_LOG_LINE};
+use wisp_host::plugin::{OnFailure, PluginError, PluginHandle, PluginSpec};
+use wisp_tests::pod;
+
+fn hostile(name: &str, settings: Value) -> PluginSpec {
+    spec(name, "test_hostile", settings)
+}
+
+fn pods(n: usize) -> Vec<Value> {
+    (0..n).map(|i| pod("default", &format!("p-{i}"))).collect()
+}
+
+/// The epoch tick plus what a loaded 2-core machine adds to a cut call (scheduling, the
+/// instance's teardown): what "deadline + one tick" may take here, measured from outside.
+const SLACK: Duration = Duration::from_millis(400);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_sleeping_in_init_is_cut_at_its_deadline() {
+    let r = rig(pods(1)).await;
+    let mut s = hostile("sleeper", json!({"sleepInInitMs": 60_000}));
+    s.limits.deadline = Duration::from_millis(50);
+    let began = Instant::now();
+    let e = r
+        .manager
+        .start(s)
+        .err()
+        .expect("a plugin sleeping in init is refused");
+    let took = began.elapsed();
+    assert!(
+        matches!(e, PluginError::Failed { phase: "init", .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("deadline"), "{e}");
+    // Instantiation and describe run under the deadline too: 3 calls at most before init's.
+    assert!(
+        took < Duration::from_millis(50) * 4 + SLACK,
+        "refused after {took:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_sleeping_in_handle_is_cut_at_its_deadline_and_reload_does_not_wait() {
+    let r = rig(pods(3)).await;
+    let mut s = hostile("sleeper", json!({"sleepMs": 60_000}));
+    s.limits.deadline = Duration::from_millis(50);
+    s.on_failure = OnFailure {
+        quarantine_after: 0,
+        ..OnFailure::default()
+    };
+    let began = Instant::now();
+    let h = r.manager.start(s.clone()).unwrap();
+    until("three calls cut", || counter(&h, |c| &c.deadline_hits) >= 3).await;
+    // Three pods, each cut (and maybe once more alone after its batch was cut).
+    let took = began.elapsed();
+    assert!(took < Duration::from_secs(5), "three cuts took {took:?}");
+    let latency = h.status().counters.handle_latency.snapshot();
+    let (buckets, _, calls) = latency;
+    let over_half_a_second = calls - buckets.iter().find(|(b, _)| *b >= 0.5).unwrap().1;
+    assert_eq!(
+        over_half_a_second, 0,
+        "no call ran past the deadline: {buckets:?}"
+    );
+
+    // While it sleeps again, a reload takes the runtime once the call is cut, not after 60 s.
+    r.server.create(pod("default", "more")).unwrap();
+    let began = Instant::now();
+    let mut calm = s.clone();
+    calm.settings = json!({});
+    let report = tokio::task::spawn_blocking({
+        let h = Arc::new(h);
+        move || h.reload(calm).map(|_| ())
+    })
+    .await
+    .unwrap();
+    report.unwrap();
+    let took = began.elapsed();
+    assert!(
+        took < Duration::from_millis(50) * 4 + SLACK * 2,
+        "reload waited {took:?}"
+    );
+}
+
+/// The test-hostile component with `extra` more core instances, each with a linear memory of
+/// `mib` MiB of its own (multi-memory, as a component made of several core modules has).
+fn with_memories(extra: usize, mib: u32, dir: &std::path::Path) -> std::path::PathBuf {
+    let mut bytes = std::fs::read(plugin_path("test_hostile")).unwrap();
+    // Top-level core module sections (id 1) already there: the new module's index follows.
+    let mut modules = 0u32;
+    let mut at = 8;
+    while at < bytes.len() {
+        let id = bytes[at];
+        let (len, n) = leb(&bytes[at + 1..]);
+        if id == 1 {
+            modules += 1;
+        }
+        at += 1 + n + len as usize;
+    }
+    let mut module = b"\0asm\x01\0\0\0".to_vec();
+    let mut mem = vec![1, 0]; // one memory, no maximum...
+    put_leb(&mut mem, mib * 16); // ...of this many 64 KiB pages
+    section(&mut module, 5, &mem);
+    section(&mut bytes, 1, &module);
+    let mut instances = Vec::new();
+    put_leb(&mut instances, extra as u32);
+    for _ in 0..extra {
+        instances.push(0); // instantiate
+        put_leb(&mut instances, modules);
+        instances.push(0); // no arguments
+    }
+    section(&mut bytes, 2, &instances);
+    let out = dir.join(format!("hostile-{extra}x{mib}.wasm"));
+    std::fs::write(&out, bytes).unwrap();
+    out
+}
+
+fn leb(b: &[u8]) -> (u32, usize) {
+    let (mut v, mut shift, mut i) = (0u32, 0, 0);
+    loop {
+        v |= u32::from(b[i] & 0x7f) << shift;
+        shift += 7;
+        i += 1;
+        if b[i - 1] & 0x80 == 0 {
+            return (v, i);
+        }
+    }
+}
+
+fn put_leb(out: &mut Vec<u8>, mut v: u32) {
+    loop {
+        let b = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+fn section(out: &mut Vec<u8>, id: u8, payload: &[u8]) {
+    out.push(id);
+    put_leb(out, payload.len() as u32);
+    out.extend_from_slice(payload);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_memory_of_an_instance_counts_against_one_budget() {
+    let r = rig(pods(1)).await;
+    let dir = tempfile::tempdir().unwrap();
+    // Within the budget: the plugin runs.
+    let mut s = hostile("some-memories", json!({}));
+    s.module = with_memories(2, 8, dir.path());
+    s.limits.memory = 64 << 20;
+    r.manager
+        .start(s)
+        .expect("two more memories of 8 MiB fit 64 MiB");
+    // 40 memories of 48 MiB, each under the 64 MiB budget, all together 30 times over it.
+    let mut s = hostile("many-memories", json!({}));
+    s.module = with_memories(40, 48, dir.path());
+    s.limits.memory = 64 << 20;
+    let e = r.manager.start(s).err().expect("refused");
+    assert!(e.to_string().contains("memory limit"), "{e}");
+}
+
+/// The host's resident memory, in bytes.
+fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_flood_is_cut_to_the_plugins_log_rate_and_lines_are_bounded() {
+    let r = rig(pods(40)).await;
+    let before = rss();
+    let began = Instant::now();
+    // 40 notifications x 20 lines of 256 KiB, and a 256 KiB stdout line each.
+    let mut s = hostile(
+        "logger",
+        json!({"logLines": 20, "logBytes": 256 << 10, "stdoutBytes": 256 << 10}),
+    );
+    s.limits.deadline = Duration::from_secs(10);
+    let h = r.manager.start(s).unwrap();
+    until("all handled", || counter(&h, |c| &c.delivered) >= 40).await;
+    let secs = began.elapsed().as_secs_f64();
+    let logs = h.status().logs.lines();
+    let kept: usize = logs.iter().map(String::len).sum();
+    assert!(kept <= LOG_RING_BYTES, "{kept} bytes kept");
+    assert!(logs.iter().all(|l| l.len() <= MAX_LOG_LINE + 16));
+    // What was logged fits the budget: the burst plus the rate over the time it ran.
+    let spent = h.status().logs.spent() as f64;
+    let budget = LOG_BURST_BYTES + LOG_BYTES_PER_SEC * secs;
+    assert!(spent <= budget, "{spent} bytes logged, budget {budget}");
+    let logged = h.status().logs.total() as f64;
+    let dropped = counter(&h, |c| &c.log_lines_dropped);
+    assert!(
+        dropped as f64 >= 40.0 * 21.0 - logged - 1.0,
+        "{dropped} dropped"
+    );
+    let grew = rss().saturating_sub(before);
+    assert!(grew < 256 << 20, "the host grew by {} MiB", grew >> 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_log_text_cannot_forge_host_log_lines() {
+    let r = rig(pods(1)).await;
+    let forged = "ok\n2026-12-03T00:00:00.000000Z  INFO wisp::app: plugin started\r\u{1b}[2K";
+    let h = r
+        .manager
+        .start(hostile("forger", json!({"logLines": 1, "logText": forged})))
+        .unwrap();
+    until("handled", || counter(&h, |c| &c.delivered) >= 1).await;
+    let line = h
+        .status()
+        .logs
+        .lines()
+        .into_iter()
+        .find(|l| l.contains("plugin started"))
+        .expect("logged");
+    assert!(!line.contains(['\n', '\r', '\u{1b}']), "{line:?}");
+    assert!(line.contains(r"ok\n2026"), "{line:?}");
+    // What its describe says is bounded and escaped too (a 1 MiB version, a newline in its name).
+    let running = h.running();
+    assert!(running.version.len() <= 64, "{}", running.version.len());
+    assert!(
+        !running.plugin_name.contains('\n'),
+        "{:?}",
+        running.plugin_name
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugins_metrics_and_messages_are_bounded_in_bytes() {
+    let r = rig(pods(10)).await;
+    // 10 notifications x 1,000 series with 1000-byte label values (10 MB asked), and error
+    // outcomes of 1 MiB each.
+    let mut s = hostile(
+        "flooder",
+        json!({"series": 1000, "labelBytes": 1000, "errorBytes": 1 << 20}),
+    );
+    s.on_failure = OnFailure {
+        quarantine_after: 0,
+        ..OnFailure::default()
+    };
+    let h = r.manager.start(s).unwrap();
+    until("all failed", || counter(&h, |c| &c.failed) >= 10).await;
+    let gauges = h.status().guest_gauges();
+    let bytes: usize = gauges
+        .keys()
+        .map(|(n, l)| n.len() + l.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>())
+        .sum();
+    assert!(bytes <= 256 * 1024, "{bytes} bytes of series");
+    assert!(counter(&h, |c| &c.series_refused) >= 9_000);
+    let e = h.status().last_error().unwrap();
+    assert!(e.len() <= 8 * 1024, "last error of {} bytes", e.len());
+    // A label value over 1 KiB is refused outright.
+    let h2 = r
+        .manager
+        .start(hostile(
+            "big-label",
+            json!({"series": 1, "labelBytes": 1 << 20}),
+        ))
+        .unwrap();
+    until("handled", || counter(&h2, |c| &c.delivered) >= 10).await;
+    assert!(h2.status().guest_gauges().is_empty());
+    assert!(counter(&h2, |c| &c.series_refused) >= 10);
+}
+
+fn exposition(
+    inf: &Arc<wisp_host::informer::SharedInformer>,
+    plugins: &[&Arc<PluginHandle>],
+) -> String {
+    let state = AdminState {
+        informers: vec![inf.clone()],
+        plugins: Arc::new(RwLock::new(plugins.iter().map(|p| (*p).clone()).collect())),
+        reload: None,
+        services: Default::default(),
+        executor: None,
+    };
+    metrics::encode(&metrics::registry(state)).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_cannot_hide_another_plugins_metric_family() {
+    let r = rig(pods(2)).await;
+    let victim = Arc::new(
+        r.manager
+            .start(hostile("victim", json!({"gauge": "backlog"})))
+            .unwrap(),
+    );
+    let squatter = Arc::new(
+        r.manager
+            .start(hostile("squatter", json!({"counter": "backlog_total"})))
+            .unwrap(),
+    );
+    until("both reported", || {
+        counter(&victim, |c| &c.delivered) >= 2 && counter(&squatter, |c| &c.delivered) >= 2
+    })
+    .await;
+    let text = exposition(&r.inf, &[&victim, &squatter]);
+    let has = |series: &str| text.lines().any(|l| l.starts_with(series));
+    assert!(
+        has(r#"wisp_plugin_backlog_total{plugin="squatter"}"#),
+        "{text}"
+    );
+    assert!(
+        has(r#"wisp_plugin_backlog_gauge{plugin="victim"}"#),
+        "{text}"
+    );
+}
