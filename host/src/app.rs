@@ -318,8 +318,20 @@ pub async fn start(
     for i in &informers {
         manager.add_informer(i.clone());
     }
+    let specs = config.plugin_specs();
+    let budgets: Vec<(&str, u64)> = specs
+        .iter()
+        .map(|s| (s.name.as_str(), s.limits.memory))
+        .collect();
+    if let Some(w) = crate::plugin::budget::over_limit(
+        &budgets,
+        crate::plugin::budget::HOST_BASE,
+        crate::plugin::budget::cgroup_memory_limit(),
+    ) {
+        tracing::warn!("{w}");
+    }
     let mut checked = Vec::new();
-    for spec in config.plugin_specs() {
+    for spec in specs {
         checked.push(manager.check(&spec)?);
     }
     let mut plugins: Vec<Arc<PluginHandle>> = Vec::with_capacity(checked.len());

@@ -240,6 +240,15 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
                 "loaded from {:?} in {:?}; instantiate + describe + init in {:?}; sha256 {}",
                 c.report.source, c.report.load, c.report.instantiate, c.report.hash
             );
+            use wisp_host::plugin::budget;
+            let memory = wisp_host::plugin::spec::DEFAULT_MEMORY;
+            if let Some(w) = budget::over_limit(
+                &[(&c.info.name, memory)],
+                budget::HOST_BASE,
+                budget::cgroup_memory_limit(),
+            ) {
+                eprintln!("warning: {w}");
+            }
             Ok(())
         }
         Command::Replay {

@@ -13,6 +13,7 @@
 //! Nothing here knows about HTTP or kube.
 
 pub mod bindings;
+pub mod budget;
 pub mod clock;
 pub mod cputime;
 pub mod engine;

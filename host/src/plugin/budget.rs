@@ -1,0 +1,132 @@
+//! The host's memory plan: what the plugins may take at worst, against the container's memory
+//! limit. Each plugin instance may use its whole memory budget, and a reload holds the old and
+//! the new instance at once, so the worst case is twice the sum of the budgets; a host whose
+//! worst case is over its cgroup's limit can be killed by the kernel instead of refusing a
+//! plugin's growth. Checked at start (`wisp run`) and by `wisp check`, as a warning.
+
+use std::path::Path;
+
+/// The memory limit of the cgroup this process runs in (v2 `memory.max`, else v1
+/// `memory.limit_in_bytes`), `None` when there is none.
+pub fn cgroup_memory_limit() -> Option<u64> {
+    cgroup_limit_in(
+        Path::new("/sys/fs/cgroup"),
+        &std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default(),
+    )
+}
+
+/// [`cgroup_memory_limit`] under `root` for the `/proc/self/cgroup` text `membership`.
+fn cgroup_limit_in(root: &Path, membership: &str) -> Option<u64> {
+    // v2: "0::/path"; v1: "N:memory:/path" (or "N:...,memory,...:/path").
+    let v2 = membership.lines().find_map(|l| l.strip_prefix("0::"));
+    let v1 = membership.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        controllers
+            .split(',')
+            .any(|c| c == "memory")
+            .then_some(path)
+    });
+    let read = |p: std::path::PathBuf| -> Option<u64> {
+        let text = std::fs::read_to_string(p).ok()?;
+        let v: u64 = text.trim().parse().ok()?;
+        // v1 writes "no limit" as a huge page-rounded number.
+        (v < (1 << 62)).then_some(v)
+    };
+    let rel = |p: &str| p.trim_start_matches('/').to_owned();
+    if let Some(p) = v2 {
+        // The cgroup's own limit, else one of its parents' (the nearest one set).
+        let mut dir = root.join(rel(p));
+        loop {
+            if let Some(v) = read(dir.join("memory.max")) {
+                return Some(v);
+            }
+            if dir == root || !dir.pop() {
+                break;
+            }
+        }
+    }
+    if let Some(p) = v1 {
+        for base in [root.join("memory").join(rel(p)), root.join("memory")] {
+            if let Some(v) = read(base.join("memory.limit_in_bytes")) {
+                return Some(v);
+            }
+        }
+    }
+    None
+}
+
+/// The warning to give when the plugins' worst case (`budgets`: name and memory budget of each
+/// plugin; twice their sum during a reload) plus `host` bytes for the host itself is over
+/// `limit`; `None` when it fits or there is no limit.
+pub fn over_limit(budgets: &[(&str, u64)], host: u64, limit: Option<u64>) -> Option<String> {
+    let limit = limit?;
+    let sum: u64 = budgets.iter().map(|(_, b)| *b).sum();
+    let worst = sum.saturating_mul(2).saturating_add(host);
+    (worst > limit).then(|| {
+        format!(
+            "the plugins' memory budgets add up to {} MiB ({} plugins), {} MiB during a reload (old and new instance), plus about {} MiB for the host: {} MiB, over the container's memory limit of {} MiB; the kernel may kill the host before a plugin's growth is refused: raise the limit or lower limits.memory",
+            sum >> 20,
+            budgets.len(),
+            (sum * 2) >> 20,
+            host >> 20,
+            worst >> 20,
+            limit >> 20
+        )
+    })
+}
+
+/// What the host itself is assumed to need besides the plugins (caches excluded, which grow
+/// with the cluster): its code, runtime and compiled plugins.
+pub const HOST_BASE: u64 = 128 << 20;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_limit_is_read_from_the_cgroup_or_its_nearest_parent() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        std::fs::create_dir_all(r.join("kubepods/pod1/c1")).unwrap();
+        std::fs::write(r.join("kubepods/pod1/memory.max"), "536870912\n").unwrap();
+        std::fs::write(r.join("kubepods/pod1/c1/memory.max"), "max\n").unwrap();
+        assert_eq!(
+            cgroup_limit_in(r, "0::/kubepods/pod1/c1\n"),
+            Some(512 << 20)
+        );
+        std::fs::create_dir_all(r.join("memory/docker/x")).unwrap();
+        std::fs::write(
+            r.join("memory/docker/x/memory.limit_in_bytes"),
+            "9223372036854771712\n",
+        )
+        .unwrap();
+        assert_eq!(cgroup_limit_in(r, "4:memory:/docker/x\n"), None);
+        std::fs::write(
+            r.join("memory/docker/x/memory.limit_in_bytes"),
+            "1073741824",
+        )
+        .unwrap();
+        assert_eq!(
+            cgroup_limit_in(r, "4:cpu,memory:/docker/x\n"),
+            Some(1 << 30)
+        );
+        assert_eq!(cgroup_limit_in(r, ""), None);
+    }
+
+    #[test]
+    fn the_worst_case_is_twice_the_budgets_plus_the_host() {
+        let plugins = [("a", 64 << 20), ("b", 64 << 20)];
+        assert_eq!(over_limit(&plugins, 128 << 20, None), None);
+        assert_eq!(over_limit(&plugins, 128 << 20, Some(384 << 20)), None);
+        let w = over_limit(&plugins, 128 << 20, Some(383 << 20)).unwrap();
+        assert!(
+            w.contains("128 MiB (2 plugins), 256 MiB during a reload"),
+            "{w}"
+        );
+        assert!(
+            w.contains("384 MiB, over the container's memory limit of 383 MiB"),
+            "{w}"
+        );
+    }
+}
