@@ -206,11 +206,30 @@ impl StoreData {
             Some(ns) => cache.by_index(NAMESPACE_INDEX, ns).unwrap_or_default(),
             None => cache.list(),
         };
-        Ok(objs
+        let objs = objs
             .into_iter()
             .filter(|o| selector.matches(&o.meta().labels))
             .take(MAX_QUERY_RESULTS)
-            .collect())
+            .collect();
+        Ok(self.what_fits(objs))
+    }
+
+    /// The first of `objs` that fit the plugin's memory budget together: an answer it could
+    /// not hold is not built in host memory either (a cache of large objects would otherwise
+    /// cost the host gigabytes per query).
+    fn what_fits(
+        &self,
+        mut objs: Vec<std::sync::Arc<crate::informer::Object>>,
+    ) -> Vec<std::sync::Arc<crate::informer::Object>> {
+        let budget = self.limiter.cap();
+        let mut bytes = 0usize;
+        if let Some(over) = objs.iter().position(|o| {
+            bytes = bytes.saturating_add(o.wire().len() + 8);
+            bytes > budget
+        }) {
+            objs.truncate(over);
+        }
+        objs
     }
 
     fn cache_indexed(
@@ -224,7 +243,7 @@ impl StoreData {
             .by_index(index, value)
             .map_err(|_| CacheError::UnknownIndex(index.to_owned()))?;
         objs.truncate(MAX_QUERY_RESULTS);
-        Ok(objs)
+        Ok(self.what_fits(objs))
     }
 
     fn counter(&self, name: String, labels: Vec<(String, String)>, value: u64) {

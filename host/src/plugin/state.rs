@@ -52,6 +52,11 @@ impl MemoryLimiter {
         }
     }
 
+    /// The budget, in bytes.
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+
     /// Takes `current -> desired` bytes out of the budget, or refuses (and remembers it).
     fn grow(&mut self, current: usize, desired: usize) -> bool {
         let used = self.used.saturating_sub(current).saturating_add(desired);
