@@ -30,6 +30,9 @@ pub const MAX_TABLES: usize = 64;
 /// allocation the plugin asks for.
 pub const MAX_WASI_RESOURCES: usize = 10_000;
 
+/// Most random bytes one `wasi:random` call may ask for (the host builds them in its memory).
+pub const MAX_RANDOM_BYTES: u64 = 1 << 20;
+
 /// One memory budget for a whole plugin instance: every linear memory it creates or grows, and
 /// every table element (at [`TABLE_ELEMENT_BYTES`] each), counted together against the
 /// plugin's `limits.memory`, from instantiation on (creating a memory asks for its initial
@@ -165,6 +168,7 @@ impl StoreData {
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
+            .max_random_size(MAX_RANDOM_BYTES)
             .build();
         let mut table = ResourceTable::new();
         table.set_max_capacity(MAX_WASI_RESOURCES);
