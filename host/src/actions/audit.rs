@@ -233,6 +233,14 @@ impl AuditLog {
         true
     }
 
+    /// Writes the summaries of refusal windows that are over (also done at every record and
+    /// read; a caller schedules this one [`AuditLog::refusal_window`] after a window opens so a
+    /// summary is not left waiting for the next entry).
+    pub fn flush(&self) {
+        let mut rings = self.rings();
+        self.flush_due(&mut rings, Instant::now());
+    }
+
     /// Writes the summaries of the windows that are over.
     fn flush_due(&self, rings: &mut Rings, now: Instant) {
         let window = self.window;

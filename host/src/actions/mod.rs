@@ -530,6 +530,14 @@ impl PluginActions {
         // Only the first refusal of a window is logged and audited in full; the others are
         // counted into its summary, so a plugin refused in a loop cannot flood either.
         if self.services.audit.refused(entry, reason) {
+            // A window opened: its summary is written when it is over, even if nothing follows.
+            if let Some(rt) = &self.services.runtime {
+                let audit = self.services.audit.clone();
+                rt.spawn(async move {
+                    tokio::time::sleep(audit.refusal_window()).await;
+                    audit.flush();
+                });
+            }
             tracing::warn!(target: "wisp::plugin", plugin = %self.plugin, verb = verb.as_str(), kind = %t.kind, namespace = t.namespace.as_deref().unwrap_or(""), name = %t.name, error = %e, "action refused (similar refusals in the next {:?} are counted, then summed up in the audit log)", self.services.audit.refusal_window());
             self.status.logs.push(format!(
                 "warn: {} {} {:?} refused: {e}",

@@ -19,6 +19,9 @@ use wisp_host::plugin::{PluginHandle, PluginManager, PluginSpec};
 use wisp_host::policy::VerdictFilter;
 use wisp_tests::{TestApiServer, Verb, pod};
 
+/// The audit log's refusal window in these tests (10 s in the host).
+pub const REFUSAL_WINDOW: Duration = Duration::from_secs(1);
+
 /// Pods and namespaces informers over a server, a plugin manager whose actions go to the server,
 /// an audit log file, and an admin server.
 pub struct Rig {
@@ -71,7 +74,11 @@ impl Rig {
         let services = HostServices::with_sink(
             // Without kube's own retry layer, so the host's retries are what is tested.
             Arc::new(KubeActionSink::new(server.client_no_retry())),
-            Arc::new(AuditLog::to_file(&audit_file).unwrap()),
+            Arc::new(
+                AuditLog::to_file(&audit_file)
+                    .unwrap()
+                    .with_refusal_window(REFUSAL_WINDOW),
+            ),
         );
         let mut manager = PluginManager::new(engine());
         manager.set_services(services.clone());
