@@ -917,6 +917,57 @@ mod tests {
         assert!(event_body("p", &pod(None), None, false, "", "").is_err());
     }
 
+    /// Actions of plugin `t` in dry-run, granted `verbs` on v1 `kind` in namespace `a`.
+    fn dry_run(kind: &str, verbs: &[ActionVerb]) -> (PluginActions, HostServices) {
+        let services = HostServices::default();
+        let spec = ActionSpec {
+            grants: vec![ActionGrant {
+                verbs: verbs.to_vec(),
+                api_version: "v1".into(),
+                kind: kind.into(),
+                namespaces: Some(vec!["a".into()]),
+            }],
+            dry_run: true,
+            ..ActionSpec::default()
+        };
+        let status = Arc::new(PluginStatus::default());
+        (
+            PluginActions::new("t".into(), spec, status, services.clone()),
+            services,
+        )
+    }
+
+    #[test]
+    fn a_forged_target_is_invalid_before_its_grant_is_looked_at() {
+        let (a, services) = dry_run("Pod", &[ActionVerb::Patch]);
+        let mut t = pod(Some("a"));
+        t.name = "x/../../../../kube-system/pods/coredns".into();
+        let body =
+            metadata_patch(&[("k".into(), Some("v".into()))], &[]).map(ActionBody::PatchMetadata);
+        let r = a.request(t, body, ActionVerb::Patch);
+        assert!(
+            matches!(&r, Err(ActionError::Invalid(m)) if m.starts_with("name \"x/../")),
+            "{r:?}"
+        );
+        let audit = services.audit.entries(Some("t"));
+        assert_eq!((audit.len(), audit[0].result), (1, AuditResult::Refused));
+    }
+
+    #[test]
+    fn a_repeated_event_is_taken_as_a_count_of_the_first() {
+        let (a, services) = dry_run("Event", &[ActionVerb::Create]);
+        for _ in 0..3 {
+            let (t, body) = event_body("t", &pod(Some("a")), None, true, "R", "same").unwrap();
+            let r = a.request(t, Ok(ActionBody::CreateEvent(body)), ActionVerb::Create);
+            assert_eq!(r, Ok(Accepted::DryRun));
+        }
+        let audit = services.audit.entries(Some("t"));
+        assert_eq!(audit.len(), 3);
+        assert!(audit.iter().all(|e| e.name == audit[0].name), "{audit:?}");
+        assert!(audit[0].detail.contains(r#""kind":"Event""#), "{audit:?}");
+        assert!(audit[2].detail.contains(r#""count":3"#), "{audit:?}");
+    }
+
     #[test]
     fn retryable_failures_are_conflict_throttle_server_and_transport() {
         let e = |code| SendError {
