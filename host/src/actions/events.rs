@@ -3,12 +3,15 @@
 //! less than [`REPEAT_WINDOW`] ago (same involved object, type, reason, message and source) is
 //! not created again; the first one's `count` and `lastTimestamp` are patched instead. What is
 //! remembered is bounded ([`MAX_REMEMBERED`], as client-go's LRU): when full, the entry seen
-//! longest ago is forgotten, so at worst a repeat is created as a new Event.
+//! longest ago is forgotten, so at worst a repeat is created as a new Event. An Event is
+//! remembered by the SHA-256 of its key, its name and its first timestamp (about 350 bytes at
+//! most, whatever the size of its message), so a plugin's memory here stays under 1.5 MiB.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
 /// A repeat later than this after the last one is a new Event (client-go's aggregation
 /// interval, 10 minutes).
@@ -41,12 +44,12 @@ struct Seen {
 /// One plugin's recently sent Events.
 #[derive(Default)]
 pub struct EventCorrelator {
-    seen: HashMap<String, Seen>,
+    seen: HashMap<[u8; 32], Seen>,
 }
 
 /// What makes two Events the same: client-go's `getEventKey` (source, involved object, type,
 /// reason, reporting controller and instance, message).
-fn key(ev: &Value) -> String {
+fn key(ev: &Value) -> [u8; 32] {
     let io = &ev["involvedObject"];
     let parts = [
         &ev["source"]["component"],
@@ -63,7 +66,8 @@ fn key(ev: &Value) -> String {
         &ev["message"],
     ];
     // JSON of the array: no separator can be forged inside a field.
-    Value::Array(parts.into_iter().cloned().collect()).to_string()
+    let text = Value::Array(parts.into_iter().cloned().collect()).to_string();
+    Sha256::digest(text.as_bytes()).into()
 }
 
 impl EventCorrelator {
@@ -94,7 +98,7 @@ impl EventCorrelator {
                     .seen
                     .iter()
                     .min_by_key(|(_, s)| s.last)
-                    .map(|(k, _)| k.clone())
+                    .map(|(k, _)| *k)
             {
                 self.seen.remove(&oldest);
             }
