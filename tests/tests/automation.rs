@@ -2,168 +2,21 @@
 //! for the informers and for the actions, the compiled plugins, and the admin endpoints that show
 //! verdicts and the audit log.
 
+mod actions_rig;
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use actions_rig::*;
 use common::http::get;
 use common::rig::{counter, engine};
 use common::*;
-use serde_json::{Value, json};
-use wisp_host::actions::audit::{AuditLog, AuditResult};
-use wisp_host::actions::kube::KubeActionSink;
-use wisp_host::actions::{ActionGrant, ActionVerb, HostServices};
-use wisp_host::admin::{self, AdminState};
-use wisp_host::informer::SharedInformer;
-use wisp_host::plugin::{PluginHandle, PluginManager, PluginSpec};
-use wisp_host::policy::VerdictFilter;
-use wisp_tests::{TestApiServer, Verb, pod};
-
-/// Pods and namespaces informers over a server, a plugin manager whose actions go to the server,
-/// an audit log file, and an admin server.
-struct Rig {
-    server: TestApiServer,
-    pods: Arc<SharedInformer>,
-    manager: PluginManager,
-    services: HostServices,
-    audit_file: std::path::PathBuf,
-    admin: std::net::SocketAddr,
-    plugins: Arc<RwLock<Vec<Arc<PluginHandle>>>>,
-    _dir: tempfile::TempDir,
-    _stops: Vec<tokio::sync::oneshot::Sender<()>>,
-}
-
-fn namespace(name: &str, team: Option<&str>) -> Value {
-    let mut ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
-    if let Some(t) = team {
-        ns["metadata"]["labels"] = json!({ "team": t });
-    }
-    ns
-}
-
-fn pod_image(ns: &str, name: &str, image: &str) -> Value {
-    let mut p = pod(ns, name);
-    for c in p["spec"]["containers"].as_array_mut().unwrap() {
-        c["image"] = json!(image);
-    }
-    p
-}
-
-impl Rig {
-    async fn start(objects: Vec<Value>) -> Self {
-        Self::start_with(objects, Duration::ZERO).await
-    }
-
-    /// With informers resyncing every `resync` (0: never).
-    async fn start_with(objects: Vec<Value>, resync: Duration) -> Self {
-        let server = TestApiServer::start().await.unwrap();
-        for o in objects {
-            server.create(o).unwrap();
-        }
-        let mut config = fast_config();
-        config.default_resync = resync;
-        let pods = pod_informer(&server, config.clone());
-        let nss = informer_of(&server, "namespaces", "v1", "Namespace", config);
-        let stops = vec![start(&pods), start(&nss)];
-        until("informers synced", || pods.has_synced() && nss.has_synced()).await;
-        let dir = tempfile::tempdir().unwrap();
-        let audit_file = dir.path().join("audit.jsonl");
-        let services = HostServices::with_sink(
-            // Without kube's own retry layer, so the host's retries are what is tested.
-            Arc::new(KubeActionSink::new(server.client_no_retry())),
-            Arc::new(AuditLog::to_file(&audit_file).unwrap()),
-        );
-        let mut manager = PluginManager::new(engine());
-        manager.set_services(services.clone());
-        manager.add_informer(pods.clone());
-        manager.add_informer(nss.clone());
-        let plugins = Arc::new(RwLock::new(Vec::new()));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let admin = listener.local_addr().unwrap();
-        let state = AdminState {
-            informers: vec![pods.clone(), nss],
-            plugins: plugins.clone(),
-            reload: None,
-            services: services.clone(),
-            executor: None,
-        };
-        let (stop_admin, rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(admin::serve(listener, state, async {
-            let _ = rx.await;
-        }));
-        let mut stops = stops;
-        stops.push(stop_admin);
-        Rig {
-            server,
-            pods,
-            manager,
-            services,
-            audit_file,
-            admin,
-            plugins,
-            _dir: dir,
-            _stops: stops,
-        }
-    }
-
-    fn start_plugin(&self, spec: PluginSpec) -> Arc<PluginHandle> {
-        let h = Arc::new(self.manager.start(spec).unwrap());
-        self.plugins.write().unwrap().push(h.clone());
-        h
-    }
-
-    fn verdicts(&self, plugin: &str) -> Vec<(String, String, String)> {
-        self.services
-            .verdicts
-            .list(&VerdictFilter {
-                plugin: Some(plugin.into()),
-                ..VerdictFilter::default()
-            })
-            .into_iter()
-            .map(|v| (v.subject.key(), v.rule, v.severity.as_str().to_owned()))
-            .collect()
-    }
-
-    fn writes(&self) -> Vec<wisp_tests::RecordedRequest> {
-        self.server
-            .requests()
-            .into_iter()
-            .filter(|r| r.verb == Verb::Other && r.method != "GET")
-            .collect()
-    }
-
-    fn audit_lines(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.audit_file)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-
-    fn server_label(&self, ns: &str, name: &str, key: &str) -> Option<String> {
-        self.server
-            .get("v1", "Pod", Some(ns), name)
-            .and_then(|p| p["metadata"]["labels"][key].as_str().map(str::to_owned))
-    }
-}
-
-fn spec(name: &str, module: &str, informers: &[&str], settings: Value) -> PluginSpec {
-    let mut s = PluginSpec::new(name, plugin_path(module), informers);
-    s.settings = settings;
-    s
-}
-
-fn grant(verbs: &[ActionVerb], api_version: &str, kind: &str, ns: Option<&[&str]>) -> ActionGrant {
-    ActionGrant {
-        verbs: verbs.to_vec(),
-        api_version: api_version.into(),
-        kind: kind.into(),
-        namespaces: ns.map(|l| l.iter().map(|s| (*s).to_owned()).collect()),
-    }
-}
-
+use serde_json::json;
+use wisp_host::actions::ActionVerb;
+use wisp_host::actions::audit::AuditResult;
+use wisp_host::plugin::PluginManager;
+use wisp_tests::{Verb, pod};
 #[tokio::test]
 async fn verdicts_appear_update_and_clear_and_show_on_verdicts_metrics_and_events() {
     let r = Rig::start_with(
@@ -182,6 +35,13 @@ async fn verdicts_appear_update_and_clear_and_show_on_verdicts_metrics_and_event
         json!({"requireLimits": false}),
     );
     s.verdict_events = true;
+    // Verdict Events are the plugin's actions: they need its grant.
+    s.actions.grants = vec![grant(
+        &[ActionVerb::Create],
+        "v1",
+        "Event",
+        Some(&["shop", "ops"]),
+    )];
     s.resync = Duration::from_secs(1);
     let h = r.start_plugin(s);
     let latest = |k: &str| (k.to_owned(), "latest-tag".to_owned(), "high".to_owned());
@@ -425,37 +285,6 @@ async fn an_ungranted_action_is_refused_and_nothing_reaches_the_server() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(r.writes().is_empty(), "{:?}", r.writes());
     assert_eq!(r.server_label("shop", "web-1", "team"), None);
-}
-
-/// test-faults in `actions` mode asks for `n` actions on the first sight of each matching object.
-fn asker(n: u32, verb: &str) -> PluginSpec {
-    spec(
-        "asker",
-        "test_faults",
-        &["pods"],
-        json!({"mode": "actions", "namePrefix": "ask-", "actions": n, "actionVerb": verb}),
-    )
-}
-
-fn answers(h: &PluginHandle) -> BTreeMap<&'static str, u64> {
-    [
-        "queued",
-        "dry-run",
-        "not-granted",
-        "rate-limited",
-        "invalid",
-        "queue-full",
-        "unavailable",
-    ]
-    .into_iter()
-    .map(|k| {
-        (
-            k,
-            h.status().guest_counter("action_total", &[("result", k)]),
-        )
-    })
-    .filter(|(_, v)| *v > 0)
-    .collect()
 }
 
 #[tokio::test]

@@ -1,10 +1,12 @@
 //! Sends actions with the real `kube::Client`: requests built with `kube::core::Request` on the
-//! collection URL `ApiResource::from_gvk` gives (the same naming as the informers' sources).
+//! collection URL of `ApiResource::from_gvk` (the same naming as the informers' sources), every
+//! path segment percent-encoded, so that even a name that passed no validation stays one segment
+//! and cannot begin a query or a fragment. The query (field manager, nothing else) is the host's.
 
 use std::future::Future;
 use std::pin::Pin;
 
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 
 use super::{Action, ActionBody, ActionSink, SendError, Target};
@@ -30,16 +32,86 @@ impl KubeActionSink {
     }
 }
 
+/// `segment` percent-encoded as one URL path segment: everything but `[A-Za-z0-9-._~:]` is
+/// escaped, and so are the dots of `.` and `..` (which would otherwise be dot segments).
+pub fn path_segment(segment: &str) -> String {
+    let dots = segment == "." || segment == "..";
+    let mut out = String::with_capacity(segment.len());
+    for b in segment.bytes() {
+        let keep = (b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'~' | b':' | b'.'))
+            && !(dots && b == b'.');
+        if keep {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The collection of `t`: `/api/{version}` or `/apis/{group}/{version}`, then
+/// `namespaces/{namespace}` when namespaced, then the plural; every segment encoded.
 fn collection(t: &Target) -> kube::core::Request {
     let (group, version) = match t.api_version.split_once('/') {
         Some((g, v)) => (g, v),
         None => ("", t.api_version.as_str()),
     };
     let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &t.kind));
-    kube::core::Request::new(<DynamicObject as kube::Resource>::url_path(
-        &ar,
-        t.namespace.as_deref(),
-    ))
+    let mut path = if ar.group.is_empty() {
+        format!("/api/{}", path_segment(&ar.version))
+    } else {
+        format!(
+            "/apis/{}/{}",
+            path_segment(&ar.group),
+            path_segment(&ar.version)
+        )
+    };
+    if let Some(ns) = &t.namespace {
+        path.push_str("/namespaces/");
+        path.push_str(&path_segment(ns));
+    }
+    path.push('/');
+    path.push_str(&path_segment(&ar.plural));
+    kube::core::Request::new(path)
+}
+
+/// The request that carries `body` to `t` for `plugin` (the query is the field manager only).
+fn request(
+    t: &Target,
+    plugin: &str,
+    body: &ActionBody,
+) -> Result<http::Request<Vec<u8>>, SendError> {
+    let manager = field_manager(plugin);
+    let name = path_segment(&t.name);
+    match body {
+        ActionBody::PatchMetadata(patch) => {
+            let pp = PatchParams {
+                field_manager: Some(manager),
+                ..PatchParams::default()
+            };
+            collection(t).patch(&name, &pp, &Patch::Merge(patch))
+        }
+        ActionBody::Apply(obj) => {
+            let pp = PatchParams::apply(&manager);
+            collection(t).patch(&name, &pp, &Patch::Apply(obj))
+        }
+        ActionBody::CountEvent { patch, .. } => {
+            let pp = PatchParams {
+                field_manager: Some(manager),
+                ..PatchParams::default()
+            };
+            collection(t).patch(&name, &pp, &Patch::Merge(patch))
+        }
+        ActionBody::CreateEvent(ev) => {
+            let pp = PostParams {
+                field_manager: Some(manager),
+                ..PostParams::default()
+            };
+            let bytes = serde_json::to_vec(ev).map_err(request_error)?;
+            collection(t).create(&pp, bytes)
+        }
+    }
+    .map_err(request_error)
 }
 
 fn request_error(e: impl std::fmt::Display) -> SendError {
@@ -51,29 +123,21 @@ fn request_error(e: impl std::fmt::Display) -> SendError {
 
 impl KubeActionSink {
     async fn send_one(&self, a: &Action) -> Result<String, SendError> {
-        let manager = field_manager(&a.plugin);
-        let req = match &a.body {
-            ActionBody::PatchMetadata(patch) => {
-                let pp = PatchParams {
-                    field_manager: Some(manager),
-                    ..PatchParams::default()
-                };
-                collection(&a.target).patch(&a.target.name, &pp, &Patch::Merge(patch))
-            }
-            ActionBody::Apply(obj) => {
-                let pp = PatchParams::apply(&manager);
-                collection(&a.target).patch(&a.target.name, &pp, &Patch::Apply(obj))
-            }
-            ActionBody::CreateEvent(ev) => {
-                let pp = PostParams {
-                    field_manager: Some(manager),
-                    ..PostParams::default()
-                };
-                let bytes = serde_json::to_vec(ev).map_err(request_error)?;
-                collection(&a.target).create(&pp, bytes)
-            }
+        match self.send_body(a, &a.body).await {
+            // The Event a repeat counts is gone (expired, deleted): create it whole.
+            Err(e) if e.code == Some(404) => match &a.body {
+                ActionBody::CountEvent { event, .. } => {
+                    self.send_body(a, &ActionBody::CreateEvent(event.clone()))
+                        .await
+                }
+                _ => Err(e),
+            },
+            r => r,
         }
-        .map_err(request_error)?;
+    }
+
+    async fn send_body(&self, a: &Action, body: &ActionBody) -> Result<String, SendError> {
+        let req = request(&a.target, &a.plugin, body)?;
         match self.client.request_text(req).await {
             Ok(text) => {
                 let rv = serde_json::from_str::<serde_json::Value>(&text)
@@ -109,5 +173,59 @@ impl ActionSink for KubeActionSink {
         action: &'a Action,
     ) -> Pin<Box<dyn Future<Output = Result<String, SendError>> + Send + 'a>> {
         Box::pin(self.send_one(action))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(ns: &str, name: &str) -> Target {
+        Target {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            namespace: Some(ns.into()),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn a_name_that_escaped_validation_stays_one_segment_and_the_query_is_the_hosts() {
+        let body = ActionBody::PatchMetadata(serde_json::json!({"metadata": {}}));
+        for (name, path) in [
+            (
+                "x/../../../../kube-system/pods/coredns",
+                "/api/v1/namespaces/shop/pods/x%2F..%2F..%2F..%2F..%2Fkube-system%2Fpods%2Fcoredns",
+            ),
+            (
+                "x?fieldManager=kube-controller-manager&dryRun=All",
+                "/api/v1/namespaces/shop/pods/x%3FfieldManager%3Dkube-controller-manager%26dryRun%3DAll",
+            ),
+            ("x#", "/api/v1/namespaces/shop/pods/x%23"),
+            ("..", "/api/v1/namespaces/shop/pods/%2E%2E"),
+            ("x%2F", "/api/v1/namespaces/shop/pods/x%252F"),
+            ("web-1.a", "/api/v1/namespaces/shop/pods/web-1.a"),
+        ] {
+            let r = request(&pod("shop", name), "p", &body).unwrap();
+            assert_eq!(r.uri().path(), path);
+            let q: Vec<(String, String)> = form_urlencoded_pairs(r.uri().query().unwrap_or(""));
+            assert_eq!(
+                q,
+                vec![("fieldManager".to_owned(), "wisp-p".to_owned())],
+                "{name}"
+            );
+        }
+        let r = request(&pod("a/../b", "n"), "p", &body).unwrap();
+        assert_eq!(r.uri().path(), "/api/v1/namespaces/a%2F..%2Fb/pods/n");
+    }
+
+    fn form_urlencoded_pairs(q: &str) -> Vec<(String, String)> {
+        q.split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                (k.to_owned(), v.to_owned())
+            })
+            .collect()
     }
 }

@@ -1,9 +1,12 @@
 //! Automation actions: changes the host makes to the cluster on a plugin's behalf.
 //!
 //! A plugin asks through the WIT `actions` interface; [`PluginActions::request`] checks, in this
-//! order, that the request is well formed, that the plugin's config grants the verb on that kind
-//! in that namespace, that the host has an API server, and the plugin's token bucket; then, in
-//! dry-run mode, it logs and audits what would be done, and otherwise queues the action. A
+//! order, that the request is well formed ([`validate`]: names, namespaces, keys as the API
+//! server validates them), that the plugin's config grants the verb on that kind in that
+//! namespace, that the host has an API server, and the plugin's token bucket; an Event identical
+//! to one sent lately becomes a count patch of that one ([`events`]); then, in dry-run mode, it
+//! logs and audits what would be done, and otherwise queues the action. The Events the host
+//! makes for a plugin (its verdicts') go the same way: they need its grant and its tokens. A
 //! plugin's actions are sent in order by one task per plugin ([`worker`]), with retries and
 //! backoff on conflict, 429 and 5xx, and each outcome is audited ([`audit`]). Nothing is sent for
 //! a refused action.
@@ -12,9 +15,11 @@
 //!   actions with `kube::Client`; [`lifecycle`]: draining the senders at shutdown.
 
 pub mod audit;
+pub mod events;
 pub mod kube;
 pub mod lifecycle;
 pub mod ratelimit;
+pub mod validate;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -25,7 +30,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use self::audit::{AuditEntry, AuditLog, AuditResult};
+use self::events::{Correlated, EventCorrelator};
 use self::ratelimit::TokenBucket;
+use self::validate::{check_key, check_label_value, check_target};
 use crate::plugin::status::{PluginCounters, PluginStatus};
 use crate::policy::{VerdictStore, rfc3339};
 
@@ -136,6 +143,14 @@ pub enum ActionBody {
     /// Create this Event (the target is its namespace's `events` collection; `name` is the
     /// Event's name).
     CreateEvent(Value),
+    /// Count a repeat of an Event already created (the target): merge `patch` (`count`,
+    /// `lastTimestamp`) into it, or, if it is gone, create `event` (the whole Event, counted).
+    CountEvent {
+        /// `{"count": n, "lastTimestamp": t}`.
+        patch: Value,
+        /// The Event to create if the first one is gone.
+        event: Value,
+    },
 }
 
 impl ActionBody {
@@ -144,7 +159,7 @@ impl ActionBody {
         match self {
             ActionBody::PatchMetadata(_) => ActionVerb::Patch,
             ActionBody::Apply(_) => ActionVerb::Apply,
-            ActionBody::CreateEvent(_) => ActionVerb::Create,
+            ActionBody::CreateEvent(_) | ActionBody::CountEvent { .. } => ActionVerb::Create,
         }
     }
 }
@@ -269,66 +284,6 @@ impl HostServices {
     }
 }
 
-/// A qualified name (`[prefix/]name`) as label and annotation keys must be.
-fn check_key(key: &str) -> Result<(), String> {
-    let (prefix, name) = match key.rsplit_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, key),
-    };
-    if let Some(p) = prefix {
-        let ok = !p.is_empty()
-            && p.len() <= 253
-            && p.split('.').all(|part| {
-                !part.is_empty()
-                    && part
-                        .chars()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-                    && !part.starts_with('-')
-                    && !part.ends_with('-')
-            });
-        if !ok {
-            return Err(format!(
-                "key {key:?}: prefix must be a DNS subdomain (lower case, at most 253 characters)"
-            ));
-        }
-    }
-    if name.is_empty() || !check_name_part(name) {
-        return Err(format!(
-            "key {key:?}: name must be 1 to 63 characters [A-Za-z0-9_.-], starting and ending alphanumeric"
-        ));
-    }
-    Ok(())
-}
-
-fn check_name_part(s: &str) -> bool {
-    s.len() <= 63
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
-        && s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && s.chars().last().is_some_and(|c| c.is_ascii_alphanumeric())
-}
-
-/// A label value: empty, or as a key's name part.
-fn check_label_value(key: &str, v: &str) -> Result<(), String> {
-    if v.is_empty() || check_name_part(v) {
-        Ok(())
-    } else {
-        Err(format!(
-            "label {key:?}: value {v:?} must be at most 63 characters [A-Za-z0-9_.-], starting and ending alphanumeric"
-        ))
-    }
-}
-
-fn check_target(t: &Target) -> Result<(), String> {
-    if t.api_version.is_empty() || t.kind.is_empty() || t.name.is_empty() {
-        return Err("apiVersion, kind and name must not be empty".into());
-    }
-    if t.namespace.as_deref() == Some("") {
-        return Err("namespace must be none or not empty".into());
-    }
-    Ok(())
-}
-
 /// The merge patch of labels and annotations (`None` values remove the key).
 pub fn metadata_patch(
     labels: &[(String, Option<String>)],
@@ -420,7 +375,14 @@ pub fn event_body(
         .namespace
         .clone()
         .unwrap_or_else(|| "default".into());
-    let name = format!("{}.{:x}", regarding.name, nanos);
+    // Kept to 253 characters, as names are: the object's name cut, then the time.
+    let mut base = regarding.name.as_str();
+    let mut cut = base.len().min(253 - 1 - 32);
+    while !base.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    base = &base[..cut];
+    let name = format!("{base}.{nanos:x}");
     let mut involved = json!({
         "apiVersion": regarding.api_version,
         "kind": regarding.kind,
@@ -467,6 +429,8 @@ pub struct PluginActions {
     status: Arc<PluginStatus>,
     services: HostServices,
     bucket: Mutex<TokenBucket>,
+    /// Events sent lately, so a repeat counts on the first one instead of making another.
+    events: Mutex<EventCorrelator>,
     sender: Mutex<Option<tokio::sync::mpsc::Sender<Action>>>,
 }
 
@@ -494,6 +458,7 @@ impl PluginActions {
             status,
             services,
             bucket: Mutex::new(bucket),
+            events: Mutex::default(),
             sender: Mutex::new(None),
         }
     }
@@ -527,28 +492,62 @@ impl PluginActions {
             result,
             detail,
             attempts,
+            count: None,
         });
     }
 
     fn refuse(&self, verb: ActionVerb, t: &Target, e: ActionError) -> ActionError {
         let c = &self.status.counters;
-        if matches!(e, ActionError::RateLimited(_)) {
-            PluginCounters::add(&c.actions_rate_limited, 1);
-            tracing::debug!(target: "wisp::plugin", plugin = %self.plugin, verb = verb.as_str(), kind = %t.kind, name = %t.name, "action refused: rate limited");
-            return e;
-        }
+        let reason = match &e {
+            ActionError::RateLimited(_) => {
+                PluginCounters::add(&c.actions_rate_limited, 1);
+                tracing::debug!(target: "wisp::plugin", plugin = %self.plugin, verb = verb.as_str(), kind = %t.kind, name = %t.name, "action refused: rate limited");
+                return e;
+            }
+            ActionError::NotGranted(_) => "not-granted",
+            ActionError::Invalid(_) => "invalid",
+            ActionError::QueueFull(_) => "queue-full",
+            ActionError::Unavailable(_) => "unavailable",
+        };
         PluginCounters::add(&c.actions_refused, 1);
         if matches!(e, ActionError::NotGranted(_)) {
             PluginCounters::add(&c.denied, 1);
         }
-        tracing::warn!(target: "wisp::plugin", plugin = %self.plugin, verb = verb.as_str(), kind = %t.kind, namespace = t.namespace.as_deref().unwrap_or(""), name = %t.name, error = %e, "action refused");
-        self.status.logs.push(format!(
-            "warn: {} {} {:?} refused: {e}",
-            verb.as_str(),
-            t.kind,
-            t.name
-        ));
-        self.audit(verb, t, AuditResult::Refused, e.to_string(), 0);
+        let entry = AuditEntry {
+            time: rfc3339(SystemTime::now()),
+            plugin: self.plugin.to_string(),
+            version: self.version(),
+            verb: verb.as_str().into(),
+            api_version: t.api_version.clone(),
+            kind: t.kind.clone(),
+            namespace: t.namespace.clone(),
+            name: t.name.clone(),
+            result: AuditResult::Refused,
+            detail: e.to_string(),
+            attempts: 0,
+            count: None,
+        };
+        // Only the first refusal of a window is logged and audited in full; the others are
+        // counted into its summary, so a plugin refused in a loop cannot flood either.
+        if self.services.audit.refused(entry, reason) {
+            // A window opened: its summary is written when it is over, even if nothing follows.
+            if let Some(rt) = &self.services.runtime {
+                let audit = self.services.audit.clone();
+                rt.spawn(async move {
+                    tokio::time::sleep(audit.refusal_window()).await;
+                    audit.flush();
+                });
+            }
+            tracing::warn!(target: "wisp::plugin", plugin = %self.plugin, verb = verb.as_str(), kind = %t.kind, namespace = t.namespace.as_deref().unwrap_or(""), name = %t.name, error = %e, "action refused (similar refusals in the next {:?} are counted, then summed up in the audit log)", self.services.audit.refusal_window());
+            self.status.logs.push(format!(
+                "warn: {} {} {:?} refused: {e}",
+                verb.as_str(),
+                t.kind,
+                t.name
+            ));
+        } else {
+            tracing::debug!(target: "wisp::plugin", plugin = %self.plugin, verb = verb.as_str(), reason, "action refused (counted)");
+        }
         e
     }
 
@@ -598,19 +597,27 @@ impl PluginActions {
             );
             return Err(self.refuse(verb, &target, ActionError::RateLimited(why)));
         }
+        let (target, body) = self.correlate(target, body);
         self.take(target, body)
     }
 
-    /// Takes an action the host makes for the plugin (a verdict's Event): no grant or rate
-    /// check, but dry-run, queue bound and audit apply.
-    pub fn host_action(&self, target: Target, body: ActionBody) -> Result<Accepted, ActionError> {
-        let verb = body.verb();
-        if self.services.sink.is_none() && !self.spec.dry_run {
-            return Err(ActionError::Unavailable("no API server".into()));
+    /// An Event identical to one sent lately becomes a count patch of that one.
+    fn correlate(&self, mut target: Target, body: ActionBody) -> (Target, ActionBody) {
+        let ActionBody::CreateEvent(mut event) = body else {
+            return (target, body);
+        };
+        let seen = self
+            .events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .observe(&mut event, Instant::now());
+        match seen {
+            Correlated::New => (target, ActionBody::CreateEvent(event)),
+            Correlated::Repeat { name, patch } => {
+                target.name = name;
+                (target, ActionBody::CountEvent { patch, event })
+            }
         }
-        self.take(target, body).inspect_err(|e| {
-            tracing::warn!(plugin = %self.plugin, verb = verb.as_str(), error = %e, "host action for the plugin dropped");
-        })
     }
 
     /// Starts the task that sends this plugin's actions (on first use); `None` without a sink
@@ -641,7 +648,8 @@ impl PluginActions {
             let detail = match &body {
                 ActionBody::PatchMetadata(v)
                 | ActionBody::Apply(v)
-                | ActionBody::CreateEvent(v) => {
+                | ActionBody::CreateEvent(v)
+                | ActionBody::CountEvent { patch: v, .. } => {
                     format!("would send {v}")
                 }
             };
@@ -713,6 +721,7 @@ impl Sender {
             result,
             detail,
             attempts,
+            count: None,
         });
     }
 
@@ -906,6 +915,57 @@ mod tests {
         let (t, _) = event_body("p", &pod(None), None, false, "Ok", "").unwrap();
         assert_eq!(t.namespace.as_deref(), Some("default"));
         assert!(event_body("p", &pod(None), None, false, "", "").is_err());
+    }
+
+    /// Actions of plugin `t` in dry-run, granted `verbs` on v1 `kind` in namespace `a`.
+    fn dry_run(kind: &str, verbs: &[ActionVerb]) -> (PluginActions, HostServices) {
+        let services = HostServices::default();
+        let spec = ActionSpec {
+            grants: vec![ActionGrant {
+                verbs: verbs.to_vec(),
+                api_version: "v1".into(),
+                kind: kind.into(),
+                namespaces: Some(vec!["a".into()]),
+            }],
+            dry_run: true,
+            ..ActionSpec::default()
+        };
+        let status = Arc::new(PluginStatus::default());
+        (
+            PluginActions::new("t".into(), spec, status, services.clone()),
+            services,
+        )
+    }
+
+    #[test]
+    fn a_forged_target_is_invalid_before_its_grant_is_looked_at() {
+        let (a, services) = dry_run("Pod", &[ActionVerb::Patch]);
+        let mut t = pod(Some("a"));
+        t.name = "x/../../../../kube-system/pods/coredns".into();
+        let body =
+            metadata_patch(&[("k".into(), Some("v".into()))], &[]).map(ActionBody::PatchMetadata);
+        let r = a.request(t, body, ActionVerb::Patch);
+        assert!(
+            matches!(&r, Err(ActionError::Invalid(m)) if m.starts_with("name \"x/../")),
+            "{r:?}"
+        );
+        let audit = services.audit.entries(Some("t"));
+        assert_eq!((audit.len(), audit[0].result), (1, AuditResult::Refused));
+    }
+
+    #[test]
+    fn a_repeated_event_is_taken_as_a_count_of_the_first() {
+        let (a, services) = dry_run("Event", &[ActionVerb::Create]);
+        for _ in 0..3 {
+            let (t, body) = event_body("t", &pod(Some("a")), None, true, "R", "same").unwrap();
+            let r = a.request(t, Ok(ActionBody::CreateEvent(body)), ActionVerb::Create);
+            assert_eq!(r, Ok(Accepted::DryRun));
+        }
+        let audit = services.audit.entries(Some("t"));
+        assert_eq!(audit.len(), 3);
+        assert!(audit.iter().all(|e| e.name == audit[0].name), "{audit:?}");
+        assert!(audit[0].detail.contains(r#""kind":"Event""#), "{audit:?}");
+        assert!(audit[2].detail.contains(r#""count":3"#), "{audit:?}");
     }
 
     #[test]

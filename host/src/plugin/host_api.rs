@@ -316,7 +316,10 @@ impl StoreData {
         })
     }
 
-    /// Records a verdict's Event on its object (when the plugin is configured so).
+    /// Records a verdict's Event on its object (when the plugin is configured so), as if the
+    /// plugin had asked for it: it needs the plugin's grant to create Events there and a token
+    /// of its rate limit, and a repeat counts on the first one; a refusal is counted and
+    /// audited like the plugin's own.
     fn verdict_event(&self, s: &Subject, rule: &str, sev: Severity, message: &str) {
         let target = Target {
             api_version: s.api_version.clone(),
@@ -325,24 +328,20 @@ impl StoreData {
             name: s.name.clone(),
         };
         let text = format!("[{}] {rule} ({}): {message}", self.api.plugin, sev.as_str());
-        match event_body(
+        let made = event_body(
             &self.api.plugin,
             &target,
             Some((s.uid.clone(), s.resource_version.clone())),
             true,
             "PolicyViolation",
             &text,
-        ) {
-            Ok((t, body)) => {
-                let _ = self
-                    .api
-                    .actions
-                    .host_action(t, ActionBody::CreateEvent(body));
-            }
-            Err(e) => {
-                tracing::warn!(plugin = %self.api.plugin, error = %e, "cannot make the verdict's Event")
-            }
-        }
+        );
+        let (t, body) = match made {
+            Ok((t, body)) => (t, Ok(ActionBody::CreateEvent(body))),
+            Err(e) => (target, Err(e)),
+        };
+        // Refusals are counted and audited by `request`; the verdict stands either way.
+        let _ = self.api.actions.request(t, body, ActionVerb::Create);
     }
 }
 

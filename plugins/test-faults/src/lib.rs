@@ -9,7 +9,13 @@
 //! ConfigMap `<name>-report` next to it; `"event"`: record an Event about it) and counts what the
 //! host answered in `action_total{result}` (queued, dry-run, not-granted, rate-limited, invalid,
 //! queue-full, unavailable). Objects that already carry the label `n` are left alone, so the
-//! patches' own updates do not ask again.
+//! patches' own updates do not ask again. `"targetName"` and `"targetNamespace"` replace the
+//! patched object's name and namespace (a hostile plugin forging paths); `"eventMessage"` makes
+//! every Event say the same thing (instead of `event <n>`).
+//!
+//! Mode `verdicts` reports the object as violating the rule `churn` `actions` times in a row, each
+//! time with another message (`verdict <n>`), and counts the answers in `verdict_total{result}`
+//! (ok, not-granted, not-found, invalid).
 //!
 //! It also keeps a view of the objects (key -> resourceVersion) and hands it, with its sequence
 //! numbers and a count of handled notifications, to the next version through snapshot/restore:
@@ -23,7 +29,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use wisp_sdk::actions::{self, Accepted, ActionError};
-use wisp_sdk::{Context, Object, Plugin, PluginInfo, cache, metrics};
+use wisp_sdk::{Context, Object, Plugin, PluginInfo, cache, metrics, policy};
 
 #[derive(Deserialize, Default, PartialEq)]
 #[serde(rename_all = "lowercase")]
@@ -38,6 +44,7 @@ enum Mode {
     Busy,
     Probe,
     Actions,
+    Verdicts,
 }
 
 #[derive(Deserialize, Default)]
@@ -48,6 +55,9 @@ struct Settings {
     busy_ms: u64,
     actions: u32,
     action_verb: ActionVerb,
+    target_name: Option<String>,
+    target_namespace: Option<String>,
+    event_message: Option<String>,
     panic_in_init: bool,
 }
 
@@ -193,7 +203,13 @@ impl Faults {
                 if obj.label("n").is_some() {
                     return Ok(());
                 }
-                let target = actions::object_ref(obj);
+                let mut target = actions::object_ref(obj);
+                if let Some(name) = &self.settings.target_name {
+                    target.name = name.clone();
+                }
+                if let Some(ns) = &self.settings.target_namespace {
+                    target.namespace = Some(ns.clone());
+                }
                 for i in 0..self.settings.actions {
                     let n = i.to_string();
                     let asked = match self.settings.action_verb {
@@ -213,7 +229,11 @@ impl Faults {
                             &target,
                             actions::EventType::Warning,
                             "Tested",
-                            &format!("event {n}"),
+                            &self
+                                .settings
+                                .event_message
+                                .clone()
+                                .unwrap_or_else(|| format!("event {n}")),
                         ),
                     };
                     let result = match asked {
@@ -226,6 +246,25 @@ impl Faults {
                         Err(ActionError::Unavailable(_)) => "unavailable",
                     };
                     metrics::counter_add("action_total", &[("result", result)], 1);
+                }
+                Ok(())
+            }
+            Mode::Verdicts => {
+                for i in 0..self.settings.actions {
+                    let said = policy::violation(
+                        cx.informer,
+                        obj,
+                        "churn",
+                        policy::Severity::High,
+                        &format!("verdict {i}"),
+                    );
+                    let result = match said {
+                        Ok(()) => "ok",
+                        Err(policy::VerdictError::NotGranted(_)) => "not-granted",
+                        Err(policy::VerdictError::NotFound(_)) => "not-found",
+                        Err(policy::VerdictError::Invalid(_)) => "invalid",
+                    };
+                    metrics::counter_add("verdict_total", &[("result", result)], 1);
                 }
                 Ok(())
             }

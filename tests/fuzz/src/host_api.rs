@@ -499,12 +499,10 @@ fn target_of(r: &types::ObjectRef) -> Target {
     }
 }
 
-/// What the host checks of every target.
+/// What the host checks of every target (shapes as the API server validates them; the rules
+/// have their own tests in `wisp_host::actions::validate`).
 fn t_ok(t: &Target) -> bool {
-    !t.api_version.is_empty()
-        && !t.kind.is_empty()
-        && !t.name.is_empty()
-        && t.namespace.as_deref() != Some("")
+    wisp_host::actions::validate::check_target(t).is_ok()
 }
 
 /// The grants of [`grants`], by hand.

@@ -1,0 +1,280 @@
+//! What a plugin names in an action, checked as the API server would check it, before any grant
+//! is looked at or any URL is built: names as RFC 1123 DNS subdomains (or, for the kinds whose
+//! names are only path segments, with no `/`, `%`, `?`, `#`, control characters and not `.` or
+//! `..`), namespaces as RFC 1123 DNS labels, label and annotation keys as qualified names, label
+//! values, `apiVersion` (`v1`, `group/version`) and kind shapes. Each error names the field and
+//! its value (cut to [`SHOWN`] characters).
+
+use super::Target;
+
+/// Most characters of a refused value an error shows.
+pub const SHOWN: usize = 64;
+
+/// `value` quoted, cut to [`SHOWN`] characters.
+pub fn shown(value: &str) -> String {
+    if value.chars().count() <= SHOWN {
+        format!("{value:?}")
+    } else {
+        let cut: String = value.chars().take(SHOWN).collect();
+        format!("{cut:?}... ({} bytes)", value.len())
+    }
+}
+
+/// An RFC 1123 label: 1 to 63 of `[a-z0-9-]`, alphanumeric at both ends.
+pub fn is_dns1123_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// An RFC 1123 subdomain: at most 253 characters, labels of `[a-z0-9-]` joined by dots.
+pub fn is_dns1123_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
+}
+
+/// A name that is safe as one URL path segment (what the API server requires of every name,
+/// and all it requires of some kinds'): not `.` or `..`, no `/` or `%`, and, so no query or
+/// fragment can begin in it, no `?`, `#`, space or control character.
+pub fn is_path_segment_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s != "."
+        && s != ".."
+        && !s
+            .chars()
+            .any(|c| matches!(c, '/' | '%' | '?' | '#' | ' ') || c.is_control())
+}
+
+/// The name part of a qualified name, or a label value: 1 to 63 of `[A-Za-z0-9_.-]`,
+/// alphanumeric at both ends.
+pub fn is_name_part(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && s.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
+}
+
+/// A qualified name (`[prefix/]name`), as label and annotation keys must be.
+pub fn check_key(key: &str) -> Result<(), String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(p) = prefix
+        && !is_dns1123_subdomain(p)
+    {
+        return Err(format!(
+            "key {}: prefix must be a DNS subdomain (lower case, at most 253 characters)",
+            shown(key)
+        ));
+    }
+    if !is_name_part(name) {
+        return Err(format!(
+            "key {}: name must be 1 to 63 characters [A-Za-z0-9_.-], starting and ending alphanumeric",
+            shown(key)
+        ));
+    }
+    Ok(())
+}
+
+/// A label value: empty, or as a qualified name's name part.
+pub fn check_label_value(key: &str, v: &str) -> Result<(), String> {
+    if v.is_empty() || is_name_part(v) {
+        Ok(())
+    } else {
+        Err(format!(
+            "label {}: value {} must be at most 63 characters [A-Za-z0-9_.-], starting and ending alphanumeric",
+            shown(key),
+            shown(v)
+        ))
+    }
+}
+
+/// `v1` or `group/version`: the group a DNS subdomain, the version a DNS label.
+fn is_api_version(s: &str) -> bool {
+    match s.split_once('/') {
+        Some((g, v)) => is_dns1123_subdomain(g) && is_dns1123_label(v),
+        None => is_dns1123_label(s),
+    }
+}
+
+/// A kind: 1 to 63 ASCII letters and digits, starting with an upper-case letter.
+fn is_kind(s: &str) -> bool {
+    s.len() <= 63
+        && s.bytes().next().is_some_and(|b| b.is_ascii_uppercase())
+        && s.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// How the API server validates the names of `api_version` `kind`.
+fn name_rule(api_version: &str, kind: &str) -> NameRule {
+    let group = api_version.split_once('/').map_or("", |(g, _)| g);
+    match (group, kind) {
+        ("", "Namespace") => NameRule::Label,
+        // RBAC objects are named by path segment only (`system:controller:...`).
+        (
+            "rbac.authorization.k8s.io",
+            "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding",
+        ) => NameRule::PathSegment,
+        _ => NameRule::Subdomain,
+    }
+}
+
+enum NameRule {
+    Label,
+    Subdomain,
+    PathSegment,
+}
+
+/// Checks every field of a target; the error names the first bad field and its value.
+pub fn check_target(t: &Target) -> Result<(), String> {
+    if !is_api_version(&t.api_version) {
+        return Err(format!(
+            "apiVersion {} must be `version` or `group/version` (a DNS subdomain and a DNS label)",
+            shown(&t.api_version)
+        ));
+    }
+    if !is_kind(&t.kind) {
+        return Err(format!(
+            "kind {} must be 1 to 63 letters and digits, starting upper case",
+            shown(&t.kind)
+        ));
+    }
+    if let Some(ns) = &t.namespace
+        && !is_dns1123_label(ns)
+    {
+        return Err(format!(
+            "namespace {} must be a DNS label (1 to 63 characters [a-z0-9-], alphanumeric at both ends)",
+            shown(ns)
+        ));
+    }
+    let ok = match name_rule(&t.api_version, &t.kind) {
+        NameRule::Label => is_dns1123_label(&t.name),
+        NameRule::Subdomain => is_dns1123_subdomain(&t.name),
+        NameRule::PathSegment => is_path_segment_name(&t.name),
+    };
+    if !ok {
+        let rule = match name_rule(&t.api_version, &t.kind) {
+            NameRule::Label => "a DNS label (1 to 63 characters [a-z0-9-])",
+            NameRule::Subdomain => {
+                "a DNS subdomain (at most 253 characters [a-z0-9-.], alphanumeric at both ends)"
+            }
+            NameRule::PathSegment => {
+                "a path segment (no '/', '%', '?', '#', control characters, not '.' or '..')"
+            }
+        };
+        return Err(format!("name {} must be {rule}", shown(&t.name)));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(api_version: &str, kind: &str, ns: Option<&str>, name: &str) -> Target {
+        Target {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            namespace: ns.map(Into::into),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn forged_paths_and_queries_in_names_are_refused_naming_the_field() {
+        for name in [
+            "x/../../../../kube-system/pods/coredns",
+            "x?fieldManager=kube-controller-manager&dryRun=All",
+            "x#",
+            "..",
+            ".",
+            "x%2F..",
+            "a\nb",
+            "UPPER",
+            "",
+            &"a".repeat(254),
+        ] {
+            let e = check_target(&t("v1", "Pod", Some("shop"), name)).unwrap_err();
+            assert!(e.starts_with("name "), "{name:?}: {e}");
+            let e = check_target(&t(
+                "rbac.authorization.k8s.io/v1",
+                "Role",
+                Some("shop"),
+                name,
+            ));
+            assert!(e.is_err() || name == "UPPER", "{name:?}");
+        }
+        assert!(
+            check_target(&t(
+                "rbac.authorization.k8s.io/v1",
+                "ClusterRole",
+                None,
+                "system:controller:x"
+            ))
+            .is_ok()
+        );
+        assert!(check_target(&t("v1", "Pod", Some("shop"), "web-1.a")).is_ok());
+        assert!(check_target(&t("v1", "Namespace", None, "a.b")).is_err());
+    }
+
+    #[test]
+    fn namespaces_api_versions_and_kinds_have_their_shapes() {
+        for ns in ["shop/../kube-system", "Shop", "a.b", "-a", &"n".repeat(64)] {
+            let e = check_target(&t("v1", "Pod", Some(ns), "p")).unwrap_err();
+            assert!(e.starts_with("namespace "), "{e}");
+        }
+        for av in ["", "v1/", "/v1", "apps/v1/x", "a?b/v1", "apps/V1"] {
+            let e = check_target(&t(av, "Pod", None, "p")).unwrap_err();
+            assert!(e.starts_with("apiVersion "), "{e}");
+        }
+        for kind in ["", "pod", "Pod/x", "Po d", "Pod?"] {
+            let e = check_target(&t("v1", kind, None, "p")).unwrap_err();
+            assert!(e.starts_with("kind "), "{e}");
+        }
+        assert!(check_target(&t("apps/v1", "Deployment", Some("a"), "d")).is_ok());
+    }
+
+    #[test]
+    fn errors_show_at_most_a_cut_of_the_value() {
+        let long = "x/".repeat(5000);
+        let e = check_target(&t("v1", "Pod", Some("a"), &long)).unwrap_err();
+        assert!(e.len() < 300, "{}", e.len());
+        assert!(e.contains("(10000 bytes)"), "{e}");
+    }
+
+    #[test]
+    fn keys_and_label_values_are_qualified_names() {
+        for ok in ["a", "example.com/a_b.c-d", "A9"] {
+            assert!(check_key(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "-a",
+            "a/",
+            "/a",
+            "UPPER.com/x",
+            "x/y/z",
+            &"k".repeat(64),
+        ] {
+            assert!(check_key(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_label_value("k", "").is_ok());
+        assert!(check_label_value("k", "a.b_c-D").is_ok());
+        assert!(check_label_value("k", "a b").is_err());
+        assert!(check_label_value("k", &"v".repeat(64)).is_err());
+    }
+}
