@@ -370,6 +370,8 @@ pub struct PluginConfig {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct VerdictsConfig {
     /// Record each new or changed violation as a Warning Event on the object (default false).
+    /// The Events are the plugin's actions: they need its `create` grant on v1 Event and
+    /// take tokens of its rate limit.
     #[serde(default)]
     pub events: bool,
 }
@@ -703,6 +705,15 @@ impl Config {
                 return Err(self.error(at("batch"), "must be at least 1"));
             }
             self.validate_actions(&p.actions, &at)?;
+            let events_granted = p.actions.grants.iter().any(|g| {
+                g.verbs.contains(&ActionVerb::Create) && g.kind == "Event" && g.api_version == "v1"
+            });
+            if p.verdicts.events && !events_granted {
+                return Err(self.error(
+                    at("verdicts.events"),
+                    "verdict Events are the plugin's own actions: add the grant {verbs: [create], apiVersion: v1, kind: Event} to actions.grants",
+                ));
+            }
             if p.queue.max == Some(0) {
                 return Err(self.error(
                     at("queue.max"),

@@ -298,6 +298,14 @@ fn bad_action_grants_and_rate_limits_are_refused_with_their_path() {
         e,
         "wisp.yaml: plugins[0].actions.rateLimit.burst: must be at least 1"
     );
+    let e = err_of(&GOOD.replace(
+        "    batch: 16\n",
+        "    batch: 16\n    verdicts: { events: true }\n",
+    ));
+    assert!(
+        e.starts_with("wisp.yaml: plugins[0].verdicts.events: verdict Events are the plugin's own actions: add the grant {verbs: [create], apiVersion: v1, kind: Event}"),
+        "{e}"
+    );
     let e = with("      dryrun: true\n");
     assert!(
         e.starts_with("wisp.yaml: plugins[0].actions.dryrun: unknown field `dryrun`"),
