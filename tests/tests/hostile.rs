@@ -9,7 +9,7 @@ mod common;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use common::rig::{counter, rig, spec};
+use common::rig::{counter, put_leb, rig, spec};
 use common::*;
 use serde_json::{Value, json};
 use wisp_host::admin::{AdminState, metrics};
@@ -137,18 +137,6 @@ fn leb(b: &[u8]) -> (u32, usize) {
         if b[i - 1] & 0x80 == 0 {
             return (v, i);
         }
-    }
-}
-
-fn put_leb(out: &mut Vec<u8>, mut v: u32) {
-    loop {
-        let b = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
     }
 }
 

@@ -480,7 +480,21 @@ impl PluginActions {
         detail: String,
         attempts: u32,
     ) {
-        self.services.audit.record(AuditEntry {
+        self.services
+            .audit
+            .record(self.entry(verb, t, result, detail, attempts));
+    }
+
+    /// An audit entry about `t`, written now.
+    fn entry(
+        &self,
+        verb: ActionVerb,
+        t: &Target,
+        result: AuditResult,
+        detail: String,
+        attempts: u32,
+    ) -> AuditEntry {
+        AuditEntry {
             time: rfc3339(SystemTime::now()),
             plugin: self.plugin.to_string(),
             version: self.version(),
@@ -493,7 +507,7 @@ impl PluginActions {
             detail,
             attempts,
             count: None,
-        });
+        }
     }
 
     fn refuse(&self, verb: ActionVerb, t: &Target, e: ActionError) -> ActionError {
@@ -513,20 +527,7 @@ impl PluginActions {
         if matches!(e, ActionError::NotGranted(_)) {
             PluginCounters::add(&c.denied, 1);
         }
-        let entry = AuditEntry {
-            time: rfc3339(SystemTime::now()),
-            plugin: self.plugin.to_string(),
-            version: self.version(),
-            verb: verb.as_str().into(),
-            api_version: t.api_version.clone(),
-            kind: t.kind.clone(),
-            namespace: t.namespace.clone(),
-            name: t.name.clone(),
-            result: AuditResult::Refused,
-            detail: e.to_string(),
-            attempts: 0,
-            count: None,
-        };
+        let entry = self.entry(verb, t, AuditResult::Refused, e.to_string(), 0);
         // Only the first refusal of a window is logged and audited in full; the others are
         // counted into its summary, so a plugin refused in a loop cannot flood either.
         if self.services.audit.refused(entry, reason) {

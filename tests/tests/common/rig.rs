@@ -103,22 +103,26 @@ pub fn variant(module: &Path, tag: &str, dir: &Path) -> PathBuf {
     let payload = tag.as_bytes();
     let body_len = 1 + name.len() + payload.len();
     bytes.push(0); // custom section id
-    let mut n = body_len;
-    loop {
-        let b = (n & 0x7f) as u8;
-        n >>= 7;
-        if n == 0 {
-            bytes.push(b);
-            break;
-        }
-        bytes.push(b | 0x80);
-    }
+    put_leb(&mut bytes, body_len as u32);
     bytes.push(name.len() as u8);
     bytes.extend_from_slice(name);
     bytes.extend_from_slice(payload);
     let out = dir.join(format!("faults-{tag}.wasm"));
     std::fs::write(&out, bytes).unwrap();
     out
+}
+
+/// Appends `v` as unsigned LEB128 (how wasm binaries write sizes and indexes).
+pub fn put_leb(out: &mut Vec<u8>, mut v: u32) {
+    loop {
+        let b = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
 }
 
 /// A gauge the plugin reported, without labels.
