@@ -394,8 +394,30 @@ pub async fn start(
             .await
             .with_context(|| format!("admin.listen {listen}"))?;
         admin_addr = l.local_addr().ok();
-        tracing::info!(address = %listen, "admin server listening");
-        tokio::spawn(crate::admin::serve(l, admin.clone(), stopped()));
+        let auth = crate::admin::AdminAuth {
+            token_file: config
+                .admin
+                .token_file
+                .as_deref()
+                .map(|f| config.resolve(std::path::Path::new(f))),
+        };
+        tokio::spawn(crate::admin::serve_with_auth(
+            l,
+            admin.clone(),
+            auth,
+            stopped(),
+        ));
+    }
+    if let Some(m) = config
+        .admin
+        .metrics_address
+        .as_ref()
+        .filter(|m| !m.is_empty())
+    {
+        let l = tokio::net::TcpListener::bind(m)
+            .await
+            .with_context(|| format!("admin.metricsAddress {m}"))?;
+        tokio::spawn(crate::admin::serve_metrics(l, admin.clone(), stopped()));
     }
     Ok(Host {
         informers,

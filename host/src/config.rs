@@ -35,7 +35,7 @@
 //!       retries: 5
 //!       backoff: 200ms
 //!       queue: 1000
-//! admin: { listen: 127.0.0.1:9090 }
+//! admin: { listen: 127.0.0.1:9090, tokenFile: /var/run/secrets/wisp/token, metricsAddress: 0.0.0.0:9091 }
 //! engine: { cacheDir: /var/cache/wisp, epochTick: 10ms, fuel: false }
 //! executor: { workers: 4 }     # threads that run the plugins (default: one per core)
 //! audit: { file: /var/log/wisp/audit.jsonl }   # actions also go to the log and to /audit
@@ -453,12 +453,23 @@ pub struct ReloadConfig {
 pub struct AdminConfig {
     /// Listen address (`host:port`); empty string = no admin server.
     pub listen: String,
+    /// File holding the bearer token that `/plugins`, `/verdicts`, `/audit` and the reloads
+    /// require (relative to the config file). Without it those endpoints are served only on a
+    /// loopback `listen` address.
+    #[serde(default)]
+    pub token_file: Option<String>,
+    /// A second address serving only `/metrics`, `/healthz` and `/readyz` (no token needed),
+    /// e.g. `0.0.0.0:9091` while `listen` stays on 127.0.0.1.
+    #[serde(default)]
+    pub metrics_address: Option<String>,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
         Self {
             listen: "127.0.0.1:9090".into(),
+            token_file: None,
+            metrics_address: None,
         }
     }
 }
@@ -728,15 +739,23 @@ impl Config {
                 ));
             }
         }
-        if !self.admin.listen.is_empty()
-            && self.admin.listen.parse::<std::net::SocketAddr>().is_err()
-        {
+        for (field, addr) in [
+            ("admin.listen", Some(&self.admin.listen)),
+            ("admin.metricsAddress", self.admin.metrics_address.as_ref()),
+        ] {
+            if let Some(a) = addr.filter(|a| !a.is_empty())
+                && a.parse::<std::net::SocketAddr>().is_err()
+            {
+                return Err(self.error(
+                    field,
+                    format!("invalid address {a:?}: expected host:port, e.g. 127.0.0.1:9090"),
+                ));
+            }
+        }
+        if self.admin.token_file.as_deref() == Some("") {
             return Err(self.error(
-                "admin.listen",
-                format!(
-                    "invalid address {:?}: expected host:port, e.g. 127.0.0.1:9090",
-                    self.admin.listen
-                ),
+                "admin.tokenFile",
+                "must not be empty (omit it for no token: loopback-only admin)",
             ));
         }
         Ok(())

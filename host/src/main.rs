@@ -30,11 +30,29 @@ enum LogFormat {
     Json,
 }
 
+/// What `wisp run --help` adds about the admin server, the module cache and the size caps.
+const RUN_HELP: &str = "\
+Admin server (admin.listen, default 127.0.0.1:9090):
+  /healthz, /readyz and /metrics are open. /plugins (with plugin logs), /verdicts, /audit,
+  POST /reload and POST /plugins/NAME/reload need `Authorization: Bearer TOKEN`, TOKEN being
+  the contents of admin.tokenFile (read again when the file changes). Without admin.tokenFile
+  they are served only when admin.listen is a loopback address; on any other address they
+  answer 403 and the host warns at start. admin.metricsAddress (e.g. 0.0.0.0:9091) serves only
+  the three open endpoints, so the admin API can stay on loopback.
+
+Module cache (engine.cacheDir, default $XDG_CACHE_HOME/wisp/modules or ~/.cache/wisp/modules):
+  precompiled plugins, each authenticated by HMAC-SHA256 under the key in the sibling file
+  <cacheDir>.key (created 0600). An artifact that fails its check is compiled again and
+  overwritten. A directory that is a symlink, owned by another user or writable by group or
+  others is not used at all: the host warns and compiles in memory only.
+";
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the host: informers from the config, plugins attached, admin server on `admin.listen`.
     /// Stops on Ctrl-C / SIGTERM: informers stop, batches in hand finish, queued actions are sent
     /// until the grace period ends and audited as not sent after it.
+    #[command(after_long_help = RUN_HELP)]
     Run {
         /// Config file (YAML).
         #[arg(long, short)]
