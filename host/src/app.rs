@@ -120,7 +120,9 @@ pub async fn build_informers(
             (Some(client), _) => {
                 let source = |ns: Option<&str>| {
                     let mut src = KubeSource::new(client.clone(), &inf.api_version, &inf.kind, ns)
-                        .strip_managed_fields(inf.strip_managed_fields);
+                        .strip_managed_fields(inf.strip_managed_fields)
+                        .named(inf.name.clone())
+                        .size_caps(inf.size_caps());
                     if let Some(l) = &inf.label_selector {
                         src = src.labels(l.clone());
                     }

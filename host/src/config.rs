@@ -12,6 +12,8 @@
 //!     fieldSelector: spec.nodeName=n1
 //!     resync: 5m
 //!     indexes: [label:app, ownerUid, field:spec.nodeName]
+//!     maxEventSize: 16Mi       # longest watch event read (default); longer: refused, relist
+//!     maxListSize: 512Mi       # longest list response read (default)
 //! plugins:
 //!   - name: image-policy
 //!     module: plugins/dist/image_policy.wasm   # relative to this file
@@ -262,6 +264,30 @@ pub struct InformerConfig {
     /// Drop `metadata.managedFields` (default true).
     #[serde(default = "yes")]
     pub strip_managed_fields: bool,
+    /// Longest watch event the host reads (default 16Mi); a longer one is refused, counted,
+    /// and followed by a relist after backoff.
+    #[serde(default)]
+    pub max_event_size: Option<Bytes>,
+    /// Longest list response (one page) the host reads (default 512Mi). A list at
+    /// resourceVersion "0" comes whole from the API server's watch cache, whatever the page
+    /// size: raise this for informers of more than some 50,000 objects of 10 KiB.
+    #[serde(default)]
+    pub max_list_size: Option<Bytes>,
+}
+
+impl InformerConfig {
+    /// The size caps of this informer's responses.
+    pub fn size_caps(&self) -> crate::source::kube::SizeCaps {
+        use crate::source::kube::SizeCaps;
+        let to = |b: &Option<Bytes>, d: usize| {
+            b.as_ref()
+                .map_or(d, |b| usize::try_from(b.0).unwrap_or(usize::MAX))
+        };
+        SizeCaps {
+            watch_event: to(&self.max_event_size, SizeCaps::DEFAULT_WATCH_EVENT),
+            list_body: to(&self.max_list_size, SizeCaps::DEFAULT_LIST_BODY),
+        }
+    }
 }
 
 fn yes() -> bool {
@@ -651,6 +677,17 @@ impl Config {
                 ));
             }
             self.check_kind(&at, &inf.api_version, &inf.kind)?;
+            for (field, v) in [
+                ("maxEventSize", &inf.max_event_size),
+                ("maxListSize", &inf.max_list_size),
+            ] {
+                if v.as_ref().is_some_and(|b| b.0 < 4096) {
+                    return Err(self.error(
+                        at(field),
+                        "must be at least 4Ki (one object and its envelope)",
+                    ));
+                }
+            }
             if let Some(ns) = &inf.namespaces
                 && ns.is_empty()
             {
