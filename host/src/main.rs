@@ -45,6 +45,12 @@ Module cache (engine.cacheDir, default $XDG_CACHE_HOME/wisp/modules or ~/.cache/
   <cacheDir>.key (created 0600). An artifact that fails its check is compiled again and
   overwritten. A directory that is a symlink, owned by another user or writable by group or
   others is not used at all: the host warns and compiles in memory only.
+
+Size caps (per informer): a watch event line over maxEventSize (default 16Mi) or a list response
+  over maxListSize (default 512Mi) is not read further; the error names the informer, the size
+  and the cap, wisp_informer_oversized_responses_total counts it, and the informer relists after
+  backoff. etcd refuses objects over 1.5 MiB; a list at resourceVersion 0 comes unpaged from the
+  API server's watch cache, so raise maxListSize for informers of over ~50,000 objects of 10 KiB.
 ";
 
 #[derive(Subcommand)]
@@ -112,7 +118,9 @@ enum Command {
         context: Option<String>,
     },
     /// Print the ServiceAccount and least-privilege roles the config needs (list, watch, and the
-    /// verbs of the plugins' action grants).
+    /// verbs of the plugins' action grants): a Role and RoleBinding in each namespace an
+    /// informer or grant names, however many; a ClusterRole only for what covers all namespaces
+    /// or cluster-scoped kinds.
     Rbac {
         /// Config file (YAML).
         #[arg(long, short)]
