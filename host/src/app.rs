@@ -23,8 +23,9 @@ use crate::informer::shared_informer::InformerConfig as InformerSettings;
 use crate::informer::{Executor, SharedInformer};
 use crate::plugin::{EngineConfig, PluginEngine, PluginHandle, PluginManager};
 use crate::source::dir::DirCluster;
-use crate::source::filter::{Filtered, ObjectFilter};
+use crate::source::filter::ObjectFilter;
 use crate::source::kube::KubeSource;
+use crate::source::multi::MultiNamespace;
 
 /// How often a `dir:` source rescans its directory.
 pub const DIR_RESCAN: Duration = Duration::from_millis(250);
@@ -117,25 +118,30 @@ pub async fn build_informers(
     for inf in &config.informers {
         let lw: Arc<dyn ListerWatcher> = match (&client, &dir) {
             (Some(client), _) => {
-                let ns = inf.namespaces.as_deref();
-                let one = ns.filter(|n| n.len() == 1).map(|n| n[0].as_str());
-                let mut src = KubeSource::new(client.clone(), &inf.api_version, &inf.kind, one)
-                    .strip_managed_fields(inf.strip_managed_fields);
-                if let Some(l) = &inf.label_selector {
-                    src = src.labels(l.clone());
-                }
-                if let Some(f) = &inf.field_selector {
-                    src = src.fields(f.clone());
-                }
-                match ns {
-                    Some(n) if n.len() > 1 => Arc::new(Filtered::new(
-                        src,
-                        ObjectFilter {
-                            namespaces: Some(n.to_vec()),
-                            ..Default::default()
-                        },
+                let source = |ns: Option<&str>| {
+                    let mut src = KubeSource::new(client.clone(), &inf.api_version, &inf.kind, ns)
+                        .strip_managed_fields(inf.strip_managed_fields)
+                        .named(inf.name.clone())
+                        .size_caps(inf.size_caps());
+                    if let Some(l) = &inf.label_selector {
+                        src = src.labels(l.clone());
+                    }
+                    if let Some(f) = &inf.field_selector {
+                        src = src.fields(f.clone());
+                    }
+                    src
+                };
+                // Several namespaces: one list and watch in each (never cluster-wide), so a
+                // Role per namespace is all the informer needs.
+                match inf.namespaces.as_deref() {
+                    Some([one]) => Arc::new(source(Some(one))),
+                    Some(several) => Arc::new(MultiNamespace::new(
+                        several
+                            .iter()
+                            .map(|n| (n.clone(), source(Some(n))))
+                            .collect(),
                     )),
-                    _ => Arc::new(src),
+                    None => Arc::new(source(None)),
                 }
             }
             (None, Some(d)) => Arc::new(d.source(filter_of(inf)?)),
@@ -406,8 +412,30 @@ pub async fn start(
             .await
             .with_context(|| format!("admin.listen {listen}"))?;
         admin_addr = l.local_addr().ok();
-        tracing::info!(address = %listen, "admin server listening");
-        tokio::spawn(crate::admin::serve(l, admin.clone(), stopped()));
+        let auth = crate::admin::AdminAuth {
+            token_file: config
+                .admin
+                .token_file
+                .as_deref()
+                .map(|f| config.resolve(std::path::Path::new(f))),
+        };
+        tokio::spawn(crate::admin::serve_with_auth(
+            l,
+            admin.clone(),
+            auth,
+            stopped(),
+        ));
+    }
+    if let Some(m) = config
+        .admin
+        .metrics_address
+        .as_ref()
+        .filter(|m| !m.is_empty())
+    {
+        let l = tokio::net::TcpListener::bind(m)
+            .await
+            .with_context(|| format!("admin.metricsAddress {m}"))?;
+        tokio::spawn(crate::admin::serve_metrics(l, admin.clone(), stopped()));
     }
     Ok(Host {
         informers,

@@ -12,6 +12,8 @@
 //!     fieldSelector: spec.nodeName=n1
 //!     resync: 5m
 //!     indexes: [label:app, ownerUid, field:spec.nodeName]
+//!     maxEventSize: 16Mi       # longest watch event read (default); longer: refused, relist
+//!     maxListSize: 512Mi       # longest list response read (default)
 //! plugins:
 //!   - name: image-policy
 //!     module: plugins/dist/image_policy.wasm   # relative to this file
@@ -35,7 +37,7 @@
 //!       retries: 5
 //!       backoff: 200ms
 //!       queue: 1000
-//! admin: { listen: 127.0.0.1:9090 }
+//! admin: { listen: 127.0.0.1:9090, tokenFile: /var/run/secrets/wisp/token, metricsAddress: 0.0.0.0:9091 }
 //! engine: { cacheDir: /var/cache/wisp, epochTick: 10ms, fuel: false }
 //! executor: { workers: 4 }     # threads that run the plugins (default: one per core)
 //! audit: { file: /var/log/wisp/audit.jsonl }   # actions also go to the log and to /audit
@@ -262,6 +264,30 @@ pub struct InformerConfig {
     /// Drop `metadata.managedFields` (default true).
     #[serde(default = "yes")]
     pub strip_managed_fields: bool,
+    /// Longest watch event the host reads (default 16Mi); a longer one is refused, counted,
+    /// and followed by a relist after backoff.
+    #[serde(default)]
+    pub max_event_size: Option<Bytes>,
+    /// Longest list response (one page) the host reads (default 512Mi). A list at
+    /// resourceVersion "0" comes whole from the API server's watch cache, whatever the page
+    /// size: raise this for informers of more than some 50,000 objects of 10 KiB.
+    #[serde(default)]
+    pub max_list_size: Option<Bytes>,
+}
+
+impl InformerConfig {
+    /// The size caps of this informer's responses.
+    pub fn size_caps(&self) -> crate::source::kube::SizeCaps {
+        use crate::source::kube::SizeCaps;
+        let to = |b: &Option<Bytes>, d: usize| {
+            b.as_ref()
+                .map_or(d, |b| usize::try_from(b.0).unwrap_or(usize::MAX))
+        };
+        SizeCaps {
+            watch_event: to(&self.max_event_size, SizeCaps::DEFAULT_WATCH_EVENT),
+            list_body: to(&self.max_list_size, SizeCaps::DEFAULT_LIST_BODY),
+        }
+    }
 }
 
 fn yes() -> bool {
@@ -455,12 +481,23 @@ pub struct ReloadConfig {
 pub struct AdminConfig {
     /// Listen address (`host:port`); empty string = no admin server.
     pub listen: String,
+    /// File holding the bearer token that `/plugins`, `/verdicts`, `/audit` and the reloads
+    /// require (relative to the config file). Without it those endpoints are served only on a
+    /// loopback `listen` address.
+    #[serde(default)]
+    pub token_file: Option<String>,
+    /// A second address serving only `/metrics`, `/healthz` and `/readyz` (no token needed),
+    /// e.g. `0.0.0.0:9091` while `listen` stays on 127.0.0.1.
+    #[serde(default)]
+    pub metrics_address: Option<String>,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
         Self {
             listen: "127.0.0.1:9090".into(),
+            token_file: None,
+            metrics_address: None,
         }
     }
 }
@@ -642,6 +679,17 @@ impl Config {
                 ));
             }
             self.check_kind(&at, &inf.api_version, &inf.kind)?;
+            for (field, v) in [
+                ("maxEventSize", &inf.max_event_size),
+                ("maxListSize", &inf.max_list_size),
+            ] {
+                if v.as_ref().is_some_and(|b| b.0 < 4096) {
+                    return Err(self.error(
+                        at(field),
+                        "must be at least 4Ki (one object and its envelope)",
+                    ));
+                }
+            }
             if let Some(ns) = &inf.namespaces
                 && ns.is_empty()
             {
@@ -739,15 +787,23 @@ impl Config {
                 ));
             }
         }
-        if !self.admin.listen.is_empty()
-            && self.admin.listen.parse::<std::net::SocketAddr>().is_err()
-        {
+        for (field, addr) in [
+            ("admin.listen", Some(&self.admin.listen)),
+            ("admin.metricsAddress", self.admin.metrics_address.as_ref()),
+        ] {
+            if let Some(a) = addr.filter(|a| !a.is_empty())
+                && a.parse::<std::net::SocketAddr>().is_err()
+            {
+                return Err(self.error(
+                    field,
+                    format!("invalid address {a:?}: expected host:port, e.g. 127.0.0.1:9090"),
+                ));
+            }
+        }
+        if self.admin.token_file.as_deref() == Some("") {
             return Err(self.error(
-                "admin.listen",
-                format!(
-                    "invalid address {:?}: expected host:port, e.g. 127.0.0.1:9090",
-                    self.admin.listen
-                ),
+                "admin.tokenFile",
+                "must not be empty (omit it for no token: loopback-only admin)",
             ));
         }
         Ok(())

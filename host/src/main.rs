@@ -30,11 +30,35 @@ enum LogFormat {
     Json,
 }
 
+/// What `wisp run --help` adds about the admin server, the module cache and the size caps.
+const RUN_HELP: &str = "\
+Admin server (admin.listen, default 127.0.0.1:9090):
+  /healthz, /readyz and /metrics are open. /plugins (with plugin logs), /verdicts, /audit,
+  POST /reload and POST /plugins/NAME/reload need `Authorization: Bearer TOKEN`, TOKEN being
+  the contents of admin.tokenFile (read again when the file changes). Without admin.tokenFile
+  they are served only when admin.listen is a loopback address; on any other address they
+  answer 403 and the host warns at start. admin.metricsAddress (e.g. 0.0.0.0:9091) serves only
+  the three open endpoints, so the admin API can stay on loopback.
+
+Module cache (engine.cacheDir, default $XDG_CACHE_HOME/wisp/modules or ~/.cache/wisp/modules):
+  precompiled plugins, each authenticated by HMAC-SHA256 under the key in the sibling file
+  <cacheDir>.key (created 0600). An artifact that fails its check is compiled again and
+  overwritten. A directory that is a symlink, owned by another user or writable by group or
+  others is not used at all: the host warns and compiles in memory only.
+
+Size caps (per informer): a watch event line over maxEventSize (default 16Mi) or a list response
+  over maxListSize (default 512Mi) is not read further; the error names the informer, the size
+  and the cap, wisp_informer_oversized_responses_total counts it, and the informer relists after
+  backoff. etcd refuses objects over 1.5 MiB; a list at resourceVersion 0 comes unpaged from the
+  API server's watch cache, so raise maxListSize for informers of over ~50,000 objects of 10 KiB.
+";
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the host: informers from the config, plugins attached, admin server on `admin.listen`.
     /// Stops on Ctrl-C / SIGTERM: informers stop, batches in hand finish, queued actions are sent
     /// until the grace period ends and audited as not sent after it.
+    #[command(after_long_help = RUN_HELP)]
     Run {
         /// Config file (YAML).
         #[arg(long, short)]
@@ -94,7 +118,9 @@ enum Command {
         context: Option<String>,
     },
     /// Print the ServiceAccount and least-privilege roles the config needs (list, watch, and the
-    /// verbs of the plugins' action grants).
+    /// verbs of the plugins' action grants): a Role and RoleBinding in each namespace an
+    /// informer or grant names, however many; a ClusterRole only for what covers all namespaces
+    /// or cluster-scoped kinds.
     Rbac {
         /// Config file (YAML).
         #[arg(long, short)]

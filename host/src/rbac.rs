@@ -1,9 +1,10 @@
 //! Least-privilege RBAC for a config: `list` and `watch` on the resources the informers read,
 //! and the verbs of the plugins' action grants (`patch` for patch; `patch` and `create` for
 //! apply, which creates a missing object; `create` for Events, also for plugins whose violations
-//! become Events) — through a Role in a namespace when the informer or grant is limited to
-//! namespaces, through a ClusterRole otherwise (an informer on several namespaces is one
-//! cluster-wide watch filtered in the host, so it needs a ClusterRole).
+//! become Events) — through a Role (and RoleBinding) in each namespace when the informer or grant
+//! is limited to namespaces, however many, and through a ClusterRole only when it is not (all
+//! namespaces, or cluster-scoped kinds). An informer on several namespaces lists and watches in
+//! each of them (`source::multi`), so a Role per namespace is all it needs.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -83,12 +84,8 @@ pub fn generate(config: &Config, name: &str, namespace: &str) -> String {
     let mut scopes = Scopes::default();
     for inf in &config.informers {
         let r = resource(&inf.api_version, &inf.kind);
-        // One namespace is watched in that namespace; several are one cluster-wide watch
-        // filtered in the host (the API lists one namespace or all), which needs a ClusterRole.
-        match inf.namespaces.as_deref() {
-            Some(one @ [_]) => scopes.grant(Some(one), &r, &["list", "watch"]),
-            _ => scopes.grant(None, &r, &["list", "watch"]),
-        }
+        // Each namespace is listed and watched on its own: a Role in each.
+        scopes.grant(inf.namespaces.as_deref(), &r, &["list", "watch"]);
     }
     let events = resource("v1", "Event");
     for p in &config.plugins {
@@ -181,6 +178,38 @@ mod tests {
             let v: serde_json::Value = serde_yaml_ng::from_str(doc).unwrap();
             assert!(v.get("kind").is_some());
         }
+    }
+
+    #[test]
+    fn an_informer_on_two_namespaces_gets_a_role_in_each_and_no_cluster_role() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config::parse(
+            "source: kube\ninformers:\n  - {name: secrets, apiVersion: v1, kind: Secret, namespaces: [team-a, team-b]}\n",
+            "wisp.yaml",
+            d.path(),
+        )
+        .unwrap();
+        let y = generate(&cfg, "wisp", "wisp-system");
+        assert!(!y.contains("kind: ClusterRole"), "{y}");
+        for ns in ["team-a", "team-b"] {
+            let role = y
+                .split("---\n")
+                .find(|doc| {
+                    doc.contains("\nkind: Role\n") && doc.contains(&format!("namespace: {ns}\n"))
+                })
+                .unwrap_or_else(|| panic!("no Role in {ns}: {y}"));
+            assert!(
+                role.contains("resources: [\"secrets\"]\n    verbs: [list, watch]\n"),
+                "{role}"
+            );
+            assert!(
+                y.split("---\n")
+                    .any(|doc| doc.contains("kind: RoleBinding\n")
+                        && doc.contains(&format!("namespace: {ns}\n"))),
+                "no RoleBinding in {ns}: {y}"
+            );
+        }
+        assert_eq!(y.matches("\nkind: Role\n").count(), 2, "{y}");
     }
 
     #[test]

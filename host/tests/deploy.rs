@@ -197,7 +197,15 @@ fn deploy_wisp_yaml_is_a_valid_config_for_the_cluster() {
             serde_json::json!({"informer": "pods", "nodeIndex": "field:spec.nodeName", "ownerIndex": "ownerUid"})
         )
     );
-    assert_eq!(cfg.admin.listen, "0.0.0.0:9090");
+    assert_eq!(
+        cfg.admin.listen, "127.0.0.1:9090",
+        "the admin API on loopback only"
+    );
+    assert_eq!(cfg.admin.metrics_address.as_deref(), Some("0.0.0.0:9091"));
+    assert!(
+        cfg.admin.token_file.is_some(),
+        "the admin API wants a token"
+    );
     assert!(
         cfg.engine
             .cache_dir
@@ -267,35 +275,38 @@ fn the_deployment_agrees_with_the_config_the_rbac_and_the_image() {
     let key = config_path.file_name().unwrap().to_str().unwrap();
     assert!(cm["data"][key].is_string(), "ConfigMap key {key}");
 
-    // The admin port: admin.listen's, named `admin`; probes on it.
-    let admin_port: u16 = cfg
-        .admin
-        .listen
-        .rsplit_once(':')
-        .unwrap()
-        .1
-        .parse()
-        .unwrap();
+    // The metrics port: admin.metricsAddress's, named `metrics`, the only port declared;
+    // probes on it. The admin API (admin.listen) is on loopback.
+    let port_of = |a: &str| -> u16 { a.rsplit_once(':').unwrap().1.parse().unwrap() };
+    let metrics_port = port_of(cfg.admin.metrics_address.as_deref().unwrap());
     let ports = c["ports"].as_array().unwrap();
-    let admin = ports
-        .iter()
-        .find(|p| p["name"] == "admin")
-        .expect("a port named admin");
-    assert_eq!(admin["containerPort"], admin_port);
-    let on_admin = |probe: &str, path: &str| {
+    assert_eq!(ports.len(), 1, "one port: metrics");
+    assert_eq!(ports[0]["name"], "metrics");
+    assert_eq!(ports[0]["containerPort"], metrics_port);
+    let on_metrics = |probe: &str, path: &str| {
         let get = &c[probe]["httpGet"];
         assert_eq!(get["path"], path, "{probe}");
         assert!(
-            get["port"] == "admin" || get["port"] == admin_port,
+            get["port"] == "metrics" || get["port"] == metrics_port,
             "{probe} on port {}",
             get["port"]
         );
     };
-    on_admin("livenessProbe", "/healthz");
-    on_admin("readinessProbe", "/readyz");
+    on_metrics("livenessProbe", "/healthz");
+    on_metrics("readinessProbe", "/readyz");
     if !c["startupProbe"].is_null() {
-        on_admin("startupProbe", "/healthz");
+        on_metrics("startupProbe", "/healthz");
     }
+    // The token file is the `token` key of the optional Secret wisp-admin-token.
+    let token = PathBuf::from(cfg.admin.token_file.clone().unwrap());
+    let token_mount = mounts
+        .iter()
+        .find(|m| Path::new(str_of(&m["mountPath"], "mountPath")) == token.parent().unwrap())
+        .expect("a volume mounted at admin.tokenFile's directory");
+    assert_eq!(token.file_name().unwrap(), "token");
+    let secret = volume(&token_mount["name"]);
+    assert_eq!(secret["secret"]["secretName"], "wisp-admin-token");
+    assert_eq!(secret["secret"]["optional"], true);
     assert_eq!(c["readinessProbe"]["periodSeconds"], 5);
 
     // Locked down; the module cache is the one writable place, an emptyDir.
@@ -316,15 +327,34 @@ fn the_deployment_agrees_with_the_config_the_rbac_and_the_image() {
         assert!(c["resources"][r]["memory"].is_string(), "resources.{r}");
     }
 
-    // The Service reaches the admin port of these pods.
-    let svc = object("deployment.yaml", "Service", "wisp-admin");
+    // The Service reaches the metrics port of these pods, and the NetworkPolicy lets in that
+    // port only.
+    let svc = object("deployment.yaml", "Service", "wisp-metrics");
     assert_eq!(svc["spec"]["type"], "ClusterIP");
     for (k, v) in svc["spec"]["selector"].as_object().unwrap() {
         assert_eq!(&labels[k], v, "Service selector label {k}");
     }
     let sp = &svc["spec"]["ports"][0];
-    assert_eq!(sp["port"], admin_port);
-    assert!(sp["targetPort"] == "admin" || sp["targetPort"] == admin_port);
+    assert_eq!(sp["port"], metrics_port);
+    assert!(sp["targetPort"] == "metrics" || sp["targetPort"] == metrics_port);
+    let np = object("deployment.yaml", "NetworkPolicy", "wisp");
+    for (k, v) in np["spec"]["podSelector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(&labels[k], v, "NetworkPolicy selector label {k}");
+    }
+    assert_eq!(np["spec"]["policyTypes"], serde_json::json!(["Ingress"]));
+    let rules = np["spec"]["ingress"].as_array().unwrap();
+    for r in rules {
+        let ports = r["ports"].as_array().expect("every rule names its ports");
+        for p in ports {
+            assert!(
+                p["port"] == "metrics" || p["port"] == metrics_port,
+                "ingress only to the metrics port: {p}"
+            );
+        }
+    }
 
     // The image: the user the pod runs as, the modules wisp.yaml names at /plugins/.
     let dockerfile = read("Dockerfile");

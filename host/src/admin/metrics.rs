@@ -69,6 +69,15 @@ impl Collector for Live {
             "Watch events received.",
             by_informer(|s| s.events),
         )?;
+        let oversized = crate::source::kube::oversized_responses();
+        out.counter(
+            "informer_oversized_responses",
+            "List responses and watch events refused for exceeding maxListSize / maxEventSize \
+             (each followed by a relist after backoff).",
+            informers
+                .iter()
+                .map(|(n, _, _)| ([("informer", *n)], oversized.get(*n).copied().unwrap_or(0))),
+        )?;
         out.counter(
             "informer_lists",
             "Lists done (first list and relists).",

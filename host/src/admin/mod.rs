@@ -1,6 +1,8 @@
 //! The admin HTTP server: `/healthz`, `/readyz`, `/metrics` (Prometheus text), `/plugins` (JSON).
-//! It only reads: informers' and plugins' stats and status.
+//! The first three are open; everything else needs authentication ([`auth`]: a bearer token
+//! from `admin.tokenFile`, or no token when listening on loopback only).
 //!
+//! - [`auth`]: the guard of the protected endpoints.
 //! - [`routes`]: the router, health and readiness.
 //! - [`metrics`]: the Prometheus collector, read at scrape time; [`guest`]: the plugins' own
 //!   series in it.
@@ -9,10 +11,13 @@
 //!   (filter `plugin`): the last actions plugins asked for and what became of them.
 //! - `POST /reload`, `POST /plugins/{name}/reload`: the host's reload action, when it gives one.
 
+pub mod auth;
 pub mod guest;
 pub mod metrics;
 pub mod plugins;
 pub mod routes;
+
+pub use auth::AdminAuth;
 
 use std::future::Future;
 use std::sync::atomic::AtomicU64;
@@ -60,17 +65,46 @@ impl AdminState {
     }
 }
 
-/// Serves the admin endpoints on `listener` until `shutdown` completes; connections in flight
-/// are then let finish.
+/// Serves the admin endpoints on `listener` until `shutdown` completes, without a token:
+/// protected endpoints answer only when `listener` is on a loopback address. Connections in
+/// flight are let finish.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AdminState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, "admin server listening");
+    serve_with_auth(listener, state, AdminAuth::default(), shutdown).await
+}
+
+/// [`serve`] with the protected endpoints guarded by `auth` (see [`auth`]).
+pub async fn serve_with_auth(
+    listener: tokio::net::TcpListener,
+    state: AdminState,
+    auth: AdminAuth,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let addr = listener.local_addr()?;
+    let guard = auth::Guard::new(&auth, addr.ip().is_loopback());
+    if guard.closed() {
+        tracing::warn!(%addr, "admin server on a non-loopback address without admin.tokenFile: /plugins, /verdicts, /audit and reloads are refused (403); set admin.tokenFile to use them");
     }
-    axum::serve(listener, routes::router(state))
+    tracing::info!(%addr, token = auth.token_file.is_some(), "admin server listening");
+    axum::serve(listener, routes::router(state, guard))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Serves only `/metrics`, `/healthz` and `/readyz` on `listener` (`admin.metricsAddress`), so
+/// they can be reached from the cluster while the admin API stays on loopback.
+pub async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    state: AdminState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "metrics server listening");
+    }
+    axum::serve(listener, routes::metrics_router(state))
         .with_graceful_shutdown(shutdown)
         .await
 }

@@ -1,16 +1,18 @@
-//! The router: liveness, readiness, metrics, plugin status; 404 for anything else.
+//! The router: liveness, readiness, metrics (open); plugin status, verdicts, audit, reloads
+//! (protected, see [`super::auth`]); 404 for anything else.
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::Path;
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::{Router, middleware};
 use prometheus_client::registry::Registry;
 
 use super::AdminState;
+use super::auth::{self, Guard};
 use super::metrics::{self, OPENMETRICS_CONTENT_TYPE};
 use super::plugins::{self, PluginView};
 use crate::plugin::PluginState;
@@ -24,20 +26,37 @@ struct Ctx {
     registry: Arc<Registry>,
 }
 
-/// The admin router over `state`.
-pub fn router(state: AdminState) -> Router {
+/// The admin router over `state`: health, readiness and metrics open, everything else behind
+/// `guard` (see [`super::auth`]).
+pub(crate) fn router(state: AdminState, guard: Guard) -> Router {
     let registry = Arc::new(metrics::registry(state.clone()));
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(scrape))
+    let ctx = Ctx { state, registry };
+    let protected = Router::new()
         .route("/plugins", get(plugin_list))
         .route("/verdicts", get(verdict_list))
         .route("/audit", get(audit_list))
         .route("/reload", post(reload_all))
         .route("/plugins/{name}/reload", post(reload_one))
+        .route_layer(middleware::from_fn_with_state(guard, auth::require));
+    open_routes()
+        .merge(protected)
+        .fallback(not_found)
+        .with_state(ctx)
+}
+
+/// Only the open endpoints (`admin.metricsAddress`).
+pub(crate) fn metrics_router(state: AdminState) -> Router {
+    let registry = Arc::new(metrics::registry(state.clone()));
+    open_routes()
         .fallback(not_found)
         .with_state(Ctx { state, registry })
+}
+
+fn open_routes() -> Router<Ctx> {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(scrape))
 }
 
 async fn run_reload(ctx: Ctx, name: Option<String>) -> (StatusCode, String) {

@@ -101,6 +101,21 @@ pub enum SourceError {
     /// The server sent something that is not a valid object or event: treated as an internal error.
     #[error("cannot decode the API server's response: {0}")]
     Decode(String),
+    /// A list response or a watch event larger than the host accepts: the host stopped reading
+    /// it (nothing that size was held in memory). The reflector relists after backoff.
+    #[error(
+        "{what}: over the cap of {cap} bytes ({size} bytes or more; raise {setting} if it is legitimate)"
+    )]
+    TooLarge {
+        /// What was too large, naming the informer.
+        what: String,
+        /// The size seen: the announced length, or what was read when reading stopped.
+        size: u64,
+        /// The cap.
+        cap: u64,
+        /// The setting that sets the cap.
+        setting: &'static str,
+    },
     /// A local problem building the request; not retryable.
     #[error("invalid request: {0}")]
     Request(String),

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -14,6 +14,7 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine};
 
 use super::bindings::{Abi, PluginPre, v01, v02};
+use super::cache::ModuleCache;
 use super::error::PluginError;
 use super::state::StoreData;
 
@@ -23,7 +24,10 @@ pub const DEFAULT_EPOCH_TICK: Duration = Duration::from_millis(10);
 /// Engine settings.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
-    /// Directory of precompiled artifacts (`None`: compile in memory only).
+    /// Directory of precompiled artifacts (`None`: compile in memory only). It must be a
+    /// directory owned by this user with no access for others (created 0700 when absent), its
+    /// MAC key is the sibling file `<dir>.key`; see [`super::cache`]. When either fails its
+    /// checks the engine warns once and compiles in memory only.
     pub cache_dir: Option<PathBuf>,
     /// Epoch tick.
     pub epoch_tick: Duration,
@@ -107,7 +111,8 @@ fn hex(bytes: &[u8]) -> String {
 pub struct PluginEngine {
     engine: Engine,
     linker: Linker<StoreData>,
-    cache_dir: Option<PathBuf>,
+    /// The checked on-disk cache, if its directory and key passed their checks.
+    cache: Option<ModuleCache>,
     /// Identifies engine settings + wasmtime version: artifacts only load into a matching engine.
     fingerprint: String,
     compiled: Mutex<HashMap<String, Component>>,
@@ -144,11 +149,16 @@ impl PluginEngine {
         env!("CARGO_PKG_VERSION").hash(&mut h);
         let fingerprint = hex(&h.0.finalize()[..8]);
 
-        if let Some(dir) = &config.cache_dir
-            && let Err(e) = create_private_dir(dir)
-        {
-            tracing::warn!(dir = %dir.display(), error = %e, "module cache directory unusable; compiling in memory only");
-        }
+        let cache = config
+            .cache_dir
+            .as_deref()
+            .and_then(|dir| match ModuleCache::open(dir) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "module cache not used; compiling in memory only");
+                    None
+                }
+            });
 
         let stop = Arc::new(AtomicBool::new(false));
         let (ticker, flag, tick) = (
@@ -168,7 +178,7 @@ impl PluginEngine {
         Ok(Arc::new(Self {
             engine,
             linker,
-            cache_dir: config.cache_dir,
+            cache,
             fingerprint,
             compiled: Mutex::default(),
             tick,
@@ -222,31 +232,30 @@ impl PluginEngine {
         {
             return Ok(done(c.clone(), LoadSource::Memory));
         }
-        let path = self
-            .cache_dir
-            .as_ref()
-            .map(|d| d.join(format!("{key}.cwasm")));
-        if let Some(p) = path.as_ref().filter(|p| p.exists()) {
-            match load_precompiled(&self.engine, p) {
-                Ok(c) => {
-                    self.remember(&key, &c);
-                    return Ok(done(c, LoadSource::Disk));
-                }
+        if let Some(cache) = &self.cache {
+            match cache.get(&key) {
+                Ok(None) => {}
+                Ok(Some(art)) => match load_precompiled(&self.engine, &art) {
+                    Ok(c) => {
+                        self.remember(&key, &c);
+                        return Ok(done(c, LoadSource::Disk));
+                    }
+                    Err(e) => {
+                        tracing::warn!(path = %cache.artifact_path(&key).display(), error = %e, "precompiled module unusable; compiling again")
+                    }
+                },
                 Err(e) => {
-                    tracing::warn!(path = %p.display(), error = %e, "precompiled module unusable; compiling again")
+                    tracing::warn!(error = %e, "precompiled module not trusted; compiling again")
                 }
             }
         }
         let c = Component::new(&self.engine, bytes)
             .map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
-        if let Some(p) = &path {
+        if let Some(cache) = &self.cache {
             match c.serialize() {
                 Ok(art) => {
-                    let tmp = p.with_extension(format!("tmp{}", std::process::id()));
-                    if let Err(e) =
-                        std::fs::write(&tmp, art).and_then(|()| std::fs::rename(&tmp, p))
-                    {
-                        tracing::warn!(path = %p.display(), error = %e, "could not write the precompiled module");
+                    if let Err(e) = cache.put(&key, &art) {
+                        tracing::warn!(error = %e, "could not write the precompiled module");
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "could not serialize the compiled module"),
@@ -296,23 +305,14 @@ impl PluginEngine {
     }
 }
 
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    }
-    Ok(())
-}
-
-/// Loads an artifact this engine wrote.
+/// Loads artifact bytes this engine wrote, once [`ModuleCache::get`] has verified them.
 #[allow(unsafe_code)]
-fn load_precompiled(engine: &Engine, path: &Path) -> wasmtime::Result<Component> {
-    // SAFETY: `deserialize_file` trusts the file to be an artifact produced by
-    // `Component::serialize` for a compatible engine. Only this engine writes into the cache
-    // directory (created 0700), names files by module hash plus engine fingerprint, and writes
-    // them atomically (temp file + rename); wasmtime still checks the header and the engine
-    // compatibility before using the code.
-    unsafe { Component::deserialize_file(engine, path) }
+fn load_precompiled(engine: &Engine, verified: &[u8]) -> wasmtime::Result<Component> {
+    // SAFETY: `deserialize` trusts the bytes to be an artifact produced by
+    // `Component::serialize` for a compatible engine. These bytes were read once from a file in
+    // a directory owned by this user and closed to others, and carry a valid HMAC-SHA256 under
+    // this host's key (kept outside that directory) over their cache key (module hash + engine
+    // fingerprint) and contents: they are what this engine serialized for this very module.
+    // wasmtime still checks the header and engine compatibility before using the code.
+    unsafe { Component::deserialize(engine, verified) }
 }

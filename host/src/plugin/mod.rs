@@ -2,7 +2,8 @@
 //! `wisp:plugin/plugin`, see `wit/`) receiving its notifications over WIT from its own queue.
 //!
 //! - [`bindings`]: every `bindgen!` output.
-//! - [`engine`]: the shared engine, epoch ticker, compile cache.
+//! - [`engine`]: the shared engine, epoch ticker, compile cache; [`cache`]: its on-disk
+//!   artifacts, authenticated before use.
 //! - [`state`] / [`host_api`]: store data and the `host` interface (logs, cache reads within
 //!   grants, metrics); [`output`]: stdout/stderr to the log.
 //! - [`instance`]: one store + instance with deadline, memory cap and fuel.
@@ -14,6 +15,7 @@
 
 pub mod bindings;
 pub mod budget;
+pub mod cache;
 pub mod clock;
 pub mod cputime;
 pub mod engine;

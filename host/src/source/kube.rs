@@ -6,9 +6,20 @@
 //! `resourceVersion=0`, as client-go sends it, which `kube` drops when a limit is set). Responses
 //! are read as text: each object's metadata is extracted from its JSON span and the span kept as
 //! the object's JSON (re-assembled only to drop `managedFields`), so no JSON tree is built.
+//!
+//! Bodies are read with caps ([`SizeCaps`]): a watch event line longer than
+//! `watch_event` or a list response longer than `list_body` is not read further; the request
+//! fails with [`SourceError::TooLarge`] (the reflector relists after backoff) and is counted in
+//! [`oversized_responses`]. Defaults: 16 MiB per watch event, 512 MiB per list response. etcd
+//! refuses objects over 1.5 MiB (`--max-request-bytes`), so an event line is at most a few MiB
+//! of JSON even with escaping: 16 MiB leaves a wide margin and still bounds what a broken or
+//! hostile server can make the host buffer. Lists are paged (500 objects), but a list at
+//! resourceVersion "0" is served whole from the API server's watch cache, ignoring the page
+//! size: 512 MiB holds some 50,000 objects of 10 KiB; raise `maxListSize` for larger informers.
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -25,6 +36,45 @@ use crate::informer::object::{Object, ObjectMeta, OwnerRef};
 /// Annotation on the bookmark that ends a streaming list's initial events.
 pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 
+/// Most bytes of an error response read (a `Status` is small).
+const ERROR_BODY_CAP: usize = 1 << 20;
+
+/// How much of a response the host reads before giving up on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SizeCaps {
+    /// Longest watch event line, in bytes (`informers[].maxEventSize`).
+    pub watch_event: usize,
+    /// Longest list response body (one page), in bytes (`informers[].maxListSize`).
+    pub list_body: usize,
+}
+
+impl SizeCaps {
+    /// Default longest watch event line: 16 MiB.
+    pub const DEFAULT_WATCH_EVENT: usize = 16 << 20;
+    /// Default longest list response: 512 MiB.
+    pub const DEFAULT_LIST_BODY: usize = 512 << 20;
+}
+
+impl Default for SizeCaps {
+    fn default() -> Self {
+        Self {
+            watch_event: Self::DEFAULT_WATCH_EVENT,
+            list_body: Self::DEFAULT_LIST_BODY,
+        }
+    }
+}
+
+/// Responses refused for their size, per informer name.
+static OVERSIZED: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
+
+/// How many list responses and watch events of each informer were refused for their size.
+pub fn oversized_responses() -> BTreeMap<String, u64> {
+    OVERSIZED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+}
+
 /// Lists and watches one resource type through a `kube::Client`.
 #[derive(Clone)]
 pub struct KubeSource {
@@ -35,6 +85,10 @@ pub struct KubeSource {
     label_selector: Option<String>,
     field_selector: Option<String>,
     strip_managed_fields: bool,
+    /// How much of a response is read.
+    caps: SizeCaps,
+    /// The informer's name, in errors and in [`oversized_responses`].
+    name: String,
 }
 
 impl KubeSource {
@@ -72,6 +126,85 @@ impl KubeSource {
             label_selector: None,
             field_selector: None,
             strip_managed_fields: true,
+            caps: SizeCaps::default(),
+            name: String::new(),
+        }
+    }
+
+    /// Names the informer this source serves (in size errors and [`oversized_responses`]).
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Caps on a watch event line and a list response (default [`SizeCaps::default`]).
+    pub fn size_caps(mut self, caps: SizeCaps) -> Self {
+        self.caps = caps;
+        self
+    }
+
+    fn too_large(&self, what: &str, size: u64, cap: usize, setting: &'static str) -> SourceError {
+        *OVERSIZED
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(self.name.clone())
+            .or_default() += 1;
+        SourceError::TooLarge {
+            what: format!("informer {:?} ({}): {what}", self.name, self.describe()),
+            size,
+            cap: cap as u64,
+            setting,
+        }
+    }
+
+    /// Sends `req`; an error status becomes its `SourceError` (its body read up to 1 MiB).
+    async fn send(
+        &self,
+        req: http::Request<Vec<u8>>,
+    ) -> Result<http::Response<kube::client::Body>, SourceError> {
+        let res = self
+            .client
+            .send(req.map(kube::client::Body::from))
+            .await
+            .map_err(map_error)?;
+        let code = res.status();
+        if !(code.is_client_error() || code.is_server_error()) {
+            return Ok(res);
+        }
+        let body = read_capped(res.into_body(), ERROR_BODY_CAP).await;
+        let text = match &body {
+            Ok(b) => String::from_utf8_lossy(b).into_owned(),
+            Err(ReadError::TooLong(_)) => "error response too large".to_owned(),
+            Err(ReadError::Read(e)) => format!("reading the error response: {e}"),
+        };
+        Err(match serde_json::from_str::<Status>(&text) {
+            Ok(st) => map_status(&st),
+            Err(_) => SourceError::Api {
+                code: code.as_u16(),
+                reason: code.canonical_reason().unwrap_or("").to_owned(),
+                message: text.trim().to_owned(),
+            },
+        })
+    }
+
+    /// A list response body as text, read up to the list cap.
+    async fn list_body(&self, req: http::Request<Vec<u8>>) -> Result<String, SourceError> {
+        let res = self.send(req).await?;
+        let cap = self.caps.list_body;
+        let announced = res
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if let Some(n) = announced.filter(|n| *n > cap as u64) {
+            return Err(self.too_large("list response", n, cap, "maxListSize"));
+        }
+        match read_capped(res.into_body(), cap).await {
+            Ok(b) => String::from_utf8(b)
+                .map_err(|e| SourceError::Decode(format!("list: not UTF-8: {e}"))),
+            Err(ReadError::TooLong(n)) => {
+                Err(self.too_large("list response", n, cap, "maxListSize"))
+            }
+            Err(ReadError::Read(e)) => Err(SourceError::Connect(format!("reading the list: {e}"))),
         }
     }
 
@@ -112,7 +245,7 @@ impl KubeSource {
                 .map_err(|e: http::uri::InvalidUri| SourceError::Request(e.to_string()))?;
         }
         req.extensions_mut().insert("list");
-        let text = self.client.request_text(req).await.map_err(map_error)?;
+        let text = self.list_body(req).await?;
         let list: RawList<'_> =
             serde_json::from_str(&text).map_err(|e| SourceError::Decode(format!("list: {e}")))?;
         let items = list
@@ -151,14 +284,24 @@ impl KubeSource {
             .watch(&wp, &opts.resource_version)
             .map_err(|e| SourceError::Request(e.to_string()))?;
         req.extensions_mut().insert("watch");
-        let body = self.client.request_stream(req).await.map_err(map_error)?;
+        let res = self.send(req).await?;
         let me = self.clone();
-        Ok(futures::AsyncBufReadExt::lines(body)
+        let cap = self.caps.watch_event;
+        Ok(capped_lines(res.into_body(), cap)
             .filter_map(move |line| {
                 let out = match line {
-                    Ok(l) if l.trim().is_empty() => None,
-                    Ok(l) => Some(me.parse_event(&l)),
-                    Err(e) => Some(Err(SourceError::Connect(format!(
+                    Ok(l) if l.iter().all(u8::is_ascii_whitespace) => None,
+                    Ok(l) => Some(
+                        std::str::from_utf8(&l)
+                            .map_err(|e| {
+                                SourceError::Decode(format!("watch event: not UTF-8: {e}"))
+                            })
+                            .and_then(|l| me.parse_event(l)),
+                    ),
+                    Err(ReadError::TooLong(n)) => {
+                        Some(Err(me.too_large("watch event", n, cap, "maxEventSize")))
+                    }
+                    Err(ReadError::Read(e)) => Some(Err(SourceError::Connect(format!(
                         "reading the watch stream: {e}"
                     )))),
                 };
@@ -166,6 +309,94 @@ impl KubeSource {
             })
             .boxed())
     }
+}
+
+/// Why a body was not read whole.
+#[derive(Debug)]
+enum ReadError {
+    /// Longer than the cap: this many bytes had been read when reading stopped.
+    TooLong(u64),
+    /// The transport failed.
+    Read(kube::Error),
+}
+
+/// The whole of `body`, or [`ReadError::TooLong`] as soon as it passes `cap` bytes.
+async fn read_capped(body: kube::client::Body, cap: usize) -> Result<Vec<u8>, ReadError> {
+    use http_body_util::BodyExt;
+    let mut chunks = body.into_data_stream();
+    let mut buf = Vec::new();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(ReadError::Read)?;
+        if buf.len() + chunk.len() > cap {
+            return Err(ReadError::TooLong((buf.len() + chunk.len()) as u64));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf)
+}
+
+/// The lines of `body` (without their `\n`); a line longer than `cap` ends the stream with
+/// [`ReadError::TooLong`] once `cap` is passed, so at most `cap` plus one chunk is buffered.
+fn capped_lines(
+    body: kube::client::Body,
+    cap: usize,
+) -> impl futures::Stream<Item = Result<Vec<u8>, ReadError>> + Send + 'static {
+    use http_body_util::BodyExt;
+    struct Lines<S> {
+        chunks: S,
+        buf: Vec<u8>,
+        /// Start of the current line in `buf`.
+        start: usize,
+        /// Bytes of the current line already searched for `\n`.
+        scanned: usize,
+        done: bool,
+    }
+    let state = Lines {
+        chunks: body.into_data_stream(),
+        buf: Vec::new(),
+        start: 0,
+        scanned: 0,
+        done: false,
+    };
+    futures::stream::unfold(state, move |mut st| async move {
+        loop {
+            if st.done {
+                return None;
+            }
+            let from = st.start + st.scanned;
+            if let Some(p) = st.buf[from..].iter().position(|b| *b == b'\n') {
+                let end = from + p;
+                let line = st.buf[st.start..end].to_vec();
+                st.start = end + 1;
+                st.scanned = 0;
+                return Some((Ok(line), st));
+            }
+            st.scanned = st.buf.len() - st.start;
+            if st.scanned > cap {
+                st.done = true;
+                let n = st.scanned as u64;
+                return Some((Err(ReadError::TooLong(n)), st));
+            }
+            // Drop the lines already returned before reading more.
+            st.buf.drain(..st.start);
+            st.start = 0;
+            match st.chunks.next().await {
+                Some(Ok(chunk)) => st.buf.extend_from_slice(&chunk),
+                Some(Err(e)) => {
+                    st.done = true;
+                    return Some((Err(ReadError::Read(e)), st));
+                }
+                None => {
+                    st.done = true;
+                    if st.buf.is_empty() {
+                        return None;
+                    }
+                    let rest = std::mem::take(&mut st.buf);
+                    return Some((Ok(rest), st));
+                }
+            }
+        }
+    })
 }
 
 /// The parts of `metadata` the host extracts, read straight from the JSON text.

@@ -4,3 +4,4 @@ pub mod dir;
 pub mod filter;
 pub mod kube;
 pub mod memory;
+pub mod multi;

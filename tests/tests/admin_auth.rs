@@ -1,0 +1,159 @@
+//! The admin endpoints that act or reveal data need a bearer token unless the admin server
+//! listens on loopback only; health, readiness and metrics stay open.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::T;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use wisp_host::admin::{self, AdminAuth, AdminState};
+
+/// A protected endpoint: method and path.
+const PROTECTED: &[(&str, &str)] = &[
+    ("GET", "/plugins"),
+    ("GET", "/verdicts"),
+    ("GET", "/audit"),
+    ("POST", "/reload"),
+    ("POST", "/plugins/audit/reload"),
+];
+
+/// (status, body) of `method path` with an optional bearer token.
+async fn call(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(T, s.read_to_end(&mut raw))
+        .await
+        .expect("a reply in time")
+        .unwrap();
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let status = raw.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = raw.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    (status, body.to_owned())
+}
+
+/// Admin state whose reload action counts its calls.
+fn state(reloads: Arc<AtomicUsize>) -> AdminState {
+    AdminState {
+        reload: Some(Arc::new(move |_| {
+            reloads.fetch_add(1, Ordering::SeqCst);
+            Ok("reloaded".to_owned())
+        })),
+        ..AdminState::default()
+    }
+}
+
+/// Serves on every interface (a non-loopback address); returns the address to connect to.
+async fn serve_everywhere(state: AdminState, auth: AdminAuth) -> SocketAddr {
+    let l = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(admin::serve_with_auth(
+        l,
+        state,
+        auth,
+        std::future::pending(),
+    ));
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+#[tokio::test]
+async fn without_a_token_a_non_loopback_admin_refuses_protected_endpoints_but_serves_metrics() {
+    let reloads = Arc::new(AtomicUsize::new(0));
+    let l = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let addr = SocketAddr::from(([127, 0, 0, 1], l.local_addr().unwrap().port()));
+    tokio::spawn(admin::serve(
+        l,
+        state(reloads.clone()),
+        std::future::pending(),
+    ));
+    for (m, p) in PROTECTED {
+        let (code, body) = call(addr, m, p, None).await;
+        assert_eq!(code, 403, "{m} {p}: {body}");
+        assert!(body.contains("admin.tokenFile"), "{m} {p}: {body}");
+    }
+    assert_eq!(reloads.load(Ordering::SeqCst), 0, "no reload ran");
+    assert_eq!(call(addr, "GET", "/healthz", None).await.0, 200);
+    assert_eq!(call(addr, "GET", "/readyz", None).await.0, 200);
+    let (code, body) = call(addr, "GET", "/metrics", None).await;
+    assert_eq!(code, 200);
+    assert!(body.contains("# EOF"), "{body}");
+}
+
+#[tokio::test]
+async fn with_a_token_file_protected_endpoints_need_that_token_read_again_when_it_changes() {
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("token");
+    std::fs::write(&file, "s3cret-one\n").unwrap();
+    let reloads = Arc::new(AtomicUsize::new(0));
+    let addr = serve_everywhere(
+        state(reloads.clone()),
+        AdminAuth {
+            token_file: Some(file.clone()),
+        },
+    )
+    .await;
+    for (m, p) in PROTECTED {
+        let (code, body) = call(addr, m, p, None).await;
+        assert_eq!(code, 401, "{m} {p} without a token: {body}");
+        let (code, body) = call(addr, m, p, Some("s3cret-on")).await;
+        assert_eq!(code, 401, "{m} {p} with a wrong token: {body}");
+    }
+    assert_eq!(reloads.load(Ordering::SeqCst), 0);
+    for (m, p) in &PROTECTED[..4] {
+        let (code, body) = call(addr, m, p, Some("s3cret-one")).await;
+        assert_eq!(code, 200, "{m} {p} with the token: {body}");
+    }
+    assert_eq!(reloads.load(Ordering::SeqCst), 1, "POST /reload ran");
+    assert_eq!(call(addr, "GET", "/metrics", None).await.0, 200);
+
+    // A rotated token (a new Secret mounted) takes effect without a restart.
+    std::fs::write(&file, "s3cret-two-rotated\n").unwrap();
+    assert_eq!(call(addr, "GET", "/audit", Some("s3cret-one")).await.0, 401);
+    assert_eq!(
+        call(addr, "GET", "/audit", Some("s3cret-two-rotated"))
+            .await
+            .0,
+        200
+    );
+}
+
+#[tokio::test]
+async fn on_loopback_without_a_token_every_endpoint_answers() {
+    let reloads = Arc::new(AtomicUsize::new(0));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(admin::serve(
+        l,
+        state(reloads.clone()),
+        std::future::pending(),
+    ));
+    for (m, p) in &PROTECTED[..4] {
+        assert_eq!(call(addr, m, p, None).await.0, 200, "{m} {p}");
+    }
+    assert_eq!(reloads.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_metrics_address_serves_only_the_open_endpoints() {
+    let l = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let addr = SocketAddr::from(([127, 0, 0, 1], l.local_addr().unwrap().port()));
+    tokio::spawn(admin::serve_metrics(
+        l,
+        state(Arc::new(AtomicUsize::new(0))),
+        std::future::pending(),
+    ));
+    assert_eq!(call(addr, "GET", "/metrics", None).await.0, 200);
+    assert_eq!(call(addr, "GET", "/healthz", None).await.0, 200);
+    for (m, p) in PROTECTED {
+        assert_eq!(call(addr, m, p, Some("anything")).await.0, 404, "{m} {p}");
+    }
+}

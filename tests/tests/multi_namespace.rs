@@ -1,0 +1,84 @@
+//! An informer on several namespaces lists and watches in each of them, never cluster-wide, so
+//! the Role per namespace that `wisp rbac` prints is enough for it.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use wisp_host::app::{RunOptions, build_informers};
+use wisp_host::config::Config;
+use wisp_tests::{Verb, pod};
+
+fn expected(server: &wisp_tests::TestApiServer) -> BTreeMap<String, String> {
+    server_state(server)
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("team-a/") || k.starts_with("team-b/"))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_informer_on_two_namespaces_lists_and_watches_only_in_them() {
+    let server = wisp_tests::TestApiServer::start().await.unwrap();
+    for (ns, name) in [("team-a", "a-1"), ("team-b", "b-1"), ("other", "o-1")] {
+        server.create(pod(ns, name)).unwrap();
+    }
+    let d = tempfile::tempdir().unwrap();
+    let config = Config::parse(
+        "source: kube\ninformers:\n  - {name: pods, apiVersion: v1, kind: Pod, namespaces: [team-a, team-b]}\n",
+        "wisp.yaml",
+        d.path(),
+    )
+    .unwrap();
+    let opts = RunOptions {
+        client: Some(server.client_no_retry()),
+        ..RunOptions::default()
+    };
+    let (informers, _, _) = build_informers(&config, &opts, None).await.unwrap();
+    let inf = informers[0].clone();
+    let _stop = start(&inf);
+    until("synced", || inf.has_synced()).await;
+    assert_eq!(cache_state(&inf), expected(&server));
+
+    // Changes in both namespaces arrive; the other namespace's do not.
+    server.create(pod("team-b", "b-2")).unwrap();
+    server.update(touched(pod("team-a", "a-1"), 1)).unwrap();
+    server.create(pod("other", "o-2")).unwrap();
+    until("watched", || cache_state(&inf) == expected(&server)).await;
+
+    // The watches end; each namespace resumes from its own resourceVersion, without a relist.
+    server.wait_for_open_watches(2, T).await.unwrap();
+    server.close_watches();
+    server.create(pod("team-a", "a-2")).unwrap();
+    server.delete("v1", "Pod", Some("team-b"), "b-1").unwrap();
+    until("watched again", || cache_state(&inf) == expected(&server)).await;
+    assert_eq!(lists(&server).len(), 2, "one list per namespace, no relist");
+
+    let requests: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| matches!(r.verb, Verb::List | Verb::Watch))
+        .collect();
+    assert!(requests.len() >= 6, "{requests:#?}");
+    for r in &requests {
+        assert!(
+            r.path == "/api/v1/namespaces/team-a/pods"
+                || r.path == "/api/v1/namespaces/team-b/pods",
+            "only namespaced requests: {} {:?}",
+            r.path,
+            r.query
+        );
+    }
+    let rewatch: Vec<String> = requests
+        .iter()
+        .filter(|r| r.verb == Verb::Watch)
+        .skip(2)
+        .take(2)
+        .map(rv_of)
+        .collect();
+    assert_eq!(rewatch.len(), 2);
+    assert!(
+        rewatch.iter().all(|rv| rv.parse::<u64>().is_ok()),
+        "each namespace resumes from a plain resourceVersion of its own: {rewatch:?}"
+    );
+}
