@@ -1,7 +1,7 @@
 //! Least-privilege RBAC for a config: `list` and `watch` on the resources the informers read,
 //! and the verbs of the plugins' action grants (`patch` for patch; `patch` and `create` for
-//! apply, which creates a missing object; `create` for Events, also for plugins whose violations
-//! become Events) — through a Role (and RoleBinding) in each namespace when the informer or grant
+//! apply, which creates a missing object; `create` for Events, verdict Events included, which
+//! need that grant) — through a Role (and RoleBinding) in each namespace when the informer or grant
 //! is limited to namespaces, however many, and through a ClusterRole only when it is not (all
 //! namespaces, or cluster-scoped kinds). An informer on several namespaces lists and watches in
 //! each of them (`source::multi`), so a Role per namespace is all it needs.
@@ -87,7 +87,6 @@ pub fn generate(config: &Config, name: &str, namespace: &str) -> String {
         // Each namespace is listed and watched on its own: a Role in each.
         scopes.grant(inf.namespaces.as_deref(), &r, &["list", "watch"]);
     }
-    let events = resource("v1", "Event");
     for p in &config.plugins {
         for g in &p.actions.grants {
             let r = resource(&g.api_version, &g.kind);
@@ -98,27 +97,6 @@ pub fn generate(config: &Config, name: &str, namespace: &str) -> String {
                     ActionVerb::Create => &["create"],
                 };
                 scopes.grant(g.namespaces.as_deref(), &r, verbs);
-            }
-        }
-        if p.verdicts.events {
-            // Events go to the namespaces of the objects the plugin sees.
-            let mut nss: BTreeSet<String> = BTreeSet::new();
-            let mut cluster = false;
-            for i in config
-                .informers
-                .iter()
-                .filter(|i| p.informers.contains(&i.name))
-            {
-                match &i.namespaces {
-                    Some(list) => nss.extend(list.iter().cloned()),
-                    None => cluster = true,
-                }
-            }
-            if cluster {
-                scopes.grant(None, &events, &["create"]);
-            } else {
-                let list: Vec<String> = nss.into_iter().collect();
-                scopes.grant(Some(&list), &events, &["create"]);
             }
         }
     }
@@ -217,7 +195,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         std::fs::write(d.path().join("p.wasm"), b"").unwrap();
         let cfg = Config::parse(
-            "source: kube\ninformers:\n  - {name: pods, apiVersion: v1, kind: Pod, namespaces: [shop]}\n  - {name: nss, apiVersion: v1, kind: Namespace}\nplugins:\n  - name: labeler\n    module: p.wasm\n    informers: [pods]\n    verdicts: { events: true }\n    actions:\n      grants:\n        - {verbs: [patch], apiVersion: v1, kind: Pod, namespaces: [shop]}\n        - {verbs: [apply], apiVersion: v1, kind: ConfigMap}\n",
+            "source: kube\ninformers:\n  - {name: pods, apiVersion: v1, kind: Pod, namespaces: [shop]}\n  - {name: nss, apiVersion: v1, kind: Namespace}\nplugins:\n  - name: labeler\n    module: p.wasm\n    informers: [pods]\n    verdicts: { events: true }\n    actions:\n      grants:\n        - {verbs: [patch], apiVersion: v1, kind: Pod, namespaces: [shop]}\n        - {verbs: [create], apiVersion: v1, kind: Event, namespaces: [shop]}\n        - {verbs: [apply], apiVersion: v1, kind: ConfigMap}\n",
             "wisp.yaml",
             d.path(),
         )
@@ -230,7 +208,7 @@ mod tests {
         assert!(role.contains("namespace: shop"), "{role}");
         assert!(
             role.contains("resources: [\"events\"]\n    verbs: [create]\n"),
-            "verdict events in the informer's namespace: {role}"
+            "verdict Events as the plugin's Event grant gives them: {role}"
         );
         assert!(
             role.contains("resources: [\"pods\"]\n    verbs: [list, watch, patch]\n"),
