@@ -51,6 +51,14 @@ Size caps (per informer): a watch event line over maxEventSize (default 16Mi) or
   and the cap, wisp_informer_oversized_responses_total counts it, and the informer relists after
   backoff. etcd refuses objects over 1.5 MiB; a list at resourceVersion 0 comes unpaged from the
   API server's watch cache, so raise maxListSize for informers of over ~50,000 objects of 10 KiB.
+
+Plugin limits (per plugin, `limits:`): memory 64Mi, one budget for all of an instance's linear
+  memories and tables; deadline 50ms per call, CPU time plus time blocked in WASI (a sleep is
+  cut at the deadline), in instantiation, describe, init, handle, snapshot and restore. Fixed
+  bounds: log lines 8 KiB, escaped to one line, 64 KiB/s per plugin (burst 512 KiB; over it
+  dropped and counted); 1,000 metric series and 256 KiB of names and labels per plugin; error
+  messages 4 KiB. The host warns at start when twice the sum of the memory budgets (a reload
+  holds two instances) is over the container's memory limit. See SECURITY.md.
 ";
 
 #[derive(Subcommand)]
