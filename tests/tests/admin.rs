@@ -144,7 +144,15 @@ async fn readyz_names_the_informer_and_the_plugin_until_they_sync_then_answers_r
     rig.run().await;
     until("plugin synced", || audit.has_synced()).await;
     let r = admin.get("/readyz").await;
-    assert_eq!((r.status, r.body.as_str()), (200, "ready\n"));
+    let rv = rig.inf.stats().last_sync_resource_version;
+    assert!(!rv.is_empty());
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (
+            200,
+            format!("ready\ninformer pods: synced, last resourceVersion {rv}\n").as_str()
+        )
+    );
     admin.stop().await;
 }
 
@@ -171,6 +179,12 @@ async fn metrics_report_cache_size_deliveries_latency_buckets_and_the_plugins_ow
     assert_eq!(m(r#"wisp_informer_synced{informer="pods"}"#), 1.0);
     assert_eq!(m(r#"wisp_informer_lists_total{informer="pods"}"#), 1.0);
     assert_eq!(m(r#"wisp_informer_relists_total{informer="pods"}"#), 0.0);
+    assert_eq!(m(r#"wisp_informer_queued_items{informer="pods"}"#), 0.0);
+    let rv: f64 = rig.inf.stats().last_sync_resource_version.parse().unwrap();
+    assert_eq!(
+        m(r#"wisp_informer_store_resource_version{informer="pods"}"#),
+        rv
+    );
     assert_eq!(m(r#"wisp_plugin_delivered_total{plugin="audit"}"#), 4.0);
     assert_eq!(m(r#"wisp_plugin_quarantined{plugin="audit"}"#), 0.0);
     assert_eq!(m(r#"wisp_plugin_queue_depth{plugin="audit"}"#), 0.0);
@@ -289,10 +303,14 @@ async fn a_quarantined_plugin_is_listed_with_its_reason_and_does_not_hold_readin
     let lines: Vec<&str> = r.body.lines().collect();
     assert_eq!(lines[0], "ready");
     assert!(
-        lines[1].starts_with("plugin failing: quarantined: "),
+        lines[1].starts_with("informer pods: synced, last resourceVersion "),
         "{lines:?}"
     );
-    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines[2].starts_with("plugin failing: quarantined: "),
+        "{lines:?}"
+    );
+    assert_eq!(lines.len(), 3, "{lines:?}");
 
     let r = admin.get("/metrics").await;
     assert_eq!(

@@ -99,9 +99,19 @@ impl Collector for Live {
             by_informer(|s| s.cache_size as u64),
         )?;
         out.gauge(
-            "informer_fifo_depth",
-            "Keys waiting in the DeltaFIFO.",
+            "informer_queued_items",
+            "Items waiting in the informer's queue (client-go's queued items: keys with pending \
+             deltas in a DeltaFIFO).",
             by_informer(|s| s.fifo_depth as u64),
+        )?;
+        out.gauge(
+            "informer_store_resource_version",
+            "The last resourceVersion the informer's store synced, as a number (client-go's store \
+             resource version; absent while it is not a number).",
+            informers.iter().filter_map(|(n, s, _)| {
+                let rv = s.last_sync_resource_version.parse::<u64>().ok()?;
+                Some(([("informer", *n)], rv))
+            }),
         )?;
         out.gauge(
             "informer_synced",

@@ -162,6 +162,9 @@ async fn not_found() -> (StatusCode, &'static str) {
 pub struct Readiness {
     /// One line per informer or plugin not synced yet.
     pub waiting: Vec<String>,
+    /// One line per synced informer, with the last resourceVersion it synced
+    /// (client-go's `LastSyncResourceVersion`).
+    pub synced: Vec<String>,
     /// One line per quarantined plugin.
     pub quarantined: Vec<String>,
 }
@@ -173,13 +176,19 @@ impl Readiness {
     }
 }
 
-/// `ready` when ready; then one line per item waiting, then per plugin quarantined.
+/// `ready` when ready; then one line per item waiting, per informer synced (with its last
+/// resourceVersion), then per plugin quarantined.
 impl std::fmt::Display for Readiness {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.ready() {
             writeln!(f, "ready")?;
         }
-        for line in self.waiting.iter().chain(&self.quarantined) {
+        for line in self
+            .waiting
+            .iter()
+            .chain(&self.synced)
+            .chain(&self.quarantined)
+        {
             writeln!(f, "{line}")?;
         }
         Ok(())
@@ -194,6 +203,12 @@ pub fn readiness(state: &AdminState) -> Readiness {
         if !inf.has_synced() {
             r.waiting
                 .push(format!("informer {}: not synced", inf.name()));
+        } else {
+            r.synced.push(format!(
+                "informer {}: synced, last resourceVersion {}",
+                inf.name(),
+                inf.stats().last_sync_resource_version
+            ));
         }
     }
     for p in state.plugins() {
