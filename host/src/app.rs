@@ -154,6 +154,14 @@ pub async fn build_informers(
                 ..ReflectorConfig::default()
             },
             executor: executor.cloned(),
+            transform: match &inf.fields {
+                Some(paths) => Some(
+                    crate::informer::mask::FieldMask::parse(paths)
+                        .map_err(|e| anyhow::anyhow!("informer {:?}: fields: {e}", inf.name))?
+                        .transform(),
+                ),
+                None => None,
+            },
             ..InformerSettings::default()
         };
         let informer = SharedInformer::new(inf.name.clone(), lw, settings);

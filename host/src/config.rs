@@ -12,6 +12,7 @@
 //!     fieldSelector: spec.nodeName=n1
 //!     resync: 5m
 //!     indexes: [label:app, ownerUid, field:spec.nodeName]
+//!     fields: [spec.nodeName, status.phase]   # keep only these paths (and the identity)
 //!     maxEventSize: 16Mi       # longest watch event read (default); longer: refused, relist
 //!     maxListSize: 512Mi       # longest list response read (default)
 //! plugins:
@@ -264,6 +265,10 @@ pub struct InformerConfig {
     /// Drop `metadata.managedFields` (default true).
     #[serde(default = "yes")]
     pub strip_managed_fields: bool,
+    /// Keep only these paths of each object (`spec.nodeName`, `spec.containers.image`, ...)
+    /// besides `apiVersion`, `kind` and `metadata`; omitted = the whole object.
+    #[serde(default)]
+    pub fields: Option<Vec<String>>,
     /// Longest watch event the host reads (default 16Mi); a longer one is refused, counted,
     /// and followed by a relist after backoff.
     #[serde(default)]
@@ -704,6 +709,12 @@ impl Config {
             }
             for (j, ix) in inf.indexes.iter().enumerate() {
                 IndexSpec::parse(ix).map_err(|e| self.error(at(&format!("indexes[{j}]")), e))?;
+            }
+            if let Some(fields) = &inf.fields {
+                for (j, f) in fields.iter().enumerate() {
+                    crate::informer::mask::FieldMask::parse(std::slice::from_ref(f))
+                        .map_err(|e| self.error(at(&format!("fields[{j}]")), e))?;
+                }
             }
         }
         let mut plugin_names = BTreeSet::new();

@@ -31,6 +31,7 @@ pub mod indexer;
 pub mod key;
 pub mod listener;
 pub mod lister_watcher;
+pub mod mask;
 pub mod object;
 pub mod processor;
 pub mod reflector;

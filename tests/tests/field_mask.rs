@@ -1,0 +1,62 @@
+//! An informer with `fields:` keeps only those paths of each object (besides its identity), on
+//! the list and on every watch event: the cache's memory follows what plugins read.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use wisp_host::app::{RunOptions, build_informers};
+use wisp_host::config::Config;
+use wisp_tests::pod;
+
+fn cached_bytes(inf: &wisp_host::informer::SharedInformer) -> usize {
+    inf.cache().list().iter().map(|o| o.heap_size()).sum()
+}
+
+#[tokio::test]
+async fn an_informer_with_fields_keeps_only_those_paths_of_each_object() {
+    let server = wisp_tests::TestApiServer::start().await.unwrap();
+    for i in 0..20 {
+        server.create(pod("default", &format!("p-{i}"))).unwrap();
+    }
+    let d = tempfile::tempdir().unwrap();
+    let config = Config::parse(
+        "source: kube\ninformers:\n  - {name: full, apiVersion: v1, kind: Pod}\n  - {name: masked, apiVersion: v1, kind: Pod, fields: [spec.nodeName, spec.containers.image, status.phase]}\n",
+        "wisp.yaml",
+        d.path(),
+    )
+    .unwrap();
+    let opts = RunOptions {
+        client: Some(server.client_no_retry()),
+        ..RunOptions::default()
+    };
+    let (informers, _, _) = build_informers(&config, &opts, None).await.unwrap();
+    let (full, masked) = (informers[0].clone(), informers[1].clone());
+    let _stops = (start(&full), start(&masked));
+    until("synced", || full.has_synced() && masked.has_synced()).await;
+    let mut changed = pod("default", "p-0");
+    changed["spec"]["nodeName"] = json!("node-9");
+    server.update(touched(changed, 1)).unwrap();
+    until("watched", || cache_state(&masked) == server_state(&server)).await;
+
+    let p0 = masked.cache().get_by_key("default/p-0").unwrap().to_value();
+    assert_eq!(p0["spec"]["nodeName"], "node-9", "{p0}");
+    let whole = full.cache().get_by_key("default/p-0").unwrap().to_value();
+    assert_eq!(p0["metadata"], whole["metadata"]);
+    let spec = p0["spec"].as_object().unwrap();
+    assert_eq!(
+        spec.keys().collect::<Vec<_>>(),
+        ["containers", "nodeName"],
+        "{p0}"
+    );
+    for c in p0["spec"]["containers"].as_array().unwrap() {
+        assert_eq!(
+            c.as_object().unwrap().keys().collect::<Vec<_>>(),
+            ["image"],
+            "{p0}"
+        );
+    }
+    let (f, m) = (cached_bytes(&full), cached_bytes(&masked));
+    assert!(m < f, "masked cache {m} bytes, full {f}");
+    println!("cached bytes per pod: full {} masked {}", f / 20, m / 20);
+}
