@@ -45,11 +45,23 @@ struct FileState {
     objects: Vec<Value>,
 }
 
+/// An object the directory defines, with the resourceVersion of its last change and its uid:
+/// one sequence and one uid for the whole directory cluster, whichever informers keep it.
+struct Defined {
+    value: Value,
+    rv: u64,
+    uid: String,
+}
+
 #[derive(Default)]
 struct State {
     files: BTreeMap<PathBuf, FileState>,
     /// The objects the directory defines now.
-    current: BTreeMap<ObjKey, Value>,
+    current: BTreeMap<ObjKey, Defined>,
+    /// The cluster's resourceVersion: one more per change of any object.
+    rv: u64,
+    /// uids given so far.
+    uids: u64,
     sources: Vec<(ObjectFilter, MemorySource)>,
     /// Files that failed to parse, with the error (reported once per change).
     errors: BTreeMap<PathBuf, String>,
@@ -172,8 +184,8 @@ impl DirCluster {
     pub fn source(&self, filter: ObjectFilter) -> MemorySource {
         let mut st = self.lock();
         let src = MemorySource::new();
-        for v in st.current.values() {
-            apply_if_kept(&src, &filter, v.clone());
+        for d in st.current.values() {
+            apply_if_kept(&src, &filter, d);
         }
         st.sources.push((filter, src.clone()));
         src
@@ -228,33 +240,52 @@ impl DirCluster {
         st.files.retain(|p, _| seen.contains_key(p));
         st.errors.retain(|p, _| seen.contains_key(p));
 
-        let mut next: BTreeMap<ObjKey, Value> = BTreeMap::new();
+        let mut defined: BTreeMap<ObjKey, Value> = BTreeMap::new();
         for f in st.files.values() {
             for v in &f.objects {
                 if let Some(k) = key_of(v) {
-                    next.insert(k, v.clone());
+                    defined.insert(k, v.clone());
                 }
             }
         }
-        let prev = std::mem::take(&mut st.current);
-        for (k, v) in &next {
-            if prev.get(k) != Some(v) {
-                for (f, src) in &st.sources {
-                    apply_if_kept(src, f, v.clone());
-                }
-            }
-        }
-        for (k, v) in &prev {
-            if !next.contains_key(k) {
-                let key = if k.2.is_empty() {
-                    k.3.clone()
-                } else {
-                    format!("{}/{}", k.2, k.3)
-                };
-                for (f, src) in &st.sources {
-                    if Object::from_value(v.clone(), true).is_ok_and(|o| f.keeps(&o)) {
-                        src.delete(&key);
+        let mut prev = std::mem::take(&mut st.current);
+        let mut next: BTreeMap<ObjKey, Defined> = BTreeMap::new();
+        for (k, v) in defined {
+            let d = match prev.remove(&k) {
+                Some(d) if d.value == v => d,
+                old => {
+                    st.rv += 1;
+                    let uid = match old {
+                        Some(d) => d.uid,
+                        None => {
+                            st.uids += 1;
+                            format!("dir-{:08}", st.uids)
+                        }
+                    };
+                    let d = Defined {
+                        value: v,
+                        rv: st.rv,
+                        uid,
+                    };
+                    for (f, src) in &st.sources {
+                        apply_if_kept(src, f, &d);
                     }
+                    d
+                }
+            };
+            next.insert(k, d);
+        }
+        // What is left of `prev` is gone.
+        for (k, d) in prev {
+            st.rv += 1;
+            let key = if k.2.is_empty() {
+                k.3.clone()
+            } else {
+                format!("{}/{}", k.2, k.3)
+            };
+            for (f, src) in &st.sources {
+                if Object::from_value(d.value.clone(), true).is_ok_and(|o| f.keeps(&o)) {
+                    src.delete_at(&key, st.rv);
                 }
             }
         }
@@ -282,10 +313,10 @@ impl DirCluster {
     }
 }
 
-fn apply_if_kept(src: &MemorySource, filter: &ObjectFilter, v: Value) {
-    match Object::from_value(v.clone(), true) {
+fn apply_if_kept(src: &MemorySource, filter: &ObjectFilter, d: &Defined) {
+    match Object::from_value(d.value.clone(), true) {
         Ok(o) if filter.keeps(&o) => {
-            if let Err(e) = src.apply(v) {
+            if let Err(e) = src.apply_at(d.value.clone(), d.rv, &d.uid) {
                 tracing::error!(error = %e, "manifest object refused");
             }
         }
@@ -346,6 +377,69 @@ mod tests {
 
         std::fs::remove_file(d.path().join("a.yaml")).unwrap();
         c.rescan();
+        assert!(pods.objects().is_empty());
+    }
+
+    #[test]
+    fn one_uid_and_one_resource_version_sequence_for_the_whole_directory() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("a.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, labels: {team: a}}\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: c}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: c}\n",
+        )
+        .unwrap();
+        let c = DirCluster::open(d.path()).unwrap();
+        let of = |kind: &str, labels: Option<&str>| {
+            c.source(ObjectFilter {
+                api_version: "v1".into(),
+                kind: kind.into(),
+                labels: labels
+                    .map(|l| crate::informer::selector::LabelSelector::parse(l).unwrap())
+                    .unwrap_or_default(),
+                ..Default::default()
+            })
+        };
+        let (all, team, secrets, pods) = (
+            of("ConfigMap", None),
+            of("ConfigMap", Some("team=a")),
+            of("Secret", None),
+            of("Pod", None),
+        );
+        let id = |s: &MemorySource| {
+            let o = s.objects()["default/c"].clone();
+            (o.meta().uid.clone(), o.resource_version().to_owned())
+        };
+        assert_eq!(
+            id(&all),
+            id(&team),
+            "one object, one uid and resourceVersion"
+        );
+        let uids: std::collections::BTreeSet<String> =
+            [&all, &secrets, &pods].iter().map(|s| id(s).0).collect();
+        assert_eq!(
+            uids.len(),
+            3,
+            "objects of different kinds have their own uids"
+        );
+        let rvs: std::collections::BTreeSet<String> =
+            [&all, &secrets, &pods].iter().map(|s| id(s).1).collect();
+        assert_eq!(rvs.len(), 3, "each object its own place in one sequence");
+
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(
+            d.path().join("a.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, labels: {team: a, v: '2'}}\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: c}\n",
+        )
+        .unwrap();
+        c.rescan();
+        assert_eq!(id(&all), id(&team));
+        let (uid, rv) = id(&all);
+        assert_eq!(uid, id(&team).0, "an edit keeps the uid");
+        let pod_gone_rv = pods.resource_version();
+        assert!(
+            rv.parse::<u64>().unwrap() < pod_gone_rv,
+            "the deletion comes after the edit"
+        );
         assert!(pods.objects().is_empty());
     }
 

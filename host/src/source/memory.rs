@@ -89,12 +89,44 @@ impl MemorySource {
         Ok(obj)
     }
 
+    /// Creates or replaces the object with the resourceVersion `rv` and uid `uid` a cluster of
+    /// several sources gave it (see `dir`): every informer that keeps the object sees the same
+    /// ones. `rv` must be above every resourceVersion this source has seen.
+    pub fn apply_at(
+        &self,
+        mut value: Value,
+        rv: u64,
+        uid: &str,
+    ) -> Result<Arc<Object>, ObjectError> {
+        if let Some(md) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+            md.insert("resourceVersion".into(), Value::from(rv.to_string()));
+            md.insert("uid".into(), Value::from(uid));
+        }
+        let obj = Arc::new(Object::from_value(value, true)?);
+        let mut st = self.lock();
+        st.rv = st.rv.max(rv);
+        let key = object_key(&obj);
+        let change = if st.objects.insert(key, obj.clone()).is_some() {
+            Change::Modified(obj.clone())
+        } else {
+            Change::Added(obj.clone())
+        };
+        publish(&mut st, rv, change);
+        Ok(obj)
+    }
+
     /// Deletes the object stored under `key` (`namespace/name` or `name`).
     pub fn delete(&self, key: &str) -> Option<Arc<Object>> {
+        let rv = self.lock().rv + 1;
+        self.delete_at(key, rv)
+    }
+
+    /// [`MemorySource::delete`] at the resourceVersion `rv` a cluster of several sources gave the
+    /// deletion (see [`MemorySource::apply_at`]).
+    pub fn delete_at(&self, key: &str, rv: u64) -> Option<Arc<Object>> {
         let mut st = self.lock();
         let old = st.objects.remove(key)?;
-        st.rv += 1;
-        let rv = st.rv;
+        st.rv = st.rv.max(rv);
         let mut meta = old.meta().clone();
         meta.resource_version = rv.to_string();
         let mut v = old.to_value();
