@@ -87,10 +87,23 @@ fn key_of(v: &Value) -> Option<ObjKey> {
     Some((s("/apiVersion"), s("/kind"), s("/metadata/namespace"), name))
 }
 
-/// Parses a manifest file into objects: several documents, `kind: List` expanded, namespaces
-/// defaulted.
-pub fn parse_manifests(text: &str) -> Result<Vec<Value>, String> {
-    let mut out = Vec::new();
+/// A manifest file read: its objects, and what was wrong with the documents left out.
+#[derive(Debug, Default, PartialEq)]
+pub struct Manifests {
+    /// The objects, namespaces defaulted.
+    pub objects: Vec<Value>,
+    /// One line per document left out (the others still count).
+    pub skipped: Vec<String>,
+}
+
+/// Parses a manifest file into objects: several documents, `kind: List` expanded, a leading
+/// byte-order mark ignored, namespaces defaulted, `generateName` given a name (stable for the
+/// file and document, so a rescan changes nothing). A document that is not a valid object is
+/// skipped and named in [`Manifests::skipped`]; YAML that does not parse fails the whole file
+/// (its previous objects are kept: see [`DirCluster::rescan`]).
+pub fn parse_manifests(text: &str) -> Result<Manifests, String> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut out = Manifests::default();
     for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
         let v = Value::deserialize(doc).map_err(|e| format!("document {}: {e}", i + 1))?;
         if v.is_null() {
@@ -100,6 +113,7 @@ pub fn parse_manifests(text: &str) -> Result<Vec<Value>, String> {
             .get("kind")
             .and_then(Value::as_str)
             .is_some_and(|k| k.ends_with("List"))
+            && v.get("items").is_some()
         {
             v.get("items")
                 .and_then(Value::as_array)
@@ -108,9 +122,21 @@ pub fn parse_manifests(text: &str) -> Result<Vec<Value>, String> {
         } else {
             vec![v]
         };
-        for mut item in items {
+        for (j, mut item) in items.into_iter().enumerate() {
             if !item.is_object() {
-                return Err(format!("document {}: not an object", i + 1));
+                out.skipped
+                    .push(format!("document {}: not an object", i + 1));
+                continue;
+            }
+            let generate = item
+                .pointer("/metadata/generateName")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            if let Some(prefix) = generate
+                && item.pointer("/metadata/name").is_none()
+            {
+                let suffix = stable_suffix(text, i, j);
+                item["metadata"]["name"] = Value::from(format!("{prefix}{suffix}"));
             }
             let kind = item
                 .get("kind")
@@ -118,22 +144,52 @@ pub fn parse_manifests(text: &str) -> Result<Vec<Value>, String> {
                 .unwrap_or("")
                 .to_owned();
             if key_of(&item).is_none() {
-                return Err(format!(
-                    "document {}: an object needs apiVersion, kind and metadata.name",
+                out.skipped.push(format!(
+                    "document {}: an object needs apiVersion, kind and metadata.name (or generateName)",
                     i + 1
                 ));
+                continue;
             }
             let md = &mut item["metadata"];
             if md.get("namespace").is_none() && !CLUSTER_SCOPED.contains(&kind.as_str()) {
                 md["namespace"] = Value::from("default");
             }
-            out.push(item);
+            out.objects.push(item);
         }
     }
     Ok(out)
 }
 
+/// Five characters from `[a-z0-9]` for a `generateName`, the same for the same document of the
+/// same file content (the API server picks random ones; a rescan must not rename the object).
+fn stable_suffix(text: &str, doc: usize, item: usize) -> String {
+    use sha2::Digest;
+    let h = sha2::Sha256::digest(format!("{doc}/{item}/{text}").as_bytes());
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    h.iter()
+        .take(5)
+        .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char)
+        .collect()
+}
+
+/// The manifest files under `dir`, following links to directories once each (a link loop is
+/// not followed round).
 fn manifest_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut seen = std::collections::HashSet::new();
+    manifest_files_in(dir, out, &mut seen);
+}
+
+fn manifest_files_in(
+    dir: &Path,
+    out: &mut Vec<PathBuf>,
+    seen: &mut std::collections::HashSet<PathBuf>,
+) {
+    let Ok(real) = std::fs::canonicalize(dir) else {
+        return;
+    };
+    if !seen.insert(real) {
+        return;
+    }
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
     };
@@ -147,7 +203,7 @@ fn manifest_files(dir: &Path, out: &mut Vec<PathBuf>) {
             continue;
         }
         if p.is_dir() {
-            manifest_files(&p, out);
+            manifest_files_in(&p, out, seen);
         } else if p
             .extension()
             .and_then(|x| x.to_str())
@@ -215,9 +271,17 @@ impl DirCluster {
                 .map_err(|e| e.to_string())
                 .and_then(|t| parse_manifests(&t));
             match parsed {
-                Ok(objects) => {
-                    if st.errors.remove(&p).is_some() {
-                        tracing::info!(file = %p.display(), "manifest parses again");
+                Ok(Manifests { objects, skipped }) => {
+                    if skipped.is_empty() {
+                        if st.errors.remove(&p).is_some() {
+                            tracing::info!(file = %p.display(), "manifest parses again");
+                        }
+                    } else {
+                        let e = skipped.join("; ");
+                        if st.errors.get(&p) != Some(&e) {
+                            tracing::error!(file = %p.display(), error = %e, "manifest documents skipped; the others count");
+                        }
+                        st.errors.insert(p.clone(), e);
                     }
                     st.files.insert(p, FileState { stamp, objects });
                 }
@@ -441,6 +505,51 @@ mod tests {
             "the deletion comes after the edit"
         );
         assert!(pods.objects().is_empty());
+    }
+
+    #[test]
+    fn a_bad_document_skips_only_itself_and_a_bom_generate_name_and_a_list_kind_are_read() {
+        let text = "\u{feff}apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\njust a string\n---\napiVersion: v1\nkind: Pod\nmetadata: {generateName: web-}\n---\napiVersion: v1\nkind: Pod\nmetadata: {labels: {a: b}}\n---\napiVersion: example.com/v1\nkind: WidgetList\nmetadata: {name: w}\n";
+        let m = parse_manifests(text).unwrap();
+        let names: Vec<&str> = m
+            .objects
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names.len(), 3, "{names:?} {:?}", m.skipped);
+        assert_eq!(names[0], "a");
+        assert!(
+            names[1].starts_with("web-") && names[1].len() == 9,
+            "{names:?}"
+        );
+        assert_eq!(
+            names[2], "w",
+            "a kind ending in List without items is an object"
+        );
+        assert_eq!(m.skipped.len(), 2, "{:?}", m.skipped);
+        assert!(m.skipped[0].starts_with("document 2: not an object"));
+        assert!(m.skipped[1].starts_with("document 4: an object needs"));
+        assert_eq!(
+            parse_manifests(text).unwrap(),
+            m,
+            "generated names are stable"
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_symlink_loop_is_not_followed_round() {
+        let d = tempfile::tempdir().unwrap();
+        let sub = d.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        std::fs::write(
+            sub.join("p.yaml"),
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n",
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(d.path(), sub.join("loop")).unwrap();
+        let c = DirCluster::open(d.path()).unwrap();
+        assert_eq!(c.source(pods_filter()).objects().len(), 1);
     }
 
     #[test]
