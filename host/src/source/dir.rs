@@ -17,25 +17,112 @@ use super::filter::ObjectFilter;
 use super::memory::MemorySource;
 use crate::informer::Object;
 
-/// Kinds that have no namespace (objects of other kinds without one go to `default`).
-const CLUSTER_SCOPED: &[&str] = &[
-    "Namespace",
-    "Node",
-    "PersistentVolume",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "CustomResourceDefinition",
-    "StorageClass",
-    "PriorityClass",
-    "IngressClass",
-    "RuntimeClass",
-    "ValidatingWebhookConfiguration",
-    "MutatingWebhookConfiguration",
-    "APIService",
-    "CSIDriver",
-    "CSINode",
-    "VolumeAttachment",
+/// Built-in kinds that have no namespace (Kubernetes 1.36), by API group and kind; objects of
+/// other kinds are namespaced (`default` when they name none), except custom kinds whose
+/// CustomResourceDefinition in the directory says `scope: Cluster`.
+const CLUSTER_SCOPED: &[(&str, &str)] = &[
+    ("", "ComponentStatus"),
+    ("", "Namespace"),
+    ("", "Node"),
+    ("", "PersistentVolume"),
+    ("admissionregistration.k8s.io", "MutatingAdmissionPolicy"),
+    (
+        "admissionregistration.k8s.io",
+        "MutatingAdmissionPolicyBinding",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "MutatingWebhookConfiguration",
+    ),
+    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
+    (
+        "admissionregistration.k8s.io",
+        "ValidatingAdmissionPolicyBinding",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "ValidatingWebhookConfiguration",
+    ),
+    ("apiextensions.k8s.io", "CustomResourceDefinition"),
+    ("apiregistration.k8s.io", "APIService"),
+    ("authentication.k8s.io", "SelfSubjectReview"),
+    ("authentication.k8s.io", "TokenReview"),
+    ("authorization.k8s.io", "SelfSubjectAccessReview"),
+    ("authorization.k8s.io", "SelfSubjectRulesReview"),
+    ("authorization.k8s.io", "SubjectAccessReview"),
+    ("certificates.k8s.io", "CertificateSigningRequest"),
+    ("certificates.k8s.io", "ClusterTrustBundle"),
+    ("flowcontrol.apiserver.k8s.io", "FlowSchema"),
+    ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"),
+    ("internal.apiserver.k8s.io", "StorageVersion"),
+    ("networking.k8s.io", "IPAddress"),
+    ("networking.k8s.io", "IngressClass"),
+    ("networking.k8s.io", "ServiceCIDR"),
+    ("node.k8s.io", "RuntimeClass"),
+    ("rbac.authorization.k8s.io", "ClusterRole"),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+    ("resource.k8s.io", "DeviceClass"),
+    ("resource.k8s.io", "ResourceSlice"),
+    ("scheduling.k8s.io", "PriorityClass"),
+    ("storage.k8s.io", "CSIDriver"),
+    ("storage.k8s.io", "CSINode"),
+    ("storage.k8s.io", "StorageClass"),
+    ("storage.k8s.io", "VolumeAttachment"),
+    ("storage.k8s.io", "VolumeAttributesClass"),
+    ("storagemigration.k8s.io", "StorageVersionMigration"),
 ];
+
+/// The API group of an `apiVersion` (`""` for the core group).
+fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(g, _)| g)
+}
+
+/// Which (group, kind) pairs are cluster-scoped: the built-in ones and the custom kinds of the
+/// directory's CustomResourceDefinitions with `scope: Cluster`.
+struct Scopes(std::collections::BTreeSet<(String, String)>);
+
+impl Scopes {
+    fn of<'a>(objects: impl Iterator<Item = &'a Value>) -> Self {
+        let mut set: std::collections::BTreeSet<(String, String)> = CLUSTER_SCOPED
+            .iter()
+            .map(|(g, k)| ((*g).to_owned(), (*k).to_owned()))
+            .collect();
+        for v in objects {
+            if v.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition")
+                && v.pointer("/spec/scope").and_then(Value::as_str) == Some("Cluster")
+                && let (Some(g), Some(k)) = (
+                    v.pointer("/spec/group").and_then(Value::as_str),
+                    v.pointer("/spec/names/kind").and_then(Value::as_str),
+                )
+            {
+                set.insert((g.to_owned(), k.to_owned()));
+            }
+        }
+        Self(set)
+    }
+
+    /// `v` with the namespace its scope gives it: none for a cluster-scoped kind (whatever it
+    /// says), `default` for a namespaced one that names none (or `""`).
+    fn place(&self, mut v: Value) -> Value {
+        let api_version = v.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+        let kind = v.get("kind").and_then(Value::as_str).unwrap_or("");
+        let cluster = self
+            .0
+            .contains(&(group_of(api_version).to_owned(), kind.to_owned()));
+        if let Some(md) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+            if cluster {
+                md.remove("namespace");
+            } else if md
+                .get("namespace")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+            {
+                md.insert("namespace".into(), Value::from("default"));
+            }
+        }
+        v
+    }
+}
 
 /// Identity of an object across files: apiVersion, kind, namespace, name.
 type ObjKey = (String, String, String, String);
@@ -90,14 +177,15 @@ fn key_of(v: &Value) -> Option<ObjKey> {
 /// A manifest file read: its objects, and what was wrong with the documents left out.
 #[derive(Debug, Default, PartialEq)]
 pub struct Manifests {
-    /// The objects, namespaces defaulted.
+    /// The objects, as written (namespaces are placed by [`DirCluster::rescan`], which knows
+    /// the directory's CustomResourceDefinitions).
     pub objects: Vec<Value>,
     /// One line per document left out (the others still count).
     pub skipped: Vec<String>,
 }
 
 /// Parses a manifest file into objects: several documents, `kind: List` expanded, a leading
-/// byte-order mark ignored, namespaces defaulted, `generateName` given a name (stable for the
+/// byte-order mark ignored, `generateName` given a name (stable for the
 /// file and document, so a rescan changes nothing). A document that is not a valid object is
 /// skipped and named in [`Manifests::skipped`]; YAML that does not parse fails the whole file
 /// (its previous objects are kept: see [`DirCluster::rescan`]).
@@ -138,21 +226,12 @@ pub fn parse_manifests(text: &str) -> Result<Manifests, String> {
                 let suffix = stable_suffix(text, i, j);
                 item["metadata"]["name"] = Value::from(format!("{prefix}{suffix}"));
             }
-            let kind = item
-                .get("kind")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned();
             if key_of(&item).is_none() {
                 out.skipped.push(format!(
                     "document {}: an object needs apiVersion, kind and metadata.name (or generateName)",
                     i + 1
                 ));
                 continue;
-            }
-            let md = &mut item["metadata"];
-            if md.get("namespace").is_none() && !CLUSTER_SCOPED.contains(&kind.as_str()) {
-                md["namespace"] = Value::from("default");
             }
             out.objects.push(item);
         }
@@ -304,11 +383,13 @@ impl DirCluster {
         st.files.retain(|p, _| seen.contains_key(p));
         st.errors.retain(|p, _| seen.contains_key(p));
 
+        let scopes = Scopes::of(st.files.values().flat_map(|f| f.objects.iter()));
         let mut defined: BTreeMap<ObjKey, Value> = BTreeMap::new();
         for f in st.files.values() {
             for v in &f.objects {
-                if let Some(k) = key_of(v) {
-                    defined.insert(k, v.clone());
+                let v = scopes.place(v.clone());
+                if let Some(k) = key_of(&v) {
+                    defined.insert(k, v);
                 }
             }
         }
@@ -533,6 +614,50 @@ mod tests {
             parse_manifests(text).unwrap(),
             m,
             "generated names are stable"
+        );
+    }
+
+    #[test]
+    fn scope_comes_from_the_built_in_kinds_and_the_directorys_crds() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("a.yaml"),
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widgets.example.com}\nspec: {group: example.com, scope: Cluster, names: {kind: Widget, plural: widgets}}\n---\napiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n---\napiVersion: example.com/v1\nkind: Gadget\nmetadata: {name: g}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: r, namespace: edge}\n---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata: {name: v}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: ''}\n",
+        )
+        .unwrap();
+        let c = DirCluster::open(d.path()).unwrap();
+        let keys = |api_version: &str, kind: &str| {
+            c.source(ObjectFilter {
+                api_version: api_version.into(),
+                kind: kind.into(),
+                ..Default::default()
+            })
+            .objects()
+            .into_keys()
+            .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            keys("example.com/v1", "Widget"),
+            ["w"],
+            "a CRD with scope: Cluster"
+        );
+        assert_eq!(
+            keys("example.com/v1", "Gadget"),
+            ["default/g"],
+            "no CRD: namespaced"
+        );
+        assert_eq!(keys("rbac.authorization.k8s.io/v1", "ClusterRole"), ["r"]);
+        assert_eq!(
+            keys(
+                "admissionregistration.k8s.io/v1",
+                "ValidatingAdmissionPolicy"
+            ),
+            ["v"]
+        );
+        assert_eq!(
+            keys("v1", "ConfigMap"),
+            ["default/c"],
+            "namespace: '' is default"
         );
     }
 
