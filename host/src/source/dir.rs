@@ -3,7 +3,8 @@
 //! and deleting files produce add / update / delete through the same informer pipeline, with
 //! increasing resourceVersions. The directory is rescanned every `interval` (polling works on
 //! every filesystem and never sees a half-written file twice: a file that does not parse keeps
-//! its previous objects and is reported).
+//! its previous objects and is reported; a file that lost objects is believed once it has been
+//! quiet for a second, so a rewrite in place caught half way deletes nothing).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -122,6 +123,22 @@ impl Scopes {
         }
         v
     }
+}
+
+/// How long a file that lost objects must be left unchanged before its loss counts.
+const SETTLE: Duration = Duration::from_secs(1);
+
+/// Whether `now` lacks an object the file defined before.
+fn lost_objects(before: Option<&FileState>, now: &[Value]) -> bool {
+    let Some(before) = before else {
+        return false;
+    };
+    let keys: std::collections::BTreeSet<ObjKey> = now.iter().filter_map(key_of).collect();
+    before
+        .objects
+        .iter()
+        .filter_map(key_of)
+        .any(|k| !keys.contains(&k))
 }
 
 /// Identity of an object across files: apiVersion, kind, namespace, name.
@@ -350,6 +367,17 @@ impl DirCluster {
                 .map_err(|e| e.to_string())
                 .and_then(|t| parse_manifests(&t));
             match parsed {
+                // A file that lost objects and changed a moment ago may be being written (a
+                // rewrite in place caught at a document boundary): it is read again once it
+                // has been quiet for SETTLE, and its objects are kept until then.
+                Ok(m)
+                    if lost_objects(st.files.get(&p), &m.objects)
+                        && md
+                            .modified()
+                            .is_ok_and(|t| t.elapsed().unwrap_or_default() < SETTLE) =>
+                {
+                    continue;
+                }
                 Ok(Manifests { objects, skipped }) => {
                     if skipped.is_empty() {
                         if st.errors.remove(&p).is_some() {
@@ -474,6 +502,16 @@ fn apply_if_kept(src: &MemorySource, filter: &ObjectFilter, d: &Defined) {
 mod tests {
     use super::*;
 
+    /// Makes `f` look unchanged for longer than SETTLE.
+    fn quiet(f: &Path) {
+        std::fs::File::options()
+            .write(true)
+            .open(f)
+            .unwrap()
+            .set_modified(SystemTime::now() - 2 * SETTLE)
+            .unwrap();
+    }
+
     fn pods_filter() -> ObjectFilter {
         ObjectFilter {
             api_version: "v1".into(),
@@ -506,6 +544,7 @@ mod tests {
             "apiVersion: v1\nkind: Pod\nmetadata: {name: web, labels: {v: '2'}}\n",
         )
         .unwrap();
+        quiet(&d.path().join("a.yaml"));
         c.rescan();
         let web = pods.objects()["default/web"].clone();
         assert_eq!(web.meta().label("v"), Some("2"));
@@ -576,6 +615,7 @@ mod tests {
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, labels: {team: a, v: '2'}}\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: c}\n",
         )
         .unwrap();
+        quiet(&d.path().join("a.yaml"));
         c.rescan();
         assert_eq!(id(&all), id(&team));
         let (uid, rv) = id(&all);
@@ -659,6 +699,31 @@ mod tests {
             ["default/c"],
             "namespace: '' is default"
         );
+    }
+
+    #[test]
+    fn a_file_caught_half_rewritten_loses_nothing_until_it_is_quiet() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("p.yaml");
+        let three = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: b}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: c}\n";
+        std::fs::write(&f, three).unwrap();
+        let c = DirCluster::open(d.path()).unwrap();
+        let pods = c.source(pods_filter());
+        let rv = pods.resource_version();
+        // Caught at a document boundary: one document written so far.
+        std::fs::write(&f, &three[..three.find("---").unwrap()]).unwrap();
+        c.rescan();
+        assert_eq!(pods.objects().len(), 3, "nothing deleted yet");
+        // The writer finishes with the same content: no change at all.
+        std::fs::write(&f, three).unwrap();
+        c.rescan();
+        assert_eq!(pods.objects().len(), 3);
+        assert_eq!(pods.resource_version(), rv, "no spurious delete and add");
+        // A real loss counts once the file has been quiet.
+        std::fs::write(&f, &three[..three.find("---").unwrap()]).unwrap();
+        quiet(&f);
+        c.rescan();
+        assert_eq!(pods.objects().keys().collect::<Vec<_>>(), ["default/a"]);
     }
 
     #[cfg(unix)]
