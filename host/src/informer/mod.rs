@@ -11,6 +11,8 @@
 //! - [`object`]: the cached object (extracted metadata + JSON) and tombstones.
 //! - [`indexer`]: the thread-safe cache with indexes.
 //! - [`delta_fifo`]: the DeltaFIFO.
+//! - [`real_fifo`]: the RealFIFO (events in arrival order), and the [`Queue`] seam that lets
+//!   an informer use either ([`QueueKind`]).
 //! - [`lister_watcher`]: the source trait the reflector lists and watches through.
 //! - [`reflector`]: list and watch into the FIFO.
 //! - [`handler`]: the listener trait (native now, wasm later) and notifications.
@@ -33,6 +35,7 @@ pub mod listener;
 pub mod lister_watcher;
 pub mod object;
 pub mod processor;
+pub mod real_fifo;
 pub mod reflector;
 pub mod selector;
 pub mod shared_informer;
@@ -43,4 +46,5 @@ pub use handler::{Delivery, EventHandler, Notification};
 pub use indexer::{Cache, IndexFunc, Indexer};
 pub use listener::{Overflow, OverflowObserver, QueueBound};
 pub use object::{DeletedObject, Object, ObjectMeta, Tombstone};
+pub use real_fifo::{Queue, QueueKind, RealFifo};
 pub use shared_informer::{HandlerRegistration, SharedInformer};
