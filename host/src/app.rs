@@ -154,6 +154,7 @@ pub async fn build_informers(
                 ..ReflectorConfig::default()
             },
             executor: executor.cloned(),
+            queue: inf.queue,
             ..InformerSettings::default()
         };
         let informer = SharedInformer::new(inf.name.clone(), lw, settings);

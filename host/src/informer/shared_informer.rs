@@ -8,13 +8,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::delta_fifo::{Delta, DeltaFifo, TransformFn};
+use super::delta_fifo::{Delta, TransformFn};
 use super::executor::{Executor, Placement};
 use super::handler::{EventHandler, Notification};
 use super::indexer::{Cache, IndexError, IndexFunc, Indexer};
 use super::listener::{DEFAULT_BATCH_MAX, Listener, ListenerStats, QueueBound};
 use super::lister_watcher::ListerWatcher;
 use super::processor::{SharedProcessor, determine_resync_period};
+use super::real_fifo::{Queue, QueueKind};
 use super::reflector::{Reflector, ReflectorConfig, ReflectorStats};
 
 /// Smallest resync period a listener may ask for (client-go `minimumResyncPeriod`).
@@ -35,6 +36,8 @@ pub struct InformerConfig {
     /// Where handlers that ask for the shared executor ([`Placement::Shared`]) run; `None`:
     /// the process's default one ([`Executor::process_default`]), started on first use.
     pub executor: Option<Executor>,
+    /// The queue between the reflector and the process loop (default: the DeltaFIFO).
+    pub queue: QueueKind,
 }
 
 /// Errors of informer operations.
@@ -131,7 +134,7 @@ pub struct SharedInformer {
     lw: Arc<dyn ListerWatcher>,
     config: InformerConfig,
     indexer: Indexer,
-    fifo: Arc<DeltaFifo>,
+    fifo: Arc<dyn Queue>,
     processor: SharedProcessor,
     /// Serialises delta handling with late handler registration (client-go `blockDeltas`).
     block_deltas: Mutex<()>,
@@ -151,10 +154,9 @@ impl SharedInformer {
         config: InformerConfig,
     ) -> Arc<Self> {
         let indexer = Indexer::new();
-        let fifo = Arc::new(DeltaFifo::new(
-            Some(indexer.cache()),
-            config.transform.clone(),
-        ));
+        let fifo = config
+            .queue
+            .build(indexer.cache(), config.transform.clone());
         Arc::new(Self {
             id: NEXT_INFORMER_ID.fetch_add(1, Ordering::Relaxed),
             name: name.into(),
@@ -381,7 +383,7 @@ impl SharedInformer {
             .spawn(move || {
                 while me
                     .fifo
-                    .pop(|d, initial| me.handle_deltas(d, initial))
+                    .pop_batch(&mut |d, initial| me.handle_deltas(d, initial))
                     .is_ok()
                 {}
             })
@@ -431,3 +433,9 @@ pub async fn wait_for(timeout: Duration, mut synced: impl FnMut() -> bool) -> bo
 
 #[cfg(test)]
 mod tests;
+
+/// The same unit tests, over a RealFIFO.
+#[cfg(test)]
+mod tests_over_real_fifo {
+    include!("shared_informer/tests.rs");
+}
