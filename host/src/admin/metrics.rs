@@ -100,7 +100,7 @@ impl Collector for Live {
         )?;
         out.gauge(
             "informer_fifo_depth",
-            "Keys waiting in the DeltaFIFO.",
+            "Items waiting in the informer's queue (keys of a DeltaFIFO, deltas of a RealFIFO).",
             by_informer(|s| s.fifo_depth as u64),
         )?;
         out.gauge(

@@ -3,8 +3,8 @@
 //! Data flows one way:
 //!
 //! ```text
-//! ListerWatcher -> Reflector -> DeltaFifo -> process loop (handle_deltas) -> Indexer
-//!                                                         \-> SharedProcessor -> Listener queue -> EventHandler
+//! ListerWatcher -> Reflector -> RealFifo | DeltaFifo -> process loop (handle_deltas) -> Indexer
+//!                                                                    \-> SharedProcessor -> Listener queue -> EventHandler
 //! ```
 //!
 //! - [`key`]: store keys.

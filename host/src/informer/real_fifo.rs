@@ -15,8 +15,11 @@
 //! - `pop_batch` pops a run of deltas of distinct keys (up to the batch size, never crossing the
 //!   end of the initial list) for the process loop to handle at once.
 //!
-//! This is client-go's RealFIFO with `KnownObjects` (the indexer) and without `AtomicEvents`:
-//! see the module docs of [`crate::informer`] and `docs/` for what the atomic mode would add.
+//! This is client-go's RealFIFO with `KnownObjects` (the indexer) and without `AtomicEvents`
+//! (client-go 1.36 turns that on by default: `Replace` and `Resync` then queue one
+//! `ReplacedAll` / `SyncAll` item reconciled against the indexer at pop time, the lock is
+//! released while processing, and bookmarks are queued). Wisp's indexer has no transactions,
+//! so the reconciliation happens at `replace` time instead, under the queue's lock.
 //! Like the DeltaFIFO, the process function runs under the queue's lock, so a concurrent
 //! `replace` or `resync` never misses a popped delta that has not reached the indexer yet.
 //!
@@ -41,10 +44,10 @@ pub const DEFAULT_BATCH_SIZE: usize = 1000;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 pub enum QueueKind {
     /// client-go's legacy DeltaFIFO: deltas merged per key, a key keeps its first position.
-    #[default]
     #[serde(rename = "deltaFIFO")]
     DeltaFifo,
     /// client-go's RealFIFO: every event in arrival order, batched pops.
+    #[default]
     #[serde(rename = "realFIFO")]
     RealFifo,
 }

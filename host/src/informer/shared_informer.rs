@@ -36,7 +36,8 @@ pub struct InformerConfig {
     /// Where handlers that ask for the shared executor ([`Placement::Shared`]) run; `None`:
     /// the process's default one ([`Executor::process_default`]), started on first use.
     pub executor: Option<Executor>,
-    /// The queue between the reflector and the process loop (default: the DeltaFIFO).
+    /// The queue between the reflector and the process loop (default: the RealFIFO, as in
+    /// client-go since 1.33).
     pub queue: QueueKind,
 }
 
@@ -113,7 +114,7 @@ impl HandlerRegistration {
 pub struct InformerStats {
     /// Objects in the cache.
     pub cache_size: usize,
-    /// Keys waiting in the DeltaFIFO.
+    /// Items waiting in the queue (keys of a DeltaFIFO, deltas of a RealFIFO).
     pub fifo_depth: usize,
     /// Lists done (first list and relists).
     pub lists: u64,

@@ -624,5 +624,5 @@ fn real_fifo_queue_kind_parses_client_go_names() {
     assert_eq!(parse("queue: realFIFO").unwrap(), QueueKind::RealFifo);
     assert_eq!(parse("queue: deltaFIFO").unwrap(), QueueKind::DeltaFifo);
     assert!(parse("queue: fifo").is_err());
-    assert_eq!(QueueKind::default(), QueueKind::DeltaFifo);
+    assert_eq!(QueueKind::default(), QueueKind::RealFifo);
 }
