@@ -162,6 +162,7 @@ pub async fn build_informers(
                 ),
                 None => None,
             },
+            queue: inf.queue,
             ..InformerSettings::default()
         };
         let informer = SharedInformer::new(inf.name.clone(), lw, settings);

@@ -278,6 +278,11 @@ pub struct InformerConfig {
     /// size: raise this for informers of more than some 50,000 objects of 10 KiB.
     #[serde(default)]
     pub max_list_size: Option<Bytes>,
+    /// The queue between the reflector and the process loop: `realFIFO` (default, as in
+    /// client-go since 1.33: every event in arrival order) or `deltaFIFO` (the legacy queue:
+    /// deltas merged per object).
+    #[serde(default)]
+    pub queue: crate::informer::real_fifo::QueueKind,
 }
 
 impl InformerConfig {

@@ -101,7 +101,7 @@ impl Collector for Live {
         out.gauge(
             "informer_queued_items",
             "Items waiting in the informer's queue (client-go's queued items: keys with pending \
-             deltas in a DeltaFIFO).",
+             deltas of a DeltaFIFO, changes of a RealFIFO).",
             by_informer(|s| s.fifo_depth as u64),
         )?;
         out.gauge(

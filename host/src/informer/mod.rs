@@ -3,14 +3,16 @@
 //! Data flows one way:
 //!
 //! ```text
-//! ListerWatcher -> Reflector -> DeltaFifo -> process loop (handle_deltas) -> Indexer
-//!                                                         \-> SharedProcessor -> Listener queue -> EventHandler
+//! ListerWatcher -> Reflector -> RealFifo | DeltaFifo -> process loop (handle_deltas) -> Indexer
+//!                                                                    \-> SharedProcessor -> Listener queue -> EventHandler
 //! ```
 //!
 //! - [`key`]: store keys.
 //! - [`object`]: the cached object (extracted metadata + JSON) and tombstones.
 //! - [`indexer`]: the thread-safe cache with indexes.
 //! - [`delta_fifo`]: the DeltaFIFO.
+//! - [`real_fifo`]: the RealFIFO (events in arrival order), and the [`Queue`] seam that lets
+//!   an informer use either ([`QueueKind`]).
 //! - [`lister_watcher`]: the source trait the reflector lists and watches through.
 //! - [`reflector`]: list and watch into the FIFO.
 //! - [`handler`]: the listener trait (native now, wasm later) and notifications.
@@ -34,6 +36,7 @@ pub mod lister_watcher;
 pub mod mask;
 pub mod object;
 pub mod processor;
+pub mod real_fifo;
 pub mod reflector;
 pub mod selector;
 pub mod shared_informer;
@@ -44,4 +47,5 @@ pub use handler::{Delivery, EventHandler, Notification};
 pub use indexer::{Cache, IndexFunc, Indexer};
 pub use listener::{Overflow, OverflowObserver, QueueBound};
 pub use object::{DeletedObject, Object, ObjectMeta, Tombstone};
+pub use real_fifo::{Queue, QueueKind, RealFifo};
 pub use shared_informer::{HandlerRegistration, SharedInformer};

@@ -21,12 +21,12 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use super::backoff::{Backoff, BackoffConfig};
-use super::delta_fifo::DeltaFifo;
 use super::key::object_key;
 use super::lister_watcher::{
     ListOptions, ListerWatcher, SourceError, WatchEvent, WatchOptions, WatchStream,
 };
 use super::object::{DeletedObject, Object};
+use super::real_fifo::Queue;
 
 /// Reflector settings.
 #[derive(Clone, Debug)]
@@ -126,7 +126,7 @@ pub type ShouldResync = Arc<dyn Fn() -> bool + Send + Sync>;
 pub struct Reflector {
     name: String,
     lw: Arc<dyn ListerWatcher>,
-    store: Arc<DeltaFifo>,
+    store: Arc<dyn Queue>,
     config: ReflectorConfig,
     resync_period: Duration,
     should_resync: Option<ShouldResync>,
@@ -143,7 +143,7 @@ impl Reflector {
     pub fn new(
         name: impl Into<String>,
         lw: Arc<dyn ListerWatcher>,
-        store: Arc<DeltaFifo>,
+        store: Arc<dyn Queue>,
         config: ReflectorConfig,
         resync_period: Duration,
         should_resync: Option<ShouldResync>,
@@ -439,7 +439,7 @@ impl Reflector {
     }
 }
 
-async fn resync_loop(period: Duration, store: Arc<DeltaFifo>, should_resync: Option<ShouldResync>) {
+async fn resync_loop(period: Duration, store: Arc<dyn Queue>, should_resync: Option<ShouldResync>) {
     if period.is_zero() {
         return std::future::pending().await;
     }

@@ -8,13 +8,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::delta_fifo::{Delta, DeltaFifo, TransformFn};
+use super::delta_fifo::{Delta, TransformFn};
 use super::executor::{Executor, Placement};
 use super::handler::{EventHandler, Notification};
 use super::indexer::{Cache, IndexError, IndexFunc, Indexer};
 use super::listener::{DEFAULT_BATCH_MAX, Listener, ListenerStats, QueueBound};
 use super::lister_watcher::ListerWatcher;
 use super::processor::{SharedProcessor, determine_resync_period};
+use super::real_fifo::{Queue, QueueKind};
 use super::reflector::{Reflector, ReflectorConfig, ReflectorStats};
 
 /// Smallest resync period a listener may ask for (client-go `minimumResyncPeriod`).
@@ -35,6 +36,9 @@ pub struct InformerConfig {
     /// Where handlers that ask for the shared executor ([`Placement::Shared`]) run; `None`:
     /// the process's default one ([`Executor::process_default`]), started on first use.
     pub executor: Option<Executor>,
+    /// The queue between the reflector and the process loop (default: the RealFIFO, as in
+    /// client-go since 1.33).
+    pub queue: QueueKind,
 }
 
 /// Errors of informer operations.
@@ -110,7 +114,7 @@ impl HandlerRegistration {
 pub struct InformerStats {
     /// Objects in the cache.
     pub cache_size: usize,
-    /// Keys waiting in the DeltaFIFO.
+    /// Items waiting in the queue (keys of a DeltaFIFO, deltas of a RealFIFO).
     pub fifo_depth: usize,
     /// Lists done (first list and relists).
     pub lists: u64,
@@ -131,7 +135,7 @@ pub struct SharedInformer {
     lw: Arc<dyn ListerWatcher>,
     config: InformerConfig,
     indexer: Indexer,
-    fifo: Arc<DeltaFifo>,
+    fifo: Arc<dyn Queue>,
     processor: SharedProcessor,
     /// Serialises delta handling with late handler registration (client-go `blockDeltas`).
     block_deltas: Mutex<()>,
@@ -151,10 +155,9 @@ impl SharedInformer {
         config: InformerConfig,
     ) -> Arc<Self> {
         let indexer = Indexer::new();
-        let fifo = Arc::new(DeltaFifo::new(
-            Some(indexer.cache()),
-            config.transform.clone(),
-        ));
+        let fifo = config
+            .queue
+            .build(indexer.cache(), config.transform.clone());
         Arc::new(Self {
             id: NEXT_INFORMER_ID.fetch_add(1, Ordering::Relaxed),
             name: name.into(),
@@ -381,7 +384,7 @@ impl SharedInformer {
             .spawn(move || {
                 while me
                     .fifo
-                    .pop(|d, initial| me.handle_deltas(d, initial))
+                    .pop_batch(&mut |d, initial| me.handle_deltas(d, initial))
                     .is_ok()
                 {}
             })
@@ -431,3 +434,9 @@ pub async fn wait_for(timeout: Duration, mut synced: impl FnMut() -> bool) -> bo
 
 #[cfg(test)]
 mod tests;
+
+/// The same unit tests, over a RealFIFO.
+#[cfg(test)]
+mod tests_over_real_fifo {
+    include!("shared_informer/tests.rs");
+}

@@ -7,6 +7,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 
 use super::*;
+use crate::informer::delta_fifo::DeltaFifo;
 use crate::informer::indexer::Indexer;
 use crate::informer::lister_watcher::ListPage;
 use crate::informer::object::test_util::obj;

@@ -13,8 +13,22 @@ fn pod(name: &str) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ns"}})
 }
 
+/// The queue these tests run over: the RealFIFO when this file is included again as
+/// `tests_over_real_fifo` (see the bottom of `shared_informer.rs`), else the DeltaFIFO.
+fn queue() -> QueueKind {
+    if module_path!().ends_with("over_real_fifo") {
+        QueueKind::RealFifo
+    } else {
+        QueueKind::DeltaFifo
+    }
+}
+
 fn informer_over(src: &MemorySource) -> Arc<SharedInformer> {
-    SharedInformer::new("pods", Arc::new(src.clone()), InformerConfig::default())
+    let config = InformerConfig {
+        queue: queue(),
+        ..InformerConfig::default()
+    };
+    SharedInformer::new("pods", Arc::new(src.clone()), config)
 }
 
 /// Starts the informer; returns a guard that stops it when dropped.
@@ -297,6 +311,7 @@ async fn a_listener_added_after_start_with_a_shorter_period_is_raised_to_the_che
         Arc::new(src.clone()),
         InformerConfig {
             default_resync: Duration::from_secs(10),
+            queue: queue(),
             ..Default::default()
         },
     );
@@ -366,7 +381,9 @@ async fn the_resync_timer_delivers_syncs_only_to_due_listeners() {
         if inf.processor.should_resync(Instant::now()) {
             inf.fifo.resync();
             while !inf.fifo.is_empty() {
-                inf.fifo.pop(|d, i| inf.handle_deltas(d, i)).unwrap();
+                inf.fifo
+                    .pop_batch(&mut |d, i| inf.handle_deltas(d, i))
+                    .unwrap();
             }
         }
     }
