@@ -7,9 +7,12 @@ use std::time::Duration;
 
 use common::*;
 use wisp_host::informer::Notification;
+use wisp_host::informer::SharedInformer;
 use wisp_host::informer::handler::Recorder;
 use wisp_host::informer::reflector::ReflectorConfig;
 use wisp_host::informer::shared_informer::InformerConfig;
+use wisp_host::source::kube::KubeSource;
+use wisp_host::source::multi::MultiNamespace;
 use wisp_tests::{Verb, config_map, pod};
 
 #[tokio::test]
@@ -463,5 +466,41 @@ async fn after_a_relist_a_listener_without_resync_sees_only_changed_objects() {
             ("web-1".to_owned(), false),
             ("web-2".to_owned(), true)
         ]
+    );
+}
+
+#[tokio::test]
+async fn a_multi_namespace_watch_counts_each_event_once() {
+    let server = wisp_tests::TestApiServer::start()
+        .await
+        .expect("test API server starts");
+    server.faults().bookmark_interval(Duration::ZERO);
+    let parts = ["a", "b"]
+        .iter()
+        .map(|ns| {
+            let src = KubeSource::new(server.client_no_retry(), "v1", "Pod", Some(ns));
+            (ns.to_string(), src)
+        })
+        .collect();
+    let inf = SharedInformer::new(
+        "multi",
+        std::sync::Arc::new(MultiNamespace::new(parts)),
+        fast_config(),
+    );
+    let _stop = start(&inf);
+    until("synced and watching", || {
+        inf.has_synced() && server.open_watches() == 2
+    })
+    .await;
+    for (ns, name) in [("a", "p1"), ("a", "p2"), ("b", "p3")] {
+        server.create(pod(ns, name)).unwrap();
+    }
+    until("events seen", || inf.cache().len() == 3).await;
+    let stats = inf.stats();
+    assert_eq!(stats.events, 3, "one count per server event");
+    assert!(
+        stats.last_sync_resource_version.starts_with("multi:"),
+        "{}",
+        stats.last_sync_resource_version
     );
 }

@@ -377,8 +377,13 @@ impl Reflector {
         let mut order: Vec<String> = Vec::new();
         let mut temp: HashMap<String, Arc<Object>> = HashMap::new();
         while let Some(item) = stream.next().await {
+            let item = item?;
+            if matches!(item, WatchEvent::Progress(_)) {
+                // The end bookmark carries the version the list is synced to.
+                continue;
+            }
             self.stats.events.fetch_add(1, Ordering::Relaxed);
-            match item? {
+            match item {
                 WatchEvent::Added(o) | WatchEvent::Modified(o) => {
                     let key = object_key(&o);
                     if temp.insert(key.clone(), o).is_none() {
@@ -406,6 +411,7 @@ impl Reflector {
                     }
                 }
                 WatchEvent::Error(e) => return Err(e),
+                WatchEvent::Progress(_) => {}
             }
         }
         Err(SourceError::Decode(
@@ -467,6 +473,10 @@ impl Reflector {
         let mut count = 0u64;
         while let Some(item) = stream.next().await {
             let event = item.map_err(ReflectorError::WatchFailed)?;
+            if let WatchEvent::Progress(rv) = event {
+                self.set_last_sync(rv);
+                continue;
+            }
             self.stats.events.fetch_add(1, Ordering::Relaxed);
             let rv = match event {
                 WatchEvent::Added(o) => {
@@ -488,6 +498,7 @@ impl Reflector {
                     resource_version, ..
                 } => resource_version,
                 WatchEvent::Error(e) => return Err(ReflectorError::WatchFailed(e)),
+                WatchEvent::Progress(rv) => rv,
             };
             count += 1;
             if !rv.is_empty() {
