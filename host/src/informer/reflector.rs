@@ -359,8 +359,33 @@ impl Reflector {
         (min * (1.0 + rand::rng().random::<f64>())).max(1.0) as u32
     }
 
-    /// Streaming list: buffer the initial events, then replace atomically at the end bookmark.
+    /// Streaming list as client-go's `watchList`: a 429 or an unreachable server backs off and
+    /// streams again; an Expired or too-large resourceVersion streams again from ""; a stream
+    /// that ends before its initial-events-end bookmark (but not at once) streams again; any
+    /// other error is returned (the caller falls back to a list).
     async fn watch_list(&mut self) -> Result<WatchStream, SourceError> {
+        loop {
+            match self.watch_list_once().await {
+                Ok(Some(stream)) => return Ok(stream),
+                Ok(None) => {
+                    tracing::debug!(informer = %self.name, "streaming list ended before its end bookmark; streaming again");
+                }
+                Err(e) if e.is_retriable_watch_start() => {
+                    tracing::debug!(informer = %self.name, error = %e, "streaming list refused; backing off");
+                    tokio::time::sleep(self.backoff.next_delay()).await;
+                }
+                Err(e) if e.is_expired() || e.is_too_large_resource_version() => {
+                    tracing::info!(informer = %self.name, error = %e, "streaming list at resourceVersion failed; streaming the latest state");
+                    self.last_sync_rv_unavailable = true;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// One streaming list: buffer the initial events, then replace atomically at the end
+    /// bookmark. `None`: the stream ended before that bookmark.
+    async fn watch_list_once(&mut self) -> Result<Option<WatchStream>, SourceError> {
         let rv = if self.last_sync_rv_unavailable {
             String::new()
         } else {
@@ -373,6 +398,8 @@ impl Reflector {
             send_initial_events: true,
         };
         self.stats.watches.fetch_add(1, Ordering::Relaxed);
+        let start = Instant::now();
+        let mut count = 0u64;
         let mut stream = self.lw.watch(opts).await?;
         let mut order: Vec<String> = Vec::new();
         let mut temp: HashMap<String, Arc<Object>> = HashMap::new();
@@ -383,6 +410,7 @@ impl Reflector {
                 continue;
             }
             self.stats.events.fetch_add(1, Ordering::Relaxed);
+            count += 1;
             match item {
                 WatchEvent::Added(o) | WatchEvent::Modified(o) => {
                     let key = object_key(&o);
@@ -407,16 +435,19 @@ impl Reflector {
                         self.stats.lists.fetch_add(1, Ordering::Relaxed);
                         self.last_sync_rv_unavailable = false;
                         self.set_last_sync(resource_version);
-                        return Ok(stream);
+                        return Ok(Some(stream));
                     }
                 }
                 WatchEvent::Error(e) => return Err(e),
                 WatchEvent::Progress(_) => {}
             }
         }
-        Err(SourceError::Decode(
-            "the streaming list ended before its initial-events-end bookmark".into(),
-        ))
+        if count == 0 && start.elapsed() < Duration::from_secs(1) {
+            return Err(SourceError::Decode(
+                "very short streaming list: it closed in under a second with no event".into(),
+            ));
+        }
+        Ok(None)
     }
 
     async fn watch(&mut self, mut stream: Option<WatchStream>) -> Result<(), ReflectorError> {

@@ -469,3 +469,36 @@ async fn resync_does_not_run_during_an_outage() {
 fn streaming_list_is_on_by_default() {
     assert!(ReflectorConfig::default().use_watch_list);
 }
+
+/// client-go's watchList: a 429 backs off and streams again, with no list.
+#[tokio::test(start_paused = true)]
+async fn watch_list_backs_off_and_retries_on_too_many_requests() {
+    let lw = Scripted::default();
+    lw.lock()
+        .watches
+        .push_back(Err(SourceError::TooManyRequests {
+            message: "slow down".into(),
+            retry_after: None,
+        }));
+    lw.lock().watches.push_back(Ok(vec![
+        added("a", "5"),
+        Ok(WatchEvent::Bookmark {
+            resource_version: "5".into(),
+            initial_events_end: true,
+        }),
+    ]));
+    let f = fifo();
+    let r = Reflector::new(
+        "t",
+        Arc::new(lw.clone()),
+        f.clone(),
+        ReflectorConfig::default(),
+        Duration::ZERO,
+        None,
+    );
+    r.run(tokio::time::sleep(Duration::from_secs(10))).await;
+    let s = lw.lock();
+    assert!(s.list_calls.is_empty(), "no list: {:?}", s.list_calls);
+    assert!(s.watch_calls[..2].iter().all(|w| w.send_initial_events));
+    assert_eq!(f.len(), 1);
+}
