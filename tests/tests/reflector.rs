@@ -469,12 +469,10 @@ async fn after_a_relist_a_listener_without_resync_sees_only_changed_objects() {
     );
 }
 
-#[tokio::test]
-async fn a_multi_namespace_watch_counts_each_event_once() {
-    let server = wisp_tests::TestApiServer::start()
-        .await
-        .expect("test API server starts");
-    server.faults().bookmark_interval(Duration::ZERO);
+fn multi_informer(
+    server: &wisp_tests::TestApiServer,
+    config: InformerConfig,
+) -> std::sync::Arc<SharedInformer> {
     let parts = ["a", "b"]
         .iter()
         .map(|ns| {
@@ -482,11 +480,41 @@ async fn a_multi_namespace_watch_counts_each_event_once() {
             (ns.to_string(), src)
         })
         .collect();
-    let inf = SharedInformer::new(
+    SharedInformer::new(
         "multi",
         std::sync::Arc::new(MultiNamespace::new(parts)),
-        fast_config(),
+        config,
+    )
+}
+
+#[tokio::test]
+async fn a_multi_namespace_informer_streams_its_lists_by_default() {
+    let server = server_with_pods(0).await;
+    for (ns, name) in [("a", "p1"), ("b", "p2"), ("c", "p3")] {
+        server.create(pod(ns, name)).unwrap();
+    }
+    let inf = multi_informer(&server, default_config());
+    let _stop = start(&inf);
+    until("synced", || inf.has_synced()).await;
+    assert_eq!(inf.cache().len(), 2, "only namespaces a and b");
+    assert!(lists(&server).is_empty(), "no list request");
+    until("watching", || server.open_watches() == 2).await;
+    server.create(pod("b", "p4")).unwrap();
+    until("watch events flow", || inf.cache().len() == 3).await;
+    assert_eq!(
+        requests_of(&server, Verb::Watch).len(),
+        2,
+        "the same streams go on"
     );
+}
+
+#[tokio::test]
+async fn a_multi_namespace_watch_counts_each_event_once() {
+    let server = wisp_tests::TestApiServer::start()
+        .await
+        .expect("test API server starts");
+    server.faults().bookmark_interval(Duration::ZERO);
+    let inf = multi_informer(&server, fast_config());
     let _stop = start(&inf);
     until("synced and watching", || {
         inf.has_synced() && server.open_watches() == 2
