@@ -259,8 +259,9 @@ pub struct InformerConfig {
     /// Indexes: `label:KEY`, `ownerUid`, `field:a.b.c` (namespace is always indexed).
     #[serde(default)]
     pub indexes: Vec<String>,
-    /// Streaming list instead of a paginated list.
-    #[serde(default)]
+    /// Streaming list (`sendInitialEvents`) instead of a paginated list, falling back to a list
+    /// when the server refuses it (default true, as client-go 1.35+).
+    #[serde(default = "yes")]
     pub watch_list: bool,
     /// Drop `metadata.managedFields` (default true).
     #[serde(default = "yes")]

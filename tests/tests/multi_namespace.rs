@@ -25,7 +25,7 @@ async fn an_informer_on_two_namespaces_lists_and_watches_only_in_them() {
     }
     let d = tempfile::tempdir().unwrap();
     let config = Config::parse(
-        "source: kube\ninformers:\n  - {name: pods, apiVersion: v1, kind: Pod, namespaces: [team-a, team-b]}\n",
+        "source: kube\ninformers:\n  - {name: pods, apiVersion: v1, kind: Pod, namespaces: [team-a, team-b], watchList: false}\n",
         "wisp.yaml",
         d.path(),
     )

@@ -7,9 +7,12 @@ use std::time::Duration;
 
 use common::*;
 use wisp_host::informer::Notification;
+use wisp_host::informer::SharedInformer;
 use wisp_host::informer::handler::Recorder;
 use wisp_host::informer::reflector::ReflectorConfig;
 use wisp_host::informer::shared_informer::InformerConfig;
+use wisp_host::source::kube::KubeSource;
+use wisp_host::source::multi::MultiNamespace;
 use wisp_tests::{Verb, config_map, pod};
 
 #[tokio::test]
@@ -146,7 +149,42 @@ async fn too_many_requests_on_watch_backs_off_and_rewatches_without_relist() {
 }
 
 #[tokio::test]
-async fn a_broken_watch_stream_is_retried_as_an_internal_error_without_relist() {
+async fn a_watch_stream_cut_mid_body_is_resumed_from_the_last_version_without_relist() {
+    // client-go's StreamWatcher ends a watch on EOF, unexpected EOF or a reset connection as on
+    // a normal close; the reflector then re-watches (TestReflectorListAndWatch: each watch
+    // resumes from the last event's resourceVersion).
+    let server = server_with_pods(3).await;
+    let inf = pod_informer(&server, fast_config());
+    let _stop = start(&inf);
+    watching(&server, &inf).await;
+    server.faults().cut_watch_after(1);
+    server.close_watches();
+    until("second watch", || {
+        requests_of(&server, Verb::Watch).len() == 2 && server.open_watches() == 1
+    })
+    .await;
+    let changed = server.update(touched(pod("default", "web-0"), 1)).unwrap();
+    let rv = changed["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    until("third watch", || {
+        requests_of(&server, Verb::Watch).len() >= 3
+    })
+    .await;
+    assert_eq!(
+        rv_of(&requests_of(&server, Verb::Watch)[2]),
+        rv,
+        "re-watch from the last event before the cut"
+    );
+    assert_eq!(lists(&server).len(), 1, "no relist after a cut stream");
+    assert_eq!(cache_state(&inf), server_state(&server));
+}
+
+#[tokio::test]
+async fn an_undecodable_watch_event_is_retried_as_an_internal_error_without_relist() {
+    // client-go reports an undecodable event as a 500 (ClientWatchDecoding): retried within
+    // the internal-error window.
     let server = server_with_pods(2).await;
     let inf = pod_informer(&server, fast_config());
     let _stop = start(&inf);
@@ -176,6 +214,47 @@ async fn a_500_at_watch_start_relists_after_backoff() {
     server.close_watches();
     until("relist", || lists(&server).len() == 2).await;
     until("watching", || server.open_watches() == 1).await;
+}
+
+#[tokio::test]
+async fn reflector_not_paginating_not_consistent_reads() {
+    // client-go TestReflectorNotPaginatingNotConsistentReads: a relist at an exact
+    // resourceVersion asks for no pages, so the watch cache can serve it.
+    let server = server_with_pods(3).await;
+    let inf = pod_informer(&server, fast_config());
+    let _stop = start(&inf);
+    watching(&server, &inf).await;
+    let synced_rv = server.resource_version().to_string();
+    server.expire_watches();
+    until("relisted", || lists(&server).len() == 2).await;
+    let relist = &lists(&server)[1];
+    assert_eq!(rv_of(relist), synced_rv);
+    assert!(
+        !relist.query.contains_key("limit"),
+        "unpaged relist: {:?}",
+        relist.query
+    );
+}
+
+#[tokio::test]
+async fn reflector_paginating_non_consistent_reads_if_watch_cache_disabled() {
+    // client-go TestReflectorPaginatingNonConsistentReadsIfWatchCacheDisabled: the list at "0"
+    // came back in pages (no watch cache), so relists at an exact resourceVersion are paged.
+    let server = server_with_pods(600).await;
+    let inf = pod_informer(&server, fast_config());
+    let _stop = start(&inf);
+    watching(&server, &inf).await;
+    assert_eq!(
+        requests_of(&server, Verb::List).len(),
+        2,
+        "the first list came in two pages"
+    );
+    let synced_rv = server.resource_version().to_string();
+    server.expire_watches();
+    until("relisted", || lists(&server).len() == 2).await;
+    let relist = &lists(&server)[1];
+    assert_eq!(rv_of(relist), synced_rv);
+    assert_eq!(relist.query.get("limit").map(String::as_str), Some("500"));
 }
 
 #[tokio::test]
@@ -243,6 +322,57 @@ async fn streaming_list_fills_the_cache_at_the_initial_events_end_bookmark_witho
     server.create(pod("default", "late-1")).unwrap();
     until("the same stream goes on", || inf.cache().len() == 301).await;
     assert_eq!(requests_of(&server, Verb::Watch).len(), 1);
+}
+
+/// The default reflector settings, with short backoffs.
+fn default_config() -> InformerConfig {
+    let mut c = fast_config();
+    c.reflector = ReflectorConfig {
+        backoff: c.reflector.backoff,
+        ..ReflectorConfig::default()
+    };
+    c
+}
+
+#[tokio::test]
+async fn watch_list_is_the_default() {
+    // client-go 1.35+: the WatchListClient feature is on by default.
+    let server = server_with_pods(20).await;
+    let inf = pod_informer(&server, default_config());
+    let _stop = start(&inf);
+    until("synced", || inf.has_synced()).await;
+    assert_eq!(cache_state(&inf), server_state(&server));
+    assert!(lists(&server).is_empty(), "no list request");
+    let w = &requests_of(&server, Verb::Watch)[0];
+    assert_eq!(
+        w.query.get("sendInitialEvents").map(String::as_str),
+        Some("true")
+    );
+}
+
+#[tokio::test]
+async fn watch_list_falls_back_to_a_list_when_the_server_refuses_it() {
+    // A server with the WatchList feature gate off answers 422: list instead, then watch.
+    let server = server_with_pods(20).await;
+    server.faults().refuse_watch_list(true);
+    let inf = pod_informer(&server, default_config());
+    let _stop = start(&inf);
+    until("synced", || inf.has_synced()).await;
+    watching(&server, &inf).await;
+    assert_eq!(cache_state(&inf), server_state(&server));
+    assert_eq!(lists(&server).len(), 1);
+    let watches = requests_of(&server, Verb::Watch);
+    assert_eq!(
+        watches[0]
+            .query
+            .get("sendInitialEvents")
+            .map(String::as_str),
+        Some("true"),
+        "the streaming list was tried first"
+    );
+    assert!(!watches[1].query.contains_key("sendInitialEvents"));
+    server.create(pod("default", "late-1")).unwrap();
+    until("watch events flow", || inf.cache().len() == 21).await;
 }
 
 #[tokio::test]
@@ -336,5 +466,69 @@ async fn after_a_relist_a_listener_without_resync_sees_only_changed_objects() {
             ("web-1".to_owned(), false),
             ("web-2".to_owned(), true)
         ]
+    );
+}
+
+fn multi_informer(
+    server: &wisp_tests::TestApiServer,
+    config: InformerConfig,
+) -> std::sync::Arc<SharedInformer> {
+    let parts = ["a", "b"]
+        .iter()
+        .map(|ns| {
+            let src = KubeSource::new(server.client_no_retry(), "v1", "Pod", Some(ns));
+            (ns.to_string(), src)
+        })
+        .collect();
+    SharedInformer::new(
+        "multi",
+        std::sync::Arc::new(MultiNamespace::new(parts)),
+        config,
+    )
+}
+
+#[tokio::test]
+async fn a_multi_namespace_informer_streams_its_lists_by_default() {
+    let server = server_with_pods(0).await;
+    for (ns, name) in [("a", "p1"), ("b", "p2"), ("c", "p3")] {
+        server.create(pod(ns, name)).unwrap();
+    }
+    let inf = multi_informer(&server, default_config());
+    let _stop = start(&inf);
+    until("synced", || inf.has_synced()).await;
+    assert_eq!(inf.cache().len(), 2, "only namespaces a and b");
+    assert!(lists(&server).is_empty(), "no list request");
+    until("watching", || server.open_watches() == 2).await;
+    server.create(pod("b", "p4")).unwrap();
+    until("watch events flow", || inf.cache().len() == 3).await;
+    assert_eq!(
+        requests_of(&server, Verb::Watch).len(),
+        2,
+        "the same streams go on"
+    );
+}
+
+#[tokio::test]
+async fn a_multi_namespace_watch_counts_each_event_once() {
+    let server = wisp_tests::TestApiServer::start()
+        .await
+        .expect("test API server starts");
+    server.faults().bookmark_interval(Duration::ZERO);
+    let inf = multi_informer(&server, fast_config());
+    let _stop = start(&inf);
+    until("synced and watching", || {
+        inf.has_synced() && server.open_watches() == 2
+    })
+    .await;
+    for (ns, name) in [("a", "p1"), ("a", "p2"), ("b", "p3")] {
+        server.create(pod(ns, name)).unwrap();
+    }
+    until("events seen", || inf.cache().len() == 3).await;
+    let stats = inf.stats();
+    assert_eq!(stats.events, 3, "one count per server event");
+    assert!(
+        stats.last_sync_resource_version.starts_with("multi:"),
+        "{}",
+        stats.last_sync_resource_version
     );
 }

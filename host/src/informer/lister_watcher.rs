@@ -63,6 +63,10 @@ pub enum WatchEvent {
     },
     /// ERROR event in the stream (e.g. 410 Expired).
     Error(SourceError),
+    /// The source's own resourceVersion moved with no event from the server: a
+    /// multi-namespace watch's composite version after one namespace's event. The reflector
+    /// records it as its last synced version; it is not counted as a watch event.
+    Progress(String),
 }
 
 /// A watch stream. An `Err` item means the stream broke (undecodable data, transport failure).

@@ -5,14 +5,20 @@
 //!   Expired or too-large error (and an Expired list is retried once at "").
 //! - Pages of 500; an Expired continuation falls back to one unpaginated list.
 //! - Watch from the last RV with bookmarks and a random timeout in [5 min, 10 min].
-//! - Normal end of a watch: re-watch, no relist. 429 / unreachable: back off, re-watch.
-//!   500 or a broken stream: re-watch while the internal-error retry window lasts.
+//! - Relists at "" or "0" are paged; a relist at an exact resourceVersion is not (the API
+//!   server serves it from its watch cache), unless the list at "0" came back paged.
+//! - Normal end of a watch, or a stream broken mid-body: re-watch, no relist.
+//!   429 / unreachable: back off, re-watch.
+//!   500 (or an undecodable event, which client-go also reports as a 500): back off and
+//!   re-watch while the internal-error retry window lasts (client-go `retryWithDeadline`).
 //!   ERROR 410 or anything else: back off, then relist.
-//! - Optional streaming list (sendInitialEvents), falling back to a list on error.
+//! - Resync only while watching after a successful list, never during an outage.
+//! - Streaming list (sendInitialEvents) by default, falling back to a list on error (e.g. 422
+//!   from a server whose WatchList feature gate is off).
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -37,10 +43,12 @@ pub struct ReflectorConfig {
     pub min_watch_timeout: Duration,
     /// Backoff between relists and after 429s.
     pub backoff: BackoffConfig,
-    /// Use a streaming list (watch with sendInitialEvents) instead of a paginated list.
+    /// Use a streaming list (watch with sendInitialEvents) instead of a paginated list, falling
+    /// back to a list when the server refuses it (on by default, as in client-go 1.35+).
     pub use_watch_list: bool,
-    /// How long internal errors (500, broken stream) are answered by a re-watch before the
-    /// reflector gives up and relists. Zero relists at once (client-go's default).
+    /// How long internal errors (500, undecodable event) are answered by a re-watch (after a
+    /// backoff) before the reflector gives up and relists. Zero relists at once (client-go's
+    /// default; Wisp retries for 30 s).
     pub max_internal_error_retry: Duration,
 }
 
@@ -50,7 +58,7 @@ impl Default for ReflectorConfig {
             page_size: 500,
             min_watch_timeout: Duration::from_secs(300),
             backoff: BackoffConfig::default(),
-            use_watch_list: false,
+            use_watch_list: true,
             max_internal_error_retry: Duration::from_secs(30),
         }
     }
@@ -85,6 +93,9 @@ pub struct ReflectorStats {
     pub events: AtomicU64,
     /// ListAndWatch rounds that ended in an error.
     pub errors: AtomicU64,
+    /// Whether the reflector is past a successful list and in its watch phase (the only phase in
+    /// which resyncs run, as in client-go).
+    pub watching: AtomicBool,
     last_sync_resource_version: Mutex<String>,
 }
 
@@ -98,24 +109,55 @@ impl ReflectorStats {
     }
 }
 
-/// client-go's `retryWithDeadline` for internal errors.
+/// How long after the last internal error a new one opens a new retry window (client-go's
+/// `minResetPeriod` of the reflector's `retryWithDeadline`: one minute).
+const INTERNAL_ERROR_RESET: Duration = Duration::from_secs(60);
+
+/// client-go's `retryWithDeadline` for internal errors: the window opens at the first internal
+/// error and lasts `max`; an internal error at least `min_reset` after the previous one opens a
+/// new window. Other outcomes (a success, another error) leave the window as it is.
 struct InternalErrorRetry {
     max: Duration,
+    min_reset: Duration,
     first: Option<Instant>,
+    last: Option<Instant>,
 }
 
 impl InternalErrorRetry {
-    fn after(&mut self, err: Option<&SourceError>) {
-        match err {
-            Some(e) if e.is_internal_error() => {
-                self.first.get_or_insert_with(Instant::now);
-            }
-            _ => self.first = None,
+    fn new(max: Duration, min_reset: Duration) -> Self {
+        Self {
+            max,
+            min_reset,
+            first: None,
+            last: None,
         }
     }
 
-    fn should_retry(&self) -> bool {
-        !self.max.is_zero() && self.first.is_some_and(|t| t.elapsed() <= self.max)
+    fn after(&mut self, err: Option<&SourceError>) {
+        if !err.is_some_and(SourceError::is_internal_error) {
+            return;
+        }
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|t| now.duration_since(t) >= self.min_reset)
+        {
+            self.first = None;
+        }
+        self.first.get_or_insert(now);
+        self.last = Some(now);
+    }
+
+    fn should_retry(&mut self) -> bool {
+        if self.max.is_zero() {
+            return false;
+        }
+        if self.first.is_some_and(|t| t.elapsed() <= self.max) {
+            return true;
+        }
+        self.first = None;
+        self.last = None;
+        false
     }
 }
 
@@ -134,6 +176,9 @@ pub struct Reflector {
     last_sync_rv: String,
     /// Set after an Expired / too-large error: the next list asks for the latest state ("").
     last_sync_rv_unavailable: bool,
+    /// The list at "0" came back in pages: the server has no watch cache for this resource,
+    /// so relists at an exact resourceVersion are paged too (client-go `paginatedResult`).
+    paginated_result: bool,
     backoff: Backoff,
 }
 
@@ -159,6 +204,7 @@ impl Reflector {
             stats: Arc::default(),
             last_sync_rv: String::new(),
             last_sync_rv_unavailable: false,
+            paginated_result: false,
             backoff,
         }
     }
@@ -170,11 +216,6 @@ impl Reflector {
 
     /// Runs ListAndWatch rounds, with a backoff between them, until `shutdown` completes.
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
-        let resync = resync_loop(
-            self.resync_period,
-            self.store.clone(),
-            self.should_resync.clone(),
-        );
         let main = async {
             loop {
                 if let Err(e) = self.list_and_watch().await {
@@ -188,7 +229,6 @@ impl Reflector {
         tokio::select! {
             _ = shutdown => {}
             _ = main => {}
-            _ = resync => {}
         }
     }
 
@@ -209,7 +249,21 @@ impl Reflector {
         if stream.is_none() {
             self.list().await.map_err(ReflectorError::ListFailed)?;
         }
-        self.watch(stream).await
+        // As client-go's watchWithResync: the resync timer runs only from a successful list
+        // until the watch is abandoned, never through an outage (a failing list, the backoff
+        // between rounds). A new round starts a new timer.
+        let resync = resync_loop(
+            self.resync_period,
+            self.store.clone(),
+            self.should_resync.clone(),
+        );
+        self.stats.watching.store(true, Ordering::Relaxed);
+        let result = tokio::select! {
+            r = self.watch(stream) => r,
+            () = resync => Ok(()),
+        };
+        self.stats.watching.store(false, Ordering::Relaxed);
+        result
     }
 
     fn relist_resource_version(&self) -> String {
@@ -250,9 +304,13 @@ impl Reflector {
         Ok(())
     }
 
-    /// A paginated list at `rv`; an Expired continuation falls back to one unpaginated list.
-    async fn list_pages(&self, rv: &str) -> Result<(Vec<Arc<Object>>, String), SourceError> {
-        let limit = (self.config.page_size > 0).then_some(self.config.page_size);
+    /// A list at `rv`, paged as client-go's reflector pages it: a list at "" or "0" is paged,
+    /// a list at an exact resourceVersion is not (so the API server can serve it from its watch
+    /// cache, which ignores pages) unless the first list at "0" came back paged. An Expired
+    /// continuation falls back to one unpaginated list.
+    async fn list_pages(&mut self, rv: &str) -> Result<(Vec<Arc<Object>>, String), SourceError> {
+        let paged = self.paginated_result || rv.is_empty() || rv == "0";
+        let limit = (self.config.page_size > 0 && paged).then_some(self.config.page_size);
         let first = self
             .lw
             .list(ListOptions {
@@ -264,6 +322,9 @@ impl Reflector {
         let list_rv = first.resource_version;
         let mut items = first.items;
         let mut token = first.continue_token.filter(|t| !t.is_empty());
+        if rv == "0" && token.is_some() {
+            self.paginated_result = true;
+        }
         while let Some(t) = token {
             let opts = ListOptions {
                 resource_version: String::new(),
@@ -298,8 +359,33 @@ impl Reflector {
         (min * (1.0 + rand::rng().random::<f64>())).max(1.0) as u32
     }
 
-    /// Streaming list: buffer the initial events, then replace atomically at the end bookmark.
+    /// Streaming list as client-go's `watchList`: a 429 or an unreachable server backs off and
+    /// streams again; an Expired or too-large resourceVersion streams again from ""; a stream
+    /// that ends before its initial-events-end bookmark (but not at once) streams again; any
+    /// other error is returned (the caller falls back to a list).
     async fn watch_list(&mut self) -> Result<WatchStream, SourceError> {
+        loop {
+            match self.watch_list_once().await {
+                Ok(Some(stream)) => return Ok(stream),
+                Ok(None) => {
+                    tracing::debug!(informer = %self.name, "streaming list ended before its end bookmark; streaming again");
+                }
+                Err(e) if e.is_retriable_watch_start() => {
+                    tracing::debug!(informer = %self.name, error = %e, "streaming list refused; backing off");
+                    tokio::time::sleep(self.backoff.next_delay()).await;
+                }
+                Err(e) if e.is_expired() || e.is_too_large_resource_version() => {
+                    tracing::info!(informer = %self.name, error = %e, "streaming list at resourceVersion failed; streaming the latest state");
+                    self.last_sync_rv_unavailable = true;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// One streaming list: buffer the initial events, then replace atomically at the end
+    /// bookmark. `None`: the stream ended before that bookmark.
+    async fn watch_list_once(&mut self) -> Result<Option<WatchStream>, SourceError> {
         let rv = if self.last_sync_rv_unavailable {
             String::new()
         } else {
@@ -312,12 +398,20 @@ impl Reflector {
             send_initial_events: true,
         };
         self.stats.watches.fetch_add(1, Ordering::Relaxed);
+        let start = Instant::now();
+        let mut count = 0u64;
         let mut stream = self.lw.watch(opts).await?;
         let mut order: Vec<String> = Vec::new();
         let mut temp: HashMap<String, Arc<Object>> = HashMap::new();
         while let Some(item) = stream.next().await {
+            let item = item?;
+            if matches!(item, WatchEvent::Progress(_)) {
+                // The end bookmark carries the version the list is synced to.
+                continue;
+            }
             self.stats.events.fetch_add(1, Ordering::Relaxed);
-            match item? {
+            count += 1;
+            match item {
                 WatchEvent::Added(o) | WatchEvent::Modified(o) => {
                     let key = object_key(&o);
                     if temp.insert(key.clone(), o).is_none() {
@@ -341,22 +435,24 @@ impl Reflector {
                         self.stats.lists.fetch_add(1, Ordering::Relaxed);
                         self.last_sync_rv_unavailable = false;
                         self.set_last_sync(resource_version);
-                        return Ok(stream);
+                        return Ok(Some(stream));
                     }
                 }
                 WatchEvent::Error(e) => return Err(e),
+                WatchEvent::Progress(_) => {}
             }
         }
-        Err(SourceError::Decode(
-            "the streaming list ended before its initial-events-end bookmark".into(),
-        ))
+        if count == 0 && start.elapsed() < Duration::from_secs(1) {
+            return Err(SourceError::Decode(
+                "very short streaming list: it closed in under a second with no event".into(),
+            ));
+        }
+        Ok(None)
     }
 
     async fn watch(&mut self, mut stream: Option<WatchStream>) -> Result<(), ReflectorError> {
-        let mut retry = InternalErrorRetry {
-            max: self.config.max_internal_error_retry,
-            first: None,
-        };
+        let mut retry =
+            InternalErrorRetry::new(self.config.max_internal_error_retry, INTERNAL_ERROR_RESET);
         loop {
             let s = match stream.take() {
                 Some(s) => s,
@@ -393,7 +489,10 @@ impl Reflector {
                 Err(ReflectorError::WatchFailed(e))
                     if e.is_internal_error() && retry.should_retry() =>
                 {
+                    // client-go re-watches at once and relies on its REST client's rate limiter
+                    // (5 requests/s); Wisp has no client-side limiter, so it backs off instead.
                     tracing::info!(informer = %self.name, error = %e, "retrying the watch after an internal error");
+                    tokio::time::sleep(self.backoff.next_delay()).await;
                 }
                 Err(e) => return Err(e),
             }
@@ -405,6 +504,10 @@ impl Reflector {
         let mut count = 0u64;
         while let Some(item) = stream.next().await {
             let event = item.map_err(ReflectorError::WatchFailed)?;
+            if let WatchEvent::Progress(rv) = event {
+                self.set_last_sync(rv);
+                continue;
+            }
             self.stats.events.fetch_add(1, Ordering::Relaxed);
             let rv = match event {
                 WatchEvent::Added(o) => {
@@ -426,6 +529,7 @@ impl Reflector {
                     resource_version, ..
                 } => resource_version,
                 WatchEvent::Error(e) => return Err(ReflectorError::WatchFailed(e)),
+                WatchEvent::Progress(rv) => rv,
             };
             count += 1;
             if !rv.is_empty() {

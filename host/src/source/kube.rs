@@ -301,9 +301,14 @@ impl KubeSource {
                     Err(ReadError::TooLong(n)) => {
                         Some(Err(me.too_large("watch event", n, cap, "maxEventSize")))
                     }
-                    Err(ReadError::Read(e)) => Some(Err(SourceError::Connect(format!(
-                        "reading the watch stream: {e}"
-                    )))),
+                    // A transport failure mid-body (reset, unexpected EOF, timeout) ends the
+                    // watch as a normal close does: the reflector re-watches from its last
+                    // resourceVersion without a relist (client-go's StreamWatcher treats EOF,
+                    // unexpected EOF and probable EOFs alike). A partly read line is dropped.
+                    Err(ReadError::Read(e)) => {
+                        tracing::debug!(informer = %me.name, error = %e, "watch stream broken; ending the watch");
+                        None
+                    }
                 };
                 futures::future::ready(out)
             })

@@ -6,8 +6,9 @@
 //! (`multi:` followed by a JSON array of each namespace's resourceVersion, in the order the
 //! namespaces were given). Each watch resumes from its own namespace's resourceVersion, so a
 //! namespace whose events arrive later than another's loses nothing when the watches restart.
-//! After every event of one namespace the merged stream adds a bookmark carrying the updated
-//! composite, which is how the reflector learns it. A plain resourceVersion (`""`, `"0"`) applies
+//! After every event of one namespace the merged stream adds a [`WatchEvent::Progress`]
+//! carrying the updated composite, which is how the reflector learns it (it is not counted as a
+//! watch event, so `wisp_informer_events` counts each server event once). A plain resourceVersion (`""`, `"0"`) applies
 //! to every namespace.
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -134,7 +135,7 @@ impl Merge {
                 if !rv.is_empty() {
                     self.rvs[i] = rv;
                 }
-                vec![Ok(ev), bookmark(self, false)]
+                vec![Ok(ev), Ok(WatchEvent::Progress(join_rv(&self.rvs)))]
             }
             Ok(WatchEvent::Bookmark {
                 resource_version,

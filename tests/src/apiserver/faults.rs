@@ -42,6 +42,12 @@ struct FaultState {
     close_after: VecDeque<usize>,
     /// Whether the next watch stream starts with a line that is not JSON.
     malformed_next: bool,
+    /// For each of the next watch streams, how many object events it sends before the
+    /// connection is cut in the middle of the next line.
+    cut_after: VecDeque<usize>,
+    /// Whether watches with `sendInitialEvents=true` are refused with 422, as by a server whose
+    /// `WatchList` feature gate is off.
+    refuse_watch_list: bool,
     /// Added to every response.
     delay: Duration,
     /// (page index, status) for the next paginated list.
@@ -63,6 +69,8 @@ impl Default for Faults {
                 fail: VecDeque::new(),
                 close_after: VecDeque::new(),
                 malformed_next: false,
+                cut_after: VecDeque::new(),
+                refuse_watch_list: false,
                 delay: Duration::ZERO,
                 list_page: None,
                 bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
@@ -107,6 +115,24 @@ impl Faults {
         self.lock().malformed_next = true;
     }
 
+    /// The next watch stream sends `events` object events, then half of a line, then the
+    /// connection is cut (the chunked body ends without its last chunk, as when a proxy or the
+    /// network resets the connection). The client sees a transport error mid-body.
+    pub fn cut_watch_after(&self, events: usize) {
+        self.lock().cut_after.push_back(events);
+    }
+
+    /// Refuse (`true`) watches with `sendInitialEvents=true` with 422 Invalid, as a server with
+    /// the `WatchList` feature gate off does; `false` serves them again.
+    pub fn refuse_watch_list(&self, refuse: bool) {
+        self.lock().refuse_watch_list = refuse;
+    }
+
+    /// Whether streaming lists are refused.
+    pub(crate) fn watch_list_refused(&self) -> bool {
+        self.lock().refuse_watch_list
+    }
+
     /// Delays every response (watch: its headers) by `delay`; `Duration::ZERO` resets.
     pub fn slow(&self, delay: Duration) {
         self.lock().delay = delay;
@@ -130,6 +156,8 @@ impl Faults {
         s.fail.clear();
         s.close_after.clear();
         s.malformed_next = false;
+        s.cut_after.clear();
+        s.refuse_watch_list = false;
         s.delay = Duration::ZERO;
         s.list_page = None;
         s.bookmark_interval = DEFAULT_BOOKMARK_INTERVAL;
@@ -174,6 +202,7 @@ impl Faults {
         WatchFaults {
             close_after: s.close_after.pop_front(),
             malformed_line: std::mem::take(&mut s.malformed_next),
+            cut_after: s.cut_after.pop_front(),
             bookmark_interval: s.bookmark_interval,
         }
     }
@@ -186,6 +215,8 @@ pub(crate) struct WatchFaults {
     pub close_after: Option<usize>,
     /// Start with a line that is not JSON.
     pub malformed_line: bool,
+    /// Cut the connection mid-line after this many object events.
+    pub cut_after: Option<usize>,
     /// Bookmark period; zero = never.
     pub bookmark_interval: Duration,
 }

@@ -5,7 +5,6 @@
 //! namespace and selectors (turning selector transitions into ADDED / DELETED), writes lines into
 //! a small bounded body channel, and ends on timeout, close, expiry, shutdown or disconnect.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,6 +34,12 @@ const BODY_BUFFER: usize = 64;
 /// Queued events coalesced into one chunk at most, to keep up with thousands of changes a second.
 const MAX_EVENTS_PER_CHUNK: usize = 256;
 
+/// A piece of a watch body; an `Err` makes the server cut the connection mid-body.
+type Chunk = Result<Bytes, std::io::Error>;
+
+/// What a cut-connection fault sends before the cut: the start of a line, never finished.
+const CUT_LINE: &[u8] = b"{\"type\":\"MODIFIED\",\"object\":{\"kind\":";
+
 /// The line a malformed-line fault sends.
 const MALFORMED_LINE: &[u8] = b"this is not json {\n";
 
@@ -55,6 +60,13 @@ pub(crate) fn watch(shared: &Arc<Shared>, target: Target, query: &Query) -> Resp
         }
     };
     let from = if flag(query, "sendInitialEvents") {
+        if shared.faults.watch_list_refused() {
+            return error_response(
+                422,
+                "Invalid",
+                "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+            );
+        }
         if matching != "NotOlderThan" {
             return error_response(
                 422,
@@ -87,11 +99,9 @@ pub(crate) fn watch(shared: &Arc<Shared>, target: Target, query: &Query) -> Resp
     };
 
     let faults = shared.faults.take_watch_faults();
-    let (body_tx, body_rx) = mpsc::channel::<Bytes>(BODY_BUFFER);
+    let (body_tx, body_rx) = mpsc::channel::<Chunk>(BODY_BUFFER);
     let stream = futures::stream::unfold(body_rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|chunk| (Ok::<Bytes, Infallible>(chunk), rx))
+        rx.recv().await.map(|chunk| (chunk, rx))
     });
     match shared.store.watch(&target.resource, from) {
         Err(expired) => {
@@ -106,7 +116,7 @@ pub(crate) fn watch(shared: &Arc<Shared>, target: Target, query: &Query) -> Resp
             );
             let line = format!("{}\n", json!({"type": "ERROR", "object": status}));
             // The receiver is still held by the body stream, so this cannot fail.
-            let _ = body_tx.try_send(Bytes::from(line));
+            let _ = body_tx.try_send(Ok(Bytes::from(line)));
         }
         Ok(registration) => {
             let task = WatchTask {
@@ -168,7 +178,7 @@ struct WatchTask {
     /// Lines not yet handed to the connection.
     buf: BytesMut,
     /// Chunks to the connection.
-    body: mpsc::Sender<Bytes>,
+    body: mpsc::Sender<Chunk>,
 }
 
 impl Drop for WatchTask {
@@ -191,12 +201,16 @@ impl WatchTask {
             self.flush().await;
             return;
         }
+        if self.faults.cut_after == Some(0) {
+            self.cut().await;
+            return;
+        }
         let flow = match initial {
             Initial::Objects(objects) => self.initial_objects(&objects),
             Initial::Replay(events) => self.replay(&events),
         };
         if flow == Flow::Stop {
-            self.flush().await;
+            self.end().await;
             return;
         }
         if end_bookmark {
@@ -234,7 +248,28 @@ impl WatchTask {
                 return;
             }
         }
-        self.flush().await;
+        self.end().await;
+    }
+
+    /// Ends the stream: cleanly, or with a cut connection when that fault was armed and due.
+    async fn end(&mut self) {
+        match self.faults.cut_after {
+            Some(n) if self.sent >= n => self.cut().await,
+            _ => {
+                self.flush().await;
+            }
+        }
+    }
+
+    /// Sends what is buffered and the start of a line, then cuts the connection.
+    async fn cut(&mut self) {
+        self.buf.extend_from_slice(CUT_LINE);
+        if self.flush().await {
+            // Let the connection write what was sent before the cut (as the network would have).
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "watch cut");
+            let _ = self.body.send(Err(reset)).await;
+        }
     }
 
     fn ticker(&self) -> Option<Interval> {
@@ -321,8 +356,8 @@ impl WatchTask {
         self.buf.extend_from_slice(&obj.json);
         self.buf.extend_from_slice(b"}\n");
         self.sent += 1;
-        match self.faults.close_after {
-            Some(n) if self.sent >= n => Flow::Stop,
+        match (self.faults.close_after, self.faults.cut_after) {
+            (Some(n), _) | (_, Some(n)) if self.sent >= n => Flow::Stop,
             _ => Flow::Continue,
         }
     }
@@ -353,7 +388,7 @@ impl WatchTask {
         let chunk = self.buf.split().freeze();
         let mut shutdown = self.shared.shutdown.clone();
         tokio::select! {
-            sent = self.body.send(chunk) => sent.is_ok(),
+            sent = self.body.send(Ok(chunk)) => sent.is_ok(),
             _ = shutdown.changed() => false,
         }
     }

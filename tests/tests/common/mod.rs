@@ -29,6 +29,9 @@ pub fn fast_config() -> InformerConfig {
                 max: Duration::from_millis(200),
                 ..BackoffConfig::default()
             },
+            // The tests drive the list path; streaming lists (the default) are tested with
+            // their own settings.
+            use_watch_list: false,
             ..ReflectorConfig::default()
         },
         ..InformerConfig::default()

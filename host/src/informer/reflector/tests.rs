@@ -20,6 +20,7 @@ struct Script {
     watches: VecDeque<WatchScript>,
     list_calls: Vec<ListOptions>,
     watch_calls: Vec<WatchOptions>,
+    watch_times: Vec<Instant>,
 }
 
 #[derive(Clone, Default)]
@@ -47,6 +48,7 @@ impl ListerWatcher for Scripted {
     fn watch(&self, opts: WatchOptions) -> BoxFuture<'_, Result<WatchStream, SourceError>> {
         let mut s = self.lock();
         s.watch_calls.push(opts);
+        s.watch_times.push(Instant::now());
         let r = match s.watches.pop_front() {
             Some(Ok(events)) => Ok(futures::stream::iter(events).boxed()),
             Some(Err(e)) => Err(e),
@@ -73,12 +75,20 @@ fn added(name: &str, rv: &str) -> Result<WatchEvent, SourceError> {
     Ok(WatchEvent::Added(obj(Some("ns"), name, rv)))
 }
 
+/// The default settings with a plain list (the scripted source does not stream lists).
+fn list_config() -> ReflectorConfig {
+    ReflectorConfig {
+        use_watch_list: false,
+        ..ReflectorConfig::default()
+    }
+}
+
 async fn run_for(lw: &Scripted, fifo: Arc<DeltaFifo>, d: Duration) {
     let r = Reflector::new(
         "test",
         Arc::new(lw.clone()),
         fifo,
-        ReflectorConfig::default(),
+        list_config(),
         Duration::ZERO,
         None,
     );
@@ -137,7 +147,7 @@ async fn with_internal_error_retry_off_an_internal_error_relists() {
         .push_back(Ok(vec![added("b", "11"), Ok(WatchEvent::Error(internal))]));
     let config = ReflectorConfig {
         max_internal_error_retry: Duration::ZERO,
-        ..Default::default()
+        ..list_config()
     };
     let r = Reflector::new(
         "test",
@@ -186,7 +196,7 @@ async fn relists_are_spaced_by_a_growing_backoff() {
             jitter: 0.0,
             ..Default::default()
         },
-        ..Default::default()
+        ..list_config()
     };
     let r = Reflector::new(
         "t",
@@ -223,4 +233,273 @@ async fn an_expired_first_page_is_retried_once_at_the_latest_version() {
     assert_eq!(rvs, ["0", ""]);
     assert_eq!(f.len(), 2);
     assert_eq!(lw.lock().watch_calls[0].resource_version, "20");
+}
+
+fn internal_error() -> SourceError {
+    SourceError::Api {
+        code: 500,
+        reason: "InternalError".into(),
+        message: "etcdserver: no leader".into(),
+    }
+}
+
+/// client-go TestRetryWithDeadline: (clock step, error, want retry) per step.
+#[tokio::test(start_paused = true)]
+async fn retry_with_deadline() {
+    let internal = Some(internal_error());
+    let other = Some(SourceError::Api {
+        code: 403,
+        reason: "Forbidden".into(),
+        message: "some other error".into(),
+    });
+    let s = Duration::from_secs;
+    type Step = (Duration, Option<SourceError>, bool);
+    let cases: Vec<(&str, Duration, Vec<Step>)> = vec![
+        (
+            "never retry when duration is zero",
+            Duration::ZERO,
+            vec![
+                (s(1), None, false),
+                (s(0), internal.clone(), false),
+                (s(1), other.clone(), false),
+            ],
+        ),
+        (
+            "retry when internal error happens only within duration",
+            s(1),
+            vec![
+                (s(1), internal.clone(), true),
+                (s(1), internal.clone(), true),
+                (s(1), internal.clone(), false),
+            ],
+        ),
+        (
+            "don't retry when other error happens",
+            s(1),
+            vec![(s(1), other.clone(), false)],
+        ),
+        (
+            "ignore other errors for retries",
+            s(1),
+            vec![
+                (s(1), internal.clone(), true),
+                (s(0), other.clone(), true),
+                (s(1), internal.clone(), true),
+            ],
+        ),
+    ];
+    for (name, max, steps) in cases {
+        let mut retry = InternalErrorRetry::new(max, s(30));
+        for (i, (step, err, want)) in steps.into_iter().enumerate() {
+            tokio::time::advance(step).await;
+            retry.after(err.as_ref());
+            assert_eq!(retry.should_retry(), want, "{name}: step {i}");
+        }
+    }
+}
+
+/// A source whose every watch sends a 500 ERROR event after a second (after a minute and a
+/// second for watch number `rewind`), as client-go TestRetryInternalError's fake clock does.
+struct FailingWatches {
+    watches: Arc<std::sync::atomic::AtomicUsize>,
+    rewind: usize,
+}
+
+impl ListerWatcher for FailingWatches {
+    fn list(&self, _: ListOptions) -> BoxFuture<'_, Result<ListPage, SourceError>> {
+        async { page("1", &[]) }.boxed()
+    }
+
+    fn watch(&self, _: WatchOptions) -> BoxFuture<'_, Result<WatchStream, SourceError>> {
+        let n = self.watches.fetch_add(1, Ordering::SeqCst) + 1;
+        let wait = if n == self.rewind {
+            Duration::from_secs(61)
+        } else {
+            Duration::from_secs(1)
+        };
+        let stream = futures::stream::once(async move {
+            tokio::time::sleep(wait).await;
+            Ok(WatchEvent::Error(internal_error()))
+        });
+        async move { Ok(stream.boxed()) }.boxed()
+    }
+
+    fn describe(&self) -> String {
+        "failing watches".into()
+    }
+}
+
+/// client-go TestRetryInternalError: (max retry duration, rewind watch, retries wanted). The
+/// backoff is zero here, as client-go re-watches at once after an internal error.
+#[tokio::test(start_paused = true)]
+async fn retry_internal_error() {
+    let cases = [
+        ("retries off", Duration::ZERO, 0, 0),
+        ("retries on, all calls fail", Duration::from_secs(30), 0, 31),
+        (
+            "retries on, one call successful",
+            Duration::from_secs(30),
+            10,
+            40,
+        ),
+    ];
+    for (name, max, rewind, want) in cases {
+        let watches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let config = ReflectorConfig {
+            max_internal_error_retry: max,
+            backoff: BackoffConfig {
+                initial: Duration::ZERO,
+                max: Duration::ZERO,
+                jitter: 0.0,
+                ..BackoffConfig::default()
+            },
+            ..list_config()
+        };
+        let lw = FailingWatches {
+            watches: watches.clone(),
+            rewind,
+        };
+        let mut r = Reflector::new("t", Arc::new(lw), fifo(), config, Duration::ZERO, None);
+        assert!(r.list_and_watch().await.is_err(), "{name}");
+        assert_eq!(watches.load(Ordering::SeqCst) - 1, want, "{name}: retries");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn internal_error_rewatches_back_off() {
+    let lw = Scripted::default();
+    lw.lock().lists.push_back(page("10", &["a"]));
+    for _ in 0..4 {
+        lw.lock()
+            .watches
+            .push_back(Ok(vec![Ok(WatchEvent::Error(internal_error()))]));
+    }
+    let config = ReflectorConfig {
+        backoff: BackoffConfig {
+            jitter: 0.0,
+            ..BackoffConfig::default()
+        },
+        ..list_config()
+    };
+    let r = Reflector::new(
+        "t",
+        Arc::new(lw.clone()),
+        fifo(),
+        config,
+        Duration::ZERO,
+        None,
+    );
+    r.run(tokio::time::sleep(Duration::from_secs(29))).await;
+    let s = lw.lock();
+    assert_eq!(
+        s.list_calls.len(),
+        1,
+        "re-watches within the window, no relist"
+    );
+    let gaps: Vec<u64> = s
+        .watch_times
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_millis() as u64)
+        .collect();
+    assert_eq!(gaps, [800, 1600, 3200, 6400]);
+}
+
+fn counting_resync() -> (Arc<std::sync::atomic::AtomicUsize>, ShouldResync) {
+    let n = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let hook = n.clone();
+    let f: ShouldResync = Arc::new(move || {
+        hook.fetch_add(1, Ordering::SeqCst);
+        false
+    });
+    (n, f)
+}
+
+/// client-go TestReflectorResync: while the watch is up, the resync hook is consulted every
+/// period.
+#[tokio::test(start_paused = true)]
+async fn reflector_resync() {
+    let lw = Scripted::default();
+    lw.lock().lists.push_back(page("10", &["a"]));
+    let (calls, hook) = counting_resync();
+    let r = Reflector::new(
+        "t",
+        Arc::new(lw.clone()),
+        fifo(),
+        list_config(),
+        Duration::from_secs(1),
+        Some(hook),
+    );
+    r.run(tokio::time::sleep(Duration::from_millis(5500))).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 5);
+}
+
+/// client-go runs the resync timer only from a successful list to the end of the watch: not
+/// while lists fail.
+#[tokio::test(start_paused = true)]
+async fn resync_does_not_run_during_an_outage() {
+    let lw = Scripted::default();
+    lw.lock().lists.push_back(page("10", &["a"]));
+    let forbidden = SourceError::Api {
+        code: 403,
+        reason: "Forbidden".into(),
+        message: "no".into(),
+    };
+    lw.lock().watches.push_back(Err(forbidden.clone()));
+    for _ in 0..100 {
+        lw.lock().lists.push_back(Err(forbidden.clone()));
+    }
+    let (calls, hook) = counting_resync();
+    let r = Reflector::new(
+        "t",
+        Arc::new(lw.clone()),
+        fifo(),
+        list_config(),
+        Duration::from_secs(1),
+        Some(hook),
+    );
+    r.run(tokio::time::sleep(Duration::from_secs(60))).await;
+    assert!(lw.lock().list_calls.len() > 3, "the outage lasted");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "no resync during the outage"
+    );
+}
+
+#[test]
+fn streaming_list_is_on_by_default() {
+    assert!(ReflectorConfig::default().use_watch_list);
+}
+
+/// client-go's watchList: a 429 backs off and streams again, with no list.
+#[tokio::test(start_paused = true)]
+async fn watch_list_backs_off_and_retries_on_too_many_requests() {
+    let lw = Scripted::default();
+    lw.lock()
+        .watches
+        .push_back(Err(SourceError::TooManyRequests {
+            message: "slow down".into(),
+            retry_after: None,
+        }));
+    lw.lock().watches.push_back(Ok(vec![
+        added("a", "5"),
+        Ok(WatchEvent::Bookmark {
+            resource_version: "5".into(),
+            initial_events_end: true,
+        }),
+    ]));
+    let f = fifo();
+    let r = Reflector::new(
+        "t",
+        Arc::new(lw.clone()),
+        f.clone(),
+        ReflectorConfig::default(),
+        Duration::ZERO,
+        None,
+    );
+    r.run(tokio::time::sleep(Duration::from_secs(10))).await;
+    let s = lw.lock();
+    assert!(s.list_calls.is_empty(), "no list: {:?}", s.list_calls);
+    assert!(s.watch_calls[..2].iter().all(|w| w.send_initial_events));
+    assert_eq!(f.len(), 1);
 }
