@@ -220,7 +220,8 @@ impl SharedInformer {
     }
 
     /// Registers a handler with its own queue and resync period (0 = never; below 1 s is raised
-    /// to 1 s; below the informer's check period is raised to it once the informer runs). A
+    /// to 1 s; below the informer's check period is raised to it once the informer runs; an
+    /// informer whose own resync is 0 never resyncs, whatever its handlers ask, as in client-go). A
     /// handler added while the informer runs first receives every cached object as an
     /// initial-list add, and its `has_synced` stays false until it has handled them.
     pub fn add_event_handler(
@@ -229,6 +230,7 @@ impl SharedInformer {
         handler: Box<dyn EventHandler>,
         resync: Duration,
     ) -> Result<HandlerRegistration, InformerError> {
+        let name: String = name.into();
         let mut st = lock(&self.state);
         if st.stopped {
             return Err(InformerError::Stopped(self.name.clone()));
@@ -236,13 +238,16 @@ impl SharedInformer {
         let mut resync = resync;
         if !resync.is_zero() {
             resync = resync.max(MINIMUM_RESYNC_PERIOD);
-            if resync < st.resync_check_period || st.resync_check_period.is_zero() {
+            if st.resync_check_period.is_zero() {
+                // client-go: an informer created without resync never resyncs; a handler's
+                // period does not turn it on.
+                tracing::warn!(informer = %self.name, handler = %name, requested = ?resync,
+                    "the handler asks for a resync period but its informer does not resync (its resync is 0): the handler gets no resyncs");
+            } else if resync < st.resync_check_period {
                 if st.started {
-                    if !st.resync_check_period.is_zero() {
-                        tracing::warn!(informer = %self.name, requested = ?resync, check = ?st.resync_check_period,
-                            "resync period below the running informer's check period; raised to it");
-                        resync = st.resync_check_period;
-                    }
+                    tracing::warn!(informer = %self.name, requested = ?resync, check = ?st.resync_check_period,
+                        "resync period below the running informer's check period; raised to it");
+                    resync = st.resync_check_period;
                 } else {
                     st.resync_check_period = resync;
                     self.processor.resync_check_period_changed(resync);
@@ -251,7 +256,6 @@ impl SharedInformer {
         }
         let period = determine_resync_period(resync, st.resync_check_period);
         let fifo = self.fifo.clone();
-        let name = name.into();
         let failed = |detail: String| InformerError::Start {
             informer: self.name.clone(),
             handler: name.clone(),

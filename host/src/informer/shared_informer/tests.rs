@@ -264,8 +264,8 @@ async fn adding_a_handler_to_a_stopped_informer_is_an_error() {
 
 #[test]
 fn resync_periods_follow_client_go_rules() {
-    let inf = informer_over(&MemorySource::new());
-    assert_eq!(inf.resync_check_period(), Duration::ZERO);
+    let inf = informer_with_resync(&MemorySource::new(), Duration::from_secs(3600));
+    assert_eq!(inf.resync_check_period(), Duration::from_secs(3600));
     let never = inf
         .add_event_handler("never", Box::new(Recorder::new()), Duration::ZERO)
         .unwrap();
@@ -449,4 +449,17 @@ fn listener_resync_periods_a_listener_at_the_check_period_resyncs_at_every_check
         !inf.processor.should_resync(t0 + 4 * s + ms(500)),
         "but never twice in one period"
     );
+}
+
+/// client-go `AddEventHandlerWithResyncPeriod`: an informer whose resync (check period) is 0
+/// never resyncs; a handler's period does not turn resync on.
+#[test]
+fn resync_check_period_zero_means_the_informer_never_resyncs() {
+    let inf = informer_over(&MemorySource::new());
+    let reg = inf
+        .add_event_handler("h", Box::new(Recorder::new()), Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(inf.resync_check_period(), Duration::ZERO);
+    assert_eq!(reg.resync_period(), Duration::ZERO);
+    assert!(!inf.processor.should_resync(Instant::now() + Duration::from_secs(3600)));
 }
