@@ -77,7 +77,8 @@ impl Delta {
     }
 }
 
-/// A hook run once on every object entering the FIFO (never on tombstones), e.g. to strip fields.
+/// A hook run once on every object entering the FIFO (never on tombstones nor on resyncs, whose
+/// objects come from the cache), e.g. to strip fields.
 pub type TransformFn = Arc<dyn Fn(Arc<Object>) -> Arc<Object> + Send + Sync>;
 
 /// `pop` on a closed, empty queue.
@@ -218,18 +219,19 @@ impl DeltaFifo {
     }
 
     fn queue_action(&self, st: &mut State, delta: Delta) {
+        // client-go runs the transform here, once per object entering the queue, but neither
+        // on a tombstone (its object came through already) nor on a Sync (its object comes from
+        // the cache, transformed when it entered).
         let delta = match (delta, &self.transform) {
             (d, None) => d,
-            (d, Some(_)) if d.is_tombstone() => d,
             (d, Some(t)) => match d {
                 Delta::Added(o) => Delta::Added(t(o)),
                 Delta::Updated(o) => Delta::Updated(t(o)),
                 Delta::Replaced(o) => Delta::Replaced(t(o)),
-                Delta::Sync(o) => Delta::Sync(t(o)),
                 Delta::Deleted(DeletedObject::Object(o)) => {
                     Delta::Deleted(DeletedObject::Object(t(o)))
                 }
-                d @ Delta::Deleted(DeletedObject::Tombstone(_)) => d,
+                d @ (Delta::Sync(_) | Delta::Deleted(DeletedObject::Tombstone(_))) => d,
             },
         };
         let key = delta.key();
