@@ -319,20 +319,23 @@ impl DeltaFifo {
     }
 }
 
-/// Collapses the last two deltas when both are deletions; a real deletion wins over a tombstone.
+/// Collapses the last two deltas when both are deletions (client-go `dedupDeltas` /
+/// `isDeletionDup`): the older is kept, unless it is a tombstone, then the newer is kept. So a
+/// real deletion wins over a tombstone whichever came first; of two real deletions the first
+/// stays, of two tombstones the last.
 fn dedup_deltas(deltas: &mut Vec<Delta>) {
     let n = deltas.len();
     if n < 2 {
         return;
     }
-    let (a, b) = (&deltas[n - 2], &deltas[n - 1]);
-    if a.kind() != DeltaType::Deleted || b.kind() != DeltaType::Deleted {
+    let (older, newer) = (&deltas[n - 2], &deltas[n - 1]);
+    if older.kind() != DeltaType::Deleted || newer.kind() != DeltaType::Deleted {
         return;
     }
-    if b.is_tombstone() {
-        deltas.pop(); // keep the earlier, real (or equal) deletion
-    } else {
+    if older.is_tombstone() {
         deltas.remove(n - 2);
+    } else {
+        deltas.pop();
     }
 }
 

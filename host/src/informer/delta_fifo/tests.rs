@@ -384,3 +384,33 @@ fn transformer() {
         }
     }
 }
+
+/// client-go `dedupDeltas` / `isDeletionDup`: of two deletions in a row the older is kept,
+/// unless the older is a DeletedFinalStateUnknown, then the newer is kept.
+#[test]
+fn dedup_deltas_keeps_the_older_deletion_unless_it_is_a_tombstone() {
+    // Two real deletions: the older stays.
+    let f = DeltaFifo::new(None, None);
+    f.add(pod("a", "1"));
+    f.delete(DeletedObject::Object(pod("a", "2")));
+    f.delete(DeletedObject::Object(pod("a", "3")));
+    assert_eq!(
+        f.deltas("ns/a").unwrap(),
+        [
+            Delta::Added(pod("a", "1")),
+            Delta::Deleted(DeletedObject::Object(pod("a", "2")))
+        ]
+    );
+    // Two tombstones: the newer stays.
+    let f = DeltaFifo::new(None, None);
+    f.add(pod("b", "1"));
+    f.delete(tombstone("b", "1"));
+    f.delete(tombstone("b", "2"));
+    assert_eq!(
+        f.deltas("ns/b").unwrap(),
+        [
+            Delta::Added(pod("b", "1")),
+            Delta::Deleted(tombstone("b", "2"))
+        ]
+    );
+}
