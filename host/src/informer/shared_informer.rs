@@ -46,9 +46,6 @@ pub enum InformerError {
     /// `run` was called twice.
     #[error("informer {0:?} is already running")]
     AlreadyStarted(String),
-    /// Indexes can only be added before the informer starts.
-    #[error("informer {0:?} has already started; indexes must be added before")]
-    IndexersAfterStart(String),
     /// An index operation failed.
     #[error(transparent)]
     Index(#[from] IndexError),
@@ -183,13 +180,16 @@ impl SharedInformer {
         self.indexer.cache()
     }
 
-    /// Adds indexes; only before the informer starts.
+    /// Adds indexes, before or while the informer runs (client-go `AddIndexers`): the objects
+    /// already cached are indexed at once, under the cache's write lock, so a query never sees
+    /// a half-built index. A name clash is an error and adds none; a stopped informer refuses.
     pub fn add_indexers(
         &self,
         funcs: impl IntoIterator<Item = (String, IndexFunc)>,
     ) -> Result<(), InformerError> {
-        if lock(&self.state).started {
-            return Err(InformerError::IndexersAfterStart(self.name.clone()));
+        let st = lock(&self.state);
+        if st.stopped {
+            return Err(InformerError::Stopped(self.name.clone()));
         }
         Ok(self.indexer.add_indexers(funcs)?)
     }

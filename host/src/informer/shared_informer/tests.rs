@@ -461,5 +461,8 @@ fn resync_check_period_zero_means_the_informer_never_resyncs() {
         .unwrap();
     assert_eq!(inf.resync_check_period(), Duration::ZERO);
     assert_eq!(reg.resync_period(), Duration::ZERO);
-    assert!(!inf.processor.should_resync(Instant::now() + Duration::from_secs(3600)));
+    assert!(
+        !inf.processor
+            .should_resync(Instant::now() + Duration::from_secs(3600))
+    );
 }
