@@ -5,7 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
+use wisp_host::informer::handler::Recorder;
+use wisp_host::informer::handler::{Delivery, EventHandler};
 use wisp_host::informer::indexer::{IndexFunc, index_by_label};
+use wisp_host::informer::listener::{Discarded, Overflow, OverflowObserver, QueueBound};
 use wisp_host::informer::shared_informer::{InformerConfig, InformerError, wait_for};
 use wisp_host::informer::{Object, SharedInformer};
 use wisp_host::source::memory::MemorySource;
@@ -87,4 +90,111 @@ async fn indexer_added_after_start_indexes_existing_items() {
         inf.add_indexers([("late".to_owned(), index_by_label("z"))]),
         Err(InformerError::Stopped(_))
     ));
+}
+
+/// Asserts that a panic in the informer's own pipeline fails the informer visibly: `run` returns
+/// an error without being asked to stop, readiness (informer and handler) turns false, the
+/// panic is counted.
+async fn fails_visibly(inf: &Arc<SharedInformer>, src: &MemorySource) {
+    let rec = Recorder::new();
+    let reg = inf
+        .add_event_handler("h", Box::new(rec.clone()), Duration::ZERO)
+        .unwrap();
+    let (_stop, run) = start(inf);
+    assert!(wait_for(T, || reg.has_synced()).await);
+    src.apply(pod("boom", json!({}))).unwrap();
+    let out = tokio::time::timeout(T, run)
+        .await
+        .expect("run returns after the panic, without a shutdown")
+        .expect("run does not panic");
+    match out {
+        Err(InformerError::Panicked { informer, detail }) => {
+            assert_eq!(informer, "pods");
+            assert!(detail.contains("boom!"), "{detail}");
+        }
+        other => panic!("expected a panic error, got {other:?}"),
+    }
+    assert!(!inf.has_synced(), "readiness fails");
+    assert!(!reg.has_synced());
+    assert_eq!(inf.stats().panics, 1);
+    assert!(inf.failure().is_some_and(|f| f.contains("boom!")));
+}
+
+/// A panicking index function used to kill the process loop silently (the queue grew, the
+/// cache froze, `run` never returned).
+#[tokio::test]
+async fn a_panicking_index_function_fails_the_informer_visibly() {
+    let src = MemorySource::new();
+    src.apply(pod("fine", json!({}))).unwrap();
+    let inf = SharedInformer::new("pods", Arc::new(src.clone()), InformerConfig::default());
+    let f: IndexFunc = Arc::new(|o: &Object| {
+        if o.meta().name == "boom" {
+            panic!("boom!");
+        }
+        Vec::new()
+    });
+    inf.add_indexers([("bad".to_owned(), f)]).unwrap();
+    fails_visibly(&inf, &src).await;
+}
+
+/// A panicking transform used to unwind through the reflector: `run` panicked and left the
+/// process loop and the listeners behind.
+#[tokio::test]
+async fn a_panicking_transform_fails_the_informer_visibly() {
+    let src = MemorySource::new();
+    src.apply(pod("fine", json!({}))).unwrap();
+    let config = InformerConfig {
+        transform: Some(Arc::new(|o: Arc<Object>| {
+            if o.meta().name == "boom" {
+                panic!("boom!");
+            }
+            o
+        })),
+        ..Default::default()
+    };
+    let inf = SharedInformer::new("pods", Arc::new(src.clone()), config);
+    fails_visibly(&inf, &src).await;
+}
+
+/// A handler's overflow observer runs on the process loop (under the listener's queue lock); a
+/// panic in it fails the informer the same way, instead of killing the process loop.
+#[tokio::test]
+async fn a_panicking_overflow_observer_fails_the_informer_visibly() {
+    struct Panics;
+    impl OverflowObserver for Panics {
+        fn overflowed(&self, _: Discarded) {
+            panic!("boom!");
+        }
+    }
+    struct Slow;
+    impl EventHandler for Slow {
+        fn handle(&mut self, _: &[Delivery]) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        fn queue_bound(&self) -> QueueBound {
+            QueueBound::Bounded {
+                max: 1,
+                overflow: Overflow::DropNewest,
+            }
+        }
+        fn overflow_observer(&self) -> Option<Arc<dyn OverflowObserver>> {
+            Some(Arc::new(Panics))
+        }
+    }
+    let src = MemorySource::new();
+    for i in 0..5 {
+        src.apply(pod(&format!("p{i}"), json!({}))).unwrap();
+    }
+    let inf = SharedInformer::new("pods", Arc::new(src.clone()), InformerConfig::default());
+    let reg = inf
+        .add_event_handler("slow", Box::new(Slow), Duration::ZERO)
+        .unwrap();
+    let (_stop, run) = start(&inf);
+    let out = tokio::time::timeout(T, run).await.unwrap().unwrap();
+    assert!(
+        matches!(&out, Err(InformerError::Panicked { detail, .. }) if detail.contains("boom!")),
+        "{out:?}"
+    );
+    assert!(!inf.has_synced() && !reg.has_synced());
+    assert_eq!(inf.stats().panics, 1);
 }

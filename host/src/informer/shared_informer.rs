@@ -1,7 +1,9 @@
 //! The shared informer (client-go `sharedIndexInformer`): one reflector, one DeltaFIFO, one
 //! indexer, and any number of listeners, each with its own queue.
 
+use std::any::Any;
 use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -14,6 +16,7 @@ use super::handler::{EventHandler, Notification};
 use super::indexer::{Cache, IndexError, IndexFunc, Indexer};
 use super::listener::{DEFAULT_BATCH_MAX, Listener, ListenerStats, QueueBound};
 use super::lister_watcher::ListerWatcher;
+use super::object::Object;
 use super::processor::{SharedProcessor, determine_resync_period};
 use super::reflector::{Reflector, ReflectorConfig, ReflectorStats};
 
@@ -46,6 +49,15 @@ pub enum InformerError {
     /// `run` was called twice.
     #[error("informer {0:?} is already running")]
     AlreadyStarted(String),
+    /// A panic in the informer's own pipeline (a transform, an index function, an overflow
+    /// observer): the informer stopped, and stays not ready.
+    #[error("informer {informer:?} failed: {detail}")]
+    Panicked {
+        /// The informer.
+        informer: String,
+        /// Where it panicked, and the panic's message.
+        detail: String,
+    },
     /// An index operation failed.
     #[error(transparent)]
     Index(#[from] IndexError),
@@ -117,9 +129,45 @@ pub struct InformerStats {
     pub events: u64,
     /// The last resourceVersion synced.
     pub last_sync_resource_version: String,
+    /// Panics caught in the informer's pipeline (transform, index functions): the first one
+    /// fails the informer.
+    pub panics: u64,
 }
 
 static NEXT_INFORMER_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Whether the informer's own pipeline has failed. A panic in a transform (on the reflector's
+/// task) or while handling deltas (an index function, an overflow observer, on the process
+/// loop's thread) is caught here instead of killing its thread silently: it is logged and
+/// counted, the informer stops (its `run` returns [`InformerError::Panicked`]) and stays not
+/// ready (`has_synced` false for the informer and its handlers, so `/readyz` fails). It does not
+/// restart on its own: the cache may be half-updated, and a process supervisor restarting the
+/// host starts from a clean list.
+#[derive(Default)]
+struct Health {
+    panics: AtomicU64,
+    failure: Mutex<Option<String>>,
+    failed: tokio::sync::Notify,
+}
+
+impl Health {
+    fn fail(&self, informer: &str, stage: &str, payload: &(dyn Any + Send)) {
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(not a string)".to_owned());
+        let detail = format!("panic in {stage}: {msg}");
+        self.panics.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(informer, %detail, "informer pipeline panicked; the informer stops and stays not ready");
+        lock(&self.failure).get_or_insert(detail);
+        self.failed.notify_one();
+    }
+
+    fn is_failed(&self) -> bool {
+        lock(&self.failure).is_some()
+    }
+}
 
 /// A shared informer over one source.
 pub struct SharedInformer {
@@ -134,6 +182,7 @@ pub struct SharedInformer {
     block_deltas: Mutex<()>,
     state: Mutex<State>,
     reflector_stats: Mutex<Option<Arc<ReflectorStats>>>,
+    health: Arc<Health>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -147,14 +196,23 @@ impl SharedInformer {
         lw: Arc<dyn ListerWatcher>,
         config: InformerConfig,
     ) -> Arc<Self> {
+        let name: String = name.into();
+        let health = Arc::new(Health::default());
+        let transform = config.transform.clone().map(|t| {
+            let (health, name) = (health.clone(), name.clone());
+            Arc::new(move |o: Arc<Object>| {
+                catch_unwind(AssertUnwindSafe(|| t(o.clone()))).unwrap_or_else(|p| {
+                    health.fail(&name, "the transform", &*p);
+                    o
+                })
+            }) as TransformFn
+        });
         let indexer = Indexer::new();
-        let fifo = Arc::new(DeltaFifo::new(
-            Some(indexer.cache()),
-            config.transform.clone(),
-        ));
+        let fifo = Arc::new(DeltaFifo::new(Some(indexer.cache()), transform));
         Arc::new(Self {
             id: NEXT_INFORMER_ID.fetch_add(1, Ordering::Relaxed),
-            name: name.into(),
+            name,
+            health,
             lw,
             state: Mutex::new(State {
                 started: false,
@@ -194,9 +252,10 @@ impl SharedInformer {
         Ok(self.indexer.add_indexers(funcs)?)
     }
 
-    /// Whether the first list has been fully processed (client-go `HasSynced`).
+    /// Whether the first list has been fully processed (client-go `HasSynced`); false for good
+    /// once the informer has failed (see [`SharedInformer::failure`]).
     pub fn has_synced(&self) -> bool {
-        self.fifo.has_synced()
+        !self.health.is_failed() && self.fifo.has_synced()
     }
 
     /// Counters.
@@ -211,7 +270,13 @@ impl SharedInformer {
             last_sync_resource_version: r
                 .map(|r| r.last_sync_resource_version())
                 .unwrap_or_default(),
+            panics: self.health.panics.load(Ordering::Relaxed),
         }
+    }
+
+    /// Why the informer failed, if it did (see [`InformerError::Panicked`]).
+    pub fn failure(&self) -> Option<String> {
+        lock(&self.health.failure).clone()
     }
 
     /// The resync check period in force.
@@ -274,7 +339,10 @@ impl SharedInformer {
             resync,
             period,
             self.config.batch_max.unwrap_or(DEFAULT_BATCH_MAX),
-            Arc::new(move || fifo.has_synced()),
+            {
+                let health = self.health.clone();
+                Arc::new(move || !health.is_failed() && fifo.has_synced())
+            },
             executor,
         )
         .map_err(|e| failed(format!("cannot start its thread: {e}")))?;
@@ -363,7 +431,9 @@ impl SharedInformer {
     }
 
     /// Runs the informer until `shutdown` completes: the reflector on this task, the process
-    /// loop on its own thread. On return every listener has stopped.
+    /// loop on its own thread. On return every listener has stopped. A panic in the informer's
+    /// pipeline (transform, index function, overflow observer) stops it early with
+    /// [`InformerError::Panicked`]; it then stays not ready (see [`SharedInformer::failure`]).
     pub async fn run(
         self: Arc<Self>,
         shutdown: impl Future<Output = ()>,
@@ -382,13 +452,7 @@ impl SharedInformer {
         let me = self.clone();
         let process = std::thread::Builder::new()
             .name(format!("wisp-informer-{}", self.name))
-            .spawn(move || {
-                while me
-                    .fifo
-                    .pop(|d, initial| me.handle_deltas(d, initial))
-                    .is_ok()
-                {}
-            })
+            .spawn(move || me.process_loop())
             .ok();
         let me = self.clone();
         let reflector = Reflector::new(
@@ -401,7 +465,15 @@ impl SharedInformer {
         );
         *lock(&self.reflector_stats) = Some(reflector.stats());
         tracing::info!(informer = %self.name, source = %self.lw.describe(), "informer started");
-        reflector.run(shutdown).await;
+        let health = self.health.clone();
+        reflector
+            .run(async move {
+                tokio::select! {
+                    _ = shutdown => {}
+                    _ = health.failed.notified() => {}
+                }
+            })
+            .await;
 
         lock(&self.state).stopped = true;
         self.fifo.close();
@@ -413,8 +485,37 @@ impl SharedInformer {
             me.processor.stop();
         })
         .await;
+        if let Some(detail) = self.failure() {
+            tracing::error!(informer = %self.name, %detail, "informer stopped after a panic");
+            return Err(InformerError::Panicked {
+                informer: self.name.clone(),
+                detail,
+            });
+        }
         tracing::info!(informer = %self.name, "informer stopped");
         Ok(())
+    }
+
+    /// The process loop (client-go `processLoop`): pops until the FIFO is closed, or until the
+    /// informer fails (a panic handling deltas is caught and fails it, see [`Health`]).
+    fn process_loop(&self) {
+        while !self.health.is_failed() {
+            let popped = self.fifo.pop(|d, initial| {
+                catch_unwind(AssertUnwindSafe(|| self.handle_deltas(d, initial)))
+            });
+            match popped {
+                Ok(Ok(())) => {}
+                Ok(Err(p)) => {
+                    self.health.fail(
+                        &self.name,
+                        "delta handling (an index function or an overflow observer)",
+                        &*p,
+                    );
+                    break;
+                }
+                Err(_closed) => break,
+            }
+        }
     }
 }
 
