@@ -15,6 +15,11 @@ use wisp_host::source::memory::MemorySource;
 
 const T: Duration = Duration::from_secs(10);
 
+/// How long a failed informer's `run` may take to return. Generous: with RUST_BACKTRACE set, the
+/// panic hook symbolises a backtrace first (seconds in a debug build, on the process loop's
+/// thread, with the FIFO's lock held, which stalls the test's single-threaded runtime too).
+const FAIL: Duration = Duration::from_secs(120);
+
 fn pod(name: &str, labels: serde_json::Value) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": name, "namespace": "ns", "labels": labels}})
@@ -103,7 +108,7 @@ async fn fails_visibly(inf: &Arc<SharedInformer>, src: &MemorySource) {
     let (_stop, run) = start(inf);
     assert!(wait_for(T, || reg.has_synced()).await);
     src.apply(pod("boom", json!({}))).unwrap();
-    let out = tokio::time::timeout(T, run)
+    let out = tokio::time::timeout(FAIL, run)
         .await
         .expect("run returns after the panic, without a shutdown")
         .expect("run does not panic");
@@ -190,7 +195,7 @@ async fn a_panicking_overflow_observer_fails_the_informer_visibly() {
         .add_event_handler("slow", Box::new(Slow), Duration::ZERO)
         .unwrap();
     let (_stop, run) = start(&inf);
-    let out = tokio::time::timeout(T, run).await.unwrap().unwrap();
+    let out = tokio::time::timeout(FAIL, run).await.unwrap().unwrap();
     assert!(
         matches!(&out, Err(InformerError::Panicked { detail, .. }) if detail.contains("boom!")),
         "{out:?}"
