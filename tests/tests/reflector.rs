@@ -420,9 +420,12 @@ async fn a_deletion_missed_while_the_watch_was_down_is_delivered_as_a_tombstone(
 
 #[tokio::test]
 async fn after_a_relist_a_listener_without_resync_sees_only_changed_objects() {
-    // client-go TestSharedInformerWatchDisruption.
+    // client-go TestSharedInformerWatchDisruption (its informer resyncs: an informer with
+    // resync 0 would give no listener a resync).
     let server = server_with_pods(3).await;
-    let inf = pod_informer(&server, fast_config());
+    let mut config = fast_config();
+    config.default_resync = Duration::from_secs(3600);
+    let inf = pod_informer(&server, config);
     let with = Recorder::new();
     let without = Recorder::new();
     inf.add_event_handler("resync", Box::new(with.clone()), Duration::from_secs(3600))

@@ -77,7 +77,8 @@ impl Delta {
     }
 }
 
-/// A hook run once on every object entering the FIFO (never on tombstones), e.g. to strip fields.
+/// A hook run once on every object entering the FIFO (never on tombstones nor on resyncs, whose
+/// objects come from the cache), e.g. to strip fields.
 pub type TransformFn = Arc<dyn Fn(Arc<Object>) -> Arc<Object> + Send + Sync>;
 
 /// `pop` on a closed, empty queue.
@@ -218,18 +219,19 @@ impl DeltaFifo {
     }
 
     fn queue_action(&self, st: &mut State, delta: Delta) {
+        // client-go runs the transform here, once per object entering the queue, but neither
+        // on a tombstone (its object came through already) nor on a Sync (its object comes from
+        // the cache, transformed when it entered).
         let delta = match (delta, &self.transform) {
             (d, None) => d,
-            (d, Some(_)) if d.is_tombstone() => d,
             (d, Some(t)) => match d {
                 Delta::Added(o) => Delta::Added(t(o)),
                 Delta::Updated(o) => Delta::Updated(t(o)),
                 Delta::Replaced(o) => Delta::Replaced(t(o)),
-                Delta::Sync(o) => Delta::Sync(t(o)),
                 Delta::Deleted(DeletedObject::Object(o)) => {
                     Delta::Deleted(DeletedObject::Object(t(o)))
                 }
-                d @ Delta::Deleted(DeletedObject::Tombstone(_)) => d,
+                d @ (Delta::Sync(_) | Delta::Deleted(DeletedObject::Tombstone(_))) => d,
             },
         };
         let key = delta.key();
@@ -317,20 +319,23 @@ impl DeltaFifo {
     }
 }
 
-/// Collapses the last two deltas when both are deletions; a real deletion wins over a tombstone.
+/// Collapses the last two deltas when both are deletions (client-go `dedupDeltas` /
+/// `isDeletionDup`): the older is kept, unless it is a tombstone, then the newer is kept. So a
+/// real deletion wins over a tombstone whichever came first; of two real deletions the first
+/// stays, of two tombstones the last.
 fn dedup_deltas(deltas: &mut Vec<Delta>) {
     let n = deltas.len();
     if n < 2 {
         return;
     }
-    let (a, b) = (&deltas[n - 2], &deltas[n - 1]);
-    if a.kind() != DeltaType::Deleted || b.kind() != DeltaType::Deleted {
+    let (older, newer) = (&deltas[n - 2], &deltas[n - 1]);
+    if older.kind() != DeltaType::Deleted || newer.kind() != DeltaType::Deleted {
         return;
     }
-    if b.is_tombstone() {
-        deltas.pop(); // keep the earlier, real (or equal) deletion
-    } else {
+    if older.is_tombstone() {
         deltas.remove(n - 2);
+    } else {
+        deltas.pop();
     }
 }
 

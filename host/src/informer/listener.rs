@@ -390,9 +390,30 @@ impl Listener {
         !r.period.is_zero() && now >= r.next
     }
 
+    /// Re-arms after a resync (client-go `determineNextResync`). client-go sets `now + period`
+    /// and its reflector re-arms its check timer after each check, so the next check is never
+    /// early. Wisp's checks run on a fixed tick, each late by a varying amount: `now + period`
+    /// would then make a check that is less late than the previous one find the listener not
+    /// yet due and skip a whole period. So the next resync is the first point of the listener's
+    /// own schedule (`next + k * period`) after `now`: a listener whose period equals the check
+    /// period is due at every check whatever the timer's jitter, and a period that is not a
+    /// multiple of the check period is honoured on average instead of drifting later.
     pub(crate) fn determine_next_resync(&self, now: Instant) {
         let mut r = lock(&self.shared.resync);
-        r.next = now + r.period;
+        if r.period.is_zero() {
+            return;
+        }
+        if r.next > now {
+            return;
+        }
+        let period = r.period.as_nanos();
+        let behind = now.duration_since(r.next).as_nanos();
+        let steps = behind / period + 1;
+        let ahead = u64::try_from(steps * period).unwrap_or(u64::MAX);
+        r.next = r
+            .next
+            .checked_add(Duration::from_nanos(ahead))
+            .unwrap_or(now + r.period);
     }
 }
 

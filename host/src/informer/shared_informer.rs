@@ -1,7 +1,9 @@
 //! The shared informer (client-go `sharedIndexInformer`): one reflector, one DeltaFIFO, one
 //! indexer, and any number of listeners, each with its own queue.
 
+use std::any::Any;
 use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -14,6 +16,7 @@ use super::handler::{EventHandler, Notification};
 use super::indexer::{Cache, IndexError, IndexFunc, Indexer};
 use super::listener::{DEFAULT_BATCH_MAX, Listener, ListenerStats, QueueBound};
 use super::lister_watcher::ListerWatcher;
+use super::object::Object;
 use super::processor::{SharedProcessor, determine_resync_period};
 use super::real_fifo::{Queue, QueueKind};
 use super::reflector::{Reflector, ReflectorConfig, ReflectorStats};
@@ -50,9 +53,15 @@ pub enum InformerError {
     /// `run` was called twice.
     #[error("informer {0:?} is already running")]
     AlreadyStarted(String),
-    /// Indexes can only be added before the informer starts.
-    #[error("informer {0:?} has already started; indexes must be added before")]
-    IndexersAfterStart(String),
+    /// A panic in the informer's own pipeline (a transform, an index function, an overflow
+    /// observer): the informer stopped, and stays not ready.
+    #[error("informer {informer:?} failed: {detail}")]
+    Panicked {
+        /// The informer.
+        informer: String,
+        /// Where it panicked, and the panic's message.
+        detail: String,
+    },
     /// An index operation failed.
     #[error(transparent)]
     Index(#[from] IndexError),
@@ -124,9 +133,45 @@ pub struct InformerStats {
     pub events: u64,
     /// The last resourceVersion synced.
     pub last_sync_resource_version: String,
+    /// Panics caught in the informer's pipeline (transform, index functions): the first one
+    /// fails the informer.
+    pub panics: u64,
 }
 
 static NEXT_INFORMER_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Whether the informer's own pipeline has failed. A panic in a transform (on the reflector's
+/// task) or while handling deltas (an index function, an overflow observer, on the process
+/// loop's thread) is caught here instead of killing its thread silently: it is logged and
+/// counted, the informer stops (its `run` returns [`InformerError::Panicked`]) and stays not
+/// ready (`has_synced` false for the informer and its handlers, so `/readyz` fails). It does not
+/// restart on its own: the cache may be half-updated, and a process supervisor restarting the
+/// host starts from a clean list.
+#[derive(Default)]
+struct Health {
+    panics: AtomicU64,
+    failure: Mutex<Option<String>>,
+    failed: tokio::sync::Notify,
+}
+
+impl Health {
+    fn fail(&self, informer: &str, stage: &str, payload: &(dyn Any + Send)) {
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(not a string)".to_owned());
+        let detail = format!("panic in {stage}: {msg}");
+        self.panics.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(informer, %detail, "informer pipeline panicked; the informer stops and stays not ready");
+        lock(&self.failure).get_or_insert(detail);
+        self.failed.notify_one();
+    }
+
+    fn is_failed(&self) -> bool {
+        lock(&self.failure).is_some()
+    }
+}
 
 /// A shared informer over one source.
 pub struct SharedInformer {
@@ -141,6 +186,7 @@ pub struct SharedInformer {
     block_deltas: Mutex<()>,
     state: Mutex<State>,
     reflector_stats: Mutex<Option<Arc<ReflectorStats>>>,
+    health: Arc<Health>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -154,13 +200,23 @@ impl SharedInformer {
         lw: Arc<dyn ListerWatcher>,
         config: InformerConfig,
     ) -> Arc<Self> {
+        let name: String = name.into();
+        let health = Arc::new(Health::default());
+        let transform = config.transform.clone().map(|t| {
+            let (health, name) = (health.clone(), name.clone());
+            Arc::new(move |o: Arc<Object>| {
+                catch_unwind(AssertUnwindSafe(|| t(o.clone()))).unwrap_or_else(|p| {
+                    health.fail(&name, "the transform", &*p);
+                    o
+                })
+            }) as TransformFn
+        });
         let indexer = Indexer::new();
-        let fifo = config
-            .queue
-            .build(indexer.cache(), config.transform.clone());
+        let fifo = config.queue.build(indexer.cache(), transform);
         Arc::new(Self {
             id: NEXT_INFORMER_ID.fetch_add(1, Ordering::Relaxed),
-            name: name.into(),
+            name,
+            health,
             lw,
             state: Mutex::new(State {
                 started: false,
@@ -186,20 +242,24 @@ impl SharedInformer {
         self.indexer.cache()
     }
 
-    /// Adds indexes; only before the informer starts.
+    /// Adds indexes, before or while the informer runs (client-go `AddIndexers`): the objects
+    /// already cached are indexed at once, under the cache's write lock, so a query never sees
+    /// a half-built index. A name clash is an error and adds none; a stopped informer refuses.
     pub fn add_indexers(
         &self,
         funcs: impl IntoIterator<Item = (String, IndexFunc)>,
     ) -> Result<(), InformerError> {
-        if lock(&self.state).started {
-            return Err(InformerError::IndexersAfterStart(self.name.clone()));
+        let st = lock(&self.state);
+        if st.stopped {
+            return Err(InformerError::Stopped(self.name.clone()));
         }
         Ok(self.indexer.add_indexers(funcs)?)
     }
 
-    /// Whether the first list has been fully processed (client-go `HasSynced`).
+    /// Whether the first list has been fully processed (client-go `HasSynced`); false for good
+    /// once the informer has failed (see [`SharedInformer::failure`]).
     pub fn has_synced(&self) -> bool {
-        self.fifo.has_synced()
+        !self.health.is_failed() && self.fifo.has_synced()
     }
 
     /// Counters.
@@ -214,7 +274,13 @@ impl SharedInformer {
             last_sync_resource_version: r
                 .map(|r| r.last_sync_resource_version())
                 .unwrap_or_default(),
+            panics: self.health.panics.load(Ordering::Relaxed),
         }
+    }
+
+    /// Why the informer failed, if it did (see [`InformerError::Panicked`]).
+    pub fn failure(&self) -> Option<String> {
+        lock(&self.health.failure).clone()
     }
 
     /// The resync check period in force.
@@ -223,7 +289,8 @@ impl SharedInformer {
     }
 
     /// Registers a handler with its own queue and resync period (0 = never; below 1 s is raised
-    /// to 1 s; below the informer's check period is raised to it once the informer runs). A
+    /// to 1 s; below the informer's check period is raised to it once the informer runs; an
+    /// informer whose own resync is 0 never resyncs, whatever its handlers ask, as in client-go). A
     /// handler added while the informer runs first receives every cached object as an
     /// initial-list add, and its `has_synced` stays false until it has handled them.
     pub fn add_event_handler(
@@ -232,6 +299,7 @@ impl SharedInformer {
         handler: Box<dyn EventHandler>,
         resync: Duration,
     ) -> Result<HandlerRegistration, InformerError> {
+        let name: String = name.into();
         let mut st = lock(&self.state);
         if st.stopped {
             return Err(InformerError::Stopped(self.name.clone()));
@@ -239,13 +307,16 @@ impl SharedInformer {
         let mut resync = resync;
         if !resync.is_zero() {
             resync = resync.max(MINIMUM_RESYNC_PERIOD);
-            if resync < st.resync_check_period || st.resync_check_period.is_zero() {
+            if st.resync_check_period.is_zero() {
+                // client-go: an informer created without resync never resyncs; a handler's
+                // period does not turn it on.
+                tracing::warn!(informer = %self.name, handler = %name, requested = ?resync,
+                    "the handler asks for a resync period but its informer does not resync (its resync is 0): the handler gets no resyncs");
+            } else if resync < st.resync_check_period {
                 if st.started {
-                    if !st.resync_check_period.is_zero() {
-                        tracing::warn!(informer = %self.name, requested = ?resync, check = ?st.resync_check_period,
-                            "resync period below the running informer's check period; raised to it");
-                        resync = st.resync_check_period;
-                    }
+                    tracing::warn!(informer = %self.name, requested = ?resync, check = ?st.resync_check_period,
+                        "resync period below the running informer's check period; raised to it");
+                    resync = st.resync_check_period;
                 } else {
                     st.resync_check_period = resync;
                     self.processor.resync_check_period_changed(resync);
@@ -254,7 +325,6 @@ impl SharedInformer {
         }
         let period = determine_resync_period(resync, st.resync_check_period);
         let fifo = self.fifo.clone();
-        let name = name.into();
         let failed = |detail: String| InformerError::Start {
             informer: self.name.clone(),
             handler: name.clone(),
@@ -273,7 +343,10 @@ impl SharedInformer {
             resync,
             period,
             self.config.batch_max.unwrap_or(DEFAULT_BATCH_MAX),
-            Arc::new(move || fifo.has_synced()),
+            {
+                let health = self.health.clone();
+                Arc::new(move || !health.is_failed() && fifo.has_synced())
+            },
             executor,
         )
         .map_err(|e| failed(format!("cannot start its thread: {e}")))?;
@@ -362,7 +435,9 @@ impl SharedInformer {
     }
 
     /// Runs the informer until `shutdown` completes: the reflector on this task, the process
-    /// loop on its own thread. On return every listener has stopped.
+    /// loop on its own thread. On return every listener has stopped. A panic in the informer's
+    /// pipeline (transform, index function, overflow observer) stops it early with
+    /// [`InformerError::Panicked`]; it then stays not ready (see [`SharedInformer::failure`]).
     pub async fn run(
         self: Arc<Self>,
         shutdown: impl Future<Output = ()>,
@@ -381,13 +456,7 @@ impl SharedInformer {
         let me = self.clone();
         let process = std::thread::Builder::new()
             .name(format!("wisp-informer-{}", self.name))
-            .spawn(move || {
-                while me
-                    .fifo
-                    .pop_batch(&mut |d, initial| me.handle_deltas(d, initial))
-                    .is_ok()
-                {}
-            })
+            .spawn(move || me.process_loop())
             .ok();
         let me = self.clone();
         let reflector = Reflector::new(
@@ -400,7 +469,15 @@ impl SharedInformer {
         );
         *lock(&self.reflector_stats) = Some(reflector.stats());
         tracing::info!(informer = %self.name, source = %self.lw.describe(), "informer started");
-        reflector.run(shutdown).await;
+        let health = self.health.clone();
+        reflector
+            .run(async move {
+                tokio::select! {
+                    _ = shutdown => {}
+                    _ = health.failed.notified() => {}
+                }
+            })
+            .await;
 
         lock(&self.state).stopped = true;
         self.fifo.close();
@@ -412,8 +489,43 @@ impl SharedInformer {
             me.processor.stop();
         })
         .await;
+        if let Some(detail) = self.failure() {
+            tracing::error!(informer = %self.name, %detail, "informer stopped after a panic");
+            return Err(InformerError::Panicked {
+                informer: self.name.clone(),
+                detail,
+            });
+        }
         tracing::info!(informer = %self.name, "informer stopped");
         Ok(())
+    }
+
+    /// The process loop (client-go `processLoop`): pops until the FIFO is closed, or until the
+    /// informer fails (a panic handling deltas is caught and fails it, see [`Health`]).
+    fn process_loop(&self) {
+        while !self.health.is_failed() {
+            // A batch's deltas after a panic are left alone: the informer has failed.
+            let mut panicked = None;
+            let popped = self.fifo.pop_batch(&mut |d, initial| {
+                if panicked.is_none()
+                    && let Err(p) =
+                        catch_unwind(AssertUnwindSafe(|| self.handle_deltas(d, initial)))
+                {
+                    panicked = Some(p);
+                }
+            });
+            if let Some(p) = panicked {
+                self.health.fail(
+                    &self.name,
+                    "delta handling (an index function or an overflow observer)",
+                    &*p,
+                );
+                break;
+            }
+            if popped.is_err() {
+                break;
+            }
+        }
     }
 }
 

@@ -320,3 +320,97 @@ fn transform_runs_once_per_object_and_never_on_tombstones() {
     let gone = f.deltas("ns/gone").unwrap();
     assert_eq!(gone[0].object().meta().annotation("transformed"), None);
 }
+
+/// client-go `TestDeltaFIFO_transformer` plus its rule that Sync deltas carry objects that have
+/// already been transformed (they come from the cache): a resync never runs the transform.
+#[test]
+fn transformer_is_not_run_again_on_sync_deltas() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let t: TransformFn = Arc::new(move |o: Arc<Object>| {
+        c.fetch_add(1, Ordering::SeqCst);
+        o
+    });
+    let ix = Indexer::new();
+    let cached = pod("a", "1");
+    ix.add(cached.clone());
+    let f = DeltaFifo::new(Some(ix.cache()), Some(t));
+    f.resync();
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "no transform on a resync");
+    let d = f.deltas("ns/a").unwrap();
+    assert_eq!(kinds(&d), [DeltaType::Sync]);
+    assert!(
+        Arc::ptr_eq(d[0].object(), &cached),
+        "the Sync carries the cached object as it is"
+    );
+}
+
+/// client-go `TestDeltaFIFO_transformer`: each object is transformed once, tombstones carry the
+/// (once) transformed object.
+#[test]
+fn transformer() {
+    let t: TransformFn = Arc::new(|o: Arc<Object>| {
+        let mut meta = o.meta().clone();
+        let n: usize = meta
+            .annotation("xfrm")
+            .map_or(0, |v| v.parse().unwrap_or(0));
+        meta.annotations.retain(|(k, _)| k != "xfrm");
+        meta.annotations.push(("xfrm".into(), (n + 1).to_string()));
+        Arc::new(Object::from_parts(meta, o.json()))
+    });
+    let f = DeltaFifo::new(None, Some(t));
+    f.add(pod("foo", "10"));
+    f.add(pod("bar", "11"));
+    f.update(pod("foo", "12"));
+    f.delete(DeletedObject::Object(pod("foo", "15")));
+    f.replace(vec![], "");
+    f.add(pod("bar", "16"));
+    f.replace(vec![], "");
+    assert_eq!(f.list_keys(), ["ns/foo", "ns/bar"]);
+    for _ in 0..2 {
+        let newest = f.pop(|d, _| d.last().unwrap().clone()).unwrap();
+        match newest {
+            Delta::Deleted(DeletedObject::Object(o)) => {
+                assert_eq!(o.meta().name, "foo", "regular deletion of foo");
+                assert_eq!(o.resource_version(), "15");
+                assert_eq!(o.meta().annotation("xfrm"), Some("1"));
+            }
+            Delta::Deleted(DeletedObject::Tombstone(t)) => {
+                assert_eq!(t.obj.meta().name, "bar", "tombstone deletion of bar");
+                assert_eq!(t.obj.resource_version(), "16");
+                assert_eq!(t.obj.meta().annotation("xfrm"), Some("1"));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+/// client-go `dedupDeltas` / `isDeletionDup`: of two deletions in a row the older is kept,
+/// unless the older is a DeletedFinalStateUnknown, then the newer is kept.
+#[test]
+fn dedup_deltas_keeps_the_older_deletion_unless_it_is_a_tombstone() {
+    // Two real deletions: the older stays.
+    let f = DeltaFifo::new(None, None);
+    f.add(pod("a", "1"));
+    f.delete(DeletedObject::Object(pod("a", "2")));
+    f.delete(DeletedObject::Object(pod("a", "3")));
+    assert_eq!(
+        f.deltas("ns/a").unwrap(),
+        [
+            Delta::Added(pod("a", "1")),
+            Delta::Deleted(DeletedObject::Object(pod("a", "2")))
+        ]
+    );
+    // Two tombstones: the newer stays.
+    let f = DeltaFifo::new(None, None);
+    f.add(pod("b", "1"));
+    f.delete(tombstone("b", "1"));
+    f.delete(tombstone("b", "2"));
+    assert_eq!(
+        f.deltas("ns/b").unwrap(),
+        [
+            Delta::Added(pod("b", "1")),
+            Delta::Deleted(tombstone("b", "2"))
+        ]
+    );
+}

@@ -278,8 +278,8 @@ async fn adding_a_handler_to_a_stopped_informer_is_an_error() {
 
 #[test]
 fn resync_periods_follow_client_go_rules() {
-    let inf = informer_over(&MemorySource::new());
-    assert_eq!(inf.resync_check_period(), Duration::ZERO);
+    let inf = informer_with_resync(&MemorySource::new(), Duration::from_secs(3600));
+    assert_eq!(inf.resync_check_period(), Duration::from_secs(3600));
     let never = inf
         .add_event_handler("never", Box::new(Recorder::new()), Duration::ZERO)
         .unwrap();
@@ -326,7 +326,7 @@ async fn a_listener_added_after_start_with_a_shorter_period_is_raised_to_the_che
 
 #[test]
 fn an_update_with_unchanged_resource_version_goes_only_to_listeners_whose_resync_is_due() {
-    let inf = informer_over(&MemorySource::new());
+    let inf = informer_with_resync(&MemorySource::new(), Duration::from_secs(1));
     let with = Recorder::new();
     let without = Recorder::new();
     let rw = inf
@@ -365,7 +365,7 @@ fn an_update_with_unchanged_resource_version_goes_only_to_listeners_whose_resync
 
 #[tokio::test(start_paused = true)]
 async fn the_resync_timer_delivers_syncs_only_to_due_listeners() {
-    let inf = informer_over(&MemorySource::new());
+    let inf = informer_with_resync(&MemorySource::new(), Duration::from_secs(1));
     let fast = Recorder::new();
     let slow = Recorder::new();
     let rf = inf
@@ -406,7 +406,7 @@ async fn the_resync_timer_delivers_syncs_only_to_due_listeners() {
 async fn a_running_informer_resyncs_due_listeners_on_its_timer() {
     let src = MemorySource::new();
     src.apply(pod("a")).unwrap();
-    let inf = informer_over(&src);
+    let inf = informer_with_resync(&src, Duration::from_secs(1));
     let syncing = Recorder::new();
     let quiet = Recorder::new();
     inf.add_event_handler("syncing", Box::new(syncing.clone()), Duration::from_secs(1))
@@ -430,5 +430,56 @@ async fn a_running_informer_resyncs_due_listeners_on_its_timer() {
         kinds(&quiet.deliveries()),
         ["add(initial)"],
         "a listener without resync gets none"
+    );
+}
+
+fn informer_with_resync(src: &MemorySource, resync: Duration) -> Arc<SharedInformer> {
+    SharedInformer::new(
+        "pods",
+        Arc::new(src.clone()),
+        InformerConfig {
+            default_resync: resync,
+            ..Default::default()
+        },
+    )
+}
+
+/// client-go `TestListenerResyncPeriods`: a listener whose period equals the check period
+/// resyncs at every check. Checks run on a fixed tick, each a little late by a varying amount;
+/// an early one must not skip a whole period.
+#[test]
+fn listener_resync_periods_a_listener_at_the_check_period_resyncs_at_every_check() {
+    let inf = informer_with_resync(&MemorySource::new(), Duration::from_secs(1));
+    inf.add_event_handler("h", Box::new(Recorder::new()), Duration::from_secs(1))
+        .unwrap();
+    let t0 = Instant::now();
+    let s = Duration::from_secs(1);
+    let ms = Duration::from_millis;
+    assert!(inf.processor.should_resync(t0 + s + ms(5)));
+    assert!(
+        inf.processor.should_resync(t0 + 2 * s + ms(1)),
+        "a check less late than the previous one still finds the listener due"
+    );
+    assert!(inf.processor.should_resync(t0 + 3 * s + ms(3)));
+    assert!(inf.processor.should_resync(t0 + 4 * s));
+    assert!(
+        !inf.processor.should_resync(t0 + 4 * s + ms(500)),
+        "but never twice in one period"
+    );
+}
+
+/// client-go `AddEventHandlerWithResyncPeriod`: an informer whose resync (check period) is 0
+/// never resyncs; a handler's period does not turn resync on.
+#[test]
+fn resync_check_period_zero_means_the_informer_never_resyncs() {
+    let inf = informer_over(&MemorySource::new());
+    let reg = inf
+        .add_event_handler("h", Box::new(Recorder::new()), Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(inf.resync_check_period(), Duration::ZERO);
+    assert_eq!(reg.resync_period(), Duration::ZERO);
+    assert!(
+        !inf.processor
+            .should_resync(Instant::now() + Duration::from_secs(3600))
     );
 }

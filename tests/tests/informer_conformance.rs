@@ -1,0 +1,205 @@
+//! Shared informer behaviour checked against client-go's (`tools/cache`), through Wisp's public
+//! API: test names follow client-go's cases where one exists.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use wisp_host::informer::handler::Recorder;
+use wisp_host::informer::handler::{Delivery, EventHandler};
+use wisp_host::informer::indexer::{IndexFunc, index_by_label};
+use wisp_host::informer::listener::{Discarded, Overflow, OverflowObserver, QueueBound};
+use wisp_host::informer::shared_informer::{InformerConfig, InformerError, wait_for};
+use wisp_host::informer::{Object, SharedInformer};
+use wisp_host::source::memory::MemorySource;
+
+const T: Duration = Duration::from_secs(10);
+
+/// How long a failed informer's `run` may take to return. Generous: with RUST_BACKTRACE set, the
+/// panic hook symbolises a backtrace first (seconds in a debug build, on the process loop's
+/// thread, with the FIFO's lock held, which stalls the test's single-threaded runtime too).
+const FAIL: Duration = Duration::from_secs(120);
+
+fn pod(name: &str, labels: serde_json::Value) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": "ns", "labels": labels}})
+}
+
+fn names(mut v: Vec<Arc<Object>>) -> Vec<String> {
+    v.sort_by(|a, b| a.meta().name.cmp(&b.meta().name));
+    v.into_iter().map(|o| o.meta().name.clone()).collect()
+}
+
+type Run = tokio::task::JoinHandle<Result<(), InformerError>>;
+
+/// Starts the informer; the sender stops it.
+fn start(inf: &Arc<SharedInformer>) -> (tokio::sync::oneshot::Sender<()>, Run) {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(inf.clone().run(async {
+        let _ = rx.await;
+    }));
+    (tx, run)
+}
+
+/// client-go `TestIndexer`: indexes may be added to a running informer and are usable at once
+/// over the objects already cached; a stopped informer refuses them.
+#[tokio::test]
+async fn indexer_added_after_start_indexes_existing_items() {
+    let src = MemorySource::new();
+    src.apply(pod("pod1", json!({"a": "a-val", "b": "b-val1"})))
+        .unwrap();
+    src.apply(pod("pod2", json!({"b": "b-val2"}))).unwrap();
+    let inf = SharedInformer::new("pods", Arc::new(src.clone()), InformerConfig::default());
+    let label_keys: IndexFunc =
+        Arc::new(|o: &Object| o.meta().labels.iter().map(|(k, _)| k.clone()).collect());
+    inf.add_indexers([("labels".to_owned(), label_keys.clone())])
+        .unwrap();
+    let (stop, run) = start(&inf);
+    assert!(wait_for(T, || inf.has_synced()).await);
+    assert_eq!(
+        names(inf.cache().by_index("labels", "a").unwrap()),
+        ["pod1"]
+    );
+
+    src.apply(pod("pod3", json!({"a": "a-val2"}))).unwrap();
+    assert!(
+        wait_for(T, || inf.cache().by_index("labels", "a").unwrap().len()
+            == 2)
+        .await,
+        "adding an item later is fine as well"
+    );
+
+    inf.add_indexers([
+        ("labels-again".to_owned(), label_keys),
+        ("by-a".to_owned(), index_by_label("a")),
+    ])
+    .expect("adding an index to a running informer is fine");
+    assert_eq!(
+        names(inf.cache().by_index("labels-again", "a").unwrap()),
+        ["pod1", "pod3"],
+        "immediately available"
+    );
+    assert_eq!(
+        names(inf.cache().by_index("by-a", "a-val2").unwrap()),
+        ["pod3"]
+    );
+    let mut values = inf.cache().list_index_values("labels-again").unwrap();
+    values.sort();
+    assert_eq!(values, ["a", "b"]);
+    src.apply(pod("pod4", json!({"a": "x"}))).unwrap();
+    assert!(wait_for(T, || inf.cache().by_index("by-a", "x").unwrap().len() == 1).await);
+
+    let _ = stop.send(());
+    run.await.unwrap().unwrap();
+    assert!(matches!(
+        inf.add_indexers([("late".to_owned(), index_by_label("z"))]),
+        Err(InformerError::Stopped(_))
+    ));
+}
+
+/// Asserts that a panic in the informer's own pipeline fails the informer visibly: `run` returns
+/// an error without being asked to stop, readiness (informer and handler) turns false, the
+/// panic is counted.
+async fn fails_visibly(inf: &Arc<SharedInformer>, src: &MemorySource) {
+    let rec = Recorder::new();
+    let reg = inf
+        .add_event_handler("h", Box::new(rec.clone()), Duration::ZERO)
+        .unwrap();
+    let (_stop, run) = start(inf);
+    assert!(wait_for(T, || reg.has_synced()).await);
+    src.apply(pod("boom", json!({}))).unwrap();
+    let out = tokio::time::timeout(FAIL, run)
+        .await
+        .expect("run returns after the panic, without a shutdown")
+        .expect("run does not panic");
+    match out {
+        Err(InformerError::Panicked { informer, detail }) => {
+            assert_eq!(informer, "pods");
+            assert!(detail.contains("boom!"), "{detail}");
+        }
+        other => panic!("expected a panic error, got {other:?}"),
+    }
+    assert!(!inf.has_synced(), "readiness fails");
+    assert!(!reg.has_synced());
+    assert_eq!(inf.stats().panics, 1);
+    assert!(inf.failure().is_some_and(|f| f.contains("boom!")));
+}
+
+/// A panicking index function used to kill the process loop silently (the queue grew, the
+/// cache froze, `run` never returned).
+#[tokio::test]
+async fn a_panicking_index_function_fails_the_informer_visibly() {
+    let src = MemorySource::new();
+    src.apply(pod("fine", json!({}))).unwrap();
+    let inf = SharedInformer::new("pods", Arc::new(src.clone()), InformerConfig::default());
+    let f: IndexFunc = Arc::new(|o: &Object| {
+        if o.meta().name == "boom" {
+            panic!("boom!");
+        }
+        Vec::new()
+    });
+    inf.add_indexers([("bad".to_owned(), f)]).unwrap();
+    fails_visibly(&inf, &src).await;
+}
+
+/// A panicking transform used to unwind through the reflector: `run` panicked and left the
+/// process loop and the listeners behind.
+#[tokio::test]
+async fn a_panicking_transform_fails_the_informer_visibly() {
+    let src = MemorySource::new();
+    src.apply(pod("fine", json!({}))).unwrap();
+    let config = InformerConfig {
+        transform: Some(Arc::new(|o: Arc<Object>| {
+            if o.meta().name == "boom" {
+                panic!("boom!");
+            }
+            o
+        })),
+        ..Default::default()
+    };
+    let inf = SharedInformer::new("pods", Arc::new(src.clone()), config);
+    fails_visibly(&inf, &src).await;
+}
+
+/// A handler's overflow observer runs on the process loop (under the listener's queue lock); a
+/// panic in it fails the informer the same way, instead of killing the process loop.
+#[tokio::test]
+async fn a_panicking_overflow_observer_fails_the_informer_visibly() {
+    struct Panics;
+    impl OverflowObserver for Panics {
+        fn overflowed(&self, _: Discarded) {
+            panic!("boom!");
+        }
+    }
+    struct Slow;
+    impl EventHandler for Slow {
+        fn handle(&mut self, _: &[Delivery]) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        fn queue_bound(&self) -> QueueBound {
+            QueueBound::Bounded {
+                max: 1,
+                overflow: Overflow::DropNewest,
+            }
+        }
+        fn overflow_observer(&self) -> Option<Arc<dyn OverflowObserver>> {
+            Some(Arc::new(Panics))
+        }
+    }
+    let src = MemorySource::new();
+    for i in 0..5 {
+        src.apply(pod(&format!("p{i}"), json!({}))).unwrap();
+    }
+    let inf = SharedInformer::new("pods", Arc::new(src.clone()), InformerConfig::default());
+    let reg = inf
+        .add_event_handler("slow", Box::new(Slow), Duration::ZERO)
+        .unwrap();
+    let (_stop, run) = start(&inf);
+    let out = tokio::time::timeout(FAIL, run).await.unwrap().unwrap();
+    assert!(
+        matches!(&out, Err(InformerError::Panicked { detail, .. }) if detail.contains("boom!")),
+        "{out:?}"
+    );
+    assert!(!inf.has_synced() && !reg.has_synced());
+    assert_eq!(inf.stats().panics, 1);
+}
