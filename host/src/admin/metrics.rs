@@ -206,6 +206,7 @@ impl Collector for Live {
                 )
             }),
         )?;
+        out.informer_latency(&self.state.informers)?;
         out.latency(&plugins)?;
         out.guest(&plugins)
     }
@@ -270,6 +271,33 @@ impl Out<'_> {
             .encode_descriptor(name, help, None, MetricType::Gauge)?;
         for (labels, v) in &samples {
             m.encode_family(labels)?.encode_gauge(v)?;
+        }
+        Ok(())
+    }
+
+    /// `wisp_informer_processing_latency_seconds`, a classic histogram per informer (client-go's
+    /// processing latency: one popped item through the cache and to the listeners).
+    fn informer_latency(
+        &mut self,
+        informers: &[Arc<crate::informer::SharedInformer>],
+    ) -> Result<(), std::fmt::Error> {
+        if informers.is_empty()
+            || !self.claim("informer_processing_latency_seconds", MetricType::Histogram)
+        {
+            return Ok(());
+        }
+        let mut m = self.enc.encode_descriptor(
+            "informer_processing_latency",
+            "Time to process one item popped from the informer's queue (cache update and \
+             notifications).",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        for i in informers {
+            let (cumulative, sum, _) = i.processing_latency();
+            let (buckets, count) = per_bucket(&cumulative);
+            m.encode_family(&[("informer", i.name())])?
+                .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
         }
         Ok(())
     }

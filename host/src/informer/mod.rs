@@ -31,6 +31,7 @@ pub mod executor;
 pub mod handler;
 pub mod indexer;
 pub mod key;
+pub mod latency;
 pub mod listener;
 pub mod lister_watcher;
 pub mod mask;
