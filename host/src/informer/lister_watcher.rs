@@ -168,3 +168,69 @@ pub trait ListerWatcher: Send + Sync + 'static {
     /// What is listed, for logs (e.g. `v1/Pod in namespace default`).
     fn describe(&self) -> String;
 }
+
+/// A whole list: its items, its resourceVersion, and whether it came back in pages.
+pub struct WholeList {
+    /// Every page's items, in order.
+    pub items: Vec<Arc<Object>>,
+    /// The list's resourceVersion (the first page's).
+    pub resource_version: String,
+    /// The server split it into pages.
+    pub paged: bool,
+}
+
+/// Every page of a list at `rv` with pages of `limit`; an Expired continuation lists again
+/// without pages (as client-go's pager does).
+pub async fn list_all<L: ListerWatcher + ?Sized>(
+    lw: &L,
+    rv: &str,
+    limit: Option<u32>,
+) -> Result<WholeList, SourceError> {
+    let first = lw
+        .list(ListOptions {
+            resource_version: rv.to_owned(),
+            limit,
+            continue_token: None,
+        })
+        .await?;
+    let resource_version = first.resource_version;
+    let mut items = first.items;
+    let mut token = first.continue_token.filter(|t| !t.is_empty());
+    let paged = token.is_some();
+    while let Some(t) = token {
+        let page = lw
+            .list(ListOptions {
+                resource_version: String::new(),
+                limit,
+                continue_token: Some(t),
+            })
+            .await;
+        match page {
+            Ok(p) => {
+                items.extend(p.items);
+                token = p.continue_token.filter(|t| !t.is_empty());
+            }
+            Err(e) if e.is_expired() => {
+                tracing::info!(source = %lw.describe(), "list continuation expired; listing again without pages");
+                let full = lw
+                    .list(ListOptions {
+                        resource_version: rv.to_owned(),
+                        limit: None,
+                        continue_token: None,
+                    })
+                    .await?;
+                return Ok(WholeList {
+                    items: full.items,
+                    resource_version: full.resource_version,
+                    paged,
+                });
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(WholeList {
+        items,
+        resource_version,
+        paged,
+    })
+}

@@ -28,9 +28,7 @@ use tokio::time::Instant;
 
 use super::backoff::{Backoff, BackoffConfig};
 use super::key::object_key;
-use super::lister_watcher::{
-    ListOptions, ListerWatcher, SourceError, WatchEvent, WatchOptions, WatchStream,
-};
+use super::lister_watcher::{ListerWatcher, SourceError, WatchEvent, WatchOptions, WatchStream};
 use super::object::{DeletedObject, Object};
 use super::real_fifo::Queue;
 
@@ -311,47 +309,11 @@ impl Reflector {
     async fn list_pages(&mut self, rv: &str) -> Result<(Vec<Arc<Object>>, String), SourceError> {
         let paged = self.paginated_result || rv.is_empty() || rv == "0";
         let limit = (self.config.page_size > 0 && paged).then_some(self.config.page_size);
-        let first = self
-            .lw
-            .list(ListOptions {
-                resource_version: rv.to_owned(),
-                limit,
-                continue_token: None,
-            })
-            .await?;
-        let list_rv = first.resource_version;
-        let mut items = first.items;
-        let mut token = first.continue_token.filter(|t| !t.is_empty());
-        if rv == "0" && token.is_some() {
+        let list = super::lister_watcher::list_all(&*self.lw, rv, limit).await?;
+        if rv == "0" && list.paged {
             self.paginated_result = true;
         }
-        while let Some(t) = token {
-            let opts = ListOptions {
-                resource_version: String::new(),
-                limit,
-                continue_token: Some(t),
-            };
-            match self.lw.list(opts).await {
-                Ok(page) => {
-                    items.extend(page.items);
-                    token = page.continue_token.filter(|t| !t.is_empty());
-                }
-                Err(e) if e.is_expired() => {
-                    tracing::info!(informer = %self.name, "list continuation expired; listing again without pages");
-                    let full = self
-                        .lw
-                        .list(ListOptions {
-                            resource_version: rv.to_owned(),
-                            limit: None,
-                            continue_token: None,
-                        })
-                        .await?;
-                    return Ok((full.items, full.resource_version));
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Ok((items, list_rv))
+        Ok((list.items, list.resource_version))
     }
 
     fn watch_timeout_seconds(&self) -> u32 {

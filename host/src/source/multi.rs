@@ -53,7 +53,11 @@ impl<S: ListerWatcher + Clone> MultiNamespace<S> {
         let mut items = Vec::new();
         let mut listed = Vec::with_capacity(rvs.len());
         for ((_, src), rv) in self.parts.iter().zip(rvs) {
-            let (mut page_items, list_rv) = list_pages(src, &rv, opts.limit).await?;
+            let crate::informer::lister_watcher::WholeList {
+                items: mut page_items,
+                resource_version: list_rv,
+                ..
+            } = crate::informer::lister_watcher::list_all(src, &rv, opts.limit).await?;
             items.append(&mut page_items);
             listed.push(list_rv);
         }
@@ -160,51 +164,6 @@ fn join_rv(rvs: &[String]) -> String {
         "{PREFIX}{}",
         serde_json::to_string(rvs).unwrap_or_else(|_| "[]".into())
     )
-}
-
-/// Every page of one namespace's list at `rv`; an expired continuation lists again unpaged.
-async fn list_pages<S: ListerWatcher>(
-    src: &S,
-    rv: &str,
-    limit: Option<u32>,
-) -> Result<(Vec<Arc<crate::informer::Object>>, String), SourceError> {
-    let first = src
-        .list(ListOptions {
-            resource_version: rv.to_owned(),
-            limit,
-            continue_token: None,
-        })
-        .await?;
-    let list_rv = first.resource_version;
-    let mut items = first.items;
-    let mut token = first.continue_token.filter(|t| !t.is_empty());
-    while let Some(t) = token {
-        let page = src
-            .list(ListOptions {
-                resource_version: String::new(),
-                limit,
-                continue_token: Some(t),
-            })
-            .await;
-        match page {
-            Ok(p) => {
-                items.extend(p.items);
-                token = p.continue_token.filter(|t| !t.is_empty());
-            }
-            Err(e) if e.is_expired() => {
-                let full = src
-                    .list(ListOptions {
-                        resource_version: rv.to_owned(),
-                        limit: None,
-                        continue_token: None,
-                    })
-                    .await?;
-                return Ok((full.items, full.resource_version));
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Ok((items, list_rv))
 }
 
 impl<S: ListerWatcher + Clone> ListerWatcher for MultiNamespace<S> {

@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use super::*;
 use crate::informer::delta_fifo::DeltaFifo;
 use crate::informer::indexer::Indexer;
-use crate::informer::lister_watcher::ListPage;
+use crate::informer::lister_watcher::{ListOptions, ListPage};
 use crate::informer::object::test_util::obj;
 
 type WatchScript = Result<Vec<Result<WatchEvent, SourceError>>, SourceError>;
