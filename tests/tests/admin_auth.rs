@@ -7,8 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::T;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use common::http::request;
 use wisp_host::admin::{self, AdminAuth, AdminState};
 
 /// A protected endpoint: method and path.
@@ -22,23 +21,8 @@ const PROTECTED: &[(&str, &str)] = &[
 
 /// (status, body) of `method path` with an optional bearer token.
 async fn call(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(T, s.read_to_end(&mut raw))
-        .await
-        .expect("a reply in time")
-        .unwrap();
-    let raw = String::from_utf8_lossy(&raw).into_owned();
-    let status = raw.split(' ').nth(1).unwrap().parse().unwrap();
-    let body = raw.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
-    (status, body.to_owned())
+    let r = request(addr, method, path, token).await;
+    (r.status, r.body)
 }
 
 /// Admin state whose reload action counts its calls.

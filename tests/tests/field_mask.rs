@@ -5,8 +5,6 @@ mod common;
 
 use common::*;
 use serde_json::json;
-use wisp_host::app::{RunOptions, build_informers};
-use wisp_host::config::Config;
 use wisp_tests::pod;
 
 fn cached_bytes(inf: &wisp_host::informer::SharedInformer) -> usize {
@@ -19,18 +17,11 @@ async fn an_informer_with_fields_keeps_only_those_paths_of_each_object() {
     for i in 0..20 {
         server.create(pod("default", &format!("p-{i}"))).unwrap();
     }
-    let d = tempfile::tempdir().unwrap();
-    let config = Config::parse(
+    let informers = informers_from_yaml(
+        &server,
         "source: kube\ninformers:\n  - {name: full, apiVersion: v1, kind: Pod}\n  - {name: masked, apiVersion: v1, kind: Pod, fields: [spec.nodeName, spec.containers.image, status.phase]}\n",
-        "wisp.yaml",
-        d.path(),
     )
-    .unwrap();
-    let opts = RunOptions {
-        client: Some(server.client_no_retry()),
-        ..RunOptions::default()
-    };
-    let (informers, _, _) = build_informers(&config, &opts, None).await.unwrap();
+    .await;
     let (full, masked) = (informers[0].clone(), informers[1].clone());
     let _stops = (start(&full), start(&masked));
     until("synced", || full.has_synced() && masked.has_synced()).await;

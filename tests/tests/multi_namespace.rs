@@ -6,8 +6,6 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::*;
-use wisp_host::app::{RunOptions, build_informers};
-use wisp_host::config::Config;
 use wisp_tests::{Verb, pod};
 
 fn expected(server: &wisp_tests::TestApiServer) -> BTreeMap<String, String> {
@@ -23,18 +21,11 @@ async fn an_informer_on_two_namespaces_lists_and_watches_only_in_them() {
     for (ns, name) in [("team-a", "a-1"), ("team-b", "b-1"), ("other", "o-1")] {
         server.create(pod(ns, name)).unwrap();
     }
-    let d = tempfile::tempdir().unwrap();
-    let config = Config::parse(
+    let informers = informers_from_yaml(
+        &server,
         "source: kube\ninformers:\n  - {name: pods, apiVersion: v1, kind: Pod, namespaces: [team-a, team-b], watchList: false}\n",
-        "wisp.yaml",
-        d.path(),
     )
-    .unwrap();
-    let opts = RunOptions {
-        client: Some(server.client_no_retry()),
-        ..RunOptions::default()
-    };
-    let (informers, _, _) = build_informers(&config, &opts, None).await.unwrap();
+    .await;
     let inf = informers[0].clone();
     let _stop = start(&inf);
     until("synced", || inf.has_synced()).await;

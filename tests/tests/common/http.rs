@@ -39,8 +39,24 @@ impl Reply {
 
 /// `GET path` over a fresh connection, HTTP/1.1 with `Connection: close`, read to the end.
 pub async fn get(addr: SocketAddr, path: &str) -> Reply {
+    request(addr, "GET", path, None).await
+}
+
+/// `method path` (with no body) over a fresh connection, with a bearer token when given, read
+/// to the end.
+pub async fn request(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> Reply {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let length = if method == "GET" {
+        ""
+    } else {
+        "Content-Length: 0\r\n"
+    };
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}{length}Connection: close\r\n\r\n"
+    );
     s.write_all(req.as_bytes()).await.unwrap();
     let mut raw = Vec::new();
     tokio::time::timeout(T, s.read_to_end(&mut raw))

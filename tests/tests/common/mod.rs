@@ -254,6 +254,21 @@ pub fn replay(deliveries: &[Delivery]) -> Result<BTreeMap<String, String>, Strin
     Ok(view)
 }
 
+/// The informers a `wisp.yaml` text (`source: kube`) builds over `server`, as `wisp run`
+/// builds them, through a real `kube::Client` without retries.
+pub async fn informers_from_yaml(server: &TestApiServer, yaml: &str) -> Vec<Arc<SharedInformer>> {
+    let d = tempfile::tempdir().unwrap();
+    let config = wisp_host::config::Config::parse(yaml, "wisp.yaml", d.path()).unwrap();
+    let opts = wisp_host::app::RunOptions {
+        client: Some(server.client_no_retry()),
+        ..wisp_host::app::RunOptions::default()
+    };
+    let (informers, _, _) = wisp_host::app::build_informers(&config, &opts, None)
+        .await
+        .unwrap();
+    informers
+}
+
 /// Path of a compiled plugin (`plugins/dist/<name>.wasm`), building the plugins once if needed
 /// (`cargo xtask test` builds them first and says where through `WISP_PLUGIN_DIR`).
 pub fn plugin_path(name: &str) -> std::path::PathBuf {
