@@ -243,9 +243,10 @@ pub const MAX_PLUGIN_MESSAGE: usize = 4096;
 
 /// `text` cut to `max` bytes and escaped to one printable line, in place.
 fn bound_text(text: &mut String, max: usize) {
-    if text.len() > max || text.chars().any(char::is_control) {
-        let clipped = super::status::clip(text, max);
-        *text = super::status::escape_line(&clipped).into_owned();
+    let clipped = super::status::clip(text, max);
+    let bounded = super::status::escape_line(&clipped);
+    if bounded != text.as_str() {
+        *text = bounded.into_owned();
     }
 }
 
