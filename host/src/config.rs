@@ -75,7 +75,7 @@ use serde::Deserialize;
 
 use crate::actions::{ActionGrant, ActionSpec, ActionVerb};
 use crate::informer::selector::LabelSelector;
-use crate::informer::{Overflow, QueueBound};
+use crate::informer::{Overflow, QueueBound, RelistResyncs};
 use crate::plugin::spec::{DEFAULT_OVERFLOW, DEFAULT_QUEUE_MAX};
 use crate::plugin::{FailurePolicy, Limits, LogLevel, OnFailure, PluginSpec};
 
@@ -343,6 +343,17 @@ pub struct OnFailureConfig {
     pub quarantine_after: Option<u32>,
 }
 
+/// What a plugin gets of a relist's unchanged objects.
+#[derive(Debug, Deserialize, Clone, Copy, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum RelistResyncsName {
+    /// deliver
+    #[default]
+    Deliver,
+    /// skip
+    Skip,
+}
+
 /// Log level of a plugin.
 #[derive(Debug, Deserialize, Clone, Copy, Default, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -373,6 +384,10 @@ pub struct PluginConfig {
     /// Resync period of its listeners.
     #[serde(default)]
     pub resync: Dur,
+    /// Whether a relist's unchanged objects reach it as resync updates while its own resync is
+    /// not due: `deliver` (default, as client-go) or `skip`.
+    #[serde(default)]
+    pub relist_resyncs: RelistResyncsName,
     /// Settings for its `init` (any YAML, passed as JSON).
     #[serde(default)]
     pub settings: Option<serde_json::Value>,
@@ -893,6 +908,10 @@ impl Config {
                 let mut s = PluginSpec::new(p.name.clone(), self.resolve(&p.module), &informers);
                 s.settings = p.settings.clone().unwrap_or_else(|| serde_json::json!({}));
                 s.resync = p.resync.0;
+                s.relist_resyncs = match p.relist_resyncs {
+                    RelistResyncsName::Deliver => RelistResyncs::Deliver,
+                    RelistResyncsName::Skip => RelistResyncs::Skip,
+                };
                 let d = Limits::default();
                 s.limits = Limits {
                     memory: p.limits.memory.map_or(d.memory, |b| b.0),

@@ -6,7 +6,8 @@
 //! - A config change is validated first: a config that fails validation changes nothing and the
 //!   error is logged. Then plugins removed are stopped (their queues dropped), plugins added are
 //!   started (they receive the cache as initial-list adds), plugins changed are reloaded in place
-//!   (or restarted when their informers changed). Informer changes need a restart.
+//!   (or restarted when their informers, resync or relistResyncs changed: what their listeners
+//!   were registered with). Informer changes need a restart.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -166,12 +167,15 @@ impl Reloader {
                     started.push(c);
                     actions.push(format!("plugin {:?} added", p.name));
                 }
-                Some(o) if o != p && o.informers != p.informers => {
+                Some(o) if registration_changed(o, p) => {
                     let c = self.manager.check(spec).map_err(|e| {
                         ReloadError::Refused(format!("config reload refused, nothing changed: {e}"))
                     })?;
                     started.push(c);
-                    actions.push(format!("plugin {:?} restarted (informers changed)", p.name));
+                    actions.push(format!(
+                        "plugin {:?} restarted (its informers, resync or relistResyncs changed)",
+                        p.name
+                    ));
                 }
                 _ => {}
             }
@@ -184,7 +188,7 @@ impl Reloader {
                 next.plugins.iter().find(|p| p.name == h.name()),
             ) {
                 (_, None) => false,
-                (Some(o), Some(n)) => o.informers == n.informers,
+                (Some(o), Some(n)) => !registration_changed(o, n),
                 (None, Some(_)) => true,
             };
             if !keep {
@@ -376,4 +380,15 @@ impl Reloader {
             }
         }
     }
+}
+
+/// Whether a plugin's listeners must be registered again (what is fixed at registration
+/// changed): a reload in place keeps them.
+fn registration_changed(
+    old: &crate::config::PluginConfig,
+    new: &crate::config::PluginConfig,
+) -> bool {
+    old.informers != new.informers
+        || old.resync != new.resync
+        || old.relist_resyncs != new.relist_resyncs
 }

@@ -597,3 +597,56 @@ async fn a_plugin_waiting_to_retry_holds_no_worker() {
     );
     executor.shutdown();
 }
+
+/// client-go hands a relist's unchanged objects to every listener of an informer that does not
+/// resync, as updates with an unchanged resourceVersion; plugins see them flagged `resync`, and
+/// `relistResyncs: skip` keeps them away from a plugin that has no use for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relist_hands_unchanged_objects_to_plugins_as_resyncs_unless_they_skip_them() {
+    let pods = (0..5)
+        .map(|i| pod("default", &format!("web-{i}")))
+        .collect();
+    let r = rig(pods).await;
+    let deliver = r
+        .manager
+        .start(spec("deliver", "audit_log", json!({})))
+        .unwrap();
+    let mut quiet = spec("skip", "audit_log", json!({}));
+    quiet.relist_resyncs = wisp_host::informer::RelistResyncs::Skip;
+    let skip = r.manager.start(quiet).unwrap();
+    until("both synced", || deliver.has_synced() && skip.has_synced()).await;
+
+    // While the watch is down a pod is added and the history compacted: the informer relists,
+    // finds the five pods unchanged and the sixth new.
+    let lists = r.inf.stats().lists;
+    while_watch_down(&r.server, &r.inf, || {
+        r.server.create(pod("default", "web-new")).unwrap();
+    })
+    .await;
+    let seen = |h: &PluginHandle, event: &str| {
+        h.status().guest_counter(
+            "audit_events_total",
+            &[("informer", "pods"), ("event", event)],
+        )
+    };
+    until("both got the new pod", || {
+        seen(&deliver, "added") == 6 && seen(&skip, "added") == 6
+    })
+    .await;
+    assert!(r.inf.stats().lists > lists, "the informer relisted");
+    until("the relist's unchanged pods reached `deliver`", || {
+        seen(&deliver, "resynced") == 5
+    })
+    .await;
+    // The relist has been handed to every listener by now; `skip`'s queue was given the new pod
+    // and nothing else.
+    until("skip caught up", || {
+        skip.queues()
+            .iter()
+            .all(|(_, q)| q.depth == 0 && q.delivered == q.queued)
+    })
+    .await;
+    assert_eq!(skip.queues()[0].1.queued, 6);
+    assert_eq!(seen(&skip, "resynced"), 0);
+    assert_eq!(seen(&deliver, "updated") + seen(&skip, "updated"), 0);
+}

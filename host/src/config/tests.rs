@@ -371,3 +371,18 @@ fn executor_workers_default_to_the_cores_and_a_bad_count_is_refused_naming_the_f
     let e = err_of(&format!("{GOOD}executor: {{ threads: 4 }}\n"));
     assert!(e.contains("unknown field `threads`"), "{e}");
 }
+
+#[test]
+fn relist_resyncs_defaults_to_deliver_and_skip_is_named_or_refused() {
+    let d = dir_with_module();
+    let c = Config::parse(GOOD, "wisp.yaml", d.path()).unwrap();
+    assert_eq!(c.plugin_specs()[0].relist_resyncs, RelistResyncs::Deliver);
+    let skip = GOOD.replace("    batch: 16", "    batch: 16\n    relistResyncs: skip");
+    let c = Config::parse(&skip, "wisp.yaml", d.path()).unwrap();
+    assert_eq!(c.plugin_specs()[0].relist_resyncs, RelistResyncs::Skip);
+    let e = err_of(&GOOD.replace("    batch: 16", "    batch: 16\n    relistResyncs: never"));
+    assert!(
+        e.contains("plugins[0].relistResyncs") && e.contains("deliver") && e.contains("skip"),
+        "{e}"
+    );
+}

@@ -49,4 +49,4 @@ pub use indexer::{Cache, IndexFunc, Indexer};
 pub use listener::{Overflow, OverflowObserver, QueueBound};
 pub use object::{DeletedObject, Object, ObjectMeta, Tombstone};
 pub use real_fifo::{Queue, QueueKind, RealFifo};
-pub use shared_informer::{HandlerRegistration, SharedInformer};
+pub use shared_informer::{HandlerOptions, HandlerRegistration, RelistResyncs, SharedInformer};

@@ -12,7 +12,8 @@ use super::listener::Listener;
 #[derive(Default)]
 struct Inner {
     listeners: Vec<Arc<Listener>>,
-    /// Listeners whose resync is due (set by `should_resync`), receivers of sync notifications.
+    /// Receivers of sync notifications (periodic resyncs, and relist updates that found an
+    /// object unchanged): the listeners whose resync is due, as set by `should_resync`.
     syncing: Vec<Arc<Listener>>,
 }
 
@@ -27,12 +28,15 @@ impl SharedProcessor {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Registers a listener. Like client-go, a listener with a resync period starts out in the
-    /// syncing set (until the next resync check); one without a period never receives syncs.
-    pub(crate) fn add_listener(&self, l: Arc<Listener>) {
+    /// Registers a listener. As in client-go every listener starts out in the syncing set and
+    /// stays there until the first resync check (which keeps only those whose resync is due):
+    /// so a listener without a resync period still receives a relist's unchanged objects while
+    /// its informer does not resync, or has not checked yet. `syncing: false` keeps a listener
+    /// without a period out of it (Wisp's `relistResyncs: skip`).
+    pub(crate) fn add_listener(&self, l: Arc<Listener>, syncing: bool) {
         let mut inner = self.lock();
         inner.listeners.push(l.clone());
-        if !l.resync_period().is_zero() {
+        if syncing || !l.resync_period().is_zero() {
             inner.syncing.push(l);
         }
     }

@@ -44,6 +44,30 @@ pub struct InformerConfig {
     pub queue: QueueKind,
 }
 
+/// How a handler is registered (client-go `HandlerOptions`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HandlerOptions {
+    /// Resync period (0 = never; below 1 s is raised to 1 s; below the informer's check period
+    /// is raised to it; an informer whose own resync is 0 never resyncs, whatever its handlers
+    /// ask, as in client-go).
+    pub resync: Duration,
+    /// Whether the handler receives the updates of a relist that found an object unchanged
+    /// (same resourceVersion; [`Notification::is_resync`]) when its own resync is not due.
+    pub relist_resyncs: RelistResyncs,
+}
+
+/// What a handler gets of a relist's unchanged objects.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RelistResyncs {
+    /// As client-go: every handler is in the syncing set until the informer's first resync
+    /// check (never, when the informer does not resync), so a relist's unchanged objects reach
+    /// it as resync updates.
+    #[default]
+    Deliver,
+    /// A handler without a resync period gets no resync updates at all, from relists either.
+    Skip,
+}
+
 /// Errors of informer operations.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum InformerError {
@@ -298,18 +322,34 @@ impl SharedInformer {
         lock(&self.state).resync_check_period
     }
 
-    /// Registers a handler with its own queue and resync period (0 = never; below 1 s is raised
-    /// to 1 s; below the informer's check period is raised to it once the informer runs; an
-    /// informer whose own resync is 0 never resyncs, whatever its handlers ask, as in client-go). A
-    /// handler added while the informer runs first receives every cached object as an
-    /// initial-list add, and its `has_synced` stays false until it has handled them.
+    /// Registers a handler with its own queue and resync period, relist updates delivered as
+    /// client-go does (see [`SharedInformer::add_event_handler_with_options`]).
     pub fn add_event_handler(
         &self,
         name: impl Into<String>,
         handler: Box<dyn EventHandler>,
         resync: Duration,
     ) -> Result<HandlerRegistration, InformerError> {
+        let options = HandlerOptions {
+            resync,
+            ..HandlerOptions::default()
+        };
+        self.add_event_handler_with_options(name, handler, options)
+    }
+
+    /// Registers a handler with its own queue (client-go `AddEventHandlerWithOptions`); see
+    /// [`HandlerOptions`] for the resync period. A handler added while the informer runs first
+    /// receives every cached object as an initial-list add, and its `has_synced` stays false
+    /// until it has handled them.
+    pub fn add_event_handler_with_options(
+        &self,
+        name: impl Into<String>,
+        handler: Box<dyn EventHandler>,
+        options: HandlerOptions,
+    ) -> Result<HandlerRegistration, InformerError> {
         let name: String = name.into();
+        let resync = options.resync;
+        let syncing = options.relist_resyncs == RelistResyncs::Deliver;
         let mut st = lock(&self.state);
         if st.stopped {
             return Err(InformerError::Stopped(self.name.clone()));
@@ -365,11 +405,11 @@ impl SharedInformer {
             listener: listener.clone(),
         };
         if !st.started {
-            self.processor.add_listener(listener);
+            self.processor.add_listener(listener, syncing);
             return Ok(reg);
         }
         let _blocked = lock(&self.block_deltas);
-        self.processor.add_listener(listener.clone());
+        self.processor.add_listener(listener.clone(), syncing);
         for obj in self.indexer.list() {
             listener.add(Notification::Add {
                 obj,

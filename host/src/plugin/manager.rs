@@ -247,7 +247,10 @@ impl PluginManager {
         let name = checked.spec.name.clone();
         let batch_max = checked.spec.batch_max.max(1);
         let queue = checked.spec.queue;
-        let resync = checked.spec.resync;
+        let options = crate::informer::HandlerOptions {
+            resync: checked.spec.resync,
+            relist_resyncs: checked.spec.relist_resyncs,
+        };
         let informers = checked.spec.informers.clone();
         let (info, report, status) = (
             checked.info.clone(),
@@ -273,7 +276,7 @@ impl PluginManager {
                 queue,
                 status: status.clone(),
             };
-            match inf.add_event_handler(name.clone(), Box::new(handler), resync) {
+            match inf.add_event_handler_with_options(name.clone(), Box::new(handler), options) {
                 Ok(reg) => registrations.push((inf.clone(), reg)),
                 Err(e) => {
                     for (inf, reg) in &registrations {

@@ -116,6 +116,9 @@ pub struct PluginSpec {
     pub settings: serde_json::Value,
     /// Resync period of its listeners (0 = none).
     pub resync: Duration,
+    /// Whether a relist's unchanged objects reach it as resync updates while its own resync is
+    /// not due (default: yes, as client-go).
+    pub relist_resyncs: crate::informer::RelistResyncs,
     /// Instance limits.
     pub limits: Limits,
     /// Failure handling.
@@ -150,6 +153,7 @@ impl PluginSpec {
             informers: informers.iter().map(|s| (*s).to_owned()).collect(),
             settings: serde_json::json!({}),
             resync: Duration::ZERO,
+            relist_resyncs: crate::informer::RelistResyncs::Deliver,
             limits: Limits::default(),
             on_failure: OnFailure::default(),
             log_level: LogLevel::Info,

@@ -324,17 +324,29 @@ async fn a_listener_added_after_start_with_a_shorter_period_is_raised_to_the_che
     assert_eq!(inf.resync_check_period(), Duration::from_secs(10));
 }
 
-#[test]
-fn an_update_with_unchanged_resource_version_goes_only_to_listeners_whose_resync_is_due() {
-    let inf = informer_with_resync(&MemorySource::new(), Duration::from_secs(1));
-    let with = Recorder::new();
-    let without = Recorder::new();
-    let rw = inf
-        .add_event_handler("resync", Box::new(with.clone()), Duration::from_secs(1))
-        .unwrap();
-    let rn = inf
-        .add_event_handler("no-resync", Box::new(without.clone()), Duration::ZERO)
-        .unwrap();
+/// Registers one recorder per `(name, resync, relist)`, delivers a first list of `a` and `b`
+/// (RV 1), then a relist where `a` is unchanged and `b` changed, calling the resync check first
+/// when `check` is set. Returns each recorder's notification kinds, in registration order.
+fn relist_seen_by(
+    informer_resync: Duration,
+    check: bool,
+    handlers: &[(&str, Duration, RelistResyncs)],
+) -> Vec<Vec<&'static str>> {
+    let inf = informer_with_resync(&MemorySource::new(), informer_resync);
+    let regs: Vec<(Recorder, HandlerRegistration)> = handlers
+        .iter()
+        .map(|&(name, resync, relist_resyncs)| {
+            let rec = Recorder::new();
+            let opts = HandlerOptions {
+                resync,
+                relist_resyncs,
+            };
+            let reg = inf
+                .add_event_handler_with_options(name, Box::new(rec.clone()), opts)
+                .unwrap();
+            (rec, reg)
+        })
+        .collect();
     inf.handle_deltas(
         vec![
             Delta::Added(obj(Some("ns"), "a", "1")),
@@ -342,25 +354,84 @@ fn an_update_with_unchanged_resource_version_goes_only_to_listeners_whose_resync
         ],
         true,
     );
+    if check {
+        // The reflector's resync loop asks at its first tick; nobody is due yet.
+        assert!(!inf.processor.should_resync(Instant::now()));
+    }
     // A relist: a unchanged, b changed.
     inf.handle_deltas(vec![Delta::Replaced(obj(Some("ns"), "a", "1"))], false);
     inf.handle_deltas(vec![Delta::Replaced(obj(Some("ns"), "b", "2"))], false);
-    let wait = |r: &HandlerRegistration, n| {
-        let deadline = std::time::Instant::now() + T;
-        while r.stats().delivered < n && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    };
-    wait(&rw, 4);
-    wait(&rn, 3);
-    assert_eq!(
-        kinds(&with.deliveries()),
-        ["add(initial)", "add(initial)", "resync", "update"]
+    inf.handle_deltas(vec![Delta::Added(obj(Some("ns"), "c", "3"))], false);
+    regs.iter()
+        .map(|(rec, reg)| {
+            // Every handler gets at least the two adds, b's update and c's add.
+            let deadline = std::time::Instant::now() + T;
+            while rec
+                .deliveries()
+                .last()
+                .map(|d| d.notification.object().meta().name.clone())
+                != Some("c".into())
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            assert!(reg.stats().delivered >= 4);
+            kinds(&rec.deliveries())
+        })
+        .collect()
+}
+
+const WITH_RELIST_RESYNC: [&str; 5] = ["add(initial)", "add(initial)", "resync", "update", "add"];
+const WITHOUT: [&str; 4] = ["add(initial)", "add(initial)", "update", "add"];
+
+/// client-go `sharedProcessor`: every listener starts in the syncing set, so until the first
+/// resync check a relist's unchanged object reaches listeners without a resync period too.
+#[test]
+fn a_relists_unchanged_objects_reach_every_listener_before_the_first_resync_check() {
+    let seen = relist_seen_by(
+        Duration::from_secs(1),
+        false,
+        &[
+            ("resync", Duration::from_secs(1), RelistResyncs::Deliver),
+            ("no-resync", Duration::ZERO, RelistResyncs::Deliver),
+            ("skip", Duration::ZERO, RelistResyncs::Skip),
+        ],
     );
     assert_eq!(
-        kinds(&without.deliveries()),
-        ["add(initial)", "add(initial)", "update"]
+        seen,
+        [&WITH_RELIST_RESYNC[..], &WITH_RELIST_RESYNC, &WITHOUT]
     );
+}
+
+/// client-go `shouldResync`: the check keeps only listeners whose resync is due; a listener
+/// without a period leaves the syncing set for good.
+#[test]
+fn after_a_resync_check_a_relists_unchanged_objects_go_only_to_listeners_whose_resync_is_due() {
+    let seen = relist_seen_by(
+        Duration::from_secs(1),
+        true,
+        &[
+            ("resync", Duration::from_secs(1), RelistResyncs::Deliver),
+            ("no-resync", Duration::ZERO, RelistResyncs::Deliver),
+        ],
+    );
+    assert_eq!(seen, [WITHOUT, WITHOUT]);
+}
+
+/// An informer with resync 0 never checks: its listeners stay in the syncing set and get every
+/// relist's unchanged objects as resyncs (flagged so), unless registered with
+/// [`RelistResyncs::Skip`].
+#[test]
+fn an_informer_that_never_resyncs_hands_relist_resyncs_to_every_listener_but_those_that_skip() {
+    let seen = relist_seen_by(
+        Duration::ZERO,
+        false,
+        &[
+            ("deliver", Duration::ZERO, RelistResyncs::Deliver),
+            ("skip", Duration::ZERO, RelistResyncs::Skip),
+        ],
+    );
+    assert_eq!(seen, [&WITH_RELIST_RESYNC[..], &WITHOUT]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -439,6 +510,7 @@ fn informer_with_resync(src: &MemorySource, resync: Duration) -> Arc<SharedInfor
         Arc::new(src.clone()),
         InformerConfig {
             default_resync: resync,
+            queue: queue(),
             ..Default::default()
         },
     )
