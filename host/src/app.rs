@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -12,14 +12,14 @@ use crate::actions::HostServices;
 use crate::actions::audit::AuditLog;
 use crate::actions::kube::KubeActionSink;
 use crate::admin::AdminState;
-use crate::config::{Config, IndexSpec, InformerConfig, SourceKind};
+use crate::config::{Config, IndexSpec, InformerConfig, OnPanicName, SourceKind};
 use crate::informer::indexer::{
     IndexFunc, index_by_json_pointer, index_by_label, index_by_owner_uid,
 };
 use crate::informer::lister_watcher::ListerWatcher;
 use crate::informer::reflector::ReflectorConfig;
 use crate::informer::selector::LabelSelector;
-use crate::informer::shared_informer::InformerConfig as InformerSettings;
+use crate::informer::shared_informer::{InformerConfig as InformerSettings, OnPanic};
 use crate::informer::{Executor, SharedInformer};
 use crate::plugin::{EngineConfig, PluginEngine, PluginHandle, PluginManager};
 use crate::source::dir::DirCluster;
@@ -163,6 +163,10 @@ pub async fn build_informers(
                 None => None,
             },
             queue: inf.queue,
+            on_panic: match inf.on_panic {
+                OnPanicName::Restart => OnPanic::RESTART,
+                OnPanicName::Exit => OnPanic::Stop,
+            },
             ..InformerSettings::default()
         };
         let informer = SharedInformer::new(inf.name.clone(), lw, settings);
@@ -224,6 +228,32 @@ pub struct Host {
     pub executor: Executor,
     /// The informers' tasks (they end once the shutdown future completed).
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Set when an informer with `onPanic: exit` failed: the host must shut down.
+    fatal: Arc<Fatal>,
+}
+
+/// Why the host must shut down on its own.
+#[derive(Default)]
+struct Fatal {
+    error: std::sync::Mutex<Option<String>>,
+    raised: tokio::sync::Notify,
+}
+
+impl Fatal {
+    fn raise(&self, error: String) {
+        self.error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_or_insert(error);
+        self.raised.notify_one();
+    }
+
+    fn error(&self) -> Option<String> {
+        self.error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -300,7 +330,11 @@ pub async fn run(
         "wisp running"
     );
     started(&host);
-    shutdown.await;
+    let fatal = host.fatal.clone();
+    tokio::select! {
+        _ = shutdown => {}
+        _ = fatal.raised.notified() => {}
+    }
     let deadline = tokio::time::Instant::now() + grace;
     let _ = tx.send(());
     tracing::info!(grace = ?grace, "shutting down");
@@ -310,6 +344,9 @@ pub async fn run(
         actions_not_sent = report.actions_not_sent,
         "shut down"
     );
+    if let Some(e) = host.fatal.error() {
+        anyhow::bail!("{e} (its onPanic is exit)");
+    }
     Ok((host, report))
 }
 
@@ -370,13 +407,16 @@ pub async fn start(
         tokio::spawn(d.watch(DIR_RESCAN, stopped()));
     }
     let mut tasks = Vec::new();
+    let fatal = Arc::new(Fatal::default());
     for inf in &informers {
         tracing::info!(informer = %inf.name(), "listing objects");
         let run = inf.clone().run(stopped());
         let name = inf.name().to_owned();
+        let fatal = fatal.clone();
         tasks.push(tokio::spawn(async move {
             if let Err(e) = run.await {
-                tracing::error!(informer = %name, error = %e, "informer failed");
+                tracing::error!(informer = %name, error = %e, "informer failed; the host shuts down");
+                fatal.raise(e.to_string());
             }
         }));
         let i = inf.clone();
@@ -454,6 +494,7 @@ pub async fn start(
         reloader,
         executor,
         tasks,
+        fatal,
     })
 }
 

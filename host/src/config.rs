@@ -284,6 +284,22 @@ pub struct InformerConfig {
     /// deltas merged per object).
     #[serde(default)]
     pub queue: crate::informer::real_fifo::QueueKind,
+    /// What a panic in the informer's own pipeline (an index function, the field mask) does:
+    /// `restart` (default: a new list after a backoff of 1 s doubling to 1 min) or `exit` (the
+    /// host shuts down with an error, for a supervisor to restart).
+    #[serde(default)]
+    pub on_panic: OnPanicName,
+}
+
+/// What a panic in an informer's pipeline does.
+#[derive(Debug, Deserialize, Clone, Copy, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum OnPanicName {
+    /// restart
+    #[default]
+    Restart,
+    /// exit
+    Exit,
 }
 
 impl InformerConfig {

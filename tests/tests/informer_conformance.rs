@@ -1,6 +1,8 @@
 //! Shared informer behaviour checked against client-go's (`tools/cache`), through Wisp's public
 //! API: test names follow client-go's cases where one exists.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,7 +11,7 @@ use wisp_host::informer::handler::Recorder;
 use wisp_host::informer::handler::{Delivery, EventHandler};
 use wisp_host::informer::indexer::{IndexFunc, index_by_label};
 use wisp_host::informer::listener::{Discarded, Overflow, OverflowObserver, QueueBound};
-use wisp_host::informer::shared_informer::{InformerConfig, InformerError, wait_for};
+use wisp_host::informer::shared_informer::{InformerConfig, InformerError, OnPanic, wait_for};
 use wisp_host::informer::{Object, SharedInformer};
 use wisp_host::source::memory::MemorySource;
 
@@ -19,6 +21,15 @@ const T: Duration = Duration::from_secs(10);
 /// panic hook symbolises a backtrace first (seconds in a debug build, on the process loop's
 /// thread, with the FIFO's lock held, which stalls the test's single-threaded runtime too).
 const FAIL: Duration = Duration::from_secs(120);
+
+/// Default settings over the queue under test: `WISP_TEST_QUEUE=deltaFIFO` runs this suite over
+/// the legacy DeltaFIFO (`cargo xtask test` runs it both ways).
+fn config() -> InformerConfig {
+    InformerConfig {
+        queue: common::queue_under_test(),
+        ..InformerConfig::default()
+    }
+}
 
 fn pod(name: &str, labels: serde_json::Value) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "Pod",
@@ -49,7 +60,7 @@ async fn indexer_added_after_start_indexes_existing_items() {
     src.apply(pod("pod1", json!({"a": "a-val", "b": "b-val1"})))
         .unwrap();
     src.apply(pod("pod2", json!({"b": "b-val2"}))).unwrap();
-    let inf = SharedInformer::new("pods", Arc::new(src.clone()), InformerConfig::default());
+    let inf = SharedInformer::new("pods", Arc::new(src.clone()), config());
     let label_keys: IndexFunc =
         Arc::new(|o: &Object| o.meta().labels.iter().map(|(k, _)| k.clone()).collect());
     inf.add_indexers([("labels".to_owned(), label_keys.clone())])
@@ -131,7 +142,7 @@ async fn fails_visibly(inf: &Arc<SharedInformer>, src: &MemorySource) {
 async fn a_panicking_index_function_fails_the_informer_visibly() {
     let src = MemorySource::new();
     src.apply(pod("fine", json!({}))).unwrap();
-    let inf = SharedInformer::new("pods", Arc::new(src.clone()), InformerConfig::default());
+    let inf = SharedInformer::new("pods", Arc::new(src.clone()), config());
     let f: IndexFunc = Arc::new(|o: &Object| {
         if o.meta().name == "boom" {
             panic!("boom!");
@@ -155,7 +166,7 @@ async fn a_panicking_transform_fails_the_informer_visibly() {
             }
             o
         })),
-        ..Default::default()
+        ..config()
     };
     let inf = SharedInformer::new("pods", Arc::new(src.clone()), config);
     fails_visibly(&inf, &src).await;
@@ -190,7 +201,7 @@ async fn a_panicking_overflow_observer_fails_the_informer_visibly() {
     for i in 0..5 {
         src.apply(pod(&format!("p{i}"), json!({}))).unwrap();
     }
-    let inf = SharedInformer::new("pods", Arc::new(src.clone()), InformerConfig::default());
+    let inf = SharedInformer::new("pods", Arc::new(src.clone()), config());
     let reg = inf
         .add_event_handler("slow", Box::new(Slow), Duration::ZERO)
         .unwrap();
@@ -202,4 +213,105 @@ async fn a_panicking_overflow_observer_fails_the_informer_visibly() {
     );
     assert!(!inf.has_synced() && !reg.has_synced());
     assert_eq!(inf.stats().panics, 1);
+}
+
+/// Restarts after 20 ms, doubling to 1 s.
+const QUICK_RESTART: OnPanic = OnPanic::Restart {
+    initial: Duration::from_millis(20),
+    max: Duration::from_secs(1),
+};
+
+/// Panics the first time it sees an object named `boom`, then never again.
+fn panics_once() -> impl Fn(&Object) -> bool + Send + Sync + 'static {
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    move |o: &Object| {
+        o.meta().name == "boom" && armed.swap(false, std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// With [`OnPanic::Restart`] a failed informer comes back by itself: not ready meanwhile, then a
+/// new list reconciles its cache and listeners (the object whose handling panicked reaches
+/// them as an add), and it goes on following changes; `run` keeps running.
+async fn restarts_and_recovers(inf: &Arc<SharedInformer>, src: &MemorySource) {
+    let rec = Recorder::new();
+    let reg = inf
+        .add_event_handler("h", Box::new(rec.clone()), Duration::ZERO)
+        .unwrap();
+    let (_stop, run) = start(inf);
+    assert!(wait_for(T, || reg.has_synced()).await);
+    src.apply(pod("boom", json!({}))).unwrap();
+    assert!(
+        wait_for(FAIL, || inf.stats().restarts == 1).await,
+        "restarted"
+    );
+    assert_eq!(inf.stats().panics, 1);
+    src.apply(pod("after", json!({}))).unwrap();
+    assert!(
+        wait_for(T, || {
+            inf.has_synced() && names(inf.cache().list()) == ["after", "boom", "fine"]
+        })
+        .await,
+        "ready again, with every object: {:?}",
+        names(inf.cache().list())
+    );
+    assert!(wait_for(T, || reg.has_synced()).await);
+    assert!(inf.failure().is_none());
+    assert!(!run.is_finished(), "run goes on");
+    // Every object reached the handler exactly once as an add; the restart's list brought
+    // `fine` again only as a resync.
+    let added: Vec<String> = rec
+        .deliveries()
+        .iter()
+        .filter_map(|d| match &d.notification {
+            wisp_host::informer::Notification::Add { obj, .. } => Some(obj.meta().name.clone()),
+            _ => None,
+        })
+        .collect();
+    let mut sorted = added.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["after", "boom", "fine"], "{added:?}");
+}
+
+#[tokio::test]
+async fn a_panicking_index_function_restarts_the_informer_when_asked_to() {
+    let src = MemorySource::new();
+    src.apply(pod("fine", json!({}))).unwrap();
+    let config = InformerConfig {
+        on_panic: QUICK_RESTART,
+        ..config()
+    };
+    let inf = SharedInformer::new("pods", Arc::new(src.clone()), config);
+    let boom = panics_once();
+    let f: IndexFunc = Arc::new(move |o: &Object| {
+        if boom(o) {
+            panic!("boom!");
+        }
+        vec![o.meta().name.clone()]
+    });
+    inf.add_indexers([("by-name".to_owned(), f)]).unwrap();
+    restarts_and_recovers(&inf, &src).await;
+    assert_eq!(
+        names(inf.cache().by_index("by-name", "boom").unwrap()),
+        ["boom"],
+        "indexed after the restart"
+    );
+}
+
+#[tokio::test]
+async fn a_panicking_transform_restarts_the_informer_when_asked_to() {
+    let src = MemorySource::new();
+    src.apply(pod("fine", json!({}))).unwrap();
+    let boom = panics_once();
+    let config = InformerConfig {
+        transform: Some(Arc::new(move |o: Arc<Object>| {
+            if boom(&o) {
+                panic!("boom!");
+            }
+            o
+        })),
+        on_panic: QUICK_RESTART,
+        ..config()
+    };
+    let inf = SharedInformer::new("pods", Arc::new(src.clone()), config);
+    restarts_and_recovers(&inf, &src).await;
 }

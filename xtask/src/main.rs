@@ -16,8 +16,9 @@ const USAGE: &str = "usage: cargo xtask <demo|plugins|test|bench|fuzz> [args]
   demo     the host on the bundled demo cluster (deploy/demo) with the example plugins,
            editing manifests while it runs; no cluster needed
   plugins  build the plugins (plugins/*) for wasm32-wasip2 into plugins/dist/
-  test     build the plugins, then run the whole test suite (unit and integration tests);
-           further args go to cargo test
+  test     build the plugins, then run the whole test suite (unit and integration tests),
+           then the informer suites again over the DeltaFIFO (WISP_TEST_QUEUE=deltaFIFO);
+           further args go to cargo test (and skip the second pass)
   bench    build the plugins, then run the benchmark harness (release); `--quick` for a short run,
            `--only pipeline,latency` for some sections (see `cargo xtask bench -- --help`)
   fuzz     run the fuzz targets (tests/fuzz: watch_event, config, host_api) one after the other,
@@ -30,6 +31,15 @@ const FUZZ_TARGETS: &[&str] = &["watch_event", "config", "host_api"];
 /// The workspace root: found from the current directory (`cargo xtask` runs from anywhere in the
 /// workspace), else where xtask was compiled. A target dir shared by several checkouts can hold
 /// an xtask binary compiled in another checkout, so the compile-time path comes last.
+/// Test binaries that exercise the informer pipeline end to end; `cargo xtask test` runs them
+/// over both queues.
+const INFORMER_SUITES: [&str; 4] = [
+    "informer_conformance",
+    "reflector",
+    "informer_e2e",
+    "faults",
+];
+
 fn root() -> PathBuf {
     let is_root =
         |d: &Path| d.join("xtask").join("Cargo.toml").is_file() && d.join("plugins").is_dir();
@@ -414,10 +424,24 @@ fn main() -> anyhow::Result<()> {
         "test" => {
             let dist = build_plugins()?;
             let mut c = cargo();
-            c.env("WISP_PLUGIN_DIR", dist);
+            c.env("WISP_PLUGIN_DIR", &dist);
             c.args(["test", "--workspace"])
                 .args(rest.iter().skip_while(|a| *a == "--"));
-            run(c)
+            run(c)?;
+            if rest.is_empty() {
+                // The informer suites again over the legacy queue (the first pass ran them
+                // over the default RealFIFO).
+                println!("== the informer suites over the DeltaFIFO (WISP_TEST_QUEUE=deltaFIFO)");
+                let mut c = cargo();
+                c.env("WISP_PLUGIN_DIR", &dist)
+                    .env("WISP_TEST_QUEUE", "deltaFIFO");
+                c.args(["test", "-p", "wisp-tests"]);
+                for suite in INFORMER_SUITES {
+                    c.args(["--test", suite]);
+                }
+                run(c)?;
+            }
+            Ok(())
         }
         "fuzz" => fuzz(rest),
         "-h" | "--help" | "help" => {

@@ -93,6 +93,17 @@ impl Collector for Live {
             "Watch requests made.",
             by_informer(|s| s.watches),
         )?;
+        out.counter(
+            "informer_panics",
+            "Panics caught in the informer's pipeline (an index function, the field mask); each \
+             fails the informer until it restarts (onPanic: restart) or the host exits.",
+            by_informer(|s| s.panics),
+        )?;
+        out.counter(
+            "informer_restarts",
+            "Restarts after a panic.",
+            by_informer(|s| s.restarts),
+        )?;
         out.gauge(
             "informer_cache_size",
             "Objects in the cache.",

@@ -74,15 +74,27 @@ struct Inner {
     indices: HashMap<String, HashMap<String, HashSet<String>>>,
 }
 
+/// How one index changes for one key: its name, the values to leave, the values to join.
+type IndexChange = (String, Vec<String>, Vec<String>);
+
 impl Inner {
-    fn update_indices(&mut self, key: &str, old: Option<&Object>, new: Option<&Object>) {
-        for (name, f) in &self.funcs {
-            let index = self.indices.entry(name.clone()).or_default();
-            let old_values = old.map(|o| f(o)).unwrap_or_default();
-            let new_values = new.map(|o| f(o)).unwrap_or_default();
-            if old_values == new_values {
-                continue;
-            }
+    /// Every index function's values for `old` and `new`, computed before anything changes: a
+    /// panicking index function leaves the cache as it was (the informer then fails, and a
+    /// relist finds the object missing or stale, not half-indexed).
+    fn index_changes(&self, old: Option<&Object>, new: Option<&Object>) -> Vec<IndexChange> {
+        self.funcs
+            .iter()
+            .filter_map(|(name, f)| {
+                let old_values = old.map(|o| f(o)).unwrap_or_default();
+                let new_values = new.map(|o| f(o)).unwrap_or_default();
+                (old_values != new_values).then(|| (name.clone(), old_values, new_values))
+            })
+            .collect()
+    }
+
+    fn apply_index_changes(&mut self, key: &str, changes: Vec<IndexChange>) {
+        for (name, old_values, new_values) in changes {
+            let index = self.indices.entry(name).or_default();
             for v in &old_values {
                 if let Some(set) = index.get_mut(v) {
                     set.remove(key);
@@ -98,20 +110,34 @@ impl Inner {
     }
 
     fn put(&mut self, key: String, obj: Arc<Object>) {
-        let old = self.items.insert(key.clone(), obj.clone());
-        self.update_indices(&key, old.as_deref(), Some(&obj));
+        let changes = self.index_changes(self.items.get(&key).map(|o| &**o), Some(&obj));
+        self.items.insert(key.clone(), obj);
+        self.apply_index_changes(&key, changes);
     }
 
-    fn rebuild(&mut self) {
-        self.indices.clear();
-        let items: Vec<(String, Arc<Object>)> = self
-            .items
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        for (key, obj) in items {
-            self.update_indices(&key, None, Some(&obj));
+    fn remove(&mut self, key: &str) {
+        let Some(old) = self.items.get(key) else {
+            return;
+        };
+        let changes = self.index_changes(Some(old), None);
+        self.items.remove(key);
+        self.apply_index_changes(key, changes);
+    }
+
+    /// Replaces every item and rebuilds every index; the new indexes are built before anything
+    /// is swapped in, so a panicking index function leaves the cache as it was.
+    fn replace_all(&mut self, items: HashMap<String, Arc<Object>>) {
+        let mut indices: HashMap<String, HashMap<String, HashSet<String>>> = HashMap::new();
+        for (name, f) in &self.funcs {
+            let index = indices.entry(name.clone()).or_default();
+            for (key, obj) in &items {
+                for v in f(obj) {
+                    index.entry(v).or_default().insert(key.clone());
+                }
+            }
         }
+        self.items = items;
+        self.indices = indices;
     }
 }
 
@@ -212,18 +238,13 @@ impl Indexer {
 
     /// Removes the object (or the tombstone's key).
     pub fn delete(&self, obj: &DeletedObject) {
-        let key = deleted_object_key(obj);
-        let mut inner = write(&self.cache.shared);
-        if let Some(old) = inner.items.remove(&key) {
-            inner.update_indices(&key, Some(&old), None);
-        }
+        write(&self.cache.shared).remove(&deleted_object_key(obj));
     }
 
     /// Replaces the whole content and rebuilds every index.
     pub fn replace(&self, objs: Vec<Arc<Object>>) {
-        let mut inner = write(&self.cache.shared);
-        inner.items = objs.into_iter().map(|o| (object_key(&o), o)).collect();
-        inner.rebuild();
+        let items = objs.into_iter().map(|o| (object_key(&o), o)).collect();
+        write(&self.cache.shared).replace_all(items);
     }
 }
 

@@ -207,6 +207,12 @@ impl Reflector {
         }
     }
 
+    /// Counts into `stats` (e.g. those of the reflector this one replaces) instead of new ones.
+    pub fn with_stats(mut self, stats: Arc<ReflectorStats>) -> Self {
+        self.stats = stats;
+        self
+    }
+
     /// The counters, shared.
     pub fn stats(&self) -> Arc<ReflectorStats> {
         self.stats.clone()

@@ -42,6 +42,37 @@ pub struct InformerConfig {
     /// The queue between the reflector and the process loop (default: the RealFIFO, as in
     /// client-go since 1.33).
     pub queue: QueueKind,
+    /// What a panic in the informer's own pipeline does (default: stop the informer).
+    pub on_panic: OnPanic,
+}
+
+/// What a panic in an informer's own pipeline (a transform, an index function, an overflow
+/// observer) does. Either way it is logged and counted, and the informer is not ready until it
+/// is running again.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum OnPanic {
+    /// The informer stops: `run` returns [`InformerError::Panicked`] and it stays not ready (the
+    /// caller decides, e.g. the host exits).
+    #[default]
+    Stop,
+    /// The informer restarts after a backoff (doubling from `initial` to `max`): a new
+    /// reflector lists again, reconciling the cache and the listeners with the server (what the
+    /// panic left half-done is replaced or deleted as after any relist), and the process loop
+    /// is started again if the panic ended it. Listeners and their queues are kept.
+    Restart {
+        /// First wait.
+        initial: Duration,
+        /// Longest wait.
+        max: Duration,
+    },
+}
+
+impl OnPanic {
+    /// Restart after 1 s, doubling to 1 min.
+    pub const RESTART: OnPanic = OnPanic::Restart {
+        initial: Duration::from_secs(1),
+        max: Duration::from_secs(60),
+    };
 }
 
 /// How a handler is registered (client-go `HandlerOptions`).
@@ -157,9 +188,11 @@ pub struct InformerStats {
     pub events: u64,
     /// The last resourceVersion synced.
     pub last_sync_resource_version: String,
-    /// Panics caught in the informer's pipeline (transform, index functions): the first one
-    /// fails the informer.
+    /// Panics caught in the informer's pipeline (transform, index functions): each fails the
+    /// informer.
     pub panics: u64,
+    /// Restarts after a panic ([`OnPanic::Restart`]).
+    pub restarts: u64,
 }
 
 static NEXT_INFORMER_ID: AtomicU64 = AtomicU64::new(1);
@@ -167,13 +200,13 @@ static NEXT_INFORMER_ID: AtomicU64 = AtomicU64::new(1);
 /// Whether the informer's own pipeline has failed. A panic in a transform (on the reflector's
 /// task) or while handling deltas (an index function, an overflow observer, on the process
 /// loop's thread) is caught here instead of killing its thread silently: it is logged and
-/// counted, the informer stops (its `run` returns [`InformerError::Panicked`]) and stays not
-/// ready (`has_synced` false for the informer and its handlers, so `/readyz` fails). It does not
-/// restart on its own: the cache may be half-updated, and a process supervisor restarting the
-/// host starts from a clean list.
+/// counted, and the informer is not ready (`has_synced` false for the informer and its
+/// handlers, so `/readyz` fails) until it runs again. Then, per [`OnPanic`], it stops (its `run`
+/// returns [`InformerError::Panicked`]) or restarts from a new list.
 #[derive(Default)]
 struct Health {
     panics: AtomicU64,
+    restarts: AtomicU64,
     failure: Mutex<Option<String>>,
     failed: tokio::sync::Notify,
 }
@@ -194,6 +227,12 @@ impl Health {
 
     fn is_failed(&self) -> bool {
         lock(&self.failure).is_some()
+    }
+
+    /// Clears the failure before a restart.
+    fn restarting(&self) {
+        self.restarts.fetch_add(1, Ordering::Relaxed);
+        lock(&self.failure).take();
     }
 }
 
@@ -309,6 +348,7 @@ impl SharedInformer {
                 .map(|r| r.last_sync_resource_version())
                 .unwrap_or_default(),
             panics: self.health.panics.load(Ordering::Relaxed),
+            restarts: self.health.restarts.load(Ordering::Relaxed),
         }
     }
 
@@ -486,8 +526,8 @@ impl SharedInformer {
 
     /// Runs the informer until `shutdown` completes: the reflector on this task, the process
     /// loop on its own thread. On return every listener has stopped. A panic in the informer's
-    /// pipeline (transform, index function, overflow observer) stops it early with
-    /// [`InformerError::Panicked`]; it then stays not ready (see [`SharedInformer::failure`]).
+    /// pipeline (transform, index function, overflow observer) fails it (see [`OnPanic`]): it
+    /// stops early with [`InformerError::Panicked`] and stays not ready, or restarts.
     pub async fn run(
         self: Arc<Self>,
         shutdown: impl Future<Output = ()>,
@@ -503,31 +543,73 @@ impl SharedInformer {
             st.started = true;
             st.resync_check_period
         };
-        let me = self.clone();
-        let process = std::thread::Builder::new()
-            .name(format!("wisp-informer-{}", self.name))
-            .spawn(move || me.process_loop())
-            .ok();
-        let me = self.clone();
-        let reflector = Reflector::new(
-            self.name.clone(),
-            self.lw.clone(),
-            self.fifo.clone(),
-            self.config.reflector.clone(),
-            check,
-            Some(Arc::new(move || me.processor.should_resync(Instant::now()))),
-        );
-        *lock(&self.reflector_stats) = Some(reflector.stats());
-        tracing::info!(informer = %self.name, source = %self.lw.describe(), "informer started");
-        let health = self.health.clone();
-        reflector
-            .run(async move {
-                tokio::select! {
-                    _ = shutdown => {}
-                    _ = health.failed.notified() => {}
+        let shutdown = shutdown;
+        tokio::pin!(shutdown);
+        let mut process: Option<std::thread::JoinHandle<()>> = None;
+        let mut restart_backoff = match self.config.on_panic {
+            OnPanic::Restart { initial, max } => Some(super::backoff::Backoff::new(
+                super::backoff::BackoffConfig {
+                    initial,
+                    max,
+                    jitter: 0.0,
+                    reset_after: Duration::from_secs(600),
+                    ..Default::default()
+                },
+            )),
+            OnPanic::Stop => None,
+        };
+        let stats = Arc::new(super::reflector::ReflectorStats::default());
+        *lock(&self.reflector_stats) = Some(stats.clone());
+        loop {
+            // The process loop ends on a panic while handling deltas; a transform's panic
+            // leaves it running.
+            if process.as_ref().is_none_or(|p| p.is_finished()) {
+                if let Some(p) = process.take() {
+                    let _ = p.join();
                 }
-            })
-            .await;
+                let me = self.clone();
+                process = std::thread::Builder::new()
+                    .name(format!("wisp-informer-{}", self.name))
+                    .spawn(move || me.process_loop())
+                    .ok();
+            }
+            let me = self.clone();
+            let reflector = Reflector::new(
+                self.name.clone(),
+                self.lw.clone(),
+                self.fifo.clone(),
+                self.config.reflector.clone(),
+                check,
+                Some(Arc::new(move || me.processor.should_resync(Instant::now()))),
+            )
+            .with_stats(stats.clone());
+            tracing::info!(informer = %self.name, source = %self.lw.describe(), "informer started");
+            let health = self.health.clone();
+            let mut asked_to_stop = false;
+            reflector
+                .run(async {
+                    tokio::select! {
+                        _ = &mut shutdown => asked_to_stop = true,
+                        _ = health.failed.notified() => {}
+                    }
+                })
+                .await;
+            let Some(backoff) = restart_backoff.as_mut().filter(|_| !asked_to_stop) else {
+                break;
+            };
+            let delay = backoff.next_delay();
+            tracing::warn!(informer = %self.name, ?delay, "informer restarting after a panic: a new list will reconcile its cache and listeners");
+            tokio::select! {
+                _ = &mut shutdown => {
+                    // Stopping anyway: the restart it was waiting for is moot.
+                    lock(&self.health.failure).take();
+                    break;
+                }
+                _ = tokio::time::sleep(delay) => {}
+            }
+            stats.watching.store(false, Ordering::Relaxed);
+            self.health.restarting();
+        }
 
         lock(&self.state).stopped = true;
         self.fifo.close();
@@ -550,10 +632,12 @@ impl SharedInformer {
         Ok(())
     }
 
-    /// The process loop (client-go `processLoop`): pops until the FIFO is closed, or until the
-    /// informer fails (a panic handling deltas is caught and fails it, see [`Health`]).
+    /// The process loop (client-go `processLoop`): pops until the FIFO is closed, or until a
+    /// panic handling deltas, which is caught and fails the informer (see [`Health`]). A failure
+    /// elsewhere (a transform on the reflector's side) does not end it: `run` restarts only what
+    /// ended.
     fn process_loop(&self) {
-        while !self.health.is_failed() {
+        loop {
             // A batch's deltas after a panic are left alone: the informer has failed.
             let mut panicked = None;
             let popped = self.fifo.pop_batch(&mut |d, initial| {

@@ -20,9 +20,21 @@ use wisp_tests::{RecordedRequest, TestApiServer, Verb};
 /// Generous bound for anything that should happen promptly.
 pub const T: Duration = Duration::from_secs(30);
 
-/// Informer settings with a short backoff so fault tests run quickly.
+/// The queue the informer suites run over: `WISP_TEST_QUEUE=deltaFIFO` runs them over the
+/// legacy DeltaFIFO (`cargo xtask test` runs them both ways), else the default RealFIFO.
+pub fn queue_under_test() -> wisp_host::informer::QueueKind {
+    match std::env::var("WISP_TEST_QUEUE").as_deref() {
+        Ok("deltaFIFO") => wisp_host::informer::QueueKind::DeltaFifo,
+        Ok("realFIFO") | Err(_) => wisp_host::informer::QueueKind::RealFifo,
+        Ok(other) => panic!("WISP_TEST_QUEUE={other:?}: expected realFIFO or deltaFIFO"),
+    }
+}
+
+/// Informer settings with a short backoff so fault tests run quickly, over
+/// [`queue_under_test`].
 pub fn fast_config() -> InformerConfig {
     InformerConfig {
+        queue: queue_under_test(),
         reflector: ReflectorConfig {
             backoff: BackoffConfig {
                 initial: Duration::from_millis(20),
