@@ -121,6 +121,7 @@ pub async fn build_informers(
                 let source = |ns: Option<&str>| {
                     let mut src = KubeSource::new(client.clone(), &inf.api_version, &inf.kind, ns)
                         .strip_managed_fields(inf.strip_managed_fields)
+                        .metadata_only(inf.metadata_only)
                         .named(inf.name.clone())
                         .size_caps(inf.size_caps());
                     if let Some(l) = &inf.label_selector {
@@ -154,7 +155,12 @@ pub async fn build_informers(
                 ..ReflectorConfig::default()
             },
             executor: executor.cloned(),
-            transform: match &inf.fields {
+            // Metadata only: an API server sends nothing else; a directory's objects are cut.
+            transform: match inf
+                .fields
+                .as_ref()
+                .or((inf.metadata_only && client.is_none()).then_some(&Vec::new()))
+            {
                 Some(paths) => Some(
                     crate::informer::mask::FieldMask::parse(paths)
                         .map_err(|e| anyhow::anyhow!("informer {:?}: fields: {e}", inf.name))?

@@ -13,6 +13,7 @@
 //!     resync: 5m
 //!     indexes: [label:app, ownerUid, field:spec.nodeName]
 //!     fields: [spec.nodeName, status.phase]   # keep only these paths (and the identity)
+//!     metadataOnly: false      # true: metadata alone (PartialObjectMetadata from the server)
 //!     maxEventSize: 16Mi       # longest watch event read (default); longer: refused, relist
 //!     maxListSize: 512Mi       # longest list response read (default)
 //! plugins:
@@ -270,6 +271,10 @@ pub struct InformerConfig {
     /// besides `apiVersion`, `kind` and `metadata`; omitted = the whole object.
     #[serde(default)]
     pub fields: Option<Vec<String>>,
+    /// Keep only each object's identity and `metadata` (client-go's metadata informer): from an
+    /// API server, lists and watches ask for `PartialObjectMetadata`, so the rest is never sent.
+    #[serde(default)]
+    pub metadata_only: bool,
     /// Longest watch event the host reads (default 16Mi); a longer one is refused, counted,
     /// and followed by a relist after backoff.
     #[serde(default)]
@@ -745,7 +750,23 @@ impl Config {
                     .map_err(|e| self.error(at("labelSelector"), e.to_string()))?;
             }
             for (j, ix) in inf.indexes.iter().enumerate() {
-                IndexSpec::parse(ix).map_err(|e| self.error(at(&format!("indexes[{j}]")), e))?;
+                let spec = IndexSpec::parse(ix)
+                    .map_err(|e| self.error(at(&format!("indexes[{j}]")), e))?;
+                if let IndexSpec::Field(path) = spec
+                    && inf.metadata_only
+                    && !path.starts_with("metadata.")
+                {
+                    return Err(self.error(
+                        at(&format!("indexes[{j}]")),
+                        format!("{path} is not kept by metadataOnly: index a metadata.* field, or drop metadataOnly"),
+                    ));
+                }
+            }
+            if inf.metadata_only && inf.fields.is_some() {
+                return Err(self.error(
+                    at("fields"),
+                    "metadataOnly keeps metadata alone: drop fields, or metadataOnly",
+                ));
             }
             if let Some(fields) = &inf.fields {
                 for (j, f) in fields.iter().enumerate() {

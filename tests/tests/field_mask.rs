@@ -51,3 +51,55 @@ async fn an_informer_with_fields_keeps_only_those_paths_of_each_object() {
     assert!(m < f, "masked cache {m} bytes, full {f}");
     println!("cached bytes per pod: full {} masked {}", f / 20, m / 20);
 }
+
+/// client-go's metadata informer: `metadataOnly: true` lists and watches
+/// `PartialObjectMetadata`, so the API server sends each object's metadata alone; the cached
+/// objects keep the informer's apiVersion and kind.
+#[tokio::test]
+async fn a_metadata_only_informer_is_sent_metadata_alone_and_keeps_its_kind() {
+    let server = wisp_tests::TestApiServer::start().await.unwrap();
+    for i in 0..20 {
+        server.create(pod("default", &format!("p-{i}"))).unwrap();
+    }
+    let informers = informers_from_yaml(
+        &server,
+        "source: kube\ninformers:\n  - {name: full, apiVersion: v1, kind: Pod}\n  - {name: meta, apiVersion: v1, kind: Pod, metadataOnly: true, indexes: [field:metadata.labels.app]}\n",
+    )
+    .await;
+    let (full, meta) = (informers[0].clone(), informers[1].clone());
+    let _stops = (start(&full), start(&meta));
+    until("synced", || full.has_synced() && meta.has_synced()).await;
+    let mut changed = pod("default", "p-0");
+    changed["metadata"]["labels"] = json!({"app": "shop"});
+    server.update(touched(changed, 1)).unwrap();
+    until("watched", || cache_state(&meta) == server_state(&server)).await;
+
+    let p0 = meta.cache().get_by_key("default/p-0").unwrap().to_value();
+    let obj = p0.as_object().unwrap();
+    assert_eq!(
+        obj.keys().collect::<Vec<_>>(),
+        ["apiVersion", "kind", "metadata"],
+        "{p0}"
+    );
+    assert_eq!(
+        (&p0["apiVersion"], &p0["kind"]),
+        (&json!("v1"), &json!("Pod"))
+    );
+    let whole = full.cache().get_by_key("default/p-0").unwrap().to_value();
+    assert_eq!(p0["metadata"], whole["metadata"]);
+    assert_eq!(
+        meta.cache()
+            .by_index("field:metadata.labels.app", "shop")
+            .unwrap()
+            .len(),
+        1,
+        "metadata indexes work"
+    );
+    let (f, m) = (cached_bytes(&full), cached_bytes(&meta));
+    assert!(m < f, "metadata-only cache {m} bytes, full {f}");
+    println!(
+        "cached bytes per pod: full {} metadata only {}",
+        f / 20,
+        m / 20
+    );
+}

@@ -398,3 +398,25 @@ fn on_panic_defaults_to_restart_and_exit_is_named_or_refused() {
     let e = err_of(&GOOD.replace("    resync: 5m", "    resync: 5m\n    onPanic: ignore"));
     assert!(e.contains("informers[0].onPanic"), "{e}");
 }
+
+#[test]
+fn metadata_only_refuses_field_masks_and_indexes_outside_metadata() {
+    let d = dir_with_module();
+    let meta = GOOD.replace("    resync: 5m", "    resync: 5m\n    metadataOnly: true");
+    let e = err_of(&meta);
+    assert!(
+        e.contains("informers[0].indexes[2]") && e.contains("spec.nodeName"),
+        "{e}"
+    );
+    let ok = meta.replace("field:spec.nodeName", "field:metadata.labels.app");
+    let c = Config::parse(&ok, "wisp.yaml", d.path()).unwrap();
+    assert!(c.informers[0].metadata_only);
+    let e = err_of(&ok.replace(
+        "    metadataOnly: true",
+        "    metadataOnly: true\n    fields: [spec.nodeName]",
+    ));
+    assert!(
+        e.contains("informers[0].fields") && e.contains("metadataOnly"),
+        "{e}"
+    );
+}

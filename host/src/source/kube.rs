@@ -85,6 +85,8 @@ pub struct KubeSource {
     label_selector: Option<String>,
     field_selector: Option<String>,
     strip_managed_fields: bool,
+    /// List and watch `PartialObjectMetadata` (client-go's metadata informer).
+    metadata_only: bool,
     /// How much of a response is read.
     caps: SizeCaps,
     /// The informer's name, in errors and in [`oversized_responses`].
@@ -126,6 +128,7 @@ impl KubeSource {
             label_selector: None,
             field_selector: None,
             strip_managed_fields: true,
+            metadata_only: false,
             caps: SizeCaps::default(),
             name: String::new(),
         }
@@ -220,6 +223,15 @@ impl KubeSource {
         self
     }
 
+    /// Lists and watches metadata only, as client-go's metadata informer does (`Accept:
+    /// ...;as=PartialObjectMetadataList` / `as=PartialObjectMetadata`): the API server sends
+    /// each object's `metadata` alone, and the objects keep the informer's apiVersion and kind
+    /// (not `meta.k8s.io/v1 PartialObjectMetadata`), so plugins and actions see what they are.
+    pub fn metadata_only(mut self, yes: bool) -> Self {
+        self.metadata_only = yes;
+        self
+    }
+
     /// Whether `metadata.managedFields` is dropped from every object (default: yes).
     pub fn strip_managed_fields(mut self, strip: bool) -> Self {
         self.strip_managed_fields = strip;
@@ -235,9 +247,13 @@ impl KubeSource {
             resource_version: Some(opts.resource_version.clone()).filter(|rv| !rv.is_empty()),
             ..ListParams::default()
         };
-        let mut req = kube::core::Request::new(self.api.resource_url())
-            .list(&lp)
-            .map_err(|e| SourceError::Request(e.to_string()))?;
+        let request = kube::core::Request::new(self.api.resource_url());
+        let mut req = if self.metadata_only {
+            request.list_metadata(&lp)
+        } else {
+            request.list(&lp)
+        }
+        .map_err(|e| SourceError::Request(e.to_string()))?;
         if opts.continue_token.is_none() && opts.resource_version == "0" && opts.limit.is_some() {
             let uri = format!("{}&resourceVersion=0", req.uri());
             *req.uri_mut() = uri
@@ -280,9 +296,13 @@ impl KubeSource {
             bookmarks: opts.allow_bookmarks || opts.send_initial_events,
             send_initial_events: opts.send_initial_events,
         };
-        let mut req = kube::core::Request::new(self.api.resource_url())
-            .watch(&wp, &opts.resource_version)
-            .map_err(|e| SourceError::Request(e.to_string()))?;
+        let request = kube::core::Request::new(self.api.resource_url());
+        let mut req = if self.metadata_only {
+            request.watch_metadata(&wp, &opts.resource_version)
+        } else {
+            request.watch(&wp, &opts.resource_version)
+        }
+        .map_err(|e| SourceError::Request(e.to_string()))?;
         req.extensions_mut().insert("watch");
         let res = self.send(req).await?;
         let me = self.clone();
@@ -554,8 +574,12 @@ pub fn decode_object(
             .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
             .filter(|s| !s.is_empty())
     };
-    let given_api_version = text_of("apiVersion");
-    let kind = text_of("kind");
+    // A metadata-only read types every object `meta.k8s.io/v1 PartialObjectMetadata`: it is
+    // given the informer's apiVersion and kind instead, as if they were missing.
+    let partial = text_of("kind").as_deref() == Some("PartialObjectMetadata")
+        && text_of("apiVersion").as_deref() == Some("meta.k8s.io/v1");
+    let given_api_version = text_of("apiVersion").filter(|_| !partial);
+    let kind = text_of("kind").filter(|_| !partial);
     // The key may be spelled with escapes (`"managedField\u0073"`): then parse to be sure.
     let strip = strip_managed_fields
         && (md_raw.get().contains("\"managedFields\"") || md_raw.get().contains("\\u"));
@@ -661,6 +685,9 @@ impl ListerWatcher for KubeSource {
         }
         if let Some(f) = &self.field_selector {
             s.push_str(&format!(" with fields {f}"));
+        }
+        if self.metadata_only {
+            s.push_str(" (metadata only)");
         }
         s
     }

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use super::resource::ResourceKey;
 use super::status::{error_response, injected_failure, json_response};
-use super::{RecordedRequest, Shared, Verb, list, watch, write};
+use super::{RecordedRequest, Shared, Verb, list, meta, watch, write};
 
 /// Decoded query parameters; for a repeated key the last value wins.
 pub(crate) type Query = BTreeMap<String, String>;
@@ -135,10 +135,17 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         }
     };
     let method = parts.method;
+    let accept = meta::wanted(
+        parts
+            .headers
+            .get(axum::http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or(""),
+    );
     match (verb, &method, target.name.is_some()) {
-        (Verb::List, _, _) => list::list(&shared, &target, &query),
-        (Verb::Watch, _, _) => watch::watch(&shared, target, &query),
-        (Verb::Get, _, _) => write::get(&shared, &target),
+        (Verb::List, _, _) => meta::list(list::list(&shared, &target, &query), accept).await,
+        (Verb::Watch, _, _) => meta::watch(watch::watch(&shared, target, &query), accept),
+        (Verb::Get, _, _) => meta::object(write::get(&shared, &target), accept).await,
         (_, &Method::POST, false) => write::create(&shared, &target, body).await,
         (_, &Method::PUT, true) => write::replace(&shared, &target, body).await,
         (_, &Method::PATCH, true) => {

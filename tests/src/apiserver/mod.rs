@@ -7,6 +7,7 @@
 //! - `object`: stored objects (value + serialized bytes), identity, write errors
 //! - `http`: paths and query strings to handlers; recording, delays and injected failures
 //! - `list`: resourceVersion semantics, selectors, consistent pagination
+//! - `meta`: metadata-only reads (`as=PartialObjectMetadata`), as client-go's metadata client asks
 //! - `watch`: one task per watch stream: initial events, replay, bookmarks, selector transitions
 //! - `write`: GET / POST / PUT / PATCH / DELETE of single objects
 //! - `selector`: label and field selectors
@@ -34,6 +35,7 @@ mod fixtures;
 mod history;
 mod http;
 mod list;
+mod meta;
 mod object;
 mod resource;
 mod selector;

@@ -630,6 +630,40 @@ fn memory_tables(n: usize, values: &[serde_json::Value]) -> anyhow::Result<()> {
     }
     let stripped = (live() - base) as f64 / n as f64;
     drop(writer);
+    // Metadata only: kube-runtime's metadata watcher stores PartialObjectMeta<Pod>.
+    let base = live();
+    let mut writer: kube::runtime::reflector::store::Writer<
+        kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Pod>,
+    > = kube::runtime::reflector::store::Writer::new(());
+    for v in values {
+        let mut o: kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Pod> =
+            serde_json::from_value(json!({"apiVersion": "meta.k8s.io/v1",
+                "kind": "PartialObjectMetadata", "metadata": v["metadata"]}))?;
+        o.metadata.managed_fields = None;
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(o));
+    }
+    let their_meta = (live() - base) as f64 / n as f64;
+    drop(writer);
+    // Wisp's field mask and metadata-only informers keep what the transform leaves (a
+    // metadata-only informer is sent exactly that by the API server).
+    let masked = |paths: &[&str]| -> anyhow::Result<f64> {
+        let mask = wisp_host::informer::mask::FieldMask::parse(
+            &paths.iter().map(|p| (*p).to_owned()).collect::<Vec<_>>(),
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let base = live();
+        let ix = wisp_host::informer::Indexer::new();
+        for v in values {
+            ix.add(Arc::new(
+                Object::from_value(mask.apply(v), true).map_err(|e| anyhow::anyhow!("{e}"))?,
+            ));
+        }
+        let per = (live() - base) as f64 / n as f64;
+        drop(ix);
+        Ok(per)
+    };
+    let field_masked = masked(&["spec.nodeName", "spec.containers.image", "status.phase"])?;
+    let metadata_only = masked(&[])?;
     println!(
         "| kube-runtime Store<DynamicObject> (baseline) | {:.0} B | 1.00x |",
         theirs
@@ -644,6 +678,22 @@ fn memory_tables(n: usize, values: &[serde_json::Value]) -> anyhow::Result<()> {
         ours,
         ours / theirs,
         ours / stripped
+    );
+    println!(
+        "| Wisp indexer, `fields: [spec.nodeName, spec.containers.image, status.phase]` | {:.0} B | {:.2}x |",
+        field_masked,
+        field_masked / theirs
+    );
+    println!(
+        "| kube-runtime Store<PartialObjectMeta<Pod>> (metadata watcher, managedFields stripped) | {:.0} B | {:.2}x |",
+        their_meta,
+        their_meta / theirs
+    );
+    println!(
+        "| Wisp indexer, `metadataOnly: true` | {:.0} B | {:.2}x ({:.2}x of kube-runtime's metadata store) |",
+        metadata_only,
+        metadata_only / theirs,
+        metadata_only / their_meta
     );
     Ok(())
 }
