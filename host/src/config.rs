@@ -285,8 +285,9 @@ pub struct InformerConfig {
     #[serde(default)]
     pub max_list_size: Option<Bytes>,
     /// The queue between the reflector and the process loop: `realFIFO` (default, as in
-    /// client-go since 1.33: every event in arrival order) or `deltaFIFO` (the legacy queue:
-    /// deltas merged per object).
+    /// client-go 1.36: every event in arrival order, relists and resyncs atomic),
+    /// `realFIFONonAtomic` (client-go 1.33–1.35) or `deltaFIFO` (the legacy queue: deltas merged
+    /// per object).
     #[serde(default)]
     pub queue: crate::informer::real_fifo::QueueKind,
     /// What a panic in the informer's own pipeline (an index function, the field mask) does:

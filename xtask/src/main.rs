@@ -17,7 +17,8 @@ const USAGE: &str = "usage: cargo xtask <demo|plugins|test|bench|fuzz> [args]
            editing manifests while it runs; no cluster needed
   plugins  build the plugins (plugins/*) for wasm32-wasip2 into plugins/dist/
   test     build the plugins, then run the whole test suite (unit and integration tests),
-           then the informer suites again over the DeltaFIFO (WISP_TEST_QUEUE=deltaFIFO);
+           then the informer suites again over the other queues (WISP_TEST_QUEUE=deltaFIFO,
+           realFIFONonAtomic);
            further args go to cargo test (and skip the second pass)
   bench    build the plugins, then run the benchmark harness (release); `--quick` for a short run,
            `--only pipeline,latency` for some sections (see `cargo xtask bench -- --help`)
@@ -429,17 +430,23 @@ fn main() -> anyhow::Result<()> {
                 .args(rest.iter().skip_while(|a| *a == "--"));
             run(c)?;
             if rest.is_empty() {
-                // The informer suites again over the legacy queue (the first pass ran them
-                // over the default RealFIFO).
-                println!("== the informer suites over the DeltaFIFO (WISP_TEST_QUEUE=deltaFIFO)");
-                let mut c = cargo();
-                c.env("WISP_PLUGIN_DIR", &dist)
-                    .env("WISP_TEST_QUEUE", "deltaFIFO");
-                c.args(["test", "-p", "wisp-tests"]);
-                for suite in INFORMER_SUITES {
-                    c.args(["--test", suite]);
+                // The informer suites again over the other queues (the first pass ran them
+                // over the default, client-go 1.36's atomic RealFIFO).
+                for (queue, suites) in [
+                    ("deltaFIFO", &INFORMER_SUITES[..]),
+                    // The soak of `faults` adds a minute; the others cover this queue.
+                    ("realFIFONonAtomic", &INFORMER_SUITES[..3]),
+                ] {
+                    println!("== the informer suites over WISP_TEST_QUEUE={queue}");
+                    let mut c = cargo();
+                    c.env("WISP_PLUGIN_DIR", &dist)
+                        .env("WISP_TEST_QUEUE", queue);
+                    c.args(["test", "-p", "wisp-tests"]);
+                    for suite in suites {
+                        c.args(["--test", suite]);
+                    }
+                    run(c)?;
                 }
-                run(c)?;
             }
             Ok(())
         }

@@ -117,10 +117,11 @@ impl Collector for Live {
         )?;
         out.gauge(
             "informer_store_resource_version",
-            "The last resourceVersion the informer's store synced, as a number (client-go's store \
-             resource version; absent while it is not a number).",
+            "The last resourceVersion the informer's cache has processed (of an object, a list or \
+             a bookmark), as a number (client-go's store resource version; absent while it is not \
+             a number).",
             informers.iter().filter_map(|(n, s, _)| {
-                let rv = s.last_sync_resource_version.parse::<u64>().ok()?;
+                let rv = s.store_resource_version.parse::<u64>().ok()?;
                 Some(([("informer", *n)], rv))
             }),
         )?;

@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::key::{deleted_object_key, object_key};
-use super::object::{DeletedObject, Object};
+use super::object::{DeletedObject, Object, Tombstone};
 
 /// Name of the built-in index of objects by namespace.
 pub const NAMESPACE_INDEX: &str = "namespace";
@@ -72,7 +72,13 @@ struct Inner {
     funcs: HashMap<String, IndexFunc>,
     /// index name -> index value -> keys.
     indices: HashMap<String, HashMap<String, HashSet<String>>>,
+    /// The last resourceVersion the store has seen (client-go's `LastStoreSyncResourceVersion`):
+    /// of each object stored or deleted, of each list replacing the content, of each bookmark.
+    resource_version: String,
 }
+
+/// A listed object and its previous state, if it was cached.
+pub type Replacement = (Option<Arc<Object>>, Arc<Object>);
 
 /// How one index changes for one key: its name, the values to leave, the values to join.
 type IndexChange = (String, Vec<String>, Vec<String>);
@@ -109,8 +115,15 @@ impl Inner {
         }
     }
 
+    fn saw(&mut self, resource_version: &str) {
+        if !resource_version.is_empty() {
+            resource_version.clone_into(&mut self.resource_version);
+        }
+    }
+
     fn put(&mut self, key: String, obj: Arc<Object>) {
         let changes = self.index_changes(self.items.get(&key).map(|o| &**o), Some(&obj));
+        self.saw(obj.resource_version());
         self.items.insert(key.clone(), obj);
         self.apply_index_changes(&key, changes);
     }
@@ -238,13 +251,57 @@ impl Indexer {
 
     /// Removes the object (or the tombstone's key).
     pub fn delete(&self, obj: &DeletedObject) {
-        write(&self.cache.shared).remove(&deleted_object_key(obj));
+        let mut inner = write(&self.cache.shared);
+        inner.remove(&deleted_object_key(obj));
+        // As client-go's DeleteWithObject: the deleted object's version; a tombstone carries the
+        // last state known, not the deletion's, so it does not count.
+        if let DeletedObject::Object(o) = obj {
+            inner.saw(o.resource_version());
+        }
     }
 
     /// Replaces the whole content and rebuilds every index.
     pub fn replace(&self, objs: Vec<Arc<Object>>) {
         let items = objs.into_iter().map(|o| (object_key(&o), o)).collect();
         write(&self.cache.shared).replace_all(items);
+    }
+
+    /// client-go's atomic `ReplacedAll` (`processReplacedAllInfo`): replaces the whole content
+    /// with `objs` at once, under one write lock, so no reader sees a half-applied list, and
+    /// returns what listeners must be told: a tombstone for every cached object missing from
+    /// the list (in key order), then each listed object with its previous state, if any, in
+    /// list order.
+    pub fn replace_all_reconciled(
+        &self,
+        objs: Vec<Arc<Object>>,
+        resource_version: &str,
+    ) -> (Vec<Tombstone>, Vec<Replacement>) {
+        let mut inner = write(&self.cache.shared);
+        let mut items: HashMap<String, Arc<Object>> = HashMap::with_capacity(objs.len());
+        let mut replacements = Vec::with_capacity(objs.len());
+        for o in objs {
+            let key = object_key(&o);
+            replacements.push((inner.items.get(&key).cloned(), o.clone()));
+            items.insert(key, o);
+        }
+        let mut deletions: Vec<Tombstone> = inner
+            .items
+            .iter()
+            .filter(|(k, _)| !items.contains_key(*k))
+            .map(|(k, o)| Tombstone {
+                key: k.clone(),
+                obj: o.clone(),
+            })
+            .collect();
+        deletions.sort_by(|a, b| a.key.cmp(&b.key));
+        inner.replace_all(items);
+        inner.saw(resource_version);
+        (deletions, replacements)
+    }
+
+    /// client-go's `Bookmark`: the store has seen everything up to `resource_version`.
+    pub fn bookmark(&self, resource_version: &str) {
+        write(&self.cache.shared).saw(resource_version);
     }
 }
 
@@ -276,6 +333,12 @@ impl Cache {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
+    }
+
+    /// The last resourceVersion the store has seen (client-go `LastStoreSyncResourceVersion`):
+    /// of the last object stored or deleted, list that replaced the content, or bookmark.
+    pub fn resource_version(&self) -> String {
+        read(&self.shared).resource_version.clone()
     }
 
     /// Number of stored objects.

@@ -15,13 +15,20 @@
 //! - `pop_batch` pops a run of deltas of distinct keys (up to the batch size, never crossing the
 //!   end of the initial list) for the process loop to handle at once.
 //!
-//! This is client-go's RealFIFO with `KnownObjects` (the indexer) and without `AtomicEvents`
-//! (client-go 1.36 turns that on by default: `Replace` and `Resync` then queue one
-//! `ReplacedAll` / `SyncAll` item reconciled against the indexer at pop time, the lock is
-//! released while processing, and bookmarks are queued). Wisp's indexer has no transactions,
-//! so the reconciliation happens at `replace` time instead, under the queue's lock.
-//! Like the DeltaFIFO, the process function runs under the queue's lock, so a concurrent
-//! `replace` or `resync` never misses a popped delta that has not reached the indexer yet.
+//! Two modes, as in client-go 1.36:
+//!
+//! - **atomic** (the default, client-go's `AtomicFIFO`, beta and on since 1.36; no known
+//!   objects): `replace` queues one `ReplacedAll` item carrying the whole list, `resync` one
+//!   `SyncAll`, and watch bookmarks a `Bookmark` item; the process loop reconciles a
+//!   `ReplacedAll` against the cache when it pops it, replacing the cache in one step (no reader
+//!   sees half a relist) before telling listeners, and a `SyncAll` resyncs what the cache holds
+//!   then. Nothing reads the cache at queue time, so the queue's lock is released while a
+//!   batch is processed (client-go's `UnlockWhileProcessingFIFO`, also on since 1.36), unless
+//!   two batches' worth is waiting.
+//! - **non-atomic** (1.33–1.35, with `KnownObjects`, the indexer): `replace` reconciles at
+//!   queue time, under the queue's lock, against the queued deltas and the indexer; the process
+//!   function runs under the lock, so a concurrent `replace` or `resync` never misses a popped
+//!   delta that has not reached the indexer yet.
 //!
 //! [`Queue`] is the seam the reflector and the shared informer use to drive either queue;
 //! [`QueueKind`] names the one an informer is configured with.
@@ -46,10 +53,44 @@ pub enum QueueKind {
     /// client-go's legacy DeltaFIFO: deltas merged per key, a key keeps its first position.
     #[serde(rename = "deltaFIFO")]
     DeltaFifo,
-    /// client-go's RealFIFO: every event in arrival order, batched pops.
+    /// client-go 1.36's RealFIFO: every event in arrival order, batched pops, atomic relists and
+    /// resyncs, bookmarks, unlocked while processing.
     #[default]
     #[serde(rename = "realFIFO")]
     RealFifo,
+    /// client-go 1.33–1.35's RealFIFO (`AtomicFIFO` off): relists reconciled at queue time.
+    #[serde(rename = "realFIFONonAtomic")]
+    RealFifoNonAtomic,
+}
+
+/// What the process loop is handed by [`Queue::pop_batch`].
+#[derive(Clone, Debug)]
+pub enum Popped {
+    /// Deltas: single deltas of distinct keys, in order (a RealFIFO), or one key's deltas (a
+    /// DeltaFIFO).
+    Deltas(Vec<Delta>),
+    /// A whole list, to replace the cache with at once (client-go `ReplacedAll`; atomic
+    /// RealFIFO).
+    ReplacedAll {
+        /// The listed objects, in list order, transformed.
+        objects: Vec<Arc<Object>>,
+        /// The list's resourceVersion.
+        resource_version: String,
+    },
+    /// Resync every cached object (client-go `SyncAll`; atomic RealFIFO).
+    SyncAll,
+    /// The watch reached this resourceVersion (client-go `Bookmark`; atomic RealFIFO).
+    Bookmark(String),
+}
+
+impl Popped {
+    /// The deltas, for a [`Popped::Deltas`]; empty otherwise.
+    pub fn into_deltas(self) -> Vec<Delta> {
+        match self {
+            Popped::Deltas(d) => d,
+            _ => Vec::new(),
+        }
+    }
 }
 
 /// What the reflector and the process loop need of a queue (client-go's `Queue` and
@@ -63,12 +104,16 @@ pub trait Queue: Send + Sync {
     fn delete(&self, obj: DeletedObject);
     /// Replaces the queue's view with a fresh list.
     fn replace(&self, list: Vec<Arc<Object>>, resource_version: &str);
-    /// Queues `Sync` deltas for known objects.
+    /// Queues `Sync` deltas for known objects (an atomic RealFIFO: one `SyncAll`).
     fn resync(&self);
+    /// The watch reached `resource_version` (a bookmark): an atomic RealFIFO queues it, so the
+    /// store's resourceVersion moves once what came before is processed; others ignore it.
+    fn bookmark(&self, _resource_version: &str) {}
     /// Blocks until something is queued (or the queue is closed), pops it and calls
-    /// `process(deltas, is_in_initial_list)` under the queue's lock. For a DeltaFIFO the deltas
-    /// are one key's; for a RealFIFO, single deltas of distinct keys, in order.
-    fn pop_batch(&self, process: &mut dyn FnMut(Vec<Delta>, bool)) -> Result<(), FifoClosed>;
+    /// `process(popped, is_in_initial_list)`, under the queue's lock except for an atomic
+    /// RealFIFO. For a DeltaFIFO the deltas are one key's; for a RealFIFO, single deltas of
+    /// distinct keys, in order, or one atomic item.
+    fn pop_batch(&self, process: &mut dyn FnMut(Popped, bool)) -> Result<(), FifoClosed>;
     /// Closes the queue: pops drain what is left, then fail.
     fn close(&self);
     /// Whether the first list has been popped (or an event came first).
@@ -86,7 +131,8 @@ impl QueueKind {
     pub fn build(self, known: Cache, transform: Option<TransformFn>) -> Arc<dyn Queue> {
         match self {
             QueueKind::DeltaFifo => Arc::new(DeltaFifo::new(Some(known), transform)),
-            QueueKind::RealFifo => Arc::new(RealFifo::new(Some(known), transform)),
+            QueueKind::RealFifo => Arc::new(RealFifo::atomic(transform)),
+            QueueKind::RealFifoNonAtomic => Arc::new(RealFifo::new(Some(known), transform)),
         }
     }
 }
@@ -107,8 +153,8 @@ impl Queue for DeltaFifo {
     fn resync(&self) {
         DeltaFifo::resync(self);
     }
-    fn pop_batch(&self, process: &mut dyn FnMut(Vec<Delta>, bool)) -> Result<(), FifoClosed> {
-        DeltaFifo::pop(self, process)
+    fn pop_batch(&self, process: &mut dyn FnMut(Popped, bool)) -> Result<(), FifoClosed> {
+        DeltaFifo::pop(self, |d, initial| process(Popped::Deltas(d), initial))
     }
     fn close(&self) {
         DeltaFifo::close(self);
@@ -137,7 +183,10 @@ impl Queue for RealFifo {
     fn resync(&self) {
         RealFifo::resync(self);
     }
-    fn pop_batch(&self, process: &mut dyn FnMut(Vec<Delta>, bool)) -> Result<(), FifoClosed> {
+    fn bookmark(&self, resource_version: &str) {
+        RealFifo::bookmark(self, resource_version);
+    }
+    fn pop_batch(&self, process: &mut dyn FnMut(Popped, bool)) -> Result<(), FifoClosed> {
         RealFifo::pop_batch(self, process)
     }
     fn close(&self) {
@@ -159,9 +208,25 @@ pub fn delta_key(delta: &Delta) -> String {
     }
 }
 
+/// One queued item: a delta, or (atomic mode) a whole list, a resync, a bookmark.
+#[derive(Clone, Debug)]
+enum Item {
+    Delta(Delta),
+    Atomic(Popped),
+}
+
+impl Item {
+    fn delta(&self) -> Option<&Delta> {
+        match self {
+            Item::Delta(d) => Some(d),
+            Item::Atomic(_) => None,
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
-    items: VecDeque<Delta>,
+    items: VecDeque<Item>,
     /// Set by the first Replace, Add, Update or Delete.
     populated: bool,
     /// Items queued when the first Replace ran, not yet processed.
@@ -178,10 +243,12 @@ pub struct RealFifo {
     /// read without the lock.
     synced: AtomicBool,
     /// The indexer, consulted for deletion detection and resync (client-go's knownObjects);
-    /// `None` behaves as an empty store.
+    /// `None` behaves as an empty store. Never set in atomic mode.
     known: Option<Cache>,
     transform: Option<TransformFn>,
     batch_size: usize,
+    /// client-go's `AtomicEvents` (with `UnlockWhileProcessing` and `EmitDeltaTypeBookmark`).
+    atomic: bool,
 }
 
 impl RealFifo {
@@ -204,6 +271,22 @@ impl RealFifo {
             known,
             transform,
             batch_size: batch_size.max(1),
+            atomic: false,
+        }
+    }
+
+    /// An atomic FIFO (client-go 1.36's default): `replace`, `resync` and `bookmark` queue one
+    /// item each, reconciled by the process loop against the cache when popped; the lock is
+    /// released while processing.
+    pub fn atomic(transform: Option<TransformFn>) -> Self {
+        Self::atomic_with_batch_size(transform, DEFAULT_BATCH_SIZE)
+    }
+
+    /// As [`RealFifo::atomic`] with another batch size (at least 1).
+    pub fn atomic_with_batch_size(transform: Option<TransformFn>, batch_size: usize) -> Self {
+        Self {
+            atomic: true,
+            ..Self::with_batch_size(None, transform, batch_size)
         }
     }
 
@@ -226,7 +309,11 @@ impl RealFifo {
     }
 
     fn push(&self, st: &mut State, delta: Delta) {
-        st.items.push_back(delta);
+        self.push_item(st, Item::Delta(delta));
+    }
+
+    fn push_item(&self, st: &mut State, item: Item) {
+        st.items.push_back(item);
         self.cond.notify_all();
     }
 
@@ -261,15 +348,31 @@ impl RealFifo {
     /// `reconcileReplacement`): tombstones first for what vanished, queued keys first in their
     /// queue order, then known keys (sorted), then `Replaced` for the list in its order.
     /// `_resource_version` is kept for parity with client-go's signature.
-    pub fn replace(&self, list: Vec<Arc<Object>>, _resource_version: &str) {
-        let mut st = self.lock();
+    ///
+    /// Atomic: queues one `ReplacedAll` with the transformed list instead; the process loop
+    /// reconciles it against the cache when it pops it.
+    pub fn replace(&self, list: Vec<Arc<Object>>, resource_version: &str) {
         let list: Vec<Arc<Object>> = list.into_iter().map(|o| self.transformed(o)).collect();
+        let mut st = self.lock();
+        if self.atomic {
+            let item = Popped::ReplacedAll {
+                objects: list,
+                resource_version: resource_version.to_owned(),
+            };
+            self.push_item(&mut st, Item::Atomic(item));
+            if !st.populated {
+                st.populated = true;
+                st.initial_population_count = st.items.len();
+                self.check_synced(&st);
+            }
+            return;
+        }
         let new_keys: HashSet<String> = list.iter().map(|o| object_key(o)).collect();
 
         // The last queued delta of every queued key, keys in first-queued order.
         let mut queued_keys = Vec::new();
         let mut last: HashMap<String, &Delta> = HashMap::new();
-        for d in &st.items {
+        for d in st.items.iter().filter_map(Item::delta) {
             let k = delta_key(d);
             if last.insert(k.clone(), d).is_none() {
                 queued_keys.push(k);
@@ -317,10 +420,23 @@ impl RealFifo {
 
     /// Queues `Sync` for every known object whose key has nothing queued (a queued event would
     /// otherwise be followed by the stale cached state).
+    ///
+    /// Atomic: queues one `SyncAll`; the process loop resyncs what the cache holds when it pops
+    /// it (everything queued before has been processed by then, so nothing is stale).
     pub fn resync(&self) {
+        if self.atomic {
+            let mut st = self.lock();
+            self.push_item(&mut st, Item::Atomic(Popped::SyncAll));
+            return;
+        }
         let Some(cache) = &self.known else { return };
         let mut st = self.lock();
-        let queued: HashSet<String> = st.items.iter().map(delta_key).collect();
+        let queued: HashSet<String> = st
+            .items
+            .iter()
+            .filter_map(Item::delta)
+            .map(delta_key)
+            .collect();
         let mut known = cache.snapshot();
         known.sort_by(|a, b| a.0.cmp(&b.0));
         for (k, obj) in known {
@@ -328,6 +444,19 @@ impl RealFifo {
                 continue;
             }
             self.push(&mut st, Delta::Sync(obj));
+        }
+    }
+
+    /// Atomic: queues a `Bookmark`, so the store's resourceVersion moves to it once everything
+    /// before it has been processed. Otherwise nothing (client-go queues bookmarks only with
+    /// atomic events).
+    pub fn bookmark(&self, resource_version: &str) {
+        if self.atomic && !resource_version.is_empty() {
+            let mut st = self.lock();
+            self.push_item(
+                &mut st,
+                Item::Atomic(Popped::Bookmark(resource_version.to_owned())),
+            );
         }
     }
 
@@ -351,42 +480,77 @@ impl RealFifo {
         }
     }
 
-    /// Blocks until a delta is queued (or the queue is closed), removes the first and calls
-    /// `process(vec![delta], is_in_initial_list)` while still holding the queue's lock.
-    pub fn pop<R>(&self, process: impl FnOnce(Vec<Delta>, bool) -> R) -> Result<R, FifoClosed> {
+    /// Calls `process` on what was popped: with the queue's lock released in atomic mode while
+    /// fewer than two batches wait (client-go `whileProcessing_locked`), then counts it off the
+    /// initial population.
+    fn processing<'a, R>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        popped: Popped,
+        n: usize,
+        in_initial_list: bool,
+        process: impl FnOnce(Popped, bool) -> R,
+    ) -> R {
+        let r = if self.atomic && st.items.len() < self.batch_size * 2 {
+            drop(st);
+            let r = process(popped, in_initial_list);
+            st = self.lock();
+            r
+        } else {
+            process(popped, in_initial_list)
+        };
+        self.processed(&mut st, n);
+        r
+    }
+
+    /// Blocks until an item is queued (or the queue is closed), removes the first and calls
+    /// `process(popped, is_in_initial_list)`, holding the queue's lock unless atomic.
+    pub fn pop<R>(&self, process: impl FnOnce(Popped, bool) -> R) -> Result<R, FifoClosed> {
         let mut st = self.wait()?;
         let in_initial_list = !self.has_synced();
-        let Some(item) = st.items.pop_front() else {
-            return Err(FifoClosed);
+        let popped = match st.items.pop_front() {
+            Some(Item::Delta(d)) => Popped::Deltas(vec![d]),
+            Some(Item::Atomic(a)) => a,
+            None => return Err(FifoClosed),
         };
-        let r = process(vec![item], in_initial_list);
-        self.processed(&mut st, 1);
-        Ok(r)
+        Ok(self.processing(st, popped, 1, in_initial_list, process))
     }
 
     /// client-go `PopBatch`: blocks like [`RealFifo::pop`], then pops the longest run of deltas
     /// of distinct keys from the head, at most the batch size and never past the end of the
-    /// initial population, and calls `process(batch, is_in_initial_list)` under the lock.
-    pub fn pop_batch<R>(
-        &self,
-        process: impl FnOnce(Vec<Delta>, bool) -> R,
-    ) -> Result<R, FifoClosed> {
+    /// initial population, or one atomic item alone, and calls `process(popped,
+    /// is_in_initial_list)`.
+    pub fn pop_batch<R>(&self, process: impl FnOnce(Popped, bool) -> R) -> Result<R, FifoClosed> {
         let mut st = self.wait()?;
         let in_initial_list = !self.has_synced();
+        if let Some(Item::Atomic(_)) = st.items.front() {
+            let Some(Item::Atomic(a)) = st.items.pop_front() else {
+                unreachable!("the front item was just seen")
+            };
+            return Ok(self.processing(st, a, 1, in_initial_list, process));
+        }
         let mut limit = self.batch_size.min(st.items.len());
         if st.initial_population_count > 0 {
             limit = limit.min(st.initial_population_count);
         }
         let mut unique = HashSet::new();
         let mut n = 0;
-        while n < limit && unique.insert(delta_key(&st.items[n])) {
+        while n < limit
+            && let Some(Item::Delta(d)) = st.items.get(n)
+            && unique.insert(delta_key(d))
+        {
             n += 1;
         }
         let n = n.max(1);
-        let batch: Vec<Delta> = st.items.drain(..n).collect();
-        let r = process(batch, in_initial_list);
-        self.processed(&mut st, n);
-        Ok(r)
+        let batch: Vec<Delta> = st
+            .items
+            .drain(..n)
+            .filter_map(|i| match i {
+                Item::Delta(d) => Some(d),
+                Item::Atomic(_) => None,
+            })
+            .collect();
+        Ok(self.processing(st, Popped::Deltas(batch), n, in_initial_list, process))
     }
 
     /// Closes the queue: pops drain what is left, then return [`FifoClosed`].
@@ -406,9 +570,26 @@ impl RealFifo {
         self.synced.load(Ordering::Acquire)
     }
 
-    /// The queued deltas, in order.
+    /// The queued deltas, in order (atomic items left out).
     pub fn items(&self) -> Vec<Delta> {
-        self.lock().items.iter().cloned().collect()
+        self.lock()
+            .items
+            .iter()
+            .filter_map(Item::delta)
+            .cloned()
+            .collect()
+    }
+
+    /// The queued items, in order: deltas as single-delta [`Popped::Deltas`].
+    pub fn queued(&self) -> Vec<Popped> {
+        self.lock()
+            .items
+            .iter()
+            .map(|i| match i {
+                Item::Delta(d) => Popped::Deltas(vec![d.clone()]),
+                Item::Atomic(a) => a.clone(),
+            })
+            .collect()
     }
 
     /// Number of queued deltas.

@@ -495,7 +495,10 @@ impl Reflector {
                 }
                 WatchEvent::Bookmark {
                     resource_version, ..
-                } => resource_version,
+                } => {
+                    self.store.bookmark(&resource_version);
+                    resource_version
+                }
                 WatchEvent::Error(e) => return Err(ReflectorError::WatchFailed(e)),
                 WatchEvent::Progress(rv) => rv,
             };

@@ -16,9 +16,10 @@ use super::handler::{EventHandler, Notification};
 use super::indexer::{Cache, IndexError, IndexFunc, Indexer};
 use super::listener::{DEFAULT_BATCH_MAX, Listener, ListenerStats, QueueBound};
 use super::lister_watcher::ListerWatcher;
+use super::object::DeletedObject;
 use super::object::Object;
 use super::processor::{SharedProcessor, determine_resync_period};
-use super::real_fifo::{Queue, QueueKind};
+use super::real_fifo::{Popped, Queue, QueueKind};
 use super::reflector::{Reflector, ReflectorConfig, ReflectorStats};
 
 /// Smallest resync period a listener may ask for (client-go `minimumResyncPeriod`).
@@ -186,8 +187,11 @@ pub struct InformerStats {
     pub watches: u64,
     /// Watch events received.
     pub events: u64,
-    /// The last resourceVersion synced.
+    /// The last resourceVersion synced (the reflector's: client-go `LastSyncResourceVersion`).
     pub last_sync_resource_version: String,
+    /// The last resourceVersion the cache has processed (client-go's store resourceVersion):
+    /// behind the reflector's while events wait in the queue.
+    pub store_resource_version: String,
     /// Panics caught in the informer's pipeline (transform, index functions): each fails the
     /// informer.
     pub panics: u64,
@@ -347,6 +351,7 @@ impl SharedInformer {
             last_sync_resource_version: r
                 .map(|r| r.last_sync_resource_version())
                 .unwrap_or_default(),
+            store_resource_version: self.indexer.resource_version(),
             panics: self.health.panics.load(Ordering::Relaxed),
             restarts: self.health.restarts.load(Ordering::Relaxed),
         }
@@ -490,30 +495,78 @@ impl SharedInformer {
         }
     }
 
+    /// client-go `processDeltas`: applies what was popped to the indexer and notifies.
+    fn handle_popped(&self, popped: Popped, in_initial_list: bool) {
+        match popped {
+            Popped::Deltas(d) => self.handle_deltas(d, in_initial_list),
+            Popped::ReplacedAll {
+                objects,
+                resource_version,
+            } => {
+                // client-go `processReplacedAllInfo`: the cache is replaced first, at once, so
+                // it reflects the notifications listeners are given; deletions go first.
+                let _blocked = lock(&self.block_deltas);
+                let (deletions, replacements) = self
+                    .indexer
+                    .replace_all_reconciled(objects, &resource_version);
+                for t in deletions {
+                    self.processor.distribute(
+                        Notification::Delete {
+                            obj: DeletedObject::Tombstone(t),
+                        },
+                        false,
+                    );
+                }
+                for (old, new) in replacements {
+                    self.notify_stored(old, new, in_initial_list);
+                }
+            }
+            Popped::SyncAll => {
+                let _blocked = lock(&self.block_deltas);
+                let mut all = self.indexer.snapshot();
+                all.sort_by(|a, b| a.0.cmp(&b.0));
+                for (_, o) in all {
+                    self.processor.distribute(
+                        Notification::Update {
+                            old: o.clone(),
+                            new: o,
+                        },
+                        true,
+                    );
+                }
+            }
+            Popped::Bookmark(rv) => self.indexer.bookmark(&rv),
+        }
+    }
+
+    /// Tells listeners `new` was stored over `old` (an update, a sync when the resourceVersion
+    /// is the same) or with nothing before (an add).
+    fn notify_stored(&self, old: Option<Arc<Object>>, new: Arc<Object>, in_initial_list: bool) {
+        match old {
+            Some(old) => {
+                let sync = old.resource_version() == new.resource_version();
+                self.processor
+                    .distribute(Notification::Update { old, new }, sync);
+            }
+            None => self.processor.distribute(
+                Notification::Add {
+                    obj: new,
+                    initial_list: in_initial_list,
+                },
+                false,
+            ),
+        }
+    }
+
     /// client-go `HandleDeltas`: applies a popped key's deltas to the indexer and notifies.
     fn handle_deltas(&self, deltas: Vec<Delta>, in_initial_list: bool) {
         let _blocked = lock(&self.block_deltas);
         for d in deltas {
             match d {
                 Delta::Sync(o) | Delta::Replaced(o) | Delta::Added(o) | Delta::Updated(o) => {
-                    match self.indexer.get(&o) {
-                        Some(old) => {
-                            self.indexer.update(o.clone());
-                            let sync = old.resource_version() == o.resource_version();
-                            self.processor
-                                .distribute(Notification::Update { old, new: o }, sync);
-                        }
-                        None => {
-                            self.indexer.add(o.clone());
-                            self.processor.distribute(
-                                Notification::Add {
-                                    obj: o,
-                                    initial_list: in_initial_list,
-                                },
-                                false,
-                            );
-                        }
-                    }
+                    let old = self.indexer.get(&o);
+                    self.indexer.add(o.clone());
+                    self.notify_stored(old, o, in_initial_list);
                 }
                 Delta::Deleted(obj) => {
                     self.indexer.delete(&obj);
@@ -640,10 +693,10 @@ impl SharedInformer {
         loop {
             // A batch's deltas after a panic are left alone: the informer has failed.
             let mut panicked = None;
-            let popped = self.fifo.pop_batch(&mut |d, initial| {
+            let popped = self.fifo.pop_batch(&mut |p, initial| {
                 if panicked.is_none() {
                     let began = Instant::now();
-                    let r = catch_unwind(AssertUnwindSafe(|| self.handle_deltas(d, initial)));
+                    let r = catch_unwind(AssertUnwindSafe(|| self.handle_popped(p, initial)));
                     self.processing.observe(began.elapsed());
                     if let Err(p) = r {
                         panicked = Some(p);

@@ -20,13 +20,18 @@ use wisp_tests::{RecordedRequest, TestApiServer, Verb};
 /// Generous bound for anything that should happen promptly.
 pub const T: Duration = Duration::from_secs(30);
 
-/// The queue the informer suites run over: `WISP_TEST_QUEUE=deltaFIFO` runs them over the
-/// legacy DeltaFIFO (`cargo xtask test` runs them both ways), else the default RealFIFO.
+/// The queue the informer suites run over: `WISP_TEST_QUEUE` names it as the config does
+/// (`realFIFO`, the default; `realFIFONonAtomic`; `deltaFIFO`); `cargo xtask test` runs them
+/// over each.
 pub fn queue_under_test() -> wisp_host::informer::QueueKind {
+    use wisp_host::informer::QueueKind;
     match std::env::var("WISP_TEST_QUEUE").as_deref() {
-        Ok("deltaFIFO") => wisp_host::informer::QueueKind::DeltaFifo,
-        Ok("realFIFO") | Err(_) => wisp_host::informer::QueueKind::RealFifo,
-        Ok(other) => panic!("WISP_TEST_QUEUE={other:?}: expected realFIFO or deltaFIFO"),
+        Ok("deltaFIFO") => QueueKind::DeltaFifo,
+        Ok("realFIFONonAtomic") => QueueKind::RealFifoNonAtomic,
+        Ok("realFIFO") | Err(_) => QueueKind::RealFifo,
+        Ok(other) => {
+            panic!("WISP_TEST_QUEUE={other:?}: expected realFIFO, realFIFONonAtomic or deltaFIFO")
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! follows (`TestRealFIFO_addUpdate` -> `real_fifo_add_update`). Objects are pods in "ns" whose
 //! resourceVersion plays the Go tests' integer value. Not transcribed: `TestRealFIFO_KeyOf`'s
 //! `Deltas` cases (Wisp has no untyped queue items), `TestRealFIFO_PopBrokenItemsInBatch` (a
-//! Wisp key cannot fail) and the three `*Atomic*` tests (the atomic mode is not implemented).
+//! Wisp key cannot fail). The `*Atomic*` tests run over [`RealFifo::atomic`].
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -42,7 +42,8 @@ fn empty_known() -> Option<Cache> {
 
 /// Pops one delta (client-go's `Pop(f)` of a single-delta `Deltas`).
 fn pop1(f: &RealFifo) -> Delta {
-    f.pop(|mut d, _| {
+    f.pop(|d, _| {
+        let mut d = d.into_deltas();
         assert_eq!(d.len(), 1);
         d.remove(0)
     })
@@ -213,7 +214,7 @@ fn real_fifo_add_update() {
     let consumer = {
         let f = f.clone();
         std::thread::spawn(move || {
-            while let Ok(d) = f.pop(|mut d, _| d.remove(0)) {
+            while let Ok(d) = f.pop(|d, _| d.into_deltas().remove(0)) {
                 let _ = tx.send(d.object().resource_version().to_owned());
             }
         })
@@ -446,7 +447,9 @@ fn real_fifo_has_synced_correct_on_deletion() {
         Delta::Replaced(pod("foo", "5")),
     ] {
         assert!(!f.has_synced());
-        let (got, initial) = f.pop(|mut d, initial| (d.remove(0), initial)).unwrap();
+        let (got, initial) = f
+            .pop(|d, initial| (d.into_deltas().remove(0), initial))
+            .unwrap();
         assert_eq!(got, want);
         assert!(initial, "expected an initial list item");
     }
@@ -612,7 +615,7 @@ fn real_fifo_pop_multiple_delta_in_batch() {
         let mut batches = Vec::new();
         let mut initial_seen = Vec::new();
         while !f.is_empty() {
-            let (batch, in_initial) = f.pop_batch(|b, i| (b, i)).unwrap();
+            let (batch, in_initial) = f.pop_batch(|b, i| (b.into_deltas(), i)).unwrap();
             if in_initial {
                 initial_seen.extend(batch.iter().map(|d| d.object().clone()));
             }
@@ -635,4 +638,194 @@ fn real_fifo_queue_kind_parses_client_go_names() {
     assert_eq!(parse("queue: deltaFIFO").unwrap(), QueueKind::DeltaFifo);
     assert!(parse("queue: fifo").is_err());
     assert_eq!(QueueKind::default(), QueueKind::RealFifo);
+}
+
+/// What an atomic FIFO hands out, one line per item (a Go test's expected `Deltas`).
+fn show(p: &Popped) -> Vec<String> {
+    match p {
+        Popped::Deltas(d) => d
+            .iter()
+            .map(|d| {
+                format!(
+                    "{:?} {}@{}",
+                    d.kind(),
+                    d.object().meta().name,
+                    d.object().resource_version()
+                )
+            })
+            .collect(),
+        Popped::ReplacedAll {
+            objects,
+            resource_version,
+        } => vec![format!(
+            "ReplacedAll rv={resource_version} [{}]",
+            objects
+                .iter()
+                .map(|o| format!("{}@{}", o.meta().name, o.resource_version()))
+                .collect::<Vec<_>>()
+                .join(",")
+        )],
+        Popped::SyncAll => vec!["SyncAll".into()],
+        Popped::Bookmark(rv) => vec![format!("Bookmark rv={rv}")],
+    }
+}
+
+/// Pops everything queued (`popN(f, len(f.getItems()))`), rendered with [`show`].
+fn pop_shown(f: &RealFifo) -> Vec<String> {
+    let mut out = Vec::new();
+    while !f.is_empty() {
+        out.extend(f.pop(|p, _| show(&p)).unwrap());
+    }
+    out
+}
+
+/// client-go `TestRealFIFO_ReplaceAtomic`.
+#[test]
+fn real_fifo_replace_atomic() {
+    let obj = pod("foo", "2");
+    type Case<'a> = (&'a str, Box<dyn Fn(&RealFifo) + 'a>, Vec<&'a str>);
+    let table: Vec<Case> = vec![
+        (
+            "Base replace",
+            Box::new(|f| f.replace(vec![], "123")),
+            vec!["ReplacedAll rv=123 []"],
+        ),
+        (
+            "Added object exists in deltas on Atomic Replace",
+            Box::new(|f| {
+                f.add(obj.clone());
+                f.replace(vec![], "123");
+            }),
+            vec!["Added foo@2", "ReplacedAll rv=123 []"],
+        ),
+        (
+            "Multiple replaces run in order",
+            Box::new(|f| {
+                f.add(obj.clone());
+                f.replace(vec![obj.clone()], "10");
+                f.replace(vec![obj.clone()], "20");
+                f.replace(vec![], "56");
+            }),
+            vec![
+                "Added foo@2",
+                "ReplacedAll rv=10 [foo@2]",
+                "ReplacedAll rv=20 [foo@2]",
+                "ReplacedAll rv=56 []",
+            ],
+        ),
+        (
+            "Bookmark object should not be included in Replace",
+            Box::new(|f| {
+                f.bookmark("123");
+                f.replace(vec![], "1234");
+            }),
+            vec!["Bookmark rv=123", "ReplacedAll rv=1234 []"],
+        ),
+    ];
+    for (name, ops, want) in table {
+        let f = RealFifo::atomic(None);
+        ops(&f);
+        assert_eq!(pop_shown(&f), want, "{name}");
+        assert!(f.is_empty(), "{name}: no extra items");
+    }
+}
+
+/// client-go `TestRealFIFOW_ReplaceMakesDeletionsForObjectsOnlyInQueue`, its case "Bookmark
+/// object should not be added without atomic".
+#[test]
+fn real_fifo_bookmark_is_not_queued_without_atomic() {
+    let f = RealFifo::new(empty_known(), None);
+    f.bookmark("123");
+    f.replace(vec![], "0");
+    f.replace(vec![], "1");
+    assert!(f.is_empty(), "{:?}", f.items());
+}
+
+/// client-go `TestRealFIFO_ReplaceAtomicPop`: an add, then a replace: two pops, the add then
+/// the whole list, nothing more.
+#[test]
+fn real_fifo_replace_atomic_pop() {
+    let f = Arc::new(RealFifo::atomic(None));
+    f.add(pod("foo", "10"));
+    f.replace(vec![pod("foo", "15")], "20");
+    let (tx, rx) = mpsc::channel();
+    let consumer = {
+        let f = f.clone();
+        std::thread::spawn(move || {
+            while let Ok(shown) = f.pop(|p, _| show(&p)) {
+                tx.send(shown).unwrap();
+            }
+        })
+    };
+    let t = Duration::from_secs(10);
+    assert_eq!(rx.recv_timeout(t).unwrap(), ["Added foo@10"]);
+    assert_eq!(rx.recv_timeout(t).unwrap(), ["ReplacedAll rv=20 [foo@15]"]);
+    assert!(
+        rx.recv_timeout(Duration::from_millis(50)).is_err(),
+        "no second value"
+    );
+    assert!(f.is_empty(), "item did not get removed");
+    f.close();
+    consumer.join().unwrap();
+}
+
+/// client-go `TestRealFIFO_ResyncAtomic`.
+#[test]
+fn real_fifo_resync_atomic() {
+    let f = RealFifo::atomic(None);
+    f.resync();
+    assert_eq!(pop_shown(&f), ["SyncAll"], "Base resync");
+    f.add(pod("foo", "2"));
+    f.resync();
+    assert_eq!(
+        pop_shown(&f),
+        ["Added foo@2", "SyncAll"],
+        "Added object exists in deltas on Atomic Resync"
+    );
+}
+
+/// client-go 1.36's `UnlockWhileProcessingFIFO`: an atomic FIFO lets the reflector queue while
+/// the process loop handles a batch (the non-atomic one holds its lock, as client-go does).
+#[test]
+fn an_atomic_fifo_takes_new_items_while_a_batch_is_processed() {
+    for (atomic, f) in [
+        (true, Arc::new(RealFifo::atomic(None))),
+        (false, Arc::new(RealFifo::new(empty_known(), None))),
+    ] {
+        f.add(pod("a", "1"));
+        let producer_done = Arc::new(AtomicUsize::new(0));
+        let added_while_processing = f
+            .pop(|_, _| {
+                let (f2, done) = (f.clone(), producer_done.clone());
+                let producer = std::thread::spawn(move || {
+                    f2.add(pod("b", "2"));
+                    done.store(1, Ordering::SeqCst);
+                });
+                std::thread::sleep(Duration::from_millis(100));
+                let added = producer_done.load(Ordering::SeqCst) == 1;
+                (added, producer)
+            })
+            .unwrap();
+        let (added, producer) = added_while_processing;
+        producer.join().unwrap();
+        assert_eq!(added, atomic, "atomic {atomic}");
+        assert_eq!(pop_shown(&f), ["Added b@2"]);
+    }
+}
+
+/// An atomic FIFO's initial population is the `ReplacedAll` (and what came before it): synced
+/// once that is processed.
+#[test]
+fn an_atomic_fifo_is_synced_once_its_first_list_is_processed() {
+    let f = RealFifo::atomic(None);
+    f.replace(vec![pod("a", "1"), pod("b", "2")], "5");
+    assert!(!f.has_synced());
+    let initial = f
+        .pop(|p, initial| {
+            assert!(matches!(p, Popped::ReplacedAll { .. }));
+            initial
+        })
+        .unwrap();
+    assert!(initial, "the first list is the initial list");
+    assert!(f.has_synced());
 }

@@ -7,6 +7,7 @@ use crate::informer::Object;
 use crate::informer::delta_fifo::Delta;
 use crate::informer::handler::{Delivery, Recorder};
 use crate::informer::object::test_util::obj;
+use crate::informer::real_fifo::Popped;
 use crate::source::memory::MemorySource;
 
 fn pod(name: &str) -> serde_json::Value {
@@ -453,7 +454,7 @@ async fn the_resync_timer_delivers_syncs_only_to_due_listeners() {
             inf.fifo.resync();
             while !inf.fifo.is_empty() {
                 inf.fifo
-                    .pop_batch(&mut |d, i| inf.handle_deltas(d, i))
+                    .pop_batch(&mut |p, i| inf.handle_popped(p, i))
                     .unwrap();
             }
         }
@@ -553,5 +554,66 @@ fn resync_check_period_zero_means_the_informer_never_resyncs() {
     assert!(
         !inf.processor
             .should_resync(Instant::now() + Duration::from_secs(3600))
+    );
+}
+
+/// client-go `processReplacedAllInfo`: a `ReplacedAll` replaces the cache at once, then tells
+/// listeners: a tombstone for each cached object missing from the list first, then the list
+/// in its order (an update for what was cached, a sync when unchanged, an add otherwise); the
+/// store's resourceVersion is the list's. A `SyncAll` resyncs what the cache holds; a
+/// `Bookmark` moves the store's resourceVersion.
+#[test]
+fn an_atomic_relist_replaces_the_cache_at_once_then_notifies_deletions_first() {
+    let inf = informer_with_resync(&MemorySource::new(), Duration::from_secs(1));
+    let rec = Recorder::new();
+    let reg = inf
+        .add_event_handler("rec", Box::new(rec.clone()), Duration::from_secs(1))
+        .unwrap();
+    inf.handle_popped(
+        Popped::ReplacedAll {
+            objects: vec![obj(Some("ns"), "a", "1"), obj(Some("ns"), "b", "2")],
+            resource_version: "2".into(),
+        },
+        true,
+    );
+    assert_eq!(inf.stats().store_resource_version, "2");
+    inf.handle_popped(
+        Popped::ReplacedAll {
+            objects: vec![obj(Some("ns"), "c", "7"), obj(Some("ns"), "a", "1")],
+            resource_version: "9".into(),
+        },
+        false,
+    );
+    let mut names: Vec<String> = inf.cache().list_keys();
+    names.sort();
+    assert_eq!(names, ["ns/a", "ns/c"]);
+    assert_eq!(inf.stats().store_resource_version, "9");
+    inf.handle_popped(Popped::SyncAll, false);
+    inf.handle_popped(Popped::Bookmark("12".into()), false);
+    assert_eq!(inf.stats().store_resource_version, "12");
+
+    let deadline = std::time::Instant::now() + T;
+    while reg.stats().delivered < 7 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let seen: Vec<String> = rec
+        .deliveries()
+        .iter()
+        .map(|d| {
+            let o = d.notification.object();
+            format!("{} {}", kinds(std::slice::from_ref(d))[0], o.meta().name)
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            "add(initial) a",
+            "add(initial) b",
+            "delete b",
+            "add c",
+            "resync a",
+            "resync a",
+            "resync c"
+        ]
     );
 }
