@@ -8,7 +8,9 @@
 //! - `http`: paths and query strings to handlers; recording, delays and injected failures
 //! - `list`: resourceVersion semantics, selectors, consistent pagination
 //! - `watch`: one task per watch stream: initial events, replay, bookmarks, selector transitions
-//! - `write`: GET / POST / PUT / PATCH / DELETE of single objects
+//! - `write`: GET / POST / PUT / PATCH / DELETE of single objects, dry runs
+//! - `patch`: strategic merge patch, JSON patch, the list strategies of built-in types
+//! - `apply`: server-side apply and managedFields
 //! - `selector`: label and field selectors
 //! - `faults`: the fault knobs
 //! - `status`: Kubernetes Status bodies
@@ -29,12 +31,14 @@
 //! # Ok(()) }
 //! ```
 
+mod apply;
 mod faults;
 mod fixtures;
 mod history;
 mod http;
 mod list;
 mod object;
+mod patch;
 mod resource;
 mod selector;
 mod status;
