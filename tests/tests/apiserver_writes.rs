@@ -729,6 +729,42 @@ async fn applying_to_an_object_without_managed_fields_conflicts_with_before_firs
     );
 }
 
+#[tokio::test]
+async fn writes_that_change_nothing_take_no_resource_version() {
+    let server = TestApiServer::start().await.expect("server");
+    let api = deployments(&server);
+    let config = deployment("web", 2, &[("app", "app:1")]);
+    let first = api
+        .patch("web", &apply_params("alpha", false), &Patch::Apply(&config))
+        .await
+        .expect("created by apply");
+    let rv = server.resource_version();
+    let again = api
+        .patch("web", &apply_params("alpha", false), &Patch::Apply(&config))
+        .await
+        .expect("applied again");
+    assert_eq!(
+        value(&again),
+        value(&first),
+        "the same apply is a no-op, managedFields time included"
+    );
+    api.patch(
+        "web",
+        &PatchParams {
+            field_manager: Some("alpha".into()),
+            ..PatchParams::default()
+        },
+        &Patch::Merge(json!({"spec": {"replicas": 2}})),
+    )
+    .await
+    .expect("a merge patch to the same value");
+    let current = api.get("web").await.expect("get");
+    api.replace("web", &PostParams::default(), &current)
+        .await
+        .expect("a replace with the same object");
+    assert_eq!(server.resource_version(), rv, "nothing was written");
+}
+
 // ------------------------------------------------------------------------------------------
 // kubectl
 // ------------------------------------------------------------------------------------------

@@ -664,6 +664,10 @@ pub(crate) fn apply(
         fields: applied,
     };
     match list.iter_mut().find(|e| mine(e)) {
+        // The time moves only when what the manager owns changes.
+        Some(existing) if existing.fields == entry.fields => {
+            existing.api_version = entry.api_version;
+        }
         Some(existing) => *existing = entry,
         None => list.push(entry),
     }

@@ -9,7 +9,8 @@
 //! Writes through HTTP record `metadata.managedFields` ([`super::apply`]). `dryRun=All` runs a
 //! write through every check and answers as usual, but stores nothing: no resourceVersion is
 //! taken and no watch sees it. Any other `dryRun` value is refused with 422, as
-//! `ValidateCreateOptions` and its siblings refuse it.
+//! `ValidateCreateOptions` and its siblings refuse it. An update, patch or apply through HTTP that
+//! changes nothing is not written (no resourceVersion, no watch event), as on a real server.
 
 use axum::body::{Body, to_bytes};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -291,13 +292,17 @@ fn commit_create(shared: &Shared, obj: Value, dry_run: bool) -> Result<Value, St
     }
 }
 
-/// Stores an update of `current`, or with `dryRun` only says what would be stored.
+/// Stores an update of `current`, or with `dryRun` only says what would be stored. An update
+/// that changes nothing is not written, as etcd is not: no resourceVersion, no watch event.
 fn commit_update(
     shared: &Shared,
     current: &Value,
     obj: Value,
     dry_run: bool,
 ) -> Result<Value, StoreError> {
+    if obj == *current {
+        return Ok(obj);
+    }
     if dry_run {
         dry_run_update(current, obj)
     } else {
