@@ -712,6 +712,22 @@ async fn applying_to_an_object_without_managed_fields_conflicts_with_before_firs
     server
         .create(deployment("web", 1, &[("app", "app:1")]))
         .expect("created without managedFields");
+    let labeled = deployments(&server)
+        .patch(
+            "web",
+            &PatchParams {
+                field_manager: Some("labeler".into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(json!({"metadata": {"labels": {"tier": "web"}}})),
+        )
+        .await
+        .expect("labeled");
+    assert_eq!(
+        managers(&value(&labeled)),
+        vec![],
+        "updates of an object without managedFields record none"
+    );
     let (code, _, message) = api_error(
         deployments(&server)
             .patch(
@@ -726,6 +742,21 @@ async fn applying_to_an_object_without_managed_fields_conflicts_with_before_firs
     assert_eq!(
         message,
         "Apply failed with 1 conflict: conflict with \"before-first-apply\" using apps/v1: .spec.replicas"
+    );
+    let mut with_fields = deployment("web", 1, &[("app", "app:1")]);
+    with_fields["metadata"]["managedFields"] = json!([{"manager": "x", "operation": "Apply"}]);
+    let (code, reason, message) = api_error(
+        deployments(&server)
+            .patch(
+                "web",
+                &apply_params("alpha", true),
+                &Patch::Apply(&with_fields),
+            )
+            .await,
+    );
+    assert_eq!(
+        (code, reason.as_str(), message.as_str()),
+        (400, "BadRequest", "metadata.managedFields must be nil")
     );
 }
 

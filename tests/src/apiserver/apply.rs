@@ -7,9 +7,10 @@
 //! (`application/apply-patch+yaml`) replaces its manager's `Apply` entry with the fields of its
 //! configuration, merges the configuration into the object, removes the fields the manager
 //! applied before and dropped now (unless another manager owns them), and fails with 409 when it
-//! would change a field another manager owns, unless `force=true` moves the field to it. Applying
-//! to an object that has no managedFields gives all its fields to `before-first-apply` first, as
-//! the real server does. Lists merge by the keys of [`super::patch::field`]; other lists are
+//! would change a field another manager owns, unless `force=true` moves the field to it. As on a
+//! real server, updates of an object that has no managedFields record none, and applying to such
+//! an object gives all its fields to `before-first-apply` first. An applied configuration must
+//! not carry managedFields (400). Lists merge by the keys of [`super::patch::field`]; other lists are
 //! atomic, as they are for custom resources without a schema.
 //!
 //! Objects written through the `TestApiServer` handle (`create`, `update`) are stored as given,
@@ -446,7 +447,7 @@ fn api_version_of(obj: &Value) -> String {
 /// Records an `Update` by `writer` that turns `old` (absent for a create) into `new`.
 ///
 /// managedFields sent in `new` replace the old ones (an empty list clears them and records
-/// nothing), as on a real server.
+/// nothing), as on a real server; an update of an object that has none records nothing.
 pub(crate) fn record_update(old: Option<&Value>, new: &mut Value, writer: &Writer<'_>) {
     let sent = new.pointer("/metadata/managedFields").cloned();
     let previous = old.and_then(|o| o.pointer("/metadata/managedFields").cloned());
@@ -458,6 +459,10 @@ pub(crate) fn record_update(old: Option<&Value>, new: &mut Value, writer: &Write
         Some(_) if sent != previous => entries(new),
         _ => old.map(entries).unwrap_or_default(),
     };
+    if old.is_some() && list.is_empty() {
+        // An object without managedFields stays without them until its first apply.
+        return;
+    }
     let old_t = old.map(|o| tracked(o, writer.status)).unwrap_or(json!({}));
     let new_t = tracked(new, writer.status);
     let old_set = field_set(&old_t, writer.ty);
@@ -565,6 +570,12 @@ pub(crate) fn apply(
             "error decoding YAML: the applied configuration must be an object",
         )
         .into());
+    }
+    if config
+        .pointer("/metadata/managedFields")
+        .is_some_and(|m| !m.is_null())
+    {
+        return Err(ApiError::bad_request("metadata.managedFields must be nil").into());
     }
     let sub = writer.subresource();
     let mut list = live.map(entries).unwrap_or_default();
