@@ -503,6 +503,11 @@ async fn server_side_apply_creates_the_object_and_records_its_fields_in_fields_v
         json!({".": {}, "f:image": {}, "f:name": {}})
     );
     assert_eq!(fields["f:metadata"]["f:labels"]["f:app"], json!({}));
+    assert_eq!(
+        fields["f:spec"]["f:selector"],
+        json!({}),
+        "a label selector is an atomic struct"
+    );
     assert!(fields["f:metadata"].get("f:name").is_none());
     assert_eq!(created, stored(&server, "web"));
 }

@@ -255,7 +255,9 @@ fn fields_of_map(map: &Map<String, Value>, ty: Ty, path: &mut Path, out: &mut Fi
 
 fn fields_of_value(value: &Value, ty: Ty, list: ListKind, path: &mut Path, out: &mut FieldSet) {
     match (value, list) {
-        (Value::Object(map), _) if !map.is_empty() => fields_of_map(map, ty, path, out),
+        (Value::Object(map), _) if !map.is_empty() && ty != Ty::AtomicMap => {
+            fields_of_map(map, ty, path, out)
+        }
         (Value::Array(items), ListKind::Set) if !items.is_empty() => {
             for item in items {
                 path.push(Pe::Value(item.to_string()));
@@ -341,10 +343,10 @@ fn matches_item(item: &Value, pe: &Pe) -> bool {
     value_at(&wrapped, std::slice::from_ref(pe)).is_some()
 }
 
-/// A leaf whose value two writers can disagree on (not a list item, not a non-empty map).
-fn is_leaf(value: &Value, path: &[Pe]) -> bool {
+/// A path of a field set whose value two writers can disagree on: every member but list items
+/// (maps owned through their fields are never members).
+fn is_leaf(path: &[Pe]) -> bool {
     !matches!(path.last(), Some(Pe::Key(_) | Pe::Value(_)))
-        && !matches!(value, Value::Object(m) if !m.is_empty())
 }
 
 /// One entry of `metadata.managedFields`.
@@ -604,7 +606,7 @@ pub(crate) fn apply(
         let Some(wanted) = value_at(&config_t, path) else {
             continue;
         };
-        if !is_leaf(wanted, path) {
+        if !is_leaf(path) {
             continue;
         }
         match value_at(&live_t, path) {
@@ -695,7 +697,7 @@ pub(crate) fn apply(
 /// item, sets by value; everything else is replaced.
 fn merge_applied(live: &mut Value, config: &Value, ty: Ty, list: ListKind) {
     match (live, config) {
-        (Value::Object(live), Value::Object(config)) => {
+        (Value::Object(live), Value::Object(config)) if ty != Ty::AtomicMap => {
             for (key, value) in config {
                 let (child_ty, child_list) = field(ty, key);
                 match live.get_mut(key) {
@@ -773,6 +775,19 @@ mod tests {
         assert_eq!(
             path_string(path),
             ".spec.template.spec.containers[name=\"a\"].image"
+        );
+    }
+
+    #[test]
+    fn custom_resources_know_object_metadata_and_keep_other_lists_atomic() {
+        let widget = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "w", "finalizers": ["example.com/a"]},
+            "spec": {"items": [{"name": "x"}], "selector": {"k": "v"}}});
+        let set = field_set(&tracked(&widget, false), root_type("example.com", "Widget"));
+        assert_eq!(
+            encode_fields(&set),
+            json!({"f:metadata": {"f:finalizers": {"v:\"example.com/a\"": {}}},
+                   "f:spec": {"f:items": {}, "f:selector": {"f:k": {}}}})
         );
     }
 

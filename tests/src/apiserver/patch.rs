@@ -37,6 +37,11 @@ pub(crate) enum ListKind {
 pub(crate) enum Ty {
     /// No strategies known: maps merge, lists are atomic.
     Opaque,
+    /// A map owned and applied as a whole (`+structType=atomic`, `+mapType=atomic`: label
+    /// selectors, node selectors); strategic merge patch still merges it.
+    AtomicMap,
+    /// The top of a custom resource: only its `metadata` has known strategies.
+    CustomRoot,
     /// The top of a built-in object of this kind.
     Root(BuiltinKind),
     /// `metadata` (ObjectMeta).
@@ -104,7 +109,7 @@ pub(crate) fn is_builtin_group(group: &str) -> bool {
 /// The type at the top of an object of `kind` in `group`.
 pub(crate) fn root_type(group: &str, kind: &str) -> Ty {
     if !is_builtin_group(group) {
-        return Ty::Opaque;
+        return Ty::CustomRoot;
     }
     Ty::Root(match kind {
         "Pod" => BuiltinKind::Pod,
@@ -128,7 +133,7 @@ pub(crate) fn field(ty: Ty, name: &str) -> (Ty, ListKind) {
     use ListKind::{Atomic, Map, Set};
     let opaque = |list| (Ty::Opaque, list);
     match (ty, name) {
-        (Ty::Root(_), "metadata") => (Ty::Meta, Atomic),
+        (Ty::Root(_) | Ty::CustomRoot, "metadata") => (Ty::Meta, Atomic),
         (Ty::Root(_), "status") => (Ty::Status, Atomic),
         (Ty::Root(BuiltinKind::Pod), "spec") => (Ty::PodSpec, Atomic),
         (Ty::Root(BuiltinKind::Workload), "spec") => (Ty::WorkloadSpec, Atomic),
@@ -138,6 +143,9 @@ pub(crate) fn field(ty: Ty, name: &str) -> (Ty, ListKind) {
         (Ty::Meta, "finalizers") => opaque(Set),
         (Ty::Meta, "ownerReferences") => opaque(Map(&["uid"])),
         (Ty::WorkloadSpec, "template") => (Ty::PodTemplate, Atomic),
+        (Ty::WorkloadSpec | Ty::ServiceSpec, "selector") | (Ty::PodSpec, "nodeSelector") => {
+            (Ty::AtomicMap, Atomic)
+        }
         (Ty::CronJobSpec, "jobTemplate") => (Ty::Root(BuiltinKind::Workload), Atomic),
         (Ty::PodTemplate, "metadata") => (Ty::Meta, Atomic),
         (Ty::PodTemplate, "spec") => (Ty::PodSpec, Atomic),
