@@ -682,6 +682,68 @@ async fn updates_record_update_entries_and_apply_conflicts_with_them() {
 }
 
 #[tokio::test]
+async fn status_writes_are_owned_under_the_status_subresource() {
+    let server = TestApiServer::start().await.expect("server");
+    let api = deployments(&server);
+    let mut config = deployment("web", 1, &[("app", "app:1")]);
+    config["status"] = json!({"replicas": 99});
+    let created = api
+        .patch("web", &apply_params("alpha", false), &Patch::Apply(&config))
+        .await
+        .expect("created by apply");
+    assert!(
+        value(&created)["status"].is_null(),
+        "the main resource ignores status"
+    );
+    let status = json!({"status": {"replicas": 1, "conditions": [
+        {"type": "Available", "status": "False"}, {"type": "Progressing", "status": "True"}]}});
+    api.patch_status(
+        "web",
+        &PatchParams {
+            field_manager: Some("controller".into()),
+            ..PatchParams::default()
+        },
+        &Patch::Merge(&status),
+    )
+    .await
+    .expect("status patched");
+    let patched = api
+        .patch_status(
+            "web",
+            &PatchParams {
+                field_manager: Some("controller".into()),
+                ..PatchParams::default()
+            },
+            &Patch::Strategic(json!({"status": {"conditions": [
+                {"type": "Available", "status": "True"}]}})),
+        )
+        .await
+        .expect("status patched strategically");
+    let patched = value(&patched);
+    assert_eq!(
+        patched["status"]["conditions"],
+        json!([{"type": "Available", "status": "True"}, {"type": "Progressing", "status": "True"}]),
+        "conditions merge by type"
+    );
+    let entry = patched["metadata"]["managedFields"]
+        .as_array()
+        .and_then(|l| l.iter().find(|e| e["manager"] == "controller"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert_eq!(entry["operation"], "Update");
+    assert_eq!(entry["subresource"], "status");
+    assert_eq!(
+        entry["fieldsV1"]["f:status"]["f:conditions"]["k:{\"type\":\"Available\"}"],
+        json!({".": {}, "f:status": {}, "f:type": {}})
+    );
+    assert!(
+        fields_of(&patched, "alpha", "Apply")
+            .get("f:status")
+            .is_none()
+    );
+}
+
+#[tokio::test]
 async fn apply_needs_a_field_manager_and_force_belongs_to_apply_only() {
     let server = TestApiServer::start().await.expect("server");
     let (code, status) = raw(

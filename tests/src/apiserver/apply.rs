@@ -25,7 +25,9 @@
 //!   through the main resource, for every kind;
 //! - the manager of a request without `fieldManager` is the User-Agent up to its first `/`, or
 //!   `unknown` when there is no User-Agent (the real server then records an empty name);
-//! - `null` in an applied configuration is an ordinary value, not a removal.
+//! - `null` in an applied configuration is an ordinary value, not a removal;
+//! - Update managers are not capped (a real server folds the oldest beyond ten into
+//!   `ancient-changes`), and a client-side `last-applied-configuration` is not upgraded.
 
 use std::collections::BTreeSet;
 
@@ -410,12 +412,27 @@ pub(crate) fn entries(obj: &Value) -> Vec<Entry> {
         .unwrap_or_default()
 }
 
-fn store_entries(obj: &mut Value, entries: Vec<Entry>) {
-    let list: Vec<Value> = entries
-        .iter()
-        .filter(|e| !e.fields.is_empty())
-        .map(Entry::to_json)
-        .collect();
+/// Writes the non-empty entries to `metadata.managedFields` in the real server's order:
+/// operation (`Apply` first), time, manager, apiVersion, subresource.
+fn store_entries(obj: &mut Value, mut entries: Vec<Entry>) {
+    entries.retain(|e| !e.fields.is_empty());
+    entries.sort_by(|p, q| {
+        (
+            &p.operation,
+            &p.time,
+            &p.manager,
+            &p.api_version,
+            &p.subresource,
+        )
+            .cmp(&(
+                &q.operation,
+                &q.time,
+                &q.manager,
+                &q.api_version,
+                &q.subresource,
+            ))
+    });
+    let list: Vec<Value> = entries.iter().map(Entry::to_json).collect();
     if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
         if list.is_empty() {
             meta.remove("managedFields");
