@@ -421,7 +421,11 @@ pub(crate) fn json_patch_unprocessable() -> ApiError {
     ApiError::invalid("the server rejected our request due to an error in our request")
 }
 
-/// Checks the shape of a JSON patch document (400 when it is not a list of operations).
+/// Most operations kube-apiserver accepts in one JSON patch.
+const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
+
+/// Checks the shape of a JSON patch document: 400 when it is not a list of operations, 413 when
+/// it has more than 10,000.
 pub(crate) fn decode_json_patch(patch: &Value) -> Result<&Vec<Value>, ApiError> {
     let Value::Array(ops) = patch else {
         return Err(ApiError::bad_request(
@@ -432,6 +436,16 @@ pub(crate) fn decode_json_patch(patch: &Value) -> Result<&Vec<Value>, ApiError> 
         return Err(ApiError::bad_request(
             "json: cannot unmarshal into Go value of type jsonpatch.Operation",
         ));
+    }
+    if ops.len() > MAX_JSON_PATCH_OPERATIONS {
+        return Err(ApiError {
+            code: 413,
+            reason: "RequestEntityTooLarge",
+            message: format!(
+                "Request entity too large: The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {}",
+                ops.len()
+            ),
+        });
     }
     Ok(ops)
 }
@@ -701,5 +715,10 @@ mod tests {
             );
         }
         assert!(decode_json_patch(&json!({"op": "add"})).is_err());
+        let many = Value::Array(vec![json!({"op": "test", "path": "", "value": 1}); 10_001]);
+        assert_eq!(
+            decode_json_patch(&many).map(|_| ()).map_err(|e| e.code),
+            Err(413)
+        );
     }
 }
