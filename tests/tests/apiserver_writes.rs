@@ -123,10 +123,26 @@ async fn raw(
     content_type: &str,
     body: Value,
 ) -> (u16, Value) {
-    let request = http::Request::builder()
+    raw_as(server, None, method, path, content_type, body).await
+}
+
+/// A request with a body, sent by a client calling itself `user_agent`.
+async fn raw_as(
+    server: &TestApiServer,
+    user_agent: Option<&str>,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: Value,
+) -> (u16, Value) {
+    let mut request = http::Request::builder()
         .method(method)
         .uri(path)
-        .header("content-type", content_type)
+        .header("content-type", content_type);
+    if let Some(agent) = user_agent {
+        request = request.header("user-agent", agent);
+    }
+    let request = request
         .body(kube::client::Body::from(body.to_string().into_bytes()))
         .expect("a valid request");
     let response = server
@@ -740,6 +756,47 @@ async fn status_writes_are_owned_under_the_status_subresource() {
         fields_of(&patched, "alpha", "Apply")
             .get("f:status")
             .is_none()
+    );
+}
+
+#[tokio::test]
+async fn a_write_without_field_manager_is_owned_by_its_user_agent_name() {
+    let server = TestApiServer::start().await.expect("server");
+    let (code, created) = raw_as(
+        &server,
+        Some("kubectl/v1.36.0 (linux/amd64) kubernetes/0123456"),
+        "POST",
+        "/apis/apps/v1/namespaces/default/deployments",
+        "application/json",
+        deployment("web", 1, &[("app", "app:1")]),
+    )
+    .await;
+    assert_eq!(code, 201);
+    assert_eq!(
+        managers(&created),
+        vec![("kubectl".into(), "Update".into())]
+    );
+    let scaled = deployments(&server)
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .expect("patched by kube-rs, which sends no User-Agent");
+    let scaled = value(&scaled);
+    let entries = scaled["metadata"]["managedFields"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let nameless: Vec<&Value> = entries
+        .iter()
+        .filter(|e| e.get("manager").is_none())
+        .collect();
+    assert_eq!(nameless.len(), 1, "{entries:?}");
+    assert_eq!(
+        nameless[0]["fieldsV1"],
+        json!({"f:spec": {"f:replicas": {}}})
     );
 }
 

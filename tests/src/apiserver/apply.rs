@@ -13,6 +13,9 @@
 //! not carry managedFields (400). Lists merge by the keys of [`super::patch::field`]; other lists are
 //! atomic, as they are for custom resources without a schema.
 //!
+//! The manager of a write without `fieldManager` is its User-Agent up to the first `/`, empty
+//! without one (kube-rs sends none), as on a real server.
+//!
 //! Objects written through the `TestApiServer` handle (`create`, `update`) are stored as given,
 //! like a direct etcd write: no managedFields are recorded for them.
 //!
@@ -23,8 +26,6 @@
 //!   shown as `.`), and an empty map or an atomic list is a leaf;
 //! - `status` is tracked (and applied) only through the `status` subresource, the rest only
 //!   through the main resource, for every kind;
-//! - the manager of a request without `fieldManager` is the User-Agent up to its first `/`, or
-//!   `unknown` when there is no User-Agent (the real server then records an empty name);
 //! - `null` in an applied configuration is an ordinary value, not a removal;
 //! - Update managers are not capped (a real server folds the oldest beyond ten into
 //!   `ancient-changes`), and a client-side `last-applied-configuration` is not upgraded.
@@ -366,13 +367,15 @@ pub(crate) struct Entry {
 impl Entry {
     fn to_json(&self) -> Value {
         let mut entry = json!({
-            "manager": self.manager,
             "operation": self.operation,
             "apiVersion": self.api_version,
             "time": self.time,
             "fieldsType": "FieldsV1",
             "fieldsV1": encode_fields(&self.fields),
         });
+        if !self.manager.is_empty() {
+            entry["manager"] = Value::String(self.manager.clone());
+        }
         if let Some(sub) = &self.subresource {
             entry["subresource"] = Value::String(sub.clone());
         }

@@ -146,7 +146,8 @@ fn conform(shared: &Shared, target: &Target, obj: &mut Value) -> Result<(), ApiE
 pub(crate) struct WriteOptions {
     /// `dryRun=All`.
     pub dry_run: bool,
-    /// `fieldManager`, else the User-Agent up to its first `/`, else `unknown`.
+    /// `fieldManager`, else the User-Agent up to its first `/` (empty without one, as on a real
+    /// server: kube-rs sends no User-Agent).
     pub manager: String,
     /// Whether `fieldManager` was given.
     pub explicit_manager: bool,
@@ -195,12 +196,13 @@ impl WriteOptions {
                 .get(header::USER_AGENT)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("");
-            let prefix = agent.split('/').next().unwrap_or("").trim();
-            if prefix.is_empty() {
-                "unknown".to_string()
-            } else {
-                prefix.chars().take(128).collect()
-            }
+            agent
+                .split('/')
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(128)
+                .collect()
         };
         Ok(Self {
             dry_run,
