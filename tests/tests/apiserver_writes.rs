@@ -1064,6 +1064,44 @@ async fn kubectl_apply_twice_keeps_both_containers() {
 }
 
 #[tokio::test]
+async fn kubectl_apply_without_a_container_deletes_only_that_container() {
+    let server = TestApiServer::start().await.expect("server");
+    let Some(kubectl) = Kubectl::new(&server) else {
+        return;
+    };
+    let mut first = deployment("web", 1, &[("app", "app:1"), ("sidecar", "sc:1")]);
+    first["spec"]["template"]["spec"]["containers"][0]["env"] =
+        json!([{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]);
+    let first = kubectl.file("v1.json", &first);
+    let first = first.to_string_lossy().into_owned();
+    kubectl
+        .ok(&["apply", "--validate=false", "-f", &first])
+        .await;
+    // Someone else adds an env var kubectl never applied: a three-way merge keeps it.
+    let mut live = stored(&server, "web");
+    live["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array_mut()
+        .expect("env")
+        .push(json!({"name": "EXTRA", "value": "x"}));
+    server.update(live).expect("updated out of band");
+    let mut second = deployment("web", 1, &[("app", "app:1")]);
+    second["spec"]["template"]["spec"]["containers"][0]["env"] =
+        json!([{"name": "B", "value": "2"}]);
+    let second = kubectl.file("v2.json", &second);
+    let second = second.to_string_lossy().into_owned();
+    kubectl
+        .ok(&["apply", "--validate=false", "-f", &second])
+        .await;
+    let obj = stored(&server, "web");
+    assert_eq!(container_images(&obj), pairs(&[("app", "app:1")]), "{obj}");
+    assert_eq!(
+        obj["spec"]["template"]["spec"]["containers"][0]["env"],
+        json!([{"name": "B", "value": "2"}, {"name": "EXTRA", "value": "x"}]),
+        "A was deleted by the patch, EXTRA (never applied) kept"
+    );
+}
+
+#[tokio::test]
 async fn kubectl_server_side_apply_from_two_managers_conflicts_until_forced() {
     let server = TestApiServer::start().await.expect("server");
     let Some(kubectl) = Kubectl::new(&server) else {
