@@ -685,6 +685,46 @@ mod tests {
     }
 
     #[test]
+    fn owner_references_service_ports_and_pull_secrets_merge_by_their_keys() {
+        let svc = json!({"kind": "Service", "metadata": {
+                "ownerReferences": [{"uid": "u1", "name": "a"}],
+                "finalizers": ["x", "y"]},
+            "spec": {"ports": [{"port": 80, "targetPort": 8080}, {"port": 443}]}});
+        let patched = strategic_merge(
+            &svc,
+            &json!({"metadata": {"ownerReferences": [{"uid": "u2", "name": "b"}],
+                                 "$setElementOrder/finalizers": ["y", "x"]},
+                    "spec": {"ports": [{"port": 80, "targetPort": 9090}]}}),
+            root_type("", "Service"),
+        )
+        .expect("applies");
+        assert_eq!(
+            patched["metadata"],
+            json!({"ownerReferences": [{"uid": "u1", "name": "a"}, {"uid": "u2", "name": "b"}],
+                   "finalizers": ["y", "x"]})
+        );
+        assert_eq!(
+            patched["spec"]["ports"],
+            json!([{"port": 80, "targetPort": 9090}, {"port": 443}])
+        );
+        let pod = json!({"kind": "Pod", "spec": {
+            "imagePullSecrets": [{"name": "a"}],
+            "initContainers": [{"name": "init", "image": "i:1"}]}});
+        let patched = strategic_merge(
+            &pod,
+            &json!({"spec": {"imagePullSecrets": [{"name": "b"}],
+                             "initContainers": [{"name": "init", "image": "i:2"}]}}),
+            root_type("", "Pod"),
+        )
+        .expect("applies");
+        assert_eq!(
+            patched["spec"],
+            json!({"imagePullSecrets": [{"name": "a"}, {"name": "b"}],
+                   "initContainers": [{"name": "init", "image": "i:2"}]})
+        );
+    }
+
+    #[test]
     fn json_patch_follows_rfc_6902() {
         let doc = json!({"a/b": {"~c": [1, 2]}, "x": "y"});
         let ops = json!([
