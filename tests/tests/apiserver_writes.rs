@@ -1102,6 +1102,47 @@ async fn kubectl_apply_without_a_container_deletes_only_that_container() {
 }
 
 #[tokio::test]
+async fn kubectl_server_side_apply_takes_over_a_client_side_applied_object() {
+    let server = TestApiServer::start().await.expect("server");
+    let Some(kubectl) = Kubectl::new(&server) else {
+        return;
+    };
+    let first = kubectl.file("v1.json", &deployment("web", 1, &[("app", "app:1")]));
+    let first = first.to_string_lossy().into_owned();
+    kubectl
+        .ok(&["apply", "--validate=false", "-f", &first])
+        .await;
+    let second = kubectl.file("v2.json", &deployment("web", 3, &[("app", "app:2")]));
+    let second = second.to_string_lossy().into_owned();
+    // Without the last-applied takeover this is a conflict with kubectl-client-side-apply on
+    // .spec.replicas and the image.
+    kubectl
+        .ok(&["apply", "--server-side", "--validate=false", "-f", &second])
+        .await;
+    let obj = stored(&server, "web");
+    assert_eq!(obj["spec"]["replicas"], 3);
+    assert_eq!(container_images(&obj), pairs(&[("app", "app:2")]));
+    let last: Value = serde_json::from_str(
+        obj["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+            .as_str()
+            .unwrap_or("null"),
+    )
+    .expect("the annotation is JSON");
+    assert_eq!(
+        last["spec"]["replicas"], 3,
+        "the annotation follows the apply"
+    );
+    assert_eq!(
+        managers(&obj),
+        vec![
+            ("kubectl".into(), "Apply".into()),
+            ("kubectl-last-applied".into(), "Apply".into())
+        ],
+        "kubectl migrated the client-side entry to its own"
+    );
+}
+
+#[tokio::test]
 async fn kubectl_server_side_apply_from_two_managers_conflicts_until_forced() {
     let server = TestApiServer::start().await.expect("server");
     let Some(kubectl) = Kubectl::new(&server) else {

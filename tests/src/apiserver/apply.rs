@@ -13,6 +13,11 @@
 //! not carry managedFields (400). Lists merge by the keys of [`super::patch::field`]; other lists are
 //! atomic, as they are for custom resources without a schema.
 //!
+//! As on a real server, an apply by the manager `kubectl` (`kubectl apply --server-side`) takes
+//! over without conflicts the fields of the object's client-side
+//! `kubectl.kubernetes.io/last-applied-configuration`, and keeps that annotation in step with
+//! what it applies.
+//!
 //! The manager of a write without `fieldManager` is its User-Agent up to the first `/`, empty
 //! without one (kube-rs sends none), as on a real server.
 //!
@@ -28,7 +33,7 @@
 //!   through the main resource, for every kind;
 //! - `null` in an applied configuration is an ordinary value, not a removal;
 //! - Update managers are not capped (a real server folds the oldest beyond ten into
-//!   `ancient-changes`), and a client-side `last-applied-configuration` is not upgraded.
+//!   `ancient-changes`).
 
 use std::collections::BTreeSet;
 
@@ -640,11 +645,16 @@ pub(crate) fn apply(
         }
     }
     if !conflicts.is_empty() {
-        if !force {
-            let named: Vec<(String, Path)> = conflicts
-                .iter()
-                .map(|(i, p)| (list[*i].display(), p.clone()))
-                .collect();
+        // kubectl's own server-side apply takes over what its client-side apply applied.
+        let allowed = live
+            .map(|l| last_applied_fields(l, writer))
+            .unwrap_or_default();
+        let named: Vec<(String, Path)> = conflicts
+            .iter()
+            .filter(|(_, p)| !allowed.contains(p))
+            .map(|(i, p)| (list[*i].display(), p.clone()))
+            .collect();
+        if !force && !named.is_empty() {
             return Err(conflict_error(&named));
         }
         for (i, path) in &conflicts {
@@ -709,8 +719,43 @@ pub(crate) fn apply(
     {
         map.insert("metadata".into(), json!({}));
     }
+    if writer.manager == KUBECTL
+        && let Some(annotations) = merged
+            .pointer_mut("/metadata/annotations")
+            .and_then(Value::as_object_mut)
+        && annotations.contains_key(LAST_APPLIED)
+    {
+        let mut last = config.clone();
+        if let Some(own) = last
+            .pointer_mut("/metadata/annotations")
+            .and_then(Value::as_object_mut)
+        {
+            own.remove(LAST_APPLIED);
+        }
+        annotations.insert(LAST_APPLIED.into(), Value::String(last.to_string()));
+    }
     store_entries(&mut merged, list);
     Ok(merged)
+}
+
+/// The annotation of kubectl's client-side apply.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The manager name of `kubectl apply --server-side`, whose applies upgrade client-side applies.
+const KUBECTL: &str = "kubectl";
+
+/// The fields of the client-side applied configuration of `live`, which an apply by `kubectl`
+/// may take over without conflicts (empty for any other manager).
+fn last_applied_fields(live: &Value, writer: &Writer<'_>) -> FieldSet {
+    if writer.manager != KUBECTL {
+        return FieldSet::new();
+    }
+    live.pointer("/metadata/annotations")
+        .and_then(|a| a.get(LAST_APPLIED))
+        .and_then(Value::as_str)
+        .and_then(|text| serde_json::from_str::<Value>(text).ok())
+        .map(|last| field_set(&tracked(&last, writer.status), writer.ty))
+        .unwrap_or_default()
 }
 
 /// Merges an applied configuration into the object: maps field by field, list maps item by
