@@ -466,7 +466,7 @@ async fn dry_run_writes_answer_as_usual_but_store_nothing_and_notify_no_watch() 
 }
 
 #[tokio::test]
-async fn unknown_dry_run_values_are_refused_as_invalid_options() {
+async fn unknown_dry_run_and_field_validation_values_are_refused_as_invalid_options() {
     let server = TestApiServer::start().await.expect("server");
     let (code, status) = raw(
         &server,
@@ -481,6 +481,16 @@ async fn unknown_dry_run_values_are_refused_as_invalid_options() {
         status["message"],
         "CreateOptions.meta.k8s.io \"\" is invalid: dryRun: Unsupported value: []string{\"Some\"}: supported values: \"All\""
     );
+    assert!(stored(&server, "web").is_null());
+    let (code, status) = raw(
+        &server,
+        "POST",
+        "/apis/apps/v1/namespaces/default/deployments?fieldValidation=Loose",
+        "application/json",
+        deployment("web", 1, &[("app", "app:1")]),
+    )
+    .await;
+    assert_eq!(code, 422, "{status}");
     assert!(stored(&server, "web").is_null());
 }
 

@@ -156,7 +156,8 @@ pub(crate) struct WriteOptions {
 }
 
 impl WriteOptions {
-    /// Reads `dryRun`, `fieldManager` and `force`; `options_kind` names the options in errors
+    /// Reads `dryRun`, `fieldManager` and `force` and checks `fieldValidation` (unknown fields are
+    /// not detected: every value is accepted as `Ignore`); `options_kind` names the options in errors
     /// (`CreateOptions`, `UpdateOptions`, `PatchOptions`, `DeleteOptions`).
     pub(crate) fn parse(
         query: &Query,
@@ -172,6 +173,14 @@ impl WriteOptions {
             query.get("dryRun").into_iter().cloned().collect(),
             options_kind,
         )?;
+        if let Some(other) = query
+            .get("fieldValidation")
+            .filter(|v| !matches!(v.as_str(), "" | "Ignore" | "Warn" | "Strict"))
+        {
+            return Err(invalid(format!(
+                "fieldValidation: Unsupported value: {other:?}: supported values: \"\", \"Ignore\", \"Strict\", \"Warn\""
+            )));
+        }
         let field_manager = query.get("fieldManager").cloned().unwrap_or_default();
         if field_manager.chars().count() > 128 {
             return Err(invalid(
