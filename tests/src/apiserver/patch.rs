@@ -179,6 +179,8 @@ const RETAIN_KEYS: &str = "$retainKeys";
 const SET_ORDER: &str = "$setElementOrder/";
 const DELETE_PRIMITIVE: &str = "$deleteFromPrimitiveList/";
 
+/// An untyped error of strategic merge patching: 500 with reason `Unknown`, as kube-apiserver
+/// answers errors that are not API statuses.
 fn smp_error(message: impl Into<String>) -> ApiError {
     ApiError {
         code: 500,
@@ -207,23 +209,17 @@ fn merge_map(
         Some("delete") => return Ok(None),
         Some("merge") | None => {}
         Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "Unsupported strategic merge patch format: unknown patch type: {other}"
-            )));
+            return Err(smp_error(format!("Unknown patch type: {other}")));
         }
     }
     if let Some(retain) = patch.get(RETAIN_KEYS) {
         let Some(keys) = retain.as_array() else {
-            return Err(ApiError::bad_request(
-                "invalid patch format for retainKeys: the value must be a list",
-            ));
+            return Err(ApiError::bad_request("invalid patch format of retainKeys"));
         };
         let keys: Vec<&str> = keys.iter().filter_map(Value::as_str).collect();
         for key in patch.keys().filter(|k| !k.starts_with('$')) {
             if !keys.contains(&key.as_str()) {
-                return Err(ApiError::invalid(
-                    "map patch content does not match the $retainKeys list",
-                ));
+                return Err(unprocessable());
             }
         }
         original.retain(|k, _| keys.contains(&k.as_str()));
@@ -232,7 +228,7 @@ fn merge_map(
         if let Some(list) = key.strip_prefix(DELETE_PRIMITIVE) {
             let Some(remove) = value.as_array() else {
                 return Err(ApiError::bad_request(
-                    "invalid patch format for primitive list deletion",
+                    "invalid patch format of primitive list",
                 ));
             };
             if let Some(Value::Array(items)) = original.get_mut(list) {
@@ -272,7 +268,7 @@ fn merge_map(
         };
         let Some(order) = order.as_array() else {
             return Err(ApiError::bad_request(
-                "invalid patch format for setElementOrder list",
+                "invalid patch format of setElementOrder list",
             ));
         };
         let (_, list_kind) = field(ty, list);
@@ -297,7 +293,7 @@ fn merge_list(
             for item in patch {
                 if item.is_object() || item.is_array() {
                     return Err(ApiError::bad_request(
-                        "invalid patch format for primitive list: items must be scalars",
+                        "invalid patch format of primitive list",
                     ));
                 }
                 if !out.contains(item) {
@@ -416,8 +412,9 @@ fn strip_directives(map: &Map<String, Value>) -> Map<String, Value> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct JsonPatchError(pub String);
 
-/// The answer to a JSON patch that does not apply, as kube-apiserver gives it.
-pub(crate) fn json_patch_unprocessable() -> ApiError {
+/// kube-apiserver's 422 for a JSON patch that does not apply, or a strategic merge patch whose
+/// content does not match its `$retainKeys`: a generic message, the cause is not told.
+pub(crate) fn unprocessable() -> ApiError {
     ApiError::invalid("the server rejected our request due to an error in our request")
 }
 
@@ -682,6 +679,12 @@ mod tests {
         let missing_key =
             strategic_merge(&pod, &json!({"spec": {"volumes": [{"emptyDir": {}}]}}), ty);
         assert_eq!(missing_key.map_err(|e| e.code), Err(500));
+        let outside_retain_keys = strategic_merge(
+            &pod,
+            &json!({"spec": {"volumes": [{"name": "v", "$retainKeys": ["name"], "hostPath": {}}]}}),
+            ty,
+        );
+        assert_eq!(outside_retain_keys.map_err(|e| e.code), Err(422));
     }
 
     #[test]

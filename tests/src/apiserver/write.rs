@@ -616,7 +616,7 @@ pub(crate) async fn patch(
                 let ops = patch.as_array().map(Vec::as_slice).unwrap_or_default();
                 patch::json_patch(live, ops).map_err(|e| {
                     tracing::debug!(error = %e.0, "JSON patch does not apply");
-                    ApplyError::Api(patch::json_patch_unprocessable())
+                    ApplyError::Api(patch::unprocessable())
                 })
             }
             PatchKind::Apply => {
