@@ -10,8 +10,8 @@
 //! would change a field another manager owns, unless `force=true` moves the field to it. As on a
 //! real server, updates of an object that has no managedFields record none, and applying to such
 //! an object gives all its fields to `before-first-apply` first. An applied configuration must
-//! not carry managedFields (400). Lists merge by the keys of [`super::patch::field`]; other lists are
-//! atomic, as they are for custom resources without a schema.
+//! not carry managedFields (400). Lists merge by the keys of [`super::patch::field`]; other
+//! lists are atomic, as they are for custom resources without a schema.
 //!
 //! As on a real server, an apply by the manager `kubectl` (`kubectl apply --server-side`) takes
 //! over without conflicts the fields of the object's client-side
@@ -55,7 +55,7 @@ pub(crate) enum Pe {
     Key(String),
     /// An item of a set, by its JSON value: `v:"a"`.
     Value(String),
-    /// An item of an atomic-less list without keys: `i:0`.
+    /// A list item by position: `i:0` (read from FieldsV1 sent by clients; never produced here).
     Index(usize),
 }
 

@@ -156,9 +156,9 @@ pub(crate) struct WriteOptions {
 }
 
 impl WriteOptions {
-    /// Reads `dryRun`, `fieldManager` and `force` and checks `fieldValidation` (unknown fields are
-    /// not detected: every value is accepted as `Ignore`); `options_kind` names the options in errors
-    /// (`CreateOptions`, `UpdateOptions`, `PatchOptions`, `DeleteOptions`).
+    /// Reads `dryRun`, `fieldManager` and `force` and checks `fieldValidation` (unknown fields
+    /// are not detected: every value is accepted as `Ignore`); `options_kind` names the options
+    /// in errors (`CreateOptions`, `UpdateOptions`, `PatchOptions`).
     pub(crate) fn parse(
         query: &Query,
         headers: &HeaderMap,
