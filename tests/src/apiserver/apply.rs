@@ -31,9 +31,9 @@
 //!   shown as `.`), and an empty map or an atomic list is a leaf;
 //! - `status` is tracked (and applied) only through the `status` subresource, the rest only
 //!   through the main resource, for every kind;
-//! - `null` in an applied configuration is an ordinary value, not a removal;
-//! - Update managers are not capped (a real server folds the oldest beyond ten into
-//!   `ancient-changes`).
+//! - `null` in an applied configuration is an ordinary value, not a removal.
+//!
+//! At most ten `Update` entries are kept: the oldest beyond are folded into `ancient-changes`.
 
 use std::collections::BTreeSet;
 
@@ -420,10 +420,70 @@ pub(crate) fn entries(obj: &Value) -> Vec<Entry> {
         .unwrap_or_default()
 }
 
+/// Most `Update` entries kept; older ones are folded into `ancient-changes`.
+const MAX_UPDATE_MANAGERS: usize = 10;
+
+/// The manager the oldest `Update` entries beyond [`MAX_UPDATE_MANAGERS`] are folded into.
+pub(crate) const ANCIENT_CHANGES: &str = "ancient-changes";
+
+/// Folds the oldest `Update` entries into one `ancient-changes` entry per apiVersion until at
+/// most [`MAX_UPDATE_MANAGERS`] remain, as kube-apiserver caps them: the oldest entry of a
+/// version becomes the bucket (unless one exists), later ones are merged into it and give it
+/// their time.
+fn cap_update_managers(entries: &mut Vec<Entry>) {
+    let mut updates: Vec<usize> = (0..entries.len())
+        .filter(|&i| entries[i].operation == "Update")
+        .collect();
+    let mut remaining = updates.len();
+    if remaining <= MAX_UPDATE_MANAGERS {
+        return;
+    }
+    updates.sort_by(|&a, &b| entries[a].time.cmp(&entries[b].time));
+    let mut first_of_version: Vec<(String, usize)> = Vec::new();
+    let mut folded = Vec::new();
+    for i in updates {
+        if remaining <= MAX_UPDATE_MANAGERS {
+            break;
+        }
+        let version = entries[i].api_version.clone();
+        let Some(&(_, first)) = first_of_version.iter().find(|(v, _)| *v == version) else {
+            first_of_version.push((version, i));
+            continue;
+        };
+        let bucket = entries
+            .iter()
+            .enumerate()
+            .position(|(j, e)| {
+                j != i
+                    && !folded.contains(&j)
+                    && e.manager == ANCIENT_CHANGES
+                    && e.operation == "Update"
+                    && e.api_version == version
+            })
+            .unwrap_or_else(|| {
+                let e = &mut entries[first];
+                e.manager = ANCIENT_CHANGES.to_string();
+                e.subresource = None;
+                first
+            });
+        let fields = std::mem::take(&mut entries[i].fields);
+        let time = entries[i].time.clone();
+        entries[bucket].fields.extend(fields);
+        entries[bucket].time = time;
+        folded.push(i);
+        remaining -= 1;
+    }
+    folded.sort_unstable();
+    for i in folded.into_iter().rev() {
+        entries.remove(i);
+    }
+}
+
 /// Writes the non-empty entries to `metadata.managedFields` in the real server's order:
-/// operation (`Apply` first), time, manager, apiVersion, subresource.
+/// operation (`Apply` first), time, manager, apiVersion, subresource; `Update` entries capped.
 fn store_entries(obj: &mut Value, mut entries: Vec<Entry>) {
     entries.retain(|e| !e.fields.is_empty());
+    cap_update_managers(&mut entries);
     entries.sort_by(|p, q| {
         (
             &p.operation,
@@ -895,6 +955,35 @@ mod tests {
         assert_eq!(shrunk["spec"]["replicas"], 5, "owned by two, kept");
         let managers: Vec<String> = entries(&shrunk).into_iter().map(|e| e.manager).collect();
         assert_eq!(managers, vec!["one", "two"]);
+    }
+
+    #[test]
+    fn update_managers_beyond_ten_are_folded_into_ancient_changes() {
+        let mut obj = deploy(1, &[("a", "a:1")]);
+        record_update(None, &mut obj, &writer("creator"));
+        for i in 0..11 {
+            let mut next = obj.clone();
+            next["metadata"]["labels"][format!("l{i}")] = json!("x");
+            let manager = format!("m{i:02}");
+            record_update(Some(&obj), &mut next, &writer(&manager));
+            obj = next;
+        }
+        let list = entries(&obj);
+        assert_eq!(list.len(), 10, "{list:?}");
+        let ancient = list
+            .iter()
+            .find(|e| e.manager == ANCIENT_CHANGES)
+            .expect("a bucket");
+        assert!(ancient.fields.contains(&vec![
+            Pe::Field("spec".into()),
+            Pe::Field("replicas".into())
+        ]));
+        assert!(
+            !list
+                .iter()
+                .any(|e| e.manager == "creator" || e.manager == "m00")
+        );
+        assert!(list.iter().any(|e| e.manager == "m10"));
     }
 
     #[test]
