@@ -146,18 +146,16 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         (Verb::List, _, _) => meta::list(list::list(&shared, &target, &query), accept).await,
         (Verb::Watch, _, _) => meta::watch(watch::watch(&shared, target, &query), accept),
         (Verb::Get, _, _) => meta::object(write::get(&shared, &target), accept).await,
-        (_, &Method::POST, false) => write::create(&shared, &target, body).await,
-        (_, &Method::PUT, true) => write::replace(&shared, &target, body).await,
-        (_, &Method::PATCH, true) => {
-            let content_type = parts
-                .headers
-                .get(axum::http::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .to_string();
-            write::patch(&shared, &target, &query, &content_type, body).await
+        (_, &Method::POST, false) => {
+            write::create(&shared, &target, &query, &parts.headers, body).await
         }
-        (_, &Method::DELETE, true) => write::delete(&shared, &target),
+        (_, &Method::PUT, true) => {
+            write::replace(&shared, &target, &query, &parts.headers, body).await
+        }
+        (_, &Method::PATCH, true) => {
+            write::patch(&shared, &target, &query, &parts.headers, body).await
+        }
+        (_, &Method::DELETE, true) => write::delete(&shared, &target, &query, body).await,
         _ => error_response(
             405,
             "MethodNotAllowed",

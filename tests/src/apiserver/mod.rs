@@ -9,7 +9,9 @@
 //! - `list`: resourceVersion semantics, selectors, consistent pagination
 //! - `meta`: metadata-only reads (`as=PartialObjectMetadata`), as client-go's metadata client asks
 //! - `watch`: one task per watch stream: initial events, replay, bookmarks, selector transitions
-//! - `write`: GET / POST / PUT / PATCH / DELETE of single objects
+//! - `write`: GET / POST / PUT / PATCH / DELETE of single objects, dry runs
+//! - `patch`: strategic merge patch, JSON patch, the list strategies of built-in types
+//! - `apply`: server-side apply and managedFields
 //! - `selector`: label and field selectors
 //! - `faults`: the fault knobs
 //! - `status`: Kubernetes Status bodies
@@ -30,6 +32,7 @@
 //! # Ok(()) }
 //! ```
 
+mod apply;
 mod faults;
 mod fixtures;
 mod history;
@@ -37,6 +40,7 @@ mod http;
 mod list;
 mod meta;
 mod object;
+mod patch;
 mod resource;
 mod selector;
 mod status;

@@ -1,20 +1,29 @@
 //! Single-object requests: GET, POST (create), PUT (replace), PATCH and DELETE.
 //!
-//! PATCH understands merge patches (`application/merge-patch+json`), treats strategic merge
-//! patches as merge patches, and treats server-side apply (`application/apply-patch+yaml`, which
-//! kube sends as JSON) as a merge patch that creates a missing object. JSON patches are refused
-//! with 415. The `status` subresource reads and writes the object's `status` only.
+//! PATCH understands JSON merge patches (`application/merge-patch+json`), JSON patches
+//! (`application/json-patch+json`), strategic merge patches of built-in kinds
+//! (`application/strategic-merge-patch+json`, see [`super::patch`]) and server-side apply
+//! (`application/apply-patch+yaml`, JSON or YAML, see [`super::apply`]), which creates a missing
+//! object. The `status` subresource reads and writes the object's `status` only.
+//!
+//! Writes through HTTP record `metadata.managedFields` ([`super::apply`]). `dryRun=All` runs a
+//! write through every check and answers as usual, but stores nothing: no resourceVersion is
+//! taken and no watch sees it. Any other `dryRun` value is refused with 422, as
+//! `ValidateCreateOptions` and its siblings refuse it. An update, patch or apply through HTTP that
+//! changes nothing is not written (no resourceVersion, no watch event), as on a real server.
 
 use axum::body::{Body, to_bytes};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use super::Shared;
+use super::apply::{self, ApplyError, Writer};
 use super::http::{Query, Target};
-use super::object::StoreError;
-use super::resource::{ResourceKey, split_api_version};
-use super::status::{ApiError, error_response, json_response, store_error};
+use super::object::{StoreError, generate_name, identify, meta_mut};
+use super::patch::{self, is_builtin_group, root_type};
+use super::resource::{ResourceKey, new_uid, now_rfc3339, split_api_version};
+use super::status::{ApiError, error_response, json_response, status_body, store_error};
 
 /// Largest request body accepted.
 const MAX_BODY: usize = 64 << 20;
@@ -55,10 +64,14 @@ pub(crate) fn get(shared: &Shared, target: &Target) -> Response {
     }
 }
 
-async fn read_object(body: Body) -> Result<Value, ApiError> {
-    let bytes = to_bytes(body, MAX_BODY)
+async fn read_bytes(body: Body) -> Result<bytes::Bytes, ApiError> {
+    to_bytes(body, MAX_BODY)
         .await
-        .map_err(|e| ApiError::bad_request(format!("unable to read request body: {e}")))?;
+        .map_err(|e| ApiError::bad_request(format!("unable to read request body: {e}")))
+}
+
+async fn read_object(body: Body) -> Result<Value, ApiError> {
+    let bytes = read_bytes(body).await?;
     let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
         ApiError::bad_request(format!(
             "the body of the request was in an unknown format: {e}"
@@ -128,8 +141,198 @@ fn conform(shared: &Shared, target: &Target, obj: &mut Value) -> Result<(), ApiE
     Ok(())
 }
 
+/// What the query string and headers of a write ask for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WriteOptions {
+    /// `dryRun=All`.
+    pub dry_run: bool,
+    /// `fieldManager`, else the User-Agent up to its first `/` (empty without one, as on a real
+    /// server: kube-rs sends no User-Agent).
+    pub manager: String,
+    /// Whether `fieldManager` was given.
+    pub explicit_manager: bool,
+    /// `force` (apply only).
+    pub force: Option<bool>,
+}
+
+impl WriteOptions {
+    /// Reads `dryRun`, `fieldManager` and `force` and checks `fieldValidation` (unknown fields
+    /// are not detected: every value is accepted as `Ignore`); `options_kind` names the options
+    /// in errors (`CreateOptions`, `UpdateOptions`, `PatchOptions`).
+    pub(crate) fn parse(
+        query: &Query,
+        headers: &HeaderMap,
+        options_kind: &str,
+    ) -> Result<Self, ApiError> {
+        let invalid = |detail: String| {
+            ApiError::invalid(format!(
+                "{options_kind}.meta.k8s.io \"\" is invalid: {detail}"
+            ))
+        };
+        let dry_run = dry_run(
+            query.get("dryRun").into_iter().cloned().collect(),
+            options_kind,
+        )?;
+        if let Some(other) = query
+            .get("fieldValidation")
+            .filter(|v| !matches!(v.as_str(), "" | "Ignore" | "Warn" | "Strict"))
+        {
+            return Err(invalid(format!(
+                "fieldValidation: Unsupported value: {other:?}: supported values: \"\", \"Ignore\", \"Strict\", \"Warn\""
+            )));
+        }
+        let field_manager = query.get("fieldManager").cloned().unwrap_or_default();
+        if field_manager.chars().count() > 128 {
+            return Err(invalid(
+                "fieldManager: Too long: may not be more than 128 bytes".into(),
+            ));
+        }
+        let force = match query.get("force").map(String::as_str) {
+            None => None,
+            Some("true" | "1") => Some(true),
+            Some("false" | "0" | "") => Some(false),
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "force: invalid value {other:?}: strconv.ParseBool: parsing {other:?}: invalid syntax"
+                )));
+            }
+        };
+        let explicit_manager = !field_manager.is_empty();
+        let manager = if explicit_manager {
+            field_manager
+        } else {
+            let agent = headers
+                .get(header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            agent
+                .split('/')
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(128)
+                .collect()
+        };
+        Ok(Self {
+            dry_run,
+            manager,
+            explicit_manager,
+            force,
+        })
+    }
+}
+
+/// Whether `dryRun` values ask for a dry run; anything but `All` is refused with 422.
+fn dry_run(values: Vec<String>, options_kind: &str) -> Result<bool, ApiError> {
+    let values: Vec<String> = values.into_iter().filter(|v| !v.is_empty()).collect();
+    if values.iter().all(|v| v == "All") {
+        return Ok(!values.is_empty());
+    }
+    let quoted: Vec<String> = values.iter().map(|v| format!("{v:?}")).collect();
+    Err(ApiError::invalid(format!(
+        "{options_kind}.meta.k8s.io \"\" is invalid: dryRun: Unsupported value: []string{{{}}}: supported values: \"All\"",
+        quoted.join(", ")
+    )))
+}
+
+/// The type of the objects of a collection, for list strategies.
+fn type_of(shared: &Shared, target: &Target) -> patch::Ty {
+    root_type(
+        &target.resource.group,
+        &shared.store.kind_of(&target.resource),
+    )
+}
+
+/// What a create would store, without storing it: the checks of `Store::create` and its
+/// metadata, without a resourceVersion (a dry-run create answers without one).
+fn dry_run_create(shared: &Shared, mut obj: Value) -> Result<Value, StoreError> {
+    generate_name(&mut obj)?;
+    let (resource, key, _) = identify(&obj)?;
+    let namespace = (!key.0.is_empty()).then_some(key.0.as_str());
+    if shared.store.get(&resource, namespace, &key.1).is_some() {
+        return Err(StoreError::AlreadyExists {
+            plural: resource.plural,
+            name: key.1,
+        });
+    }
+    let meta = meta_mut(&mut obj)?;
+    meta.insert("uid".into(), Value::String(new_uid()));
+    meta.insert("creationTimestamp".into(), Value::String(now_rfc3339()));
+    meta.insert("generation".into(), Value::from(1));
+    meta.remove("resourceVersion");
+    Ok(obj)
+}
+
+/// What an update of `current` to `obj` would store, without storing it: the checks and
+/// metadata of `Store::update`, keeping the current resourceVersion.
+fn dry_run_update(current: &Value, mut obj: Value) -> Result<Value, StoreError> {
+    let (resource, key, _) = identify(&obj)?;
+    let old = |field: &str| current.get("metadata").and_then(|m| m.get(field)).cloned();
+    let current_rv = old("resourceVersion");
+    let sent_rv = obj
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if !sent_rv.is_empty() && Some(sent_rv) != current_rv.as_ref().and_then(Value::as_str) {
+        return Err(StoreError::Conflict {
+            plural: resource.plural,
+            name: key.1,
+        });
+    }
+    let generation = old("generation").and_then(|g| g.as_i64()).unwrap_or(1);
+    let spec_changed = current.get("spec") != obj.get("spec");
+    let meta = meta_mut(&mut obj)?;
+    for field in ["uid", "creationTimestamp", "resourceVersion"] {
+        if let Some(value) = old(field) {
+            meta.insert(field.into(), value);
+        }
+    }
+    meta.insert(
+        "generation".into(),
+        Value::from(generation + i64::from(spec_changed)),
+    );
+    Ok(obj)
+}
+
+/// Stores a new object, or with `dryRun` only says what would be stored.
+fn commit_create(shared: &Shared, obj: Value, dry_run: bool) -> Result<Value, StoreError> {
+    if dry_run {
+        dry_run_create(shared, obj)
+    } else {
+        shared.store.create(obj)
+    }
+}
+
+/// Stores an update of `current`, or with `dryRun` only says what would be stored. An update
+/// that changes nothing is not written, as etcd is not: no resourceVersion, no watch event.
+fn commit_update(
+    shared: &Shared,
+    current: &Value,
+    obj: Value,
+    dry_run: bool,
+) -> Result<Value, StoreError> {
+    if obj == *current {
+        return Ok(obj);
+    }
+    if dry_run {
+        dry_run_update(current, obj)
+    } else {
+        shared.store.update(obj, true)
+    }
+}
+
 /// POST to a collection.
-pub(crate) async fn create(shared: &Shared, target: &Target, body: Body) -> Response {
+pub(crate) async fn create(
+    shared: &Shared,
+    target: &Target,
+    query: &Query,
+    headers: &HeaderMap,
+    body: Body,
+) -> Response {
+    let options = match WriteOptions::parse(query, headers, "CreateOptions") {
+        Ok(options) => options,
+        Err(e) => return e.into_response(),
+    };
     let mut obj = match read_object(body).await {
         Ok(obj) => obj,
         Err(e) => return e.into_response(),
@@ -137,44 +340,87 @@ pub(crate) async fn create(shared: &Shared, target: &Target, body: Body) -> Resp
     if let Err(e) = conform(shared, target, &mut obj) {
         return e.into_response();
     }
-    match shared.store.create(obj) {
+    let writer = Writer {
+        manager: &options.manager,
+        status: false,
+        ty: type_of(shared, target),
+    };
+    apply::record_update(None, &mut obj, &writer);
+    match commit_create(shared, obj, options.dry_run) {
         Ok(created) => json_response(StatusCode::CREATED, created.to_string()),
         Err(e) => store_error(&e),
     }
 }
 
 /// PUT of an object (or of its status).
-pub(crate) async fn replace(shared: &Shared, target: &Target, body: Body) -> Response {
+pub(crate) async fn replace(
+    shared: &Shared,
+    target: &Target,
+    query: &Query,
+    headers: &HeaderMap,
+    body: Body,
+) -> Response {
     let status_only = match check_subresource(target) {
         Ok(status_only) => status_only,
         Err(e) => return e.into_response(),
     };
-    let mut obj = match read_object(body).await {
+    let options = match WriteOptions::parse(query, headers, "UpdateOptions") {
+        Ok(options) => options,
+        Err(e) => return e.into_response(),
+    };
+    let mut sent = match read_object(body).await {
         Ok(obj) => obj,
         Err(e) => return e.into_response(),
     };
-    if let Err(e) = conform(shared, target, &mut obj) {
+    if let Err(e) = conform(shared, target, &mut sent) {
         return e.into_response();
     }
-    if status_only {
-        let name = target.name.as_deref().unwrap_or("");
+    let name = target.name.as_deref().unwrap_or("");
+    let explicit_rv = sent
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .is_some_and(|rv| !rv.is_empty());
+    let writer = Writer {
+        manager: &options.manager,
+        status: status_only,
+        ty: type_of(shared, target),
+    };
+    for _ in 0..PATCH_ATTEMPTS {
         let Some(current) = shared
             .store
             .get(&target.resource, target.namespace.as_deref(), name)
         else {
             return not_found(target, name);
         };
-        let mut updated = current.value.clone();
-        updated["status"] = obj.get("status").cloned().unwrap_or(Value::Null);
-        if let Some(rv) = obj.pointer("/metadata/resourceVersion") {
-            updated["metadata"]["resourceVersion"] = rv.clone();
+        let mut obj = sent.clone();
+        if status_only {
+            let mut updated = current.value.clone();
+            updated["status"] = obj.get("status").cloned().unwrap_or(Value::Null);
+            if let Some(rv) = obj.pointer("/metadata/resourceVersion") {
+                updated["metadata"]["resourceVersion"] = rv.clone();
+            }
+            obj = updated;
         }
-        obj = updated;
+        if !explicit_rv {
+            // Pin the version the managedFields were computed from; retried on a race.
+            if let (Ok(meta), Some(rv)) = (
+                meta_mut(&mut obj),
+                current.value.pointer("/metadata/resourceVersion"),
+            ) {
+                meta.insert("resourceVersion".into(), rv.clone());
+            }
+        }
+        apply::record_update(Some(&current.value), &mut obj, &writer);
+        match commit_update(shared, &current.value, obj, options.dry_run) {
+            Ok(updated) => return json_response(StatusCode::OK, updated.to_string()),
+            Err(StoreError::Conflict { .. }) if !explicit_rv => continue,
+            Err(e) => return store_error(&e),
+        }
     }
-    match shared.store.update(obj, true) {
-        Ok(updated) => json_response(StatusCode::OK, updated.to_string()),
-        Err(e) => store_error(&e),
-    }
+    store_error(&StoreError::Conflict {
+        plural: target.resource.plural.clone(),
+        name: name.to_string(),
+    })
 }
 
 /// RFC 7386 JSON merge patch.
@@ -197,69 +443,211 @@ pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
+/// The patch formats PATCH understands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PatchKind {
+    Merge,
+    Json,
+    Strategic,
+    Apply,
+}
+
+/// 415 naming the patch types this collection accepts: no strategic merge patch for custom
+/// resources.
+fn unsupported_patch(builtin: bool) -> Response {
+    let accepted = if builtin {
+        "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml"
+    } else {
+        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+    };
+    error_response(
+        415,
+        "UnsupportedMediaType",
+        &format!(
+            "the body of the request was in an unknown format - accepted media types include: {accepted}"
+        ),
+    )
+}
+
+/// 409 for an apply that would take fields from other managers.
+fn apply_error(e: ApplyError) -> Response {
+    match e {
+        ApplyError::Api(e) => e.into_response(),
+        ApplyError::Conflict { message, causes } => {
+            let body = status_body(409, "Conflict", &message, Some(json!({"causes": causes})));
+            json_response(StatusCode::CONFLICT, body.to_string())
+        }
+    }
+}
+
+/// Parses a PATCH body: an object, or for JSON patch a list of operations; apply configurations
+/// may be YAML.
+fn parse_patch(kind: PatchKind, bytes: &[u8]) -> Result<Value, ApiError> {
+    let parsed: Result<Value, String> = match serde_json::from_slice(bytes) {
+        Ok(v) => Ok(v),
+        Err(e) if kind == PatchKind::Apply => {
+            serde_yaml_ng::from_slice::<Value>(bytes).map_err(|y| format!("{e}; as YAML: {y}"))
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    let value = parsed.map_err(|e| match kind {
+        PatchKind::Apply => ApiError::bad_request(format!("error decoding YAML: {e}")),
+        _ => ApiError::bad_request(format!(
+            "the body of the request was in an unknown format: {e}"
+        )),
+    })?;
+    match (kind, &value) {
+        (PatchKind::Json, _) => {
+            patch::decode_json_patch(&value)?;
+            Ok(value)
+        }
+        (_, Value::Object(_)) => Ok(value),
+        _ => Err(ApiError::bad_request(
+            "the body of the request must be a JSON object",
+        )),
+    }
+}
+
+/// Whether a patch itself names a resourceVersion (a precondition that must not be retried).
+fn names_resource_version(kind: PatchKind, patch: &Value) -> bool {
+    match kind {
+        PatchKind::Json => patch.as_array().is_some_and(|ops| {
+            ops.iter().any(|op| {
+                op.get("path")
+                    .and_then(Value::as_str)
+                    .is_some_and(|p| p.starts_with("/metadata/resourceVersion"))
+            })
+        }),
+        _ => patch.pointer("/metadata/resourceVersion").is_some(),
+    }
+}
+
 /// PATCH of an object (or of its status).
 pub(crate) async fn patch(
     shared: &Shared,
     target: &Target,
-    _query: &Query,
-    content_type: &str,
+    query: &Query,
+    headers: &HeaderMap,
     body: Body,
 ) -> Response {
     let status_only = match check_subresource(target) {
         Ok(status_only) => status_only,
         Err(e) => return e.into_response(),
     };
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     let media = content_type.split(';').next().unwrap_or("").trim();
-    let apply = match media {
-        "application/merge-patch+json" | "application/strategic-merge-patch+json" => false,
-        "application/apply-patch+yaml" => true,
-        other => {
-            return error_response(
-                415,
-                "UnsupportedMediaType",
-                &format!(
-                    "the body of the request was in an unknown format - accepted media types include: application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml (got {other:?})"
-                ),
-            );
-        }
+    let builtin = is_builtin_group(&target.resource.group);
+    let kind = match media {
+        "application/merge-patch+json" => PatchKind::Merge,
+        "application/json-patch+json" => PatchKind::Json,
+        "application/strategic-merge-patch+json" if builtin => PatchKind::Strategic,
+        "application/apply-patch+yaml" => PatchKind::Apply,
+        _ => return unsupported_patch(builtin),
     };
-    let patch = match read_object(body).await {
+    let options = match WriteOptions::parse(query, headers, "PatchOptions") {
+        Ok(options) => options,
+        Err(e) => return e.into_response(),
+    };
+    if kind == PatchKind::Apply && !options.explicit_manager {
+        return ApiError::invalid(
+            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+        )
+        .into_response();
+    }
+    if kind != PatchKind::Apply && options.force.is_some() {
+        return ApiError::invalid(
+            "PatchOptions.meta.k8s.io \"\" is invalid: force: Forbidden: may not be specified for non-apply patch",
+        )
+        .into_response();
+    }
+    let patch = match read_bytes(body)
+        .await
+        .and_then(|bytes| parse_patch(kind, &bytes))
+    {
         Ok(patch) => patch,
         Err(e) => return e.into_response(),
     };
     let name = target.name.as_deref().unwrap_or("");
-    let explicit_rv = patch.pointer("/metadata/resourceVersion").is_some();
+    let explicit_rv = names_resource_version(kind, &patch);
+    let writer = Writer {
+        manager: &options.manager,
+        status: status_only,
+        ty: type_of(shared, target),
+    };
     for _ in 0..PATCH_ATTEMPTS {
         let Some(current) = shared
             .store
             .get(&target.resource, target.namespace.as_deref(), name)
         else {
-            if !apply {
+            if kind != PatchKind::Apply {
                 return not_found(target, name);
             }
-            let mut obj = patch.clone();
+            let mut config = patch.clone();
+            if let Err(e) = conform(shared, target, &mut config) {
+                return e.into_response();
+            }
+            let mut obj = match apply::apply(None, &config, &writer, options.force == Some(true)) {
+                Ok(obj) => obj,
+                Err(e) => return apply_error(e),
+            };
             if let Err(e) = conform(shared, target, &mut obj) {
                 return e.into_response();
             }
-            match shared.store.create(obj) {
+            match commit_create(shared, obj, options.dry_run) {
                 Ok(created) => return json_response(StatusCode::CREATED, created.to_string()),
                 Err(StoreError::AlreadyExists { .. }) => continue,
                 Err(e) => return store_error(&e),
             }
         };
-        let mut patched = current.value.clone();
-        if status_only {
-            merge_patch(
-                &mut patched["status"],
-                patch.get("status").unwrap_or(&Value::Null),
-            );
-        } else {
-            merge_patch(&mut patched, &patch);
+        let live = &current.value;
+        let result = match kind {
+            PatchKind::Merge => {
+                let mut patched = live.clone();
+                merge_patch(&mut patched, &patch);
+                Ok(patched)
+            }
+            PatchKind::Strategic => {
+                patch::strategic_merge(live, &patch, writer.ty).map_err(ApplyError::Api)
+            }
+            PatchKind::Json => {
+                let ops = patch.as_array().map(Vec::as_slice).unwrap_or_default();
+                patch::json_patch(live, ops).map_err(|e| {
+                    tracing::debug!(error = %e.0, "JSON patch does not apply");
+                    ApplyError::Api(patch::unprocessable())
+                })
+            }
+            PatchKind::Apply => {
+                let mut config = patch.clone();
+                if let Err(e) = conform(shared, target, &mut config) {
+                    return e.into_response();
+                }
+                apply::apply(Some(live), &config, &writer, options.force == Some(true))
+            }
+        };
+        let mut patched = match result {
+            Ok(patched) => patched,
+            Err(e) => return apply_error(e),
+        };
+        if status_only && kind != PatchKind::Apply {
+            // The status strategy keeps everything of the stored object but its status.
+            let status = patched.get("status").cloned().unwrap_or(Value::Null);
+            let rv = patched.pointer("/metadata/resourceVersion").cloned();
+            patched = live.clone();
+            patched["status"] = status;
+            if let Some(rv) = rv {
+                patched["metadata"]["resourceVersion"] = rv;
+            }
         }
         if let Err(e) = conform(shared, target, &mut patched) {
             return e.into_response();
         }
-        match shared.store.update(patched, true) {
+        if kind != PatchKind::Apply {
+            apply::record_update(Some(live), &mut patched, &writer);
+        }
+        match commit_update(shared, live, patched, options.dry_run) {
             Ok(updated) => return json_response(StatusCode::OK, updated.to_string()),
             Err(StoreError::Conflict { .. }) if !explicit_rv => continue,
             Err(e) => return store_error(&e),
@@ -271,9 +659,44 @@ pub(crate) async fn patch(
     })
 }
 
+/// `dryRun` of a DELETE: in the query or in the DeleteOptions body (where kube puts it).
+async fn delete_dry_run(query: &Query, body: Body) -> Result<bool, ApiError> {
+    let bytes = read_bytes(body).await?;
+    let mut values: Vec<String> = query.get("dryRun").into_iter().cloned().collect();
+    if !bytes.iter().all(u8::is_ascii_whitespace) {
+        let options: Value = serde_json::from_slice(&bytes).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the body of the request was in an unknown format: {e}"
+            ))
+        })?;
+        if let Some(list) = options.get("dryRun").and_then(Value::as_array) {
+            values.extend(list.iter().filter_map(Value::as_str).map(str::to_string));
+        }
+    }
+    dry_run(values, "DeleteOptions")
+}
+
 /// DELETE of an object: answers with its last state.
-pub(crate) fn delete(shared: &Shared, target: &Target) -> Response {
+pub(crate) async fn delete(
+    shared: &Shared,
+    target: &Target,
+    query: &Query,
+    body: Body,
+) -> Response {
     let name = target.name.as_deref().unwrap_or("");
+    let dry_run = match delete_dry_run(query, body).await {
+        Ok(dry_run) => dry_run,
+        Err(e) => return e.into_response(),
+    };
+    if dry_run {
+        return match shared
+            .store
+            .get(&target.resource, target.namespace.as_deref(), name)
+        {
+            Some(obj) => json_response(StatusCode::OK, obj.json.clone()),
+            None => not_found(target, name),
+        };
+    }
     match shared
         .store
         .delete(&target.resource, target.namespace.as_deref(), name)
