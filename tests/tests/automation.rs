@@ -450,6 +450,47 @@ async fn server_side_apply_creates_and_updates_the_plugins_object_and_events_are
     );
 }
 
+/// A server-side apply that conflicts with another field manager comes back the same however
+/// often it is sent (Wisp never forces): it fails at once, audited with the server's conflict,
+/// instead of being retried like a resourceVersion conflict.
+#[tokio::test]
+async fn an_apply_conflicting_with_another_field_manager_fails_at_once() {
+    let r = Rig::start(vec![]).await;
+    r.server
+        .create(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "ask-1-report", "namespace": "default"},
+            "data": {"n": "taken"}}))
+        .unwrap();
+    let mut s = asker(1, "apply");
+    s.actions.grants = vec![grant(
+        &[ActionVerb::Apply],
+        "v1",
+        "ConfigMap",
+        Some(&["default"]),
+    )];
+    let h = r.start_plugin(s);
+    r.server.create(pod("default", "ask-1")).unwrap();
+    until("failed", || counter(&h, |c| &c.actions_failed) == 1).await;
+    let last = r.services.audit.entries(Some("asker")).pop().unwrap();
+    assert_eq!(
+        (last.result, last.attempts),
+        (AuditResult::Failed, 1),
+        "{last:?}"
+    );
+    assert!(
+        last.detail.starts_with("HTTP 409") && last.detail.contains("conflict"),
+        "{last:?}"
+    );
+    let cm = r
+        .server
+        .get("v1", "ConfigMap", Some("default"), "ask-1-report")
+        .unwrap();
+    assert_eq!(
+        cm["data"]["n"], "taken",
+        "the other manager's field is kept"
+    );
+}
+
 #[tokio::test]
 async fn bad_actions_are_refused_as_invalid_and_a_host_without_an_api_server_says_so() {
     let r = Rig::start(vec![]).await;

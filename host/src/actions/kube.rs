@@ -115,10 +115,7 @@ fn request(
 }
 
 fn request_error(e: impl std::fmt::Display) -> SendError {
-    SendError {
-        code: Some(400),
-        message: format!("cannot build the request: {e}"),
-    }
+    SendError::new(Some(400), format!("cannot build the request: {e}"))
 }
 
 impl KubeActionSink {
@@ -158,11 +155,12 @@ impl KubeActionSink {
                 } else {
                     status.message.clone()
                 },
+                field_manager_conflict: status.code == 409
+                    && status.details.as_ref().is_some_and(|d| {
+                        d.causes.iter().any(|c| c.reason == "FieldManagerConflict")
+                    }),
             }),
-            Err(e) => Err(SendError {
-                code: None,
-                message: e.to_string(),
-            }),
+            Err(e) => Err(SendError::new(None, e.to_string())),
         }
     }
 }

@@ -213,14 +213,28 @@ pub struct SendError {
     pub code: Option<u16>,
     /// What the server (or the transport) said.
     pub message: String,
+    /// A server-side apply conflict with another field manager (a 409 whose causes are
+    /// `FieldManagerConflict`): the same apply will conflict again, so it is not retried.
+    pub field_manager_conflict: bool,
 }
 
 impl SendError {
-    /// Conflict, too many requests, server errors and transport errors are worth retrying.
+    /// A failure without a response, or with `code` and `message`.
+    pub fn new(code: Option<u16>, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            field_manager_conflict: false,
+        }
+    }
+
+    /// Conflicts (except field manager conflicts of an apply), too many requests, server errors
+    /// and transport errors are worth retrying.
     pub fn retryable(&self) -> bool {
         match self.code {
             None => true,
-            Some(c) => c == 409 || c == 429 || c >= 500,
+            Some(409) => !self.field_manager_conflict,
+            Some(c) => c == 429 || c >= 500,
         }
     }
 }
@@ -971,10 +985,7 @@ mod tests {
 
     #[test]
     fn retryable_failures_are_conflict_throttle_server_and_transport() {
-        let e = |code| SendError {
-            code,
-            message: String::new(),
-        };
+        let e = |code| SendError::new(code, "");
         assert!(
             e(Some(409)).retryable()
                 && e(Some(429)).retryable()
@@ -984,5 +995,10 @@ mod tests {
         assert!(
             !e(Some(403)).retryable() && !e(Some(404)).retryable() && !e(Some(422)).retryable()
         );
+        let apply_conflict = SendError {
+            field_manager_conflict: true,
+            ..e(Some(409))
+        };
+        assert!(!apply_conflict.retryable(), "an apply conflict comes back");
     }
 }
