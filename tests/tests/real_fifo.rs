@@ -1,6 +1,6 @@
-//! The informer's queue is chosen per informer (`queue: realFIFO | deltaFIFO`); both keep the
-//! cache equal to the source and each object's history in order, and the RealFIFO also keeps
-//! the order of events across objects.
+//! The informer's queue is chosen per informer (`queue: realFIFO | realFIFONonAtomic |
+//! deltaFIFO`); each keeps the cache equal to the source and each object's history in order, and
+//! the RealFIFO (either mode) also keeps the order of events across objects.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -30,6 +30,10 @@ fn wisp_yaml_chooses_the_queue_per_informer() {
     assert_eq!(q("").unwrap(), QueueKind::RealFifo, "default");
     assert_eq!(q("    queue: realFIFO").unwrap(), QueueKind::RealFifo);
     assert_eq!(q("    queue: deltaFIFO").unwrap(), QueueKind::DeltaFifo);
+    assert_eq!(
+        q("    queue: realFIFONonAtomic").unwrap(),
+        QueueKind::RealFifoNonAtomic
+    );
     let err = q("    queue: lifo").unwrap_err();
     assert!(err.contains("queue"), "{err}");
 }
@@ -116,7 +120,7 @@ async fn churn_over(queue: QueueKind) {
         let prev = last.insert(k, *v).unwrap_or(0);
         assert!(*v > prev, "{queue:?}: {k} went from {prev} to {v}");
     }
-    if queue == QueueKind::RealFifo {
+    if queue != QueueKind::DeltaFifo {
         let rvs: Vec<u64> = after.iter().map(|(_, v)| *v).collect();
         assert!(
             rvs.windows(2).all(|w| w[0] < w[1]),
@@ -128,7 +132,8 @@ async fn churn_over(queue: QueueKind) {
 }
 
 #[tokio::test]
-async fn both_queues_keep_the_cache_and_each_objects_history_over_churn() {
+async fn every_queue_keeps_the_cache_and_each_objects_history_over_churn() {
     churn_over(QueueKind::RealFifo).await;
+    churn_over(QueueKind::RealFifoNonAtomic).await;
     churn_over(QueueKind::DeltaFifo).await;
 }
