@@ -11,7 +11,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::filter::ObjectFilter;
@@ -209,8 +208,16 @@ pub struct Manifests {
 pub fn parse_manifests(text: &str) -> Result<Manifests, String> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut out = Manifests::default();
-    for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-        let v = Value::deserialize(doc).map_err(|e| format!("document {}: {e}", i + 1))?;
+    let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(text, kubernetes_yaml())
+        .map_err(|e| {
+            e.to_string()
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })?;
+    for (i, v) in docs.into_iter().enumerate() {
         if v.is_null() {
             continue;
         }
@@ -254,6 +261,26 @@ pub fn parse_manifests(text: &str) -> Result<Manifests, String> {
         }
     }
     Ok(out)
+}
+
+/// YAML read as Kubernetes tooling reads it (kubectl's sigs.k8s.io/yaml, over go-yaml v2, a
+/// YAML 1.1 reader), not as YAML 1.2: plain `0644` is octal (420), `yes`/`no`/`on`/`off`/`y`/`n`
+/// are booleans, `<<` merge keys merge, a duplicate key is an error. Quoted scalars stay
+/// strings. Limits are raised for large manifest files (the defaults stop at 1,024 documents).
+fn kubernetes_yaml() -> serde_saphyr::Options {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_documents = 1_000_000;
+    budget.max_nodes = 50_000_000;
+    budget.max_events = 200_000_000;
+    budget.max_total_scalar_bytes = 1 << 30;
+    let mut o = serde_saphyr::Options::default();
+    o.budget = Some(budget);
+    o.legacy_octal_numbers = true;
+    o.strict_booleans = false;
+    o.merge_keys = serde_saphyr::MergeKeyPolicy::Merge;
+    o.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::Error;
+    o.with_snippet = false;
+    o
 }
 
 /// Five characters from `[a-z0-9]` for a `generateName`, the same for the same document of the
@@ -657,6 +684,53 @@ mod tests {
         );
     }
 
+    /// kubectl reads YAML with go-yaml v2 (YAML 1.1): the manifests written for it mean the
+    /// same here.
+    #[test]
+    fn yaml_is_read_as_kubectl_reads_it() {
+        let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, labels: {quoted: 'yes', octal: '0644'}}\nspec:\n  hostNetwork: yes\n  enableServiceLinks: off\n  defaults: &limits {cpu: 100m, memory: 64Mi}\n  volumes:\n  - name: v\n    secret: {secretName: s, defaultMode: 0644}\n  containers:\n  - name: c\n    image: nginx\n    resources:\n      limits:\n        <<: *limits\n        memory: 128Mi\n    ports: [{containerPort: 0x1F90}]\n";
+        let m = parse_manifests(text).unwrap();
+        assert!(m.skipped.is_empty(), "{:?}", m.skipped);
+        let p = &m.objects[0];
+        assert_eq!(
+            p["spec"]["volumes"][0]["secret"]["defaultMode"], 420,
+            "octal"
+        );
+        assert_eq!(p["spec"]["hostNetwork"], true);
+        assert_eq!(p["spec"]["enableServiceLinks"], false);
+        assert_eq!(
+            p["spec"]["containers"][0]["resources"]["limits"],
+            serde_json::json!({"cpu": "100m", "memory": "128Mi"}),
+            "a merge key merges; the mapping's own keys win"
+        );
+        assert_eq!(
+            p["spec"]["containers"][0]["ports"][0]["containerPort"],
+            8080
+        );
+        assert_eq!(
+            p["metadata"]["labels"]["quoted"], "yes",
+            "quoted stays a string"
+        );
+        assert_eq!(p["metadata"]["labels"]["octal"], "0644");
+
+        let e = parse_manifests("apiVersion: v1\nkind: Pod\nmetadata: {name: a, name: b}\n")
+            .unwrap_err();
+        assert!(e.contains("duplicate"), "{e}");
+        assert!(!e.contains('\n'), "one line: {e}");
+    }
+
+    /// A file of 20,000 documents (past the YAML reader's default limits) is read whole.
+    #[test]
+    fn a_file_of_many_documents_is_read_whole() {
+        let text: String = (0..20_000)
+            .map(|i| format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c{i}}}\ndata: {{k: v}}\n---\n"))
+            .collect();
+        let began = std::time::Instant::now();
+        let m = parse_manifests(&text).unwrap();
+        assert_eq!(m.objects.len(), 20_000);
+        println!("20,000 documents read in {:?}", began.elapsed());
+    }
+
     #[test]
     fn scope_comes_from_the_built_in_kinds_and_the_directorys_crds() {
         let d = tempfile::tempdir().unwrap();
@@ -753,6 +827,7 @@ mod tests {
         std::fs::write(&f, "apiVersion: v1\nkind: Pod\nmetadata: {name: web\n").unwrap();
         c.rescan();
         assert_eq!(pods.objects().len(), 1);
-        assert!(c.errors().values().next().unwrap().contains("document 1"));
+        let e = c.errors().values().next().unwrap().clone();
+        assert!(e.contains("line 3"), "{e}");
     }
 }
