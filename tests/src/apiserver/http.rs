@@ -8,13 +8,12 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::{Method, StatusCode};
+use axum::http::Method;
 use axum::response::Response;
-use serde_json::json;
 
 use super::resource::ResourceKey;
-use super::status::{error_response, injected_failure, json_response};
-use super::{RecordedRequest, Shared, Verb, list, watch, write};
+use super::status::{error_response, injected_failure};
+use super::{RecordedRequest, Shared, Verb, discovery, list, watch, write};
 
 /// Decoded query parameters; for a repeated key the last value wins.
 pub(crate) type Query = BTreeMap<String, String>;
@@ -122,8 +121,10 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     }
     let target = match route {
         Route::Resource(target) => target,
-        Route::Version => return version(),
-        Route::Unknown => {
+        Route::Version | Route::Unknown => {
+            if let Some(doc) = discovery::serve(&shared, &parts.method, parts.uri.path()) {
+                return doc;
+            }
             return error_response(
                 404,
                 "NotFound",
@@ -136,11 +137,17 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     };
     let method = parts.method;
     match (verb, &method, target.name.is_some()) {
-        (Verb::List, _, _) => list::list(&shared, &target, &query),
-        (Verb::Watch, _, _) => watch::watch(&shared, target, &query),
+        (Verb::List, _, _) => list::list(&shared, &target, &query).await,
+        (Verb::Watch, _, _) => watch::watch(&shared, target, &query).await,
         (Verb::Get, _, _) => write::get(&shared, &target),
-        (_, &Method::POST, false) => write::create(&shared, &target, body).await,
-        (_, &Method::PUT, true) => write::replace(&shared, &target, body).await,
+        (_, &Method::POST, false) => match json_body(&parts.headers, body).await {
+            Ok(body) => write::create(&shared, &target, body).await,
+            Err(refused) => refused,
+        },
+        (_, &Method::PUT, true) => match json_body(&parts.headers, body).await {
+            Ok(body) => write::replace(&shared, &target, body).await,
+            Err(refused) => refused,
+        },
         (_, &Method::PATCH, true) => {
             let content_type = parts
                 .headers
@@ -150,7 +157,10 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
                 .to_string();
             write::patch(&shared, &target, &query, &content_type, body).await
         }
-        (_, &Method::DELETE, true) => write::delete(&shared, &target),
+        (_, &Method::DELETE, true) => match json_body(&parts.headers, body).await {
+            Ok(body) => write::delete(&shared, &target, &query, body).await,
+            Err(refused) => refused,
+        },
         _ => error_response(
             405,
             "MethodNotAllowed",
@@ -159,20 +169,52 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     }
 }
 
-/// `/version`, so `Client::apiserver_version` works.
-fn version() -> Response {
-    let body = json!({
-        "major": "1",
-        "minor": "33",
-        "gitVersion": "v1.33.0-wisp-test",
-        "gitCommit": "0000000000000000000000000000000000000000",
-        "gitTreeState": "clean",
-        "buildDate": "2025-01-01T00:00:00Z",
-        "goVersion": "go1.24",
-        "compiler": "gc",
-        "platform": "linux/amd64",
-    });
-    json_response(StatusCode::OK, body.to_string())
+/// Media types accepted for request bodies (other than patches), as a server without
+/// protobuf for the collection lists them.
+const BODY_MEDIA_TYPES: &str = "application/json, application/yaml";
+
+/// The body of a POST, PUT or DELETE as JSON: JSON (or no Content-Type) as it is, YAML
+/// converted; anything else (protobuf included) is 415 UnsupportedMediaType.
+async fn json_body(
+    headers: &axum::http::HeaderMap,
+    body: axum::body::Body,
+) -> Result<axum::body::Body, Response> {
+    let media = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    match media.as_str() {
+        "" | "application/json" | "*/*" => Ok(body),
+        "application/yaml" => {
+            let bytes = axum::body::to_bytes(body, 64 << 20).await.map_err(|e| {
+                error_response(
+                    400,
+                    "BadRequest",
+                    &format!("unable to read request body: {e}"),
+                )
+            })?;
+            let value: serde_json::Value = serde_yaml_ng::from_slice(&bytes).map_err(|e| {
+                error_response(
+                    400,
+                    "BadRequest",
+                    &format!("the body of the request was in an unknown format: {e}"),
+                )
+            })?;
+            Ok(axum::body::Body::from(value.to_string()))
+        }
+        _ => Err(error_response(
+            415,
+            "UnsupportedMediaType",
+            &format!(
+                "the body of the request was in an unknown format - accepted media types include: {BODY_MEDIA_TYPES}"
+            ),
+        )),
+    }
 }
 
 #[cfg(test)]

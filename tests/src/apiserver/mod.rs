@@ -29,6 +29,7 @@
 //! # Ok(()) }
 //! ```
 
+mod discovery;
 mod faults;
 mod fixtures;
 mod history;
@@ -39,6 +40,7 @@ mod resource;
 mod selector;
 mod status;
 mod store;
+mod validation;
 mod watch;
 mod write;
 
@@ -51,7 +53,7 @@ use anyhow::Context as _;
 use serde_json::Value;
 use tokio::net::TcpListener;
 
-pub use faults::{DEFAULT_BOOKMARK_INTERVAL, Faults};
+pub use faults::{DEFAULT_BOOKMARK_INTERVAL, DEFAULT_TOO_LARGE_RV_WAIT, Faults};
 pub use fixtures::{config_map, pod};
 pub use store::DEFAULT_HISTORY_LIMIT;
 
@@ -107,6 +109,22 @@ impl Shared {
 
     pub(crate) fn record(&self, request: RecordedRequest) {
         self.requests().push(request);
+    }
+
+    /// Waits until the server's resourceVersion reaches `rv`, at most the
+    /// [`too_large_resource_version_wait`](Faults::too_large_resource_version_wait); returns
+    /// whether it did.
+    pub(crate) async fn wait_for_resource_version(&self, rv: u64) -> bool {
+        let deadline = tokio::time::Instant::now() + self.faults.too_large_rv_wait();
+        loop {
+            if self.store.resource_version() >= rv {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 }
 
@@ -228,7 +246,10 @@ impl TestApiServer {
         Ok(self.shared().store.update(obj, false)?)
     }
 
-    /// Deletes an object; returns its last state, stamped with the delete's resourceVersion.
+    /// Deletes an object as a DELETE request without options would: at once, or, when it has
+    /// finalizers, marked with `deletionTimestamp` until they are removed (a Namespace first
+    /// deletes its content). Returns its state after the delete, stamped with its
+    /// resourceVersion.
     pub fn delete(
         &self,
         api_version: &str,
@@ -240,6 +261,7 @@ impl TestApiServer {
             &ResourceKey::for_kind(api_version, kind),
             namespace,
             name,
+            &store::DeleteOptions::default(),
         )?)
     }
 

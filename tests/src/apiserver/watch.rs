@@ -24,7 +24,9 @@ use super::http::{Query, Target, flag};
 use super::object::Obj;
 use super::resource::ResourceKey;
 use super::selector::Filter;
-use super::status::{bad_request, error_response, status_body};
+use super::status::{
+    bad_request, error_response, status_body, too_large_details, too_large_message,
+};
 use super::store::{Initial, WatchFrom, WatchMsg};
 
 /// Chunks buffered between a watch task and its connection; the task waits when a client reads
@@ -44,10 +46,15 @@ const CUT_LINE: &[u8] = b"{\"type\":\"MODIFIED\",\"object\":{\"kind\":";
 const MALFORMED_LINE: &[u8] = b"this is not json {\n";
 
 /// Serves a watch request.
-pub(crate) fn watch(shared: &Arc<Shared>, target: Target, query: &Query) -> Response {
-    let filter = match Filter::from_request(&target, query) {
+///
+/// A streaming list (`sendInitialEvents=true`) from a resourceVersion the server has not
+/// reached waits for it (3 s by default), then answers, as the watch cache does, with a
+/// 200 stream holding one ERROR event: 504 Timeout "Too large resource version". A plain watch
+/// from such a resourceVersion is an ordinary stream of the events after it.
+pub(crate) async fn watch(shared: &Arc<Shared>, target: Target, query: &Query) -> Response {
+    let filter = match Filter::from_request(shared, &target, query) {
         Ok(filter) => filter,
-        Err(e) => return bad_request(&e.to_string()),
+        Err(e) => return bad_request(&e),
     };
     let bookmarks = flag(query, "allowWatchBookmarks");
     let matching = query.get("resourceVersionMatch").map_or("", String::as_str);
@@ -80,6 +87,25 @@ pub(crate) fn watch(shared: &Arc<Shared>, target: Target, query: &Query) -> Resp
                 "Invalid",
                 "allowWatchBookmarks: Required value: allowWatchBookmarks must be true when sendInitialEvents is true",
             );
+        }
+        if let Ok(n) = rv.parse::<u64>()
+            && n > 0
+            && !shared.wait_for_resource_version(n).await
+        {
+            let current = shared.store.resource_version();
+            let status = status_body(
+                504,
+                "Timeout",
+                &too_large_message(n, current),
+                Some(too_large_details()),
+            );
+            let line = format!("{}\n", json!({"type": "ERROR", "object": status}));
+            let mut response = Response::new(Body::from(line));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            return response;
         }
         WatchFrom::InitialEvents
     } else if !matching.is_empty() {

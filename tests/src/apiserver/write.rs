@@ -10,11 +10,12 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};
 
-use super::Shared;
 use super::http::{Query, Target};
 use super::object::StoreError;
 use super::resource::{ResourceKey, split_api_version};
 use super::status::{ApiError, error_response, json_response, store_error};
+use super::store::{DeleteOptions, Propagation};
+use super::{Shared, validation};
 
 /// Largest request body accepted.
 const MAX_BODY: usize = 64 << 20;
@@ -137,6 +138,9 @@ pub(crate) async fn create(shared: &Shared, target: &Target, body: Body) -> Resp
     if let Err(e) = conform(shared, target, &mut obj) {
         return e.into_response();
     }
+    if let Err(e) = validation::validate(shared, target, &obj) {
+        return e.into_response();
+    }
     match shared.store.create(obj) {
         Ok(created) => json_response(StatusCode::CREATED, created.to_string()),
         Err(e) => store_error(&e),
@@ -154,6 +158,9 @@ pub(crate) async fn replace(shared: &Shared, target: &Target, body: Body) -> Res
         Err(e) => return e.into_response(),
     };
     if let Err(e) = conform(shared, target, &mut obj) {
+        return e.into_response();
+    }
+    if !status_only && let Err(e) = validation::validate(shared, target, &obj) {
         return e.into_response();
     }
     if status_only {
@@ -271,14 +278,106 @@ pub(crate) async fn patch(
     })
 }
 
-/// DELETE of an object: answers with its last state.
-pub(crate) fn delete(shared: &Shared, target: &Target) -> Response {
+/// The DeleteOptions of a DELETE: from the query (`propagationPolicy`, `orphanDependents`),
+/// then from the body, which wins, as the API server decodes them.
+fn delete_options(query: &Query, body: &[u8]) -> Result<DeleteOptions, ApiError> {
+    let mut policy = query.get("propagationPolicy").cloned();
+    let mut orphan = query
+        .get("orphanDependents")
+        .map(|v| v == "true" || v == "1");
+    let mut options = DeleteOptions::default();
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let value: Value = serde_json::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the body of the request was in an unknown format: {e}"
+            ))
+        })?;
+        let Some(map) = value.as_object() else {
+            return Err(ApiError::bad_request(
+                "the body of the request must be a DeleteOptions object",
+            ));
+        };
+        if let Some(kind) = map.get("kind").and_then(Value::as_str)
+            && kind != "DeleteOptions"
+        {
+            return Err(ApiError::bad_request(format!(
+                "no kind \"{kind}\" is registered for the body of a DELETE (expected DeleteOptions)"
+            )));
+        }
+        if let Some(p) = map.get("propagationPolicy").and_then(Value::as_str) {
+            policy = Some(p.to_string());
+        }
+        if let Some(o) = map.get("orphanDependents").and_then(Value::as_bool) {
+            orphan = Some(o);
+        }
+        let pre = |field: &str| {
+            map.get("preconditions")
+                .and_then(|p| p.get(field))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        options.uid = pre("uid");
+        options.resource_version = pre("resourceVersion");
+    }
+    let invalid = |detail: String| {
+        ApiError::invalid(format!(
+            "DeleteOptions.meta.k8s.io \"\" is invalid: {detail}"
+        ))
+    };
+    options.propagation = match (policy.as_deref(), orphan) {
+        (Some(p), Some(_)) => {
+            return Err(invalid(format!(
+                "propagationPolicy: Invalid value: \"{p}\": orphanDependents and deletionPropagation cannot be both set"
+            )));
+        }
+        (Some("Foreground"), None) | (None, Some(false)) => Propagation::Foreground,
+        (Some("Background"), None) | (None, None) => Propagation::Background,
+        (Some("Orphan"), None) | (None, Some(true)) => Propagation::Orphan,
+        (Some(other), None) => {
+            return Err(invalid(format!(
+                "propagationPolicy: Unsupported value: \"{other}\": supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
+            )));
+        }
+    };
+    Ok(options)
+}
+
+/// DELETE of an object, with DeleteOptions from the query and the body (JSON or YAML):
+/// preconditions (409 Conflict on a mismatch) and the propagation policy. An object without
+/// finalizers goes at once (200 with its last state); one with finalizers, and a Namespace,
+/// is marked with `deletionTimestamp` and stays until they are gone (200 with its new state).
+pub(crate) async fn delete(
+    shared: &Shared,
+    target: &Target,
+    query: &Query,
+    body: Body,
+) -> Response {
     let name = target.name.as_deref().unwrap_or("");
-    match shared
-        .store
-        .delete(&target.resource, target.namespace.as_deref(), name)
-    {
-        Ok(deleted) => json_response(StatusCode::OK, deleted.to_string()),
+    if target.subresource.is_some() {
+        return error_response(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        );
+    }
+    let bytes = match to_bytes(body, MAX_BODY).await {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            return ApiError::bad_request(format!("unable to read request body: {e}"))
+                .into_response();
+        }
+    };
+    let options = match delete_options(query, &bytes) {
+        Ok(options) => options,
+        Err(e) => return e.into_response(),
+    };
+    match shared.store.delete(
+        &target.resource,
+        target.namespace.as_deref(),
+        name,
+        &options,
+    ) {
+        Ok(state) => json_response(StatusCode::OK, state.to_string()),
         Err(e) => store_error(&e),
     }
 }
