@@ -5,8 +5,11 @@
 //! Discovery is served in the legacy form only: clients asking for the aggregated form
 //! (`application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList`) get the legacy
 //! `application/json` documents, which client-go and kubectl accept by falling back to them.
-//! Protobuf is never advertised. `/openapi/v2` and `/openapi/v3` answer 404 NotFound, which
-//! kubectl tolerates (it then skips client-side schema validation).
+//! Protobuf is never advertised. `/openapi/v3` lists one document per group/version holding,
+//! for each collection, the PATCH operation with its group/version/kind and the
+//! `fieldValidation` parameter: kubectl then leaves validation to the server (without it,
+//! `kubectl apply` fails with "failed to download openapi" unless `--validate=false`). There are
+//! no schemas; `/openapi/v2` answers 404 NotFound.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -597,6 +600,44 @@ fn group_doc(group: &str, versions: &[String]) -> Value {
     })
 }
 
+/// The `hash` of every OpenAPI v3 document URL (the documents only change with the CRDs).
+const OPENAPI_HASH: &str = "0000000000000000";
+
+/// The OpenAPI v3 document of one group/version: for each collection, the PATCH of one object
+/// tagged with its group/version/kind and taking `fieldValidation`, which is what kubectl reads
+/// to leave validation to the server (no schemas: the server does not check fields by schema).
+fn openapi_v3(group: &str, version: &str, entries: &[Entry]) -> Value {
+    let root = if group.is_empty() {
+        format!("/api/{version}")
+    } else {
+        format!("/apis/{group}/{version}")
+    };
+    let mut paths = serde_json::Map::new();
+    for e in entries {
+        let path = if e.namespaced {
+            format!("{root}/namespaces/{{namespace}}/{}/{{name}}", e.plural)
+        } else {
+            format!("{root}/{}/{{name}}", e.plural)
+        };
+        let query = |name: &str| json!({"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": true}});
+        paths.insert(
+            path,
+            json!({"patch": {
+                "x-kubernetes-group-version-kind": {"group": group, "version": version, "kind": e.kind},
+                "x-kubernetes-action": "patch",
+                "parameters": [query("dryRun"), query("fieldManager"), query("fieldValidation"), query("force")],
+                "responses": {"200": {"description": "OK"}},
+            }}),
+        );
+    }
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "v1.36.0"},
+        "paths": paths,
+        "components": {"schemas": {}},
+    })
+}
+
 /// `/version`.
 fn version() -> Value {
     json!({
@@ -668,6 +709,33 @@ pub(crate) fn serve(shared: &Shared, method: &Method, path: &str) -> Option<Resp
             let cat = catalogue(shared);
             let entries = cat.get(&(group.to_string(), version.to_string()))?;
             resource_list(&format!("{group}/{version}"), entries)
+        }
+        ["openapi", "v3"] => {
+            let paths: serde_json::Map<String, Value> = catalogue(shared)
+                .keys()
+                .map(|(group, version)| {
+                    let prefix = if group.is_empty() {
+                        format!("api/{version}")
+                    } else {
+                        format!("apis/{group}/{version}")
+                    };
+                    let url = format!("/openapi/v3/{prefix}?hash={OPENAPI_HASH}");
+                    (prefix, json!({"serverRelativeURL": url}))
+                })
+                .collect();
+            json!({"paths": paths})
+        }
+        ["openapi", "v3", "api", version] => {
+            let cat = catalogue(shared);
+            openapi_v3("", version, cat.get(&(String::new(), version.to_string()))?)
+        }
+        ["openapi", "v3", "apis", group, version] => {
+            let cat = catalogue(shared);
+            openapi_v3(
+                group,
+                version,
+                cat.get(&(group.to_string(), version.to_string()))?,
+            )
         }
         _ => return None,
     };

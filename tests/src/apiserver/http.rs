@@ -13,7 +13,7 @@ use axum::response::Response;
 
 use super::resource::ResourceKey;
 use super::status::{error_response, injected_failure};
-use super::{RecordedRequest, Shared, Verb, discovery, list, watch, write};
+use super::{RecordedRequest, Shared, Verb, discovery, list, protobuf, table, watch, write};
 
 /// Decoded query parameters; for a repeated key the last value wins.
 pub(crate) type Query = BTreeMap<String, String>;
@@ -137,9 +137,23 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     };
     let method = parts.method;
     match (verb, &method, target.name.is_some()) {
-        (Verb::List, _, _) => list::list(&shared, &target, &query).await,
+        (Verb::List, _, _) => {
+            let answer = list::list(&shared, &target, &query).await;
+            if table::wanted(&parts.headers) {
+                table::render(answer, &query).await
+            } else {
+                answer
+            }
+        }
         (Verb::Watch, _, _) => watch::watch(&shared, target, &query).await,
-        (Verb::Get, _, _) => write::get(&shared, &target),
+        (Verb::Get, _, _) => {
+            let answer = write::get(&shared, &target);
+            if table::wanted(&parts.headers) {
+                table::render(answer, &query).await
+            } else {
+                answer
+            }
+        }
         (_, &Method::POST, false) => match json_body(&parts.headers, body).await {
             Ok(body) => write::create(&shared, &target, body).await,
             Err(refused) => refused,
@@ -169,12 +183,13 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     }
 }
 
-/// Media types accepted for request bodies (other than patches), as a server without
-/// protobuf for the collection lists them.
+/// Media types accepted for request bodies (other than patches), as a server lists them for a
+/// collection it has no protobuf for. Protobuf is read for ConfigMap, Secret and Namespace only.
 const BODY_MEDIA_TYPES: &str = "application/json, application/yaml";
 
 /// The body of a POST, PUT or DELETE as JSON: JSON (or no Content-Type) as it is, YAML
-/// converted; anything else (protobuf included) is 415 UnsupportedMediaType.
+/// converted, protobuf decoded for the kinds kubectl's typed clients send (ConfigMap, Secret,
+/// Namespace); anything else is 415 UnsupportedMediaType.
 async fn json_body(
     headers: &axum::http::HeaderMap,
     body: axum::body::Body,
@@ -188,33 +203,44 @@ async fn json_body(
         .unwrap_or("")
         .trim()
         .to_ascii_lowercase();
-    match media.as_str() {
-        "" | "application/json" | "*/*" => Ok(body),
-        "application/yaml" => {
-            let bytes = axum::body::to_bytes(body, 64 << 20).await.map_err(|e| {
-                error_response(
-                    400,
-                    "BadRequest",
-                    &format!("unable to read request body: {e}"),
-                )
-            })?;
-            let value: serde_json::Value = serde_yaml_ng::from_slice(&bytes).map_err(|e| {
-                error_response(
-                    400,
-                    "BadRequest",
-                    &format!("the body of the request was in an unknown format: {e}"),
-                )
-            })?;
-            Ok(axum::body::Body::from(value.to_string()))
-        }
-        _ => Err(error_response(
+    let unsupported = || {
+        error_response(
             415,
             "UnsupportedMediaType",
             &format!(
                 "the body of the request was in an unknown format - accepted media types include: {BODY_MEDIA_TYPES}"
             ),
-        )),
+        )
+    };
+    let bad = |detail: String| {
+        error_response(
+            400,
+            "BadRequest",
+            &format!("the body of the request was in an unknown format: {detail}"),
+        )
+    };
+    match media.as_str() {
+        "" | "application/json" | "*/*" => return Ok(body),
+        "application/yaml" | "application/vnd.kubernetes.protobuf" => {}
+        _ => return Err(unsupported()),
     }
+    let bytes = axum::body::to_bytes(body, 64 << 20).await.map_err(|e| {
+        error_response(
+            400,
+            "BadRequest",
+            &format!("unable to read request body: {e}"),
+        )
+    })?;
+    let value: serde_json::Value = if media == "application/yaml" {
+        serde_yaml_ng::from_slice(&bytes).map_err(|e| bad(e.to_string()))?
+    } else {
+        match protobuf::decode(&bytes) {
+            Ok(value) => value,
+            Err(protobuf::Refusal::Unsupported) => return Err(unsupported()),
+            Err(protobuf::Refusal::Malformed) => return Err(bad("malformed protobuf".into())),
+        }
+    };
+    Ok(axum::body::Body::from(value.to_string()))
 }
 
 #[cfg(test)]
