@@ -874,15 +874,17 @@ async fn the_scope_of_a_kind_decides_where_it_can_be_created() -> anyhow::Result
 // ---------------------------------------------------------------------------------------------
 
 #[tokio::test]
-async fn a_protobuf_body_is_unsupported_media_type_and_yaml_is_accepted() -> anyhow::Result<()> {
+async fn protobuf_is_read_for_configmaps_only_other_kinds_are_415_and_yaml_is_accepted()
+-> anyhow::Result<()> {
     let server = TestApiServer::start().await?;
     let path = "/api/v1/namespaces/default/configmaps";
+    // A Deployment in protobuf: not a kind this server decodes.
     let (code, body) = raw(
         &server,
         "POST",
-        path,
+        "/apis/apps/v1/namespaces/default/deployments",
         Some("application/vnd.kubernetes.protobuf"),
-        b"k8s\x00\x0a\x0f\x0a\x02v1\x12\x09ConfigMap",
+        b"k8s\x00\x0a\x15\x0a\x07apps/v1\x12\x0aDeployment\x12\x00",
     )
     .await;
     assert_eq!(
@@ -893,6 +895,21 @@ async fn a_protobuf_body_is_unsupported_media_type_and_yaml_is_accepted() -> any
         body["message"],
         "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml"
     );
+    // A ConfigMap in protobuf, byte for byte what `kubectl create configmap cm2
+    // --from-literal=a=b --from-literal=key2=value2` sends.
+    let (code, body) = raw(
+        &server,
+        "POST",
+        path,
+        Some("application/vnd.kubernetes.protobuf"),
+        b"k8s\x00\x0a\x0f\x0a\x02v1\x12\x09ConfigMap\x12\x2d\x0a\x13\x0a\x03cm2\x12\x00\x1a\x00\x22\x00\x2a\x00\x32\x00\x38\x00\x42\x00\x12\x06\x0a\x01a\x12\x01b\x12\x0e\x0a\x04key2\x12\x06value2\x1a\x00\x22\x00",
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(body["data"], json!({"a": "b", "key2": "value2"}));
+    // Neither JSON nor YAML nor protobuf.
+    let (code, _) = raw(&server, "POST", path, Some("text/plain"), b"name: x").await;
+    assert_eq!(code, 415);
     let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\ndata:\n  k: v\n";
     let (code, body) = raw(
         &server,
@@ -905,6 +922,38 @@ async fn a_protobuf_body_is_unsupported_media_type_and_yaml_is_accepted() -> any
     assert_eq!(code, 201, "{body}");
     assert_eq!(body["data"]["k"], "v");
     assert_eq!(body["metadata"]["namespace"], "default");
+    Ok(())
+}
+
+#[tokio::test]
+async fn lists_and_gets_asked_for_as_a_table_are_printed_by_the_server() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    server.create(pod("default", "web-1"))?;
+    let url = format!("{}/api/v1/namespaces/default/pods", server.url());
+    let mut request = axum::http::Request::get(url);
+    request = request.header(
+        "Accept",
+        "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+    );
+    let table: Value = server
+        .client_no_retry()
+        .request(request.body(Vec::new())?)
+        .await?;
+    assert_eq!(table["kind"], "Table");
+    let columns: Vec<&str> = table["columnDefinitions"]
+        .as_array()
+        .map(|c| c.iter().filter_map(|c| c["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(columns[..5], ["Name", "Ready", "Status", "Restarts", "Age"]);
+    let cells = table["rows"][0]["cells"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        cells[..4],
+        [json!("web-1"), json!("2/2"), json!("Running"), json!("0")]
+    );
+    assert_eq!(table["rows"][0]["object"]["kind"], "PartialObjectMetadata");
     Ok(())
 }
 
