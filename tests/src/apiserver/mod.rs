@@ -2,18 +2,45 @@
 //! HTTP on `127.0.0.1:0`, so tests drive a real `kube::Client`.
 //!
 //! Layout:
-//! - `store`: current objects, the global resourceVersion, open watches
+//! - `store`: current objects, the global resourceVersion, open watches; deletion with
+//!   finalizers and namespace termination
 //! - `history`: the event log behind replays, exact reads and compaction
 //! - `object`: stored objects (value + serialized bytes), identity, write errors
-//! - `http`: paths and query strings to handlers; recording, delays and injected failures
+//! - `http`: paths and query strings to handlers; recording, delays and injected failures;
+//!   request media types
 //! - `list`: resourceVersion semantics, selectors, consistent pagination
 //! - `watch`: one task per watch stream: initial events, replay, bookmarks, selector transitions
 //! - `write`: GET / POST / PUT / PATCH / DELETE of single objects
-//! - `selector`: label and field selectors
+//! - `selector`: label and field selectors (field labels checked per kind)
+//! - `validation`: what a real server checks on create and update (422 with causes)
+//! - `discovery`: the built-in kinds, CRD-defined kinds, discovery and OpenAPI v3 documents
+//! - `table`: server-side printing (`as=Table`) for `kubectl get`
+//! - `protobuf`: the protobuf bodies kubectl's typed clients send (ConfigMap, Secret, Namespace)
 //! - `faults`: the fault knobs
 //! - `status`: Kubernetes Status bodies
 //! - `resource`: plurals, kinds, timestamps, uids
 //! - `fixtures`: realistic objects
+//!
+//! It answers as a kube-apiserver 1.36 does, where tests can tell:
+//! - DELETE of an object with finalizers sets `deletionTimestamp` and
+//!   `deletionGracePeriodSeconds: 0` and keeps it (watchers see MODIFIED); the update that
+//!   removes its last finalizer deletes it (DELETED); new finalizers on it are 422. DeleteOptions
+//!   (query or body): `preconditions` (409 Conflict) and `propagationPolicy`. There is no
+//!   garbage collector: `foregroundDeletion` / `orphan` are removed right after they are set,
+//!   dependents are not touched; pods are not deleted gracefully (no kubelet).
+//! - Deleting a Namespace marks it Terminating, deletes its content (respecting finalizers),
+//!   then itself; a create in it is 403 Forbidden. Creates in a namespace that does not exist
+//!   are still accepted (a real server answers 404).
+//! - A list at `resourceVersion=N` (NotOlderThan, not paginated) or a streaming list from N the
+//!   server has not reached waits for it (`Faults::too_large_resource_version_wait`, 3 s), then
+//!   answers 504 "Timeout: Too large resource version"; exact and paginated lists answer at once;
+//!   a plain watch from N just streams the events after N.
+//! - Field selectors: the labels each kind supports, else 400 with the kind's own message.
+//! - Creates and replaces over HTTP are validated (`validation`); objects created through
+//!   [`TestApiServer::create`] are not, so tests can seed anything.
+//! - Bodies: JSON or YAML; protobuf for ConfigMap, Secret and Namespace; anything else 415.
+//! - Discovery is the legacy form (no aggregated discovery, no protobuf advertised);
+//!   `/openapi/v3` has operations but no schemas, `/openapi/v2` is 404.
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
