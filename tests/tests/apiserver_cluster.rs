@@ -1015,3 +1015,38 @@ async fn discovery_describes_the_served_kinds_with_scope_verbs_and_short_names()
     assert_eq!(widgets["resources"][0]["namespaced"], json!(false));
     Ok(())
 }
+
+#[tokio::test]
+async fn aggregated_discovery_is_served_to_clients_that_ask_for_it() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let accept =
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
+    let get = |path: &str| {
+        axum::http::Request::get(format!("{}{path}", server.url()))
+            .header("Accept", accept)
+            .body(Vec::new())
+    };
+    let client = server.client_no_retry();
+    let groups: Value = client.request(get("/apis")?).await?;
+    assert_eq!(groups["kind"], "APIGroupDiscoveryList");
+    assert_eq!(groups["apiVersion"], "apidiscovery.k8s.io/v2");
+    let apps = groups["items"]
+        .as_array()
+        .and_then(|items| items.iter().find(|g| g["metadata"]["name"] == "apps"))
+        .cloned()
+        .unwrap_or_default();
+    let deployments = apps["versions"][0]["resources"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["resource"] == "deployments"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(deployments["scope"], "Namespaced");
+    assert_eq!(deployments["shortNames"], json!(["deploy"]));
+    assert_eq!(
+        deployments["responseKind"],
+        json!({"group": "apps", "version": "v1", "kind": "Deployment"})
+    );
+    let core: Value = client.request(get("/api")?).await?;
+    assert_eq!(core["items"][0]["versions"][0]["version"], "v1");
+    Ok(())
+}

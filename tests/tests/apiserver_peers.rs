@@ -143,6 +143,13 @@ async fn kubectl_api_resources_lists_the_served_kinds_with_short_names_and_scope
     let server = TestApiServer::start().await?;
     let kubectl = Kubectl::new(program, &server);
     let table = rows(&kubectl.ok(&["api-resources"]).await);
+    // kubectl asks for aggregated discovery and gets it: /api and /apis, no per-version fetch.
+    let paths: Vec<String> = server.requests().into_iter().map(|r| r.path).collect();
+    assert!(paths.iter().any(|p| p == "/apis"), "{paths:?}");
+    assert!(
+        !paths.iter().any(|p| p == "/api/v1" || p == "/apis/apps/v1"),
+        "{paths:?}"
+    );
     assert_eq!(
         table[0],
         ["NAME", "SHORTNAMES", "APIVERSION", "NAMESPACED", "KIND"]

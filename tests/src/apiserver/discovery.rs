@@ -2,10 +2,10 @@
 //! selectable fields), the custom resources its CustomResourceDefinitions define, and the
 //! discovery documents (`/version`, `/api`, `/api/v1`, `/apis`, `/apis/{group}[/{version}]`).
 //!
-//! Discovery is served in the legacy form only: clients asking for the aggregated form
-//! (`application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList`) get the legacy
-//! `application/json` documents, which client-go and kubectl accept by falling back to them.
-//! Protobuf is never advertised. `/openapi/v3` lists one document per group/version holding,
+//! `/api` and `/apis` answer in the aggregated form
+//! (`application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList`) to clients that ask
+//! for it first, as kubectl does, and in the legacy form otherwise (kube-rs). Protobuf is never
+//! advertised. `/openapi/v3` lists one document per group/version holding,
 //! for each collection, the PATCH operation with its group/version/kind and the
 //! `fieldValidation` parameter: kubectl then leaves validation to the server (without it,
 //! `kubectl apply` fails with "failed to download openapi" unless `--validate=false`). There are
@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use axum::http::{Method, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use serde_json::{Value, json};
 
@@ -657,12 +657,97 @@ fn version() -> Value {
     })
 }
 
+/// The media type of aggregated discovery, which client-go (kubectl) asks for first.
+const AGGREGATED: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+/// Whether the Accept header asks for aggregated discovery (v2).
+fn wants_aggregated(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(',')
+        .any(|range| {
+            let params: Vec<&str> = range.split(';').map(str::trim).collect();
+            params.contains(&"g=apidiscovery.k8s.io")
+                && params.contains(&"v=v2")
+                && params.contains(&"as=APIGroupDiscoveryList")
+        })
+}
+
+/// An `APIGroupDiscoveryList` of the core group (`core`) or of every other group.
+fn aggregated(shared: &Shared, core: bool) -> Value {
+    let mut groups: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for ((group, version), entries) in catalogue(shared) {
+        if group.is_empty() != core {
+            continue;
+        }
+        let kind_of = |kind: &str| json!({"group": group, "version": version, "kind": kind});
+        let resources: Vec<Value> = entries
+            .iter()
+            .map(|e| {
+                let mut r = json!({
+                    "resource": e.plural,
+                    "responseKind": kind_of(&e.kind),
+                    "scope": if e.namespaced { "Namespaced" } else { "Cluster" },
+                    "singularResource": e.singular,
+                    "verbs": VERBS,
+                    "subresources": [{
+                        "subresource": "status",
+                        "responseKind": kind_of(&e.kind),
+                        "verbs": ["get", "patch", "update"],
+                    }],
+                });
+                if !e.short_names.is_empty() {
+                    r["shortNames"] = json!(e.short_names);
+                }
+                r
+            })
+            .collect();
+        groups.entry(group.clone()).or_default().push(json!({
+            "version": version,
+            "resources": resources,
+            "freshness": "Current",
+        }));
+    }
+    let items: Vec<Value> = groups
+        .into_iter()
+        .map(|(name, versions)| {
+            let metadata = if name.is_empty() {
+                json!({})
+            } else {
+                json!({"name": name})
+            };
+            json!({"metadata": metadata, "versions": versions})
+        })
+        .collect();
+    json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": "apidiscovery.k8s.io/v2",
+        "metadata": {},
+        "items": items,
+    })
+}
+
 /// Serves a discovery path, or `None` when `path` is not one.
-pub(crate) fn serve(shared: &Shared, method: &Method, path: &str) -> Option<Response> {
+pub(crate) fn serve(
+    shared: &Shared,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+) -> Option<Response> {
     if method != Method::GET {
         return None;
     }
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    if matches!(segments.as_slice(), ["api"] | ["apis"]) && wants_aggregated(headers) {
+        let body = aggregated(shared, segments == ["api"]);
+        let mut response = json_response(StatusCode::OK, body.to_string());
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(AGGREGATED));
+        return Some(response);
+    }
     let body = match segments.as_slice() {
         ["version"] => version(),
         ["api"] => json!({

@@ -122,7 +122,9 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     let target = match route {
         Route::Resource(target) => target,
         Route::Version | Route::Unknown => {
-            if let Some(doc) = discovery::serve(&shared, &parts.method, parts.uri.path()) {
+            if let Some(doc) =
+                discovery::serve(&shared, &parts.method, parts.uri.path(), &parts.headers)
+            {
                 return doc;
             }
             return error_response(

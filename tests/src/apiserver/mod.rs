@@ -39,8 +39,9 @@
 //! - Creates and replaces over HTTP are validated (`validation`); objects created through
 //!   [`TestApiServer::create`] are not, so tests can seed anything.
 //! - Bodies: JSON or YAML; protobuf for ConfigMap, Secret and Namespace; anything else 415.
-//! - Discovery is the legacy form (no aggregated discovery, no protobuf advertised);
-//!   `/openapi/v3` has operations but no schemas, `/openapi/v2` is 404.
+//! - Discovery: aggregated (v2) to clients asking for it (kubectl), the legacy documents
+//!   otherwise (kube-rs), no protobuf advertised; `/openapi/v3` has operations but no schemas,
+//!   `/openapi/v2` is 404.
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
