@@ -491,17 +491,27 @@ async fn a_list_at_a_future_resource_version_waits_then_answers_504_too_large() 
     assert_eq!(details.retry_after_seconds, 1);
     assert_eq!(details.causes[0].reason, "ResourceVersionTooLarge");
     assert_eq!(details.causes[0].message, "Too large resource version");
-    // NotOlderThan spelled out waits the same way.
-    let err = status(
-        cms.list(
-            &ListParams::default()
-                .at(&future.to_string())
-                .matching(VersionMatch::NotOlderThan),
-        )
-        .await
-        .expect_err("504"),
-    );
-    assert_eq!(err.code, 504);
+    // NotOlderThan spelled out, Exact, and paginated lists wait the same way.
+    for params in [
+        ListParams::default()
+            .at(&future.to_string())
+            .matching(VersionMatch::NotOlderThan),
+        ListParams::default()
+            .at(&future.to_string())
+            .matching(VersionMatch::Exact),
+        ListParams::default().at(&future.to_string()).limit(10),
+    ] {
+        let started = Instant::now();
+        let err = status(cms.list(&params).await.expect_err("504"));
+        assert!(
+            started.elapsed() >= Duration::from_millis(300),
+            "{params:?}"
+        );
+        assert_eq!(
+            (err.code, err.details.map(|d| d.retry_after_seconds)),
+            (504, Some(1))
+        );
+    }
     Ok(())
 }
 
@@ -610,6 +620,20 @@ async fn field_labels_a_kind_does_not_support_are_refused_with_its_message() -> 
             .expect("400"),
     );
     assert_eq!(err.message, "field label not supported: spec.nope");
+    // A label selector that does not parse is a 400 too, for lists and watches.
+    let err = status(
+        pods.list(&ListParams::default().labels("a in b"))
+            .await
+            .expect_err("400"),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (400, "BadRequest"));
+    let err = status(
+        pods.watch(&WatchParams::default().labels("a in b"), "0")
+            .await
+            .err()
+            .expect("400"),
+    );
+    assert_eq!(err.code, 400);
     Ok(())
 }
 

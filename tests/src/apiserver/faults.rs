@@ -158,7 +158,7 @@ impl Faults {
         self.lock().bookmark_interval = interval;
     }
 
-    /// How long a list at `resourceVersion=N` (NotOlderThan, not paginated) or a watch with
+    /// How long a list at `resourceVersion=N` (NotOlderThan or Exact) or a watch with
     /// `sendInitialEvents=true` from N waits for the server to reach N before answering
     /// 504 Timeout "Too large resource version" (default [`DEFAULT_TOO_LARGE_RV_WAIT`], the
     /// watch cache's 3 s). Read when the request arrives.

@@ -129,9 +129,10 @@ fn read_at(query: &Query, paginated: bool) -> Result<ReadAt, ApiError> {
     }
 }
 
-/// Serves a list request. A list from the watch cache (`resourceVersion=N`, NotOlderThan, not
-/// paginated) at an N the server has not reached waits for it (3 s by default), then answers
-/// 504 Timeout "Too large resource version"; an exact or paginated one answers at once.
+/// Serves a list request. A list at a resourceVersion N the server has not reached (NotOlderThan
+/// or Exact, paginated or not: 1.36 serves them all from the watch cache, which first waits to
+/// be fresh) waits for it (3 s by default), then answers 504 Timeout "Too large resource
+/// version".
 pub(crate) async fn list(shared: &Shared, target: &Target, query: &Query) -> Response {
     let filter = match Filter::from_request(shared, target, query) {
         Ok(filter) => filter,
@@ -149,9 +150,7 @@ pub(crate) async fn list(shared: &Shared, target: &Target, query: &Query) -> Res
         Ok(at) => at,
         Err(e) => return e.into_response(),
     };
-    if limit.is_none()
-        && let ReadAt::NotOlderThan(n) = at
-    {
+    if let ReadAt::NotOlderThan(n) | ReadAt::Exact(n) = at {
         shared.wait_for_resource_version(n).await;
     }
     if limit.is_some()

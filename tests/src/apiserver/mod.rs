@@ -31,10 +31,10 @@
 //! - Deleting a Namespace marks it Terminating, deletes its content (respecting finalizers),
 //!   then itself; a create in it is 403 Forbidden. Creates in a namespace that does not exist
 //!   are still accepted (a real server answers 404).
-//! - A list at `resourceVersion=N` (NotOlderThan, not paginated) or a streaming list from N the
+//! - A list at `resourceVersion=N` (NotOlderThan or Exact) or a streaming list from N the
 //!   server has not reached waits for it (`Faults::too_large_resource_version_wait`, 3 s), then
-//!   answers 504 "Timeout: Too large resource version"; exact and paginated lists answer at once;
-//!   a plain watch from N just streams the events after N.
+//!   answers 504 "Timeout: Too large resource version"; a plain watch from N just streams the
+//!   events after N (as the watch cache does).
 //! - Field selectors: the labels each kind supports, else 400 with the kind's own message.
 //! - Creates and replaces over HTTP are validated (`validation`); objects created through
 //!   [`TestApiServer::create`] are not, so tests can seed anything.
