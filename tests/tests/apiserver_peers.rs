@@ -135,6 +135,54 @@ async fn kubectl_get_pods_discovers_pods_and_prints_the_servers_table() -> anyho
 }
 
 #[tokio::test]
+async fn kubectl_get_watch_prints_each_event_as_a_row_of_the_servers_table() -> anyhow::Result<()> {
+    let Some(program) = kubectl() else {
+        return Ok(());
+    };
+    let server = TestApiServer::start().await?;
+    server.create(pod("default", "web-1"))?;
+    let kubectl = Kubectl::new(program, &server);
+    let writer = server.clone();
+    tokio::spawn(async move {
+        // Once kubectl's watch is open.
+        if writer
+            .wait_for_open_watches(1, std::time::Duration::from_secs(20))
+            .await
+            .is_ok()
+        {
+            writer.create(pod("default", "web-2")).ok();
+        }
+    });
+    // The watch ends with the request timeout; what was printed until then is the test.
+    let (_, out, stderr) = kubectl
+        .run(&[
+            "get",
+            "pods",
+            "-w",
+            "--output-watch-events=true",
+            "--request-timeout=3s",
+        ])
+        .await;
+    let table = rows(&out);
+    assert_eq!(
+        table.first().map(|r| r[..5].to_vec()),
+        Some(
+            ["EVENT", "NAME", "READY", "STATUS", "RESTARTS"]
+                .map(String::from)
+                .to_vec()
+        ),
+        "{out}{stderr}"
+    );
+    assert!(
+        table
+            .iter()
+            .any(|r| r[..5] == ["ADDED", "web-2", "2/2", "Running", "0"]),
+        "{out}{stderr}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn kubectl_api_resources_lists_the_served_kinds_with_short_names_and_scope()
 -> anyhow::Result<()> {
     let Some(program) = kubectl() else {

@@ -147,7 +147,9 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
                 answer
             }
         }
-        (Verb::Watch, _, _) => watch::watch(&shared, target, &query).await,
+        (Verb::Watch, _, _) => {
+            watch::watch(&shared, target, &query, table::wanted(&parts.headers)).await
+        }
         (Verb::Get, _, _) => {
             let answer = write::get(&shared, &target);
             if table::wanted(&parts.headers) {

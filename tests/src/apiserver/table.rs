@@ -1,6 +1,7 @@
-//! Server-side printing: a list or get asked for as a `meta.k8s.io/v1` Table (kubectl asks for
-//! one on every `kubectl get`) is answered with one, with the columns a real server prints for
-//! Pods, Namespaces, ConfigMaps and Secrets, and `NAME`, `AGE` for every other kind.
+//! Server-side printing: a list, get or watch asked for as a `meta.k8s.io/v1` Table (kubectl asks
+//! for one on every `kubectl get`, `-w` included) is answered with one (a watch: one Table of one
+//! row per event), with the columns a real server prints for Pods, Namespaces, ConfigMaps and
+//! Secrets, and `NAME`, `AGE` for every other kind.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -203,6 +204,44 @@ fn printer(kind: &str) -> (Vec<Value>, Row) {
     }
 }
 
+/// A Table of `items` of `kind`; `columns` false leaves the column definitions empty, as a
+/// real server does in every watch event but the first.
+pub(crate) fn table(
+    kind: &str,
+    items: &[Value],
+    metadata: Value,
+    include: &str,
+    columns: bool,
+) -> Value {
+    let (definitions, row) = printer(kind);
+    let rows: Vec<Value> = items
+        .iter()
+        .map(|item| {
+            let object = match include {
+                "None" => Value::Null,
+                "Object" => item.clone(),
+                _ => json!({
+                    "kind": "PartialObjectMetadata",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": item.get("metadata").cloned().unwrap_or(json!({})),
+                }),
+            };
+            let mut r = json!({"cells": row(item)});
+            if !object.is_null() {
+                r["object"] = object;
+            }
+            r
+        })
+        .collect();
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": metadata,
+        "columnDefinitions": if columns { json!(definitions) } else { json!([]) },
+        "rows": rows,
+    })
+}
+
 /// Turns a 200 list or get response into a Table; anything else passes through.
 pub(crate) async fn render(response: Response, query: &Query) -> Response {
     if response.status() != StatusCode::OK {
@@ -233,36 +272,10 @@ pub(crate) async fn render(response: Response, query: &Query) -> Response {
                 .to_string(),
         ),
     };
-    let (columns, row) = printer(&kind);
     let include = query
         .get("includeObject")
         .map_or("Metadata", String::as_str);
-    let rows: Vec<Value> = items
-        .iter()
-        .map(|item| {
-            let object = match include {
-                "None" => Value::Null,
-                "Object" => item.clone(),
-                _ => json!({
-                    "kind": "PartialObjectMetadata",
-                    "apiVersion": "meta.k8s.io/v1",
-                    "metadata": item.get("metadata").cloned().unwrap_or(json!({})),
-                }),
-            };
-            let mut r = json!({"cells": row(item)});
-            if !object.is_null() {
-                r["object"] = object;
-            }
-            r
-        })
-        .collect();
-    let table = json!({
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": metadata,
-        "columnDefinitions": columns,
-        "rows": rows,
-    });
+    let table = table(&kind, &items, metadata, include, true);
     json_response(StatusCode::OK, table.to_string())
 }
 

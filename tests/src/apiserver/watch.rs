@@ -28,6 +28,7 @@ use super::status::{
     bad_request, error_response, status_body, too_large_details, too_large_message,
 };
 use super::store::{Initial, WatchFrom, WatchMsg};
+use super::table;
 
 /// Chunks buffered between a watch task and its connection; the task waits when a client reads
 /// slowly, while writers keep filling its unbounded event channel.
@@ -51,7 +52,12 @@ const MALFORMED_LINE: &[u8] = b"this is not json {\n";
 /// reached waits for it (3 s by default), then answers, as the watch cache does, with a
 /// 200 stream holding one ERROR event: 504 Timeout "Too large resource version". A plain watch
 /// from such a resourceVersion is an ordinary stream of the events after it.
-pub(crate) async fn watch(shared: &Arc<Shared>, target: Target, query: &Query) -> Response {
+pub(crate) async fn watch(
+    shared: &Arc<Shared>,
+    target: Target,
+    query: &Query,
+    table_wanted: bool,
+) -> Response {
     let filter = match Filter::from_request(shared, &target, query) {
         Ok(filter) => filter,
         Err(e) => return bad_request(&e),
@@ -158,6 +164,12 @@ pub(crate) async fn watch(shared: &Arc<Shared>, target: Target, query: &Query) -
                 sent: 0,
                 buf: BytesMut::new(),
                 body: body_tx,
+                table: table_wanted.then(|| {
+                    query
+                        .get("includeObject")
+                        .cloned()
+                        .unwrap_or_else(|| "Metadata".into())
+                }),
             };
             let end_bookmark = from == WatchFrom::InitialEvents;
             tokio::spawn(task.run(registration.initial, end_bookmark, registration.rx));
@@ -205,6 +217,9 @@ struct WatchTask {
     buf: BytesMut,
     /// Chunks to the connection.
     body: mpsc::Sender<Chunk>,
+    /// `includeObject` when the client asked for Tables: every object event is then a Table
+    /// of one row.
+    table: Option<String>,
 }
 
 impl Drop for WatchTask {
@@ -379,7 +394,20 @@ impl WatchTask {
         self.buf.extend_from_slice(b"{\"type\":\"");
         self.buf.extend_from_slice(kind.as_bytes());
         self.buf.extend_from_slice(b"\",\"object\":");
-        self.buf.extend_from_slice(&obj.json);
+        match &self.table {
+            None => self.buf.extend_from_slice(&obj.json),
+            Some(include) => {
+                let rv = obj.value.pointer("/metadata/resourceVersion").cloned();
+                let table = table::table(
+                    &self.kind,
+                    std::slice::from_ref(&obj.value),
+                    json!({"resourceVersion": rv}),
+                    include,
+                    self.sent == 0,
+                );
+                self.buf.extend_from_slice(table.to_string().as_bytes());
+            }
+        }
         self.buf.extend_from_slice(b"}\n");
         self.sent += 1;
         match (self.faults.close_after, self.faults.cut_after) {
