@@ -881,7 +881,10 @@ async fn the_scope_of_a_kind_decides_where_it_can_be_created() -> anyhow::Result
     )
     .await;
     assert_eq!(code, 404);
-    let (code, _) = raw(
+    // A namespace in the body of a cluster-scoped object is dropped, as the server does.
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "namespace": "default"}})
+        .to_string();
+    let (code, body) = raw(
         &server,
         "POST",
         "/api/v1/nodes",
@@ -890,6 +893,8 @@ async fn the_scope_of_a_kind_decides_where_it_can_be_created() -> anyhow::Result
     )
     .await;
     assert_eq!(code, 201);
+    assert_eq!(body["metadata"].get("namespace"), None);
+    assert!(server.get("v1", "Node", None, "n1").is_some());
     Ok(())
 }
 

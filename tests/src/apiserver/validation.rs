@@ -173,6 +173,21 @@ fn metadata(kind: &str, obj: &Value, errs: &mut Vec<FieldError>) {
         "Service" => NameRule::Dns1035,
         _ => NameRule::Subdomain,
     };
+    if let Some(prefix) = text("generateName").filter(|g| !g.is_empty()) {
+        // A prefix may end with '-': checked as if it ended with 'a', as apimachinery does.
+        let masked = match prefix.strip_suffix('-') {
+            Some(stem) => format!("{stem}a"),
+            None => prefix.to_string(),
+        };
+        let (ok, detail) = match rule {
+            NameRule::Subdomain => (is_subdomain(&masked), DNS1123_SUBDOMAIN),
+            NameRule::Label => (is_label(&masked, false), DNS1123_LABEL),
+            NameRule::Dns1035 => (is_label(&masked, true), DNS1035_LABEL),
+        };
+        if !ok {
+            errs.push(FieldError::invalid("metadata.generateName", prefix, detail));
+        }
+    }
     match text("name").filter(|n| !n.is_empty()) {
         None => {
             if text("generateName").is_none_or(str::is_empty) {
@@ -396,9 +411,16 @@ pub(crate) fn scope(shared: &Shared, target: &Target) -> Result<(), ApiError> {
 }
 
 /// Validates an object about to be created or replaced through `target` (after the path has
-/// filled its apiVersion, kind and namespace).
-pub(crate) fn validate(shared: &Shared, target: &Target, obj: &Value) -> Result<(), ApiError> {
+/// filled its apiVersion, kind and namespace). A namespace in the body of a cluster-scoped
+/// kind is cleared, as the API server does.
+pub(crate) fn validate(shared: &Shared, target: &Target, obj: &mut Value) -> Result<(), ApiError> {
     scope(shared, target)?;
+    if known(shared, &target.resource).namespaced() == Some(false)
+        && let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut)
+    {
+        meta.remove("namespace");
+    }
+    let obj = &*obj;
     let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
     let name = obj
         .pointer("/metadata/name")
@@ -440,6 +462,15 @@ mod tests {
             ["metadata.name: Required value: name or generateName is required"]
         );
         assert!(errs("", "ConfigMap", json!({"metadata": {"generateName": "x-"}})).is_empty());
+        let e = errs(
+            "",
+            "ConfigMap",
+            json!({"metadata": {"generateName": "X_-"}}),
+        );
+        assert!(
+            e[0].starts_with("metadata.generateName: Invalid value: \"X_-\""),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -138,7 +138,7 @@ pub(crate) async fn create(shared: &Shared, target: &Target, body: Body) -> Resp
     if let Err(e) = conform(shared, target, &mut obj) {
         return e.into_response();
     }
-    if let Err(e) = validation::validate(shared, target, &obj) {
+    if let Err(e) = validation::validate(shared, target, &mut obj) {
         return e.into_response();
     }
     match shared.store.create(obj) {
@@ -160,7 +160,7 @@ pub(crate) async fn replace(shared: &Shared, target: &Target, body: Body) -> Res
     if let Err(e) = conform(shared, target, &mut obj) {
         return e.into_response();
     }
-    if !status_only && let Err(e) = validation::validate(shared, target, &obj) {
+    if !status_only && let Err(e) = validation::validate(shared, target, &mut obj) {
         return e.into_response();
     }
     if status_only {
