@@ -373,8 +373,31 @@ async fn delete_preconditions_that_do_not_hold_are_a_409_conflict() -> anyhow::R
         cms.get("c").await.is_ok(),
         "a failed precondition deletes nothing"
     );
-    cms.delete("c", &with(Some(&uid), Some(&rv))).await?;
+    // Deleted at once: a ConfigMap's registry answers with a Status naming it, not the object.
+    let answer = cms.delete("c", &with(Some(&uid), Some(&rv))).await?;
+    let done = answer.right().expect("a Status");
+    let details = done.details.expect("details");
+    assert_eq!(
+        (
+            details.name.as_str(),
+            details.kind.as_str(),
+            details.uid.as_str()
+        ),
+        ("c", "configmaps", uid.as_str())
+    );
     assert_eq!(status(cms.get("c").await.expect_err("gone")).code, 404);
+    // A Pod's registry answers with the pod.
+    server.create(pod("default", "web-1"))?;
+    let pods: Api<DynamicObject> = Api::namespaced_with(
+        server.client_no_retry(),
+        "default",
+        &resource("", "v1", "Pod"),
+    );
+    let gone = pods.delete("web-1", &DeleteParams::default()).await?;
+    assert_eq!(
+        gone.left().and_then(|p| p.metadata.name).as_deref(),
+        Some("web-1")
+    );
     Ok(())
 }
 

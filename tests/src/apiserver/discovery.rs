@@ -367,6 +367,19 @@ pub(crate) fn builtin(resource: &ResourceKey) -> Option<&'static Builtin> {
     })
 }
 
+/// Whether a DELETE that removes an object at once answers with the object (the registries
+/// with `ReturnDeletedObject`: pods, services, serviceaccounts, storageclasses, and every kind
+/// this server does not know as a built-in) rather than with a Status Success.
+pub(crate) fn returns_deleted_object(resource: &ResourceKey) -> bool {
+    match builtin(resource) {
+        Some(b) => matches!(
+            (b.group, b.plural),
+            ("", "pods" | "services" | "serviceaccounts") | ("storage.k8s.io", "storageclasses")
+        ),
+        None => true,
+    }
+}
+
 /// A kind served from a CustomResourceDefinition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct CustomKind {

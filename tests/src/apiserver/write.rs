@@ -15,7 +15,7 @@ use super::object::StoreError;
 use super::resource::{ResourceKey, split_api_version};
 use super::status::{ApiError, error_response, json_response, store_error};
 use super::store::{DeleteOptions, Propagation};
-use super::{Shared, validation};
+use super::{Shared, discovery, validation};
 
 /// Largest request body accepted.
 const MAX_BODY: usize = 64 << 20;
@@ -344,8 +344,10 @@ fn delete_options(query: &Query, body: &[u8]) -> Result<DeleteOptions, ApiError>
 
 /// DELETE of an object, with DeleteOptions from the query and the body (JSON or YAML):
 /// preconditions (409 Conflict on a mismatch) and the propagation policy. An object without
-/// finalizers goes at once (200 with its last state); one with finalizers, and a Namespace,
-/// is marked with `deletionTimestamp` and stays until they are gone (200 with its new state).
+/// finalizers goes at once: 200 with its last state for the kinds whose registry returns it
+/// (Pod, Service, ServiceAccount, StorageClass; custom resources), else 200 with a Status
+/// Success naming it. One with finalizers, and a Namespace, is marked with `deletionTimestamp`
+/// and stays until they are gone (200 with its new state).
 pub(crate) async fn delete(
     shared: &Shared,
     target: &Target,
@@ -371,15 +373,36 @@ pub(crate) async fn delete(
         Ok(options) => options,
         Err(e) => return e.into_response(),
     };
-    match shared.store.delete(
+    let state = match shared.store.delete(
         &target.resource,
         target.namespace.as_deref(),
         name,
         &options,
     ) {
-        Ok(state) => json_response(StatusCode::OK, state.to_string()),
-        Err(e) => store_error(&e),
+        Ok(state) => state,
+        Err(e) => return store_error(&e),
+    };
+    let gone = shared
+        .store
+        .get(&target.resource, target.namespace.as_deref(), name)
+        .is_none();
+    if gone && !discovery::returns_deleted_object(&target.resource) {
+        // What the registry answers for a kind without ReturnDeletedObject.
+        let status = serde_json::json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "details": {
+                "name": name,
+                "group": target.resource.group,
+                "kind": target.resource.plural,
+                "uid": state.pointer("/metadata/uid").cloned().unwrap_or(Value::Null),
+            },
+        });
+        return json_response(StatusCode::OK, status.to_string());
     }
+    json_response(StatusCode::OK, state.to_string())
 }
 
 #[cfg(test)]
