@@ -741,6 +741,12 @@ async fn custom_resources_select_on_the_selectable_fields_of_their_crd() -> anyh
             .expect_err("400"),
     );
     assert_eq!(err.message, "field label not supported: spec.size");
+    // Deleted at once, a custom resource is answered with a Status, as its registry does.
+    let done = widgets.delete("a", &DeleteParams::default()).await?;
+    assert_eq!(
+        done.right().map(|s| s.status),
+        Some(Some(kube::core::response::StatusSummary::Success))
+    );
     Ok(())
 }
 

@@ -368,15 +368,17 @@ pub(crate) fn builtin(resource: &ResourceKey) -> Option<&'static Builtin> {
 }
 
 /// Whether a DELETE that removes an object at once answers with the object (the registries
-/// with `ReturnDeletedObject`: pods, services, serviceaccounts, storageclasses, and every kind
-/// this server does not know as a built-in) rather than with a Status Success.
-pub(crate) fn returns_deleted_object(resource: &ResourceKey) -> bool {
-    match builtin(resource) {
-        Some(b) => matches!(
+/// with `ReturnDeletedObject`: pods, services, serviceaccounts, storageclasses; and the kinds
+/// this server knows neither as built-ins nor from a CRD) rather than with a Status Success
+/// (every other built-in, and custom resources).
+pub(crate) fn returns_deleted_object(shared: &Shared, resource: &ResourceKey) -> bool {
+    match known(shared, resource) {
+        Known::Builtin(b) => matches!(
             (b.group, b.plural),
             ("", "pods" | "services" | "serviceaccounts") | ("storage.k8s.io", "storageclasses")
         ),
-        None => true,
+        Known::Custom(_) => false,
+        Known::Unknown => true,
     }
 }
 

@@ -345,7 +345,7 @@ fn delete_options(query: &Query, body: &[u8]) -> Result<DeleteOptions, ApiError>
 /// DELETE of an object, with DeleteOptions from the query and the body (JSON or YAML):
 /// preconditions (409 Conflict on a mismatch) and the propagation policy. An object without
 /// finalizers goes at once: 200 with its last state for the kinds whose registry returns it
-/// (Pod, Service, ServiceAccount, StorageClass; custom resources), else 200 with a Status
+/// (Pod, Service, ServiceAccount, StorageClass), else (custom resources too) 200 with a Status
 /// Success naming it. One with finalizers, and a Namespace, is marked with `deletionTimestamp`
 /// and stays until they are gone (200 with its new state).
 pub(crate) async fn delete(
@@ -386,7 +386,7 @@ pub(crate) async fn delete(
         .store
         .get(&target.resource, target.namespace.as_deref(), name)
         .is_none();
-    if gone && !discovery::returns_deleted_object(&target.resource) {
+    if gone && !discovery::returns_deleted_object(shared, &target.resource) {
         // What the registry answers for a kind without ReturnDeletedObject.
         let status = serde_json::json!({
             "kind": "Status",
