@@ -319,10 +319,15 @@ fn no_new_finalizers(
     let detail = format!(
         "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{list}}}"
     );
+    let qualified_kind = if resource.group.is_empty() {
+        kind.to_string()
+    } else {
+        format!("{kind}.{}", resource.group)
+    };
     StoreError::Api {
         code: 422,
         reason: "Invalid",
-        message: format!("{kind} {name:?} is invalid: metadata.finalizers: {detail}"),
+        message: format!("{qualified_kind} {name:?} is invalid: metadata.finalizers: {detail}"),
         details: Some(serde_json::json!({
             "name": name,
             "group": resource.group,
