@@ -131,6 +131,19 @@ async fn kubectl_get_pods_discovers_pods_and_prints_the_servers_table() -> anyho
     let json: Value =
         serde_json::from_str(&kubectl.ok(&["get", "pod", "web-1", "-o", "json"]).await)?;
     assert_eq!(json["status"]["containerStatuses"][0]["name"], "app");
+    // describe reads the pod, then its events by field selector (involvedObject.*).
+    let described = kubectl.ok(&["describe", "pod", "web-1"]).await;
+    assert!(
+        described.contains("Status:") && described.contains("Running"),
+        "{described}"
+    );
+    let events = server
+        .requests()
+        .into_iter()
+        .find(|r| r.path.ends_with("/events"))
+        .and_then(|r| r.query.get("fieldSelector").cloned())
+        .unwrap_or_default();
+    assert!(events.contains("involvedObject.name=web-1"), "{events}");
     Ok(())
 }
 
