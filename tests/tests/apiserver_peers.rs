@@ -83,8 +83,10 @@ impl Kubectl {
             .args(args)
             .env("KUBECONFIG", &self.config)
             // Its discovery cache under the temp dir, not the user's.
-            .env("HOME", self.config.parent().unwrap_or(Path::new("/tmp")))
-            .args(["--request-timeout", "20s"]);
+            .env("HOME", self.config.parent().unwrap_or(Path::new("/tmp")));
+        if !args.iter().any(|a| a.starts_with("--request-timeout")) {
+            command.args(["--request-timeout", "20s"]);
+        }
         let out: Output = tokio::task::spawn_blocking(move || command.output())
             .await
             .expect("kubectl task")
@@ -173,7 +175,7 @@ async fn kubectl_get_watch_prints_each_event_as_a_row_of_the_servers_table() -> 
             "pods",
             "-w",
             "--output-watch-events=true",
-            "--request-timeout=3s",
+            "--request-timeout=6s",
         ])
         .await;
     let table = rows(&out);
