@@ -886,6 +886,71 @@ async fn a_pod_without_containers_and_a_deployment_not_matching_its_selector_are
 }
 
 #[tokio::test]
+async fn a_replace_may_not_change_what_is_immutable() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let cms = config_maps(&server, "default");
+    let mut frozen = config_map("default", "frozen", &[("k", "v")]);
+    frozen["immutable"] = json!(true);
+    cms.create(&PostParams::default(), &typed(frozen)).await?;
+    let mut changed = cms.get("frozen").await?;
+    changed.data["data"] = json!({"k": "other"});
+    let err = status(
+        cms.replace("frozen", &PostParams::default(), &changed)
+            .await
+            .expect_err("422"),
+    );
+    assert_eq!(
+        err.message,
+        "ConfigMap \"frozen\" is invalid: data: Forbidden: field is immutable when `immutable` is set"
+    );
+    assert_eq!(
+        causes(&err),
+        [("data".to_string(), "FieldValueForbidden".to_string())]
+    );
+    // Labels may still change.
+    let mut labelled = cms.get("frozen").await?;
+    labelled.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
+    cms.replace("frozen", &PostParams::default(), &labelled)
+        .await?;
+
+    let deployments: Api<DynamicObject> = Api::namespaced_with(
+        server.client_no_retry(),
+        "default",
+        &resource("apps", "v1", "Deployment"),
+    );
+    let deployment = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web", "v": "1"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx"}]}}
+        }
+    });
+    deployments
+        .create(&PostParams::default(), &typed(deployment))
+        .await?;
+    let mut moved = deployments.get("web").await?;
+    moved.data["spec"]["selector"] = json!({"matchLabels": {"app": "web", "v": "1"}});
+    let err = status(
+        deployments
+            .replace("web", &PostParams::default(), &moved)
+            .await
+            .expect_err("422"),
+    );
+    assert_eq!(
+        causes(&err),
+        [("spec.selector".to_string(), "FieldValueInvalid".to_string())]
+    );
+    assert!(
+        err.message.ends_with("field is immutable"),
+        "{}",
+        err.message
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn the_scope_of_a_kind_decides_where_it_can_be_created() -> anyhow::Result<()> {
     let server = TestApiServer::start().await?;
     let body = config_map("default", "c", &[]).to_string();

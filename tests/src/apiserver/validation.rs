@@ -6,8 +6,9 @@
 //! label for Namespaces, a DNS-1035 label for Services), label keys and values, annotation keys
 //! and their total size. Built-ins: a Pod needs containers with names and images; a Deployment
 //! a selector matching its template's labels and containers; a Service ports (unless
-//! ExternalName or headless); ConfigMap and Secret keys. The scope: a namespaced kind is only
-//! created under `namespaces/{ns}/`, a cluster-scoped one never is.
+//! ExternalName or headless); ConfigMap and Secret keys. On replace, the data of an immutable
+//! ConfigMap or Secret, a Secret's type and a Deployment's selector may not change. The scope: a
+//! namespaced kind is only created under `namespaces/{ns}/`, a cluster-scoped one never is.
 
 use serde_json::{Map, Value, json};
 
@@ -354,6 +355,69 @@ fn kind_rules(group: &str, kind: &str, obj: &Value, errs: &mut Vec<FieldError>) 
     }
 }
 
+const IMMUTABLE_WHEN_SET: &str = "field is immutable when `immutable` is set";
+
+/// What an update may not change, for the built-ins with immutable fields: the data of an
+/// immutable ConfigMap or Secret (and the flag itself), a Secret's type, a Deployment's selector.
+pub(crate) fn update_errors(group: &str, kind: &str, old: &Value, new: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let forbidden = |field: &str, detail: &str| FieldError {
+        reason: "FieldValueForbidden",
+        field: field.to_string(),
+        body: format!("Forbidden: {detail}"),
+    };
+    let immutable = |o: &Value| o.get("immutable").and_then(Value::as_bool) == Some(true);
+    match (group, kind) {
+        ("", "ConfigMap" | "Secret") => {
+            if immutable(old) {
+                if !immutable(new) {
+                    errs.push(forbidden("immutable", IMMUTABLE_WHEN_SET));
+                }
+                let fields: &[&str] = if kind == "ConfigMap" {
+                    &["data", "binaryData"]
+                } else {
+                    &["data"]
+                };
+                for field in fields {
+                    if old.get(*field) != new.get(*field) {
+                        errs.push(forbidden(field, IMMUTABLE_WHEN_SET));
+                    }
+                }
+            }
+            if kind == "Secret" {
+                let kind_of = |o: &Value| {
+                    o.get("type")
+                        .and_then(Value::as_str)
+                        .unwrap_or("Opaque")
+                        .to_string()
+                };
+                if kind_of(old) != kind_of(new) {
+                    errs.push(FieldError::invalid(
+                        "type",
+                        &kind_of(new),
+                        "field is immutable",
+                    ));
+                }
+            }
+        }
+        ("apps", "Deployment") => {
+            let selector = |o: &Value| o.pointer("/spec/selector").cloned();
+            if selector(old) != selector(new) {
+                errs.push(FieldError {
+                    reason: "FieldValueInvalid",
+                    field: "spec.selector".into(),
+                    body: format!(
+                        "Invalid value: {}: field is immutable",
+                        selector(new).unwrap_or(Value::Null)
+                    ),
+                });
+            }
+        }
+        _ => {}
+    }
+    errs
+}
+
 /// The 422 Invalid answer for `errs`.
 pub(crate) fn invalid(group: &str, kind: &str, name: &str, errs: &[FieldError]) -> ApiError {
     let rendered: Vec<String> = errs
@@ -427,7 +491,15 @@ pub(crate) fn validate(shared: &Shared, target: &Target, obj: &mut Value) -> Res
         .and_then(Value::as_str)
         .unwrap_or("");
     let group = &target.resource.group;
-    let errs = field_errors(group, kind, obj);
+    let mut errs = field_errors(group, kind, obj);
+    // A replace is also checked against the object it replaces.
+    if let Some(old) = target.name.as_deref().and_then(|n| {
+        shared
+            .store
+            .get(&target.resource, target.namespace.as_deref(), n)
+    }) {
+        errs.extend(update_errors(group, kind, &old.value, obj));
+    }
     if errs.is_empty() {
         Ok(())
     } else {
