@@ -300,7 +300,7 @@ async fn json_patch_applies_rfc_6902_operations_with_pointer_escapes() {
         {"op": "add", "path": "/metadata/labels/app.kubernetes.io~1name", "value": "web"},
         {"op": "add", "path": "/spec/template/spec/containers/-", "value": {"name": "b", "image": "b:1"}},
         {"op": "replace", "path": "/spec/replicas", "value": 3},
-        {"op": "copy", "from": "/spec/template/spec/containers/0/image", "path": "/metadata/labels/copied"},
+        {"op": "copy", "from": "/spec/template/spec/containers/0/name", "path": "/metadata/labels/copied"},
         {"op": "move", "from": "/metadata/labels/copied", "path": "/metadata/labels/moved"},
         {"op": "remove", "path": "/metadata/labels/app"}
     ]);
@@ -312,7 +312,7 @@ async fn json_patch_applies_rfc_6902_operations_with_pointer_escapes() {
     let patched = value(&patched);
     assert_eq!(
         patched["metadata"]["labels"],
-        json!({"app.kubernetes.io/name": "web", "moved": "app:1"})
+        json!({"app.kubernetes.io/name": "web", "moved": "app"})
     );
     assert_eq!(patched["spec"]["replicas"], 3);
     assert_eq!(

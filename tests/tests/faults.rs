@@ -125,17 +125,7 @@ impl Harness {
             cache_state(&self.inf) == want
         })
         .await;
-        // An atomic relist replaces the cache before it notifies the listeners: the cache
-        // can equal the server while the notifications are still being handed out.
-        until(
-            &format!("{what}: the recorder's history ends at the server's state"),
-            || {
-                let replayed = replay(&self.rec.deliveries())
-                    .unwrap_or_else(|e| panic!("{what}: inconsistent history: {e}"));
-                replayed == want
-            },
-        )
-        .await;
+        until_replayed(&format!("{what}: the recorder"), &self.rec, &want).await;
         let (n, sum) = server_checksum(self.server());
         until(
             &format!("{what}: the plugin's view equals the server"),

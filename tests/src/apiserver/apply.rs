@@ -594,7 +594,7 @@ pub(crate) fn record_update(old: Option<&Value>, new: &mut Value, writer: &Write
 }
 
 /// An apply that cannot proceed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum ApplyError {
     /// Fields owned by other managers would change: 409 with one cause per field.
     Conflict { message: String, causes: Vec<Value> },

@@ -12,6 +12,10 @@ use super::Verb;
 /// Bookmark interval of a fresh server.
 pub const DEFAULT_BOOKMARK_INTERVAL: Duration = Duration::from_secs(1);
 
+/// How long a read at a resourceVersion newer than the server's waits for it before the
+/// 504 "Too large resource version" answer: the watch cache's 3 s.
+pub const DEFAULT_TOO_LARGE_RV_WAIT: Duration = Duration::from_secs(3);
+
 /// A failure armed by [`Faults::fail_next`].
 #[derive(Debug, Clone)]
 struct FailRule {
@@ -54,6 +58,9 @@ struct FaultState {
     list_page: Option<(usize, u16)>,
     /// How often watches that allow bookmarks get one; zero disables them.
     bookmark_interval: Duration,
+    /// How long reads from the watch cache wait for a resourceVersion the server has not
+    /// reached yet.
+    too_large_rv_wait: Duration,
 }
 
 /// Handle to the fault knobs of a [`TestApiServer`](super::TestApiServer); cheap to clone.
@@ -74,6 +81,7 @@ impl Default for Faults {
                 delay: Duration::ZERO,
                 list_page: None,
                 bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
+                too_large_rv_wait: DEFAULT_TOO_LARGE_RV_WAIT,
             })),
         }
     }
@@ -150,6 +158,19 @@ impl Faults {
         self.lock().bookmark_interval = interval;
     }
 
+    /// How long a list at `resourceVersion=N` (NotOlderThan or Exact) or a watch with
+    /// `sendInitialEvents=true` from N waits for the server to reach N before answering
+    /// 504 Timeout "Too large resource version" (default [`DEFAULT_TOO_LARGE_RV_WAIT`], the
+    /// watch cache's 3 s). Read when the request arrives.
+    pub fn too_large_resource_version_wait(&self, wait: Duration) {
+        self.lock().too_large_rv_wait = wait;
+    }
+
+    /// The wait for a resourceVersion the server has not reached.
+    pub(crate) fn too_large_rv_wait(&self) -> Duration {
+        self.lock().too_large_rv_wait
+    }
+
     /// Disarms every fault and restores the defaults.
     pub fn reset(&self) {
         let mut s = self.lock();
@@ -161,6 +182,7 @@ impl Faults {
         s.delay = Duration::ZERO;
         s.list_page = None;
         s.bookmark_interval = DEFAULT_BOOKMARK_INTERVAL;
+        s.too_large_rv_wait = DEFAULT_TOO_LARGE_RV_WAIT;
     }
 
     /// Consumes one armed failure for a request of `verb`, if any.

@@ -1,9 +1,13 @@
-//! Realistic objects for tests: a pod of about 1.5 KB and a ConfigMap.
+//! Realistic objects for tests: a pod of about 2 KB and a ConfigMap.
+//!
+//! The pod carries every field the official clients require when they decode one (the Python
+//! client's typed models refuse a container status without `imageID`, for instance).
 
 use serde_json::{Map, Value, json};
 
-/// A realistic pod (about 1.5 KB serialized): labels, annotations, an owner reference, two
-/// containers with images, ports and resources, a node name and a running status.
+/// A realistic pod (about 2 KB serialized): labels, annotations, an owner reference, two
+/// containers with images, ports and resources, a node name and a running status whose
+/// container statuses are complete (`imageID`, `containerID`, `state`, `started`).
 ///
 /// Labels: `app=<name without its last -suffix>`, `tier=backend`, `pod-template-hash=7d9f8b6c5d`.
 pub fn pod(namespace: &str, name: &str) -> Value {
@@ -69,9 +73,29 @@ pub fn pod(namespace: &str, name: &str) -> Value {
                 {"type": "Ready", "status": "True", "lastTransitionTime": "2025-01-01T00:00:12Z"},
                 {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2025-01-01T00:00:01Z"}
             ],
+            "podIPs": [{"ip": "10.244.1.23"}],
+            "qosClass": "Burstable",
             "containerStatuses": [
-                {"name": "app", "ready": true, "restartCount": 0, "image": "registry.example.com/team/app:1.4.2"},
-                {"name": "metrics-sidecar", "ready": true, "restartCount": 0, "image": "registry.example.com/infra/metrics-agent:0.9.1"}
+                {
+                    "name": "app",
+                    "ready": true,
+                    "started": true,
+                    "restartCount": 0,
+                    "image": "registry.example.com/team/app:1.4.2",
+                    "imageID": "registry.example.com/team/app@sha256:3b1f0c9d2e4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0c",
+                    "containerID": "containerd://a1b2c3d4e5f6",
+                    "state": {"running": {"startedAt": "2025-01-01T00:00:10Z"}}
+                },
+                {
+                    "name": "metrics-sidecar",
+                    "ready": true,
+                    "started": true,
+                    "restartCount": 0,
+                    "image": "registry.example.com/infra/metrics-agent:0.9.1",
+                    "imageID": "registry.example.com/infra/metrics-agent@sha256:9f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a39281706f5e4d3c2b1a0",
+                    "containerID": "containerd://f6e5d4c3b2a1",
+                    "state": {"running": {"startedAt": "2025-01-01T00:00:11Z"}}
+                }
             ]
         }
     })
@@ -96,11 +120,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pod_fixture_is_about_one_and_a_half_kilobytes() {
+    fn pod_fixture_is_about_two_kilobytes() {
         let size = serde_json::to_vec(&pod("default", "web-abc12"))
             .map(|v| v.len())
             .unwrap_or(0);
-        assert!((1000..=2048).contains(&size), "pod fixture is {size} bytes");
+        assert!((1500..=3072).contains(&size), "pod fixture is {size} bytes");
         assert_eq!(pod("ns", "web-abc12")["metadata"]["labels"]["app"], "web");
+        for status in pod("ns", "p")
+            .pointer("/status/containerStatuses")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            for field in ["name", "image", "imageID", "ready", "restartCount"] {
+                assert!(status.get(field).is_some(), "containerStatuses[].{field}");
+            }
+        }
     }
 }

@@ -8,13 +8,12 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::{Method, StatusCode};
+use axum::http::Method;
 use axum::response::Response;
-use serde_json::json;
 
 use super::resource::ResourceKey;
-use super::status::{error_response, injected_failure, json_response};
-use super::{RecordedRequest, Shared, Verb, list, meta, watch, write};
+use super::status::{error_response, injected_failure};
+use super::{RecordedRequest, Shared, Verb, discovery, list, meta, protobuf, table, watch, write};
 
 /// Decoded query parameters; for a repeated key the last value wins.
 pub(crate) type Query = BTreeMap<String, String>;
@@ -122,8 +121,12 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     }
     let target = match route {
         Route::Resource(target) => target,
-        Route::Version => return version(),
-        Route::Unknown => {
+        Route::Version | Route::Unknown => {
+            if let Some(doc) =
+                discovery::serve(&shared, &parts.method, parts.uri.path(), &parts.headers)
+            {
+                return doc;
+            }
             return error_response(
                 404,
                 "NotFound",
@@ -143,19 +146,47 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             .unwrap_or(""),
     );
     match (verb, &method, target.name.is_some()) {
-        (Verb::List, _, _) => meta::list(list::list(&shared, &target, &query), accept).await,
-        (Verb::Watch, _, _) => meta::watch(watch::watch(&shared, target, &query), accept),
-        (Verb::Get, _, _) => meta::object(write::get(&shared, &target), accept).await,
-        (_, &Method::POST, false) => {
-            write::create(&shared, &target, &query, &parts.headers, body).await
+        // `as=Table` (kubectl get) first; then `as=PartialObjectMetadata(List)` or objects.
+        (Verb::List, _, _) => {
+            let answer = list::list(&shared, &target, &query).await;
+            if table::wanted(&parts.headers) {
+                table::render(answer, &query).await
+            } else {
+                meta::list(answer, accept).await
+            }
         }
-        (_, &Method::PUT, true) => {
-            write::replace(&shared, &target, &query, &parts.headers, body).await
+        (Verb::Watch, _, _) => {
+            let tables = table::wanted(&parts.headers);
+            let answer = watch::watch(&shared, target, &query, tables).await;
+            if tables {
+                answer
+            } else {
+                meta::watch(answer, accept)
+            }
         }
+        (Verb::Get, _, _) => {
+            let answer = write::get(&shared, &target);
+            if table::wanted(&parts.headers) {
+                table::render(answer, &query).await
+            } else {
+                meta::object(answer, accept).await
+            }
+        }
+        (_, &Method::POST, false) => match json_body(&parts.headers, body).await {
+            Ok(body) => write::create(&shared, &target, &query, &parts.headers, body).await,
+            Err(refused) => refused,
+        },
+        (_, &Method::PUT, true) => match json_body(&parts.headers, body).await {
+            Ok(body) => write::replace(&shared, &target, &query, &parts.headers, body).await,
+            Err(refused) => refused,
+        },
         (_, &Method::PATCH, true) => {
             write::patch(&shared, &target, &query, &parts.headers, body).await
         }
-        (_, &Method::DELETE, true) => write::delete(&shared, &target, &query, body).await,
+        (_, &Method::DELETE, true) => match json_body(&parts.headers, body).await {
+            Ok(body) => write::delete(&shared, &target, &query, body).await,
+            Err(refused) => refused,
+        },
         _ => error_response(
             405,
             "MethodNotAllowed",
@@ -164,20 +195,64 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     }
 }
 
-/// `/version`, so `Client::apiserver_version` works.
-fn version() -> Response {
-    let body = json!({
-        "major": "1",
-        "minor": "33",
-        "gitVersion": "v1.33.0-wisp-test",
-        "gitCommit": "0000000000000000000000000000000000000000",
-        "gitTreeState": "clean",
-        "buildDate": "2025-01-01T00:00:00Z",
-        "goVersion": "go1.24",
-        "compiler": "gc",
-        "platform": "linux/amd64",
-    });
-    json_response(StatusCode::OK, body.to_string())
+/// Media types accepted for request bodies (other than patches), as a server lists them for a
+/// collection it has no protobuf for. Protobuf is read for ConfigMap, Secret and Namespace only.
+const BODY_MEDIA_TYPES: &str = "application/json, application/yaml";
+
+/// The body of a POST, PUT or DELETE as JSON: JSON (or no Content-Type) as it is, YAML
+/// converted, protobuf decoded for the kinds kubectl's typed clients send (ConfigMap, Secret,
+/// Namespace); anything else is 415 UnsupportedMediaType.
+async fn json_body(
+    headers: &axum::http::HeaderMap,
+    body: axum::body::Body,
+) -> Result<axum::body::Body, Response> {
+    let media = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let unsupported = || {
+        error_response(
+            415,
+            "UnsupportedMediaType",
+            &format!(
+                "the body of the request was in an unknown format - accepted media types include: {BODY_MEDIA_TYPES}"
+            ),
+        )
+    };
+    let bad = |detail: String| {
+        error_response(
+            400,
+            "BadRequest",
+            &format!("the body of the request was in an unknown format: {detail}"),
+        )
+    };
+    match media.as_str() {
+        "" | "application/json" | "*/*" => return Ok(body),
+        "application/yaml" | "application/vnd.kubernetes.protobuf" => {}
+        _ => return Err(unsupported()),
+    }
+    let bytes = axum::body::to_bytes(body, 64 << 20).await.map_err(|e| {
+        error_response(
+            400,
+            "BadRequest",
+            &format!("unable to read request body: {e}"),
+        )
+    })?;
+    let value: serde_json::Value = if media == "application/yaml" {
+        serde_yaml_ng::from_slice(&bytes).map_err(|e| bad(e.to_string()))?
+    } else {
+        match protobuf::decode(&bytes) {
+            Ok(value) => value,
+            Err(protobuf::Refusal::Unsupported) => return Err(unsupported()),
+            Err(protobuf::Refusal::Malformed) => return Err(bad("malformed protobuf".into())),
+        }
+    };
+    Ok(axum::body::Body::from(value.to_string()))
 }
 
 #[cfg(test)]

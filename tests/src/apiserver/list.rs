@@ -129,11 +129,14 @@ fn read_at(query: &Query, paginated: bool) -> Result<ReadAt, ApiError> {
     }
 }
 
-/// Serves a list request.
-pub(crate) fn list(shared: &Shared, target: &Target, query: &Query) -> Response {
-    let filter = match Filter::from_request(target, query) {
+/// Serves a list request. A list at a resourceVersion N the server has not reached (NotOlderThan
+/// or Exact, paginated or not: 1.36 serves them all from the watch cache, which first waits to
+/// be fresh) waits for it (3 s by default), then answers 504 Timeout "Too large resource
+/// version".
+pub(crate) async fn list(shared: &Shared, target: &Target, query: &Query) -> Response {
+    let filter = match Filter::from_request(shared, target, query) {
         Ok(filter) => filter,
-        Err(e) => return bad_request(&e.to_string()),
+        Err(e) => return bad_request(&e),
     };
     let limit = match query.get("limit").map(|l| l.parse::<usize>()) {
         None | Some(Ok(0)) => None,
@@ -147,6 +150,9 @@ pub(crate) fn list(shared: &Shared, target: &Target, query: &Query) -> Response 
         Ok(at) => at,
         Err(e) => return e.into_response(),
     };
+    if let ReadAt::NotOlderThan(n) | ReadAt::Exact(n) = at {
+        shared.wait_for_resource_version(n).await;
+    }
     if limit.is_some()
         && let Some(status) = shared.faults.take_list_page_failure(0)
     {

@@ -2,21 +2,49 @@
 //! HTTP on `127.0.0.1:0`, so tests drive a real `kube::Client`.
 //!
 //! Layout:
-//! - `store`: current objects, the global resourceVersion, open watches
+//! - `store`: current objects, the global resourceVersion, open watches; deletion with
+//!   finalizers and namespace termination
 //! - `history`: the event log behind replays, exact reads and compaction
 //! - `object`: stored objects (value + serialized bytes), identity, write errors
-//! - `http`: paths and query strings to handlers; recording, delays and injected failures
+//! - `http`: paths and query strings to handlers; recording, delays and injected failures;
+//!   request media types
 //! - `list`: resourceVersion semantics, selectors, consistent pagination
 //! - `meta`: metadata-only reads (`as=PartialObjectMetadata`), as client-go's metadata client asks
 //! - `watch`: one task per watch stream: initial events, replay, bookmarks, selector transitions
 //! - `write`: GET / POST / PUT / PATCH / DELETE of single objects, dry runs
 //! - `patch`: strategic merge patch, JSON patch, the list strategies of built-in types
 //! - `apply`: server-side apply and managedFields
-//! - `selector`: label and field selectors
+//! - `selector`: label and field selectors (field labels checked per kind)
+//! - `validation`: what a real server checks on create and update (422 with causes)
+//! - `discovery`: the built-in kinds, CRD-defined kinds, discovery and OpenAPI v3 documents
+//! - `table`: server-side printing (`as=Table`) for `kubectl get`
+//! - `protobuf`: the protobuf bodies kubectl's typed clients send (ConfigMap, Secret, Namespace)
 //! - `faults`: the fault knobs
 //! - `status`: Kubernetes Status bodies
 //! - `resource`: plurals, kinds, timestamps, uids
 //! - `fixtures`: realistic objects
+//!
+//! It answers as a kube-apiserver 1.36 does, where tests can tell:
+//! - DELETE of an object with finalizers sets `deletionTimestamp` and
+//!   `deletionGracePeriodSeconds: 0` and keeps it (watchers see MODIFIED); the update that
+//!   removes its last finalizer deletes it (DELETED); new finalizers on it are 422. DeleteOptions
+//!   (query or body): `preconditions` (409 Conflict) and `propagationPolicy`. There is no
+//!   garbage collector: `foregroundDeletion` / `orphan` are removed right after they are set,
+//!   dependents are not touched; pods are not deleted gracefully (no kubelet).
+//! - Deleting a Namespace marks it Terminating, deletes its content (respecting finalizers),
+//!   then itself; a create in it is 403 Forbidden. Creates in a namespace that does not exist
+//!   are still accepted (a real server answers 404).
+//! - A list at `resourceVersion=N` (NotOlderThan or Exact) or a streaming list from N the
+//!   server has not reached waits for it (`Faults::too_large_resource_version_wait`, 3 s), then
+//!   answers 504 "Timeout: Too large resource version"; a plain watch from N just streams the
+//!   events after N (as the watch cache does).
+//! - Field selectors: the labels each kind supports, else 400 with the kind's own message.
+//! - Creates and replaces over HTTP are validated (`validation`); objects created through
+//!   [`TestApiServer::create`] are not, so tests can seed anything.
+//! - Bodies: JSON or YAML; protobuf for ConfigMap, Secret and Namespace; anything else 415.
+//! - Discovery: aggregated (v2) to clients asking for it (kubectl), the legacy documents
+//!   otherwise (kube-rs), no protobuf advertised; `/openapi/v3` has operations but no schemas,
+//!   `/openapi/v2` is 404.
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
@@ -33,6 +61,7 @@
 //! ```
 
 mod apply;
+mod discovery;
 mod faults;
 mod fixtures;
 mod history;
@@ -41,10 +70,13 @@ mod list;
 mod meta;
 mod object;
 mod patch;
+mod protobuf;
 mod resource;
 mod selector;
 mod status;
 mod store;
+mod table;
+mod validation;
 mod watch;
 mod write;
 
@@ -57,7 +89,7 @@ use anyhow::Context as _;
 use serde_json::Value;
 use tokio::net::TcpListener;
 
-pub use faults::{DEFAULT_BOOKMARK_INTERVAL, Faults};
+pub use faults::{DEFAULT_BOOKMARK_INTERVAL, DEFAULT_TOO_LARGE_RV_WAIT, Faults};
 pub use fixtures::{config_map, pod};
 pub use store::DEFAULT_HISTORY_LIMIT;
 
@@ -113,6 +145,22 @@ impl Shared {
 
     pub(crate) fn record(&self, request: RecordedRequest) {
         self.requests().push(request);
+    }
+
+    /// Waits until the server's resourceVersion reaches `rv`, at most the
+    /// [`too_large_resource_version_wait`](Faults::too_large_resource_version_wait); returns
+    /// whether it did.
+    pub(crate) async fn wait_for_resource_version(&self, rv: u64) -> bool {
+        let deadline = tokio::time::Instant::now() + self.faults.too_large_rv_wait();
+        loop {
+            if self.store.resource_version() >= rv {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 }
 
@@ -234,7 +282,10 @@ impl TestApiServer {
         Ok(self.shared().store.update(obj, false)?)
     }
 
-    /// Deletes an object; returns its last state, stamped with the delete's resourceVersion.
+    /// Deletes an object as a DELETE request without options would: at once, or, when it has
+    /// finalizers, marked with `deletionTimestamp` until they are removed (a Namespace first
+    /// deletes its content). Returns its state after the delete, stamped with its
+    /// resourceVersion.
     pub fn delete(
         &self,
         api_version: &str,
@@ -246,6 +297,7 @@ impl TestApiServer {
             &ResourceKey::for_kind(api_version, kind),
             namespace,
             name,
+            &store::DeleteOptions::default(),
         )?)
     }
 

@@ -49,6 +49,15 @@ pub(crate) enum StoreError {
         "Operation cannot be fulfilled on {plural} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
     )]
     Conflict { plural: String, name: String },
+    /// Any other refusal, answered with exactly this Status (403 Forbidden for a terminating
+    /// namespace, 409 Conflict for a failed delete precondition, 422 Invalid with causes).
+    #[error("{message}")]
+    Api {
+        code: u16,
+        reason: &'static str,
+        message: String,
+        details: Option<Value>,
+    },
 }
 
 fn invalid(msg: &str) -> StoreError {

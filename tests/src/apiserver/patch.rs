@@ -186,6 +186,7 @@ fn smp_error(message: impl Into<String>) -> ApiError {
         code: 500,
         reason: "Unknown",
         message: message.into(),
+        details: None,
     }
 }
 
@@ -442,6 +443,7 @@ pub(crate) fn decode_json_patch(patch: &Value) -> Result<&Vec<Value>, ApiError> 
                 "Request entity too large: The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {}",
                 ops.len()
             ),
+            details: None,
         });
     }
     Ok(ops)

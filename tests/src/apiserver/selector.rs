@@ -1,7 +1,15 @@
 //! Label and field selectors, parsed from the `labelSelector` / `fieldSelector` query parameters
 //! with the grammar of apimachinery's `labels.Parse` and `fields.ParseSelector`.
+//!
+//! Field selectors are checked per kind as a real API server does: `metadata.name` and
+//! `metadata.namespace` (for most kinds) plus the kind's own selectable fields (Pod, Event,
+//! Secret, Namespace, Node, Service, ReplicaSet, ReplicationController, Job,
+//! CertificateSigningRequest; a custom resource's `selectableFields`); any other label is a
+//! 400 BadRequest with the message Kubernetes 1.36 gives for that kind.
 
 use serde_json::Value;
+
+use super::discovery::{FieldRejection, Known, known};
 
 /// A selector the server could not parse; answered with 400 BadRequest.
 #[derive(Debug, thiserror::Error)]
@@ -137,15 +145,36 @@ fn valid_key(key: &str) -> Option<String> {
     ok.then(|| key.to_string())
 }
 
+/// How the field values of one kind are read, for the kinds whose selectable fields are not
+/// plain copies of a JSON string.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Values {
+    /// Dotted JSON paths; a missing field is the empty string.
+    #[default]
+    Plain,
+    /// Pod: `spec.hostNetwork` defaults to `false`, `status.podIP` is the first of `podIPs`,
+    /// `status.podIPs` is never set (a real server accepts the label but has no value for it).
+    Pod,
+    /// Event: `source` is `source.component`.
+    Event,
+    /// Node: `spec.unschedulable` defaults to `false`.
+    Node,
+    /// ReplicaSet, ReplicationController: `status.replicas` defaults to `0`.
+    Replicas,
+    /// Job: `status.successful` is `status.succeeded`, default `0`.
+    Job,
+}
+
 /// A parsed field selector; the empty selector matches everything.
 ///
-/// Any dotted path is accepted (`metadata.name`, `metadata.namespace`, `spec.nodeName`,
-/// `status.phase`, ...); a missing field compares as the empty string, as Kubernetes does for
-/// `metadata.namespace` of cluster-scoped objects.
+/// Parsed permissively by [`FieldSelector::parse`]; [`Filter::from_request`] then checks every
+/// label against what the kind supports, as a real API server's field label conversion does.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct FieldSelector {
-    /// (path, value, wanted equal)
+    /// (label, value, wanted equal)
     reqs: Vec<(String, String, bool)>,
+    /// How this kind's values are read.
+    values: Values,
 }
 
 impl FieldSelector {
@@ -166,7 +195,62 @@ impl FieldSelector {
             }
             reqs.push((path.to_string(), value.trim().to_string(), eq));
         }
-        Ok(Self { reqs })
+        Ok(Self {
+            reqs,
+            values: Values::Plain,
+        })
+    }
+
+    /// Checks every label against the kind, as the API server's field label conversion does:
+    /// an unsupported label is refused with the kind's own message.
+    fn convert(&mut self, known: &Known) -> Result<(), String> {
+        for (label, _, _) in &mut self.reqs {
+            match known {
+                Known::Builtin(b) => {
+                    if !b.fields.contains(&label.as_str()) {
+                        return Err(match b.rejection {
+                            FieldRejection::NotSupported => {
+                                format!("field label not supported: {label}")
+                            }
+                            FieldRejection::Job => {
+                                format!("field label {label:?} not supported for batchv1.Job")
+                            }
+                            FieldRejection::MetaOnly => format!(
+                                "{label:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+                            ),
+                        });
+                    }
+                    if b.kind == "Pod" && label == "spec.host" {
+                        *label = "spec.nodeName".into();
+                    }
+                }
+                Known::Custom(c) => {
+                    let ok = label == "metadata.name"
+                        || (c.namespaced && label == "metadata.namespace")
+                        || c.selectable.iter().any(|f| f == label);
+                    if !ok {
+                        return Err(format!("field label not supported: {label}"));
+                    }
+                }
+                Known::Unknown => {
+                    if label != "metadata.name" && label != "metadata.namespace" {
+                        return Err(format!("field label not supported: {label}"));
+                    }
+                }
+            }
+        }
+        self.values = match known {
+            Known::Builtin(b) => match b.kind {
+                "Pod" => Values::Pod,
+                "Event" if b.group.is_empty() => Values::Event,
+                "Node" => Values::Node,
+                "ReplicaSet" | "ReplicationController" => Values::Replicas,
+                "Job" => Values::Job,
+                _ => Values::Plain,
+            },
+            _ => Values::Plain,
+        };
+        Ok(())
     }
 
     /// Whether the selector has no requirements.
@@ -174,20 +258,46 @@ impl FieldSelector {
         self.reqs.is_empty()
     }
 
-    /// Whether every requirement holds for `obj`.
-    pub fn matches(&self, obj: &Value) -> bool {
-        self.reqs.iter().all(|(path, want, eq)| {
+    /// The value of a field label of `obj`, as the API server's selectable field set has it.
+    fn value(&self, obj: &Value, label: &str) -> String {
+        let at = |path: &str| {
             let mut cur = Some(obj);
             for part in path.split('.') {
-                cur = cur.and_then(|v| v.get(part));
+                cur = match part.parse::<usize>() {
+                    Ok(i) => cur.and_then(|v| v.get(i)),
+                    Err(_) => cur.and_then(|v| v.get(part)),
+                };
             }
-            let have = match cur {
+            match cur {
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Null) | None => String::new(),
                 Some(other) => other.to_string(),
-            };
-            (have == *want) == *eq
-        })
+            }
+        };
+        let or = |value: String, default: &str| {
+            if value.is_empty() {
+                default.to_string()
+            } else {
+                value
+            }
+        };
+        match (self.values, label) {
+            (Values::Pod, "spec.hostNetwork") => or(at(label), "false"),
+            (Values::Pod, "status.podIP") => or(at("status.podIPs.0.ip"), &at(label)),
+            (Values::Pod, "status.podIPs") => String::new(),
+            (Values::Event, "source") => at("source.component"),
+            (Values::Node, "spec.unschedulable") => or(at(label), "false"),
+            (Values::Replicas, "status.replicas") => or(at(label), "0"),
+            (Values::Job, "status.successful") => or(at("status.succeeded"), "0"),
+            _ => at(label),
+        }
+    }
+
+    /// Whether every requirement holds for `obj`.
+    pub fn matches(&self, obj: &Value) -> bool {
+        self.reqs
+            .iter()
+            .all(|(path, want, eq)| (self.value(obj, path) == *want) == *eq)
     }
 }
 
@@ -205,15 +315,22 @@ pub(crate) struct Filter {
 impl Filter {
     /// The filter a list or watch request asks for: its namespace and its `labelSelector` and
     /// `fieldSelector` parameters.
+    ///
+    /// The error is the message of the 400 BadRequest a real server answers: a label selector
+    /// that does not parse, or a field label the kind does not support.
     pub(crate) fn from_request(
+        shared: &super::Shared,
         target: &super::http::Target,
         query: &super::http::Query,
-    ) -> Result<Self, SelectorError> {
-        Self::new(
+    ) -> Result<Self, String> {
+        let mut filter = Self::new(
             target.namespace.clone(),
             query.get("labelSelector").map(String::as_str),
             query.get("fieldSelector").map(String::as_str),
         )
+        .map_err(|e| e.to_string())?;
+        filter.fields.convert(&known(shared, &target.resource))?;
+        Ok(filter)
     }
 
     /// Builds the filter of a request.

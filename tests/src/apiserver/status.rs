@@ -30,7 +30,7 @@ pub(crate) fn reason_for(code: u16) -> &'static str {
 }
 
 /// An error answer before it becomes a response: small enough to return in a `Result`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ApiError {
     /// HTTP status code.
     pub code: u16,
@@ -38,6 +38,8 @@ pub(crate) struct ApiError {
     pub reason: &'static str,
     /// Human-readable message.
     pub message: String,
+    /// `details` of the Status (name, kind, causes), if any.
+    pub details: Option<Value>,
 }
 
 impl ApiError {
@@ -47,6 +49,7 @@ impl ApiError {
             code: 400,
             reason: "BadRequest",
             message: message.into(),
+            details: None,
         }
     }
 
@@ -56,6 +59,7 @@ impl ApiError {
             code: 422,
             reason: "Invalid",
             message: message.into(),
+            details: None,
         }
     }
 
@@ -65,13 +69,31 @@ impl ApiError {
             code: 404,
             reason: "NotFound",
             message: message.into(),
+            details: None,
+        }
+    }
+}
+
+impl ApiError {
+    /// Any code and reason, with Status `details`.
+    pub fn with_details(
+        code: u16,
+        reason: &'static str,
+        message: impl Into<String>,
+        details: Value,
+    ) -> Self {
+        Self {
+            code,
+            reason,
+            message: message.into(),
+            details: Some(details),
         }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        error_response(self.code, self.reason, &self.message)
+        error_with_details(self.code, self.reason, &self.message, self.details)
     }
 }
 
@@ -135,11 +157,32 @@ pub(crate) fn read_error(err: ReadError) -> Response {
             &format!("The resourceVersion for the provided list is too old: {requested} ({floor})"),
         ),
         ReadError::TooLarge { requested, current } => {
-            let message = format!("Too large resource version: {requested}, current: {current}");
-            let details = json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1});
-            error_with_details(504, "Timeout", &message, Some(details))
+            let mut response = error_with_details(
+                504,
+                "Timeout",
+                &too_large_message(requested, current),
+                Some(too_large_details()),
+            );
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            response
         }
     }
+}
+
+/// The message of a read at a resourceVersion the server has not reached, as the watch cache
+/// words it (`errors.NewTimeoutError` prefixes `Timeout: `).
+pub(crate) fn too_large_message(requested: u64, current: u64) -> String {
+    format!("Timeout: Too large resource version: {requested}, current: {current}")
+}
+
+/// The details of that answer: retry after 1 s, cause `ResourceVersionTooLarge`.
+pub(crate) fn too_large_details() -> Value {
+    json!({
+        "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+        "retryAfterSeconds": 1,
+    })
 }
 
 /// The response for a failed write.
@@ -159,6 +202,12 @@ pub(crate) fn store_error(err: &StoreError) -> Response {
             &message,
             Some(json!({"name": name, "kind": plural})),
         ),
+        StoreError::Api {
+            code,
+            reason,
+            details,
+            ..
+        } => error_with_details(*code, reason, &message, details.clone()),
         StoreError::Conflict { plural, name } => error_with_details(
             409,
             "Conflict",

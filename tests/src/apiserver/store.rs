@@ -219,6 +219,335 @@ impl State {
     }
 }
 
+/// A DELETE's options: preconditions and propagation policy.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct DeleteOptions {
+    /// `preconditions.uid`.
+    pub uid: Option<String>,
+    /// `preconditions.resourceVersion`.
+    pub resource_version: Option<String>,
+    /// `propagationPolicy`.
+    pub propagation: Propagation,
+}
+
+/// How dependents are handled. There is no garbage collector: the finalizer a policy adds
+/// (`foregroundDeletion`, `orphan`) is removed right after it is set, as a collector that
+/// finds no dependents would.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Propagation {
+    #[default]
+    Background,
+    Foreground,
+    Orphan,
+}
+
+/// `metadata.finalizers` of an object.
+fn finalizers(obj: &Value) -> Vec<String> {
+    obj.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn is_namespace(resource: &ResourceKey) -> bool {
+    resource.group.is_empty() && resource.version == "v1" && resource.plural == "namespaces"
+}
+
+fn namespaces() -> ResourceKey {
+    ResourceKey {
+        group: String::new(),
+        version: "v1".into(),
+        plural: "namespaces".into(),
+    }
+}
+
+/// `pods` for the core group, `deployments.apps` otherwise, as Status messages name them.
+pub(crate) fn qualified(resource: &ResourceKey) -> String {
+    if resource.group.is_empty() {
+        resource.plural.clone()
+    } else {
+        format!("{}.{}", resource.plural, resource.group)
+    }
+}
+
+/// 403 Forbidden for a create in a namespace being deleted (the NamespaceLifecycle admission).
+fn namespace_terminating(resource: &ResourceKey, key: &ObjectKey) -> StoreError {
+    let (ns, name) = key;
+    let reason =
+        format!("unable to create new content in namespace {ns} because it is being terminated");
+    let message = if name.is_empty() {
+        format!("forbidden: {reason}")
+    } else {
+        format!("{} {name:?} is forbidden: {reason}", qualified(resource))
+    };
+    StoreError::Api {
+        code: 403,
+        reason: "Forbidden",
+        message,
+        details: Some(serde_json::json!({
+            "name": name,
+            "group": resource.group,
+            "kind": resource.plural,
+            "causes": [{
+                "reason": "NamespaceTerminating",
+                "message": format!("namespace {ns} is being terminated"),
+                "field": "metadata.namespace",
+            }],
+        })),
+    }
+}
+
+/// 422 Invalid for finalizers added to an object being deleted.
+fn no_new_finalizers(
+    resource: &ResourceKey,
+    kind: &str,
+    name: &str,
+    added: &[String],
+) -> StoreError {
+    let mut added = added.to_vec();
+    added.sort();
+    added.dedup();
+    let list = added
+        .iter()
+        .map(|f| format!("{f:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let detail = format!(
+        "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{list}}}"
+    );
+    let qualified_kind = if resource.group.is_empty() {
+        kind.to_string()
+    } else {
+        format!("{kind}.{}", resource.group)
+    };
+    StoreError::Api {
+        code: 422,
+        reason: "Invalid",
+        message: format!("{qualified_kind} {name:?} is invalid: metadata.finalizers: {detail}"),
+        details: Some(serde_json::json!({
+            "name": name,
+            "group": resource.group,
+            "kind": kind,
+            "causes": [{"reason": "FieldValueForbidden", "message": detail, "field": "metadata.finalizers"}],
+        })),
+    }
+}
+
+/// 409 Conflict for a failed delete precondition.
+fn precondition_failed(
+    resource: &ResourceKey,
+    key: &ObjectKey,
+    what: &str,
+    want: &str,
+    have: &str,
+) -> StoreError {
+    StoreError::Api {
+        code: 409,
+        reason: "Conflict",
+        message: format!(
+            "Operation cannot be fulfilled on {} {:?}: Precondition failed: {what} in precondition: {want}, {what} in object meta: {have}",
+            qualified(resource),
+            key.1
+        ),
+        details: Some(
+            serde_json::json!({"name": key.1, "group": resource.group, "kind": resource.plural}),
+        ),
+    }
+}
+
+impl State {
+    /// Whether `namespace` is being deleted.
+    fn terminating(&self, namespace: &str) -> bool {
+        self.current(&namespaces(), &(String::new(), namespace.to_string()))
+            .is_some_and(|ns| ns.value.pointer("/metadata/deletionTimestamp").is_some())
+    }
+
+    /// Stores a new state of an existing object (or deletes it) under the next RV.
+    fn commit_value(
+        &mut self,
+        resource: &ResourceKey,
+        key: &ObjectKey,
+        kind: EventKind,
+        mut value: Value,
+        prev: Obj,
+    ) -> Result<Value, StoreError> {
+        stamp_rv(&mut value, self.rv + 1)?;
+        let stored = StoredObject::new(value);
+        self.commit(
+            resource.clone(),
+            key.clone(),
+            kind,
+            Arc::clone(&stored),
+            Some(prev),
+        );
+        Ok(stored.value.clone())
+    }
+
+    fn delete(
+        &mut self,
+        resource: &ResourceKey,
+        key: &ObjectKey,
+        options: &DeleteOptions,
+    ) -> Result<Value, StoreError> {
+        let Some(old) = self.current(resource, key) else {
+            return Err(StoreError::NotFound {
+                plural: resource.plural.clone(),
+                name: key.1.clone(),
+            });
+        };
+        let meta = |field: &str| {
+            old.value
+                .pointer(&format!("/metadata/{field}"))
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        if let Some(uid) = &options.uid
+            && *uid != meta("uid")
+        {
+            return Err(precondition_failed(resource, key, "UID", uid, &meta("uid")));
+        }
+        if let Some(rv) = &options.resource_version
+            && *rv != meta("resourceVersion")
+        {
+            let have = meta("resourceVersion");
+            return Err(precondition_failed(
+                resource,
+                key,
+                "ResourceVersion",
+                rv,
+                &have,
+            ));
+        }
+        if old.value.pointer("/metadata/deletionTimestamp").is_some() {
+            // Already being deleted: nothing changes until its finalizers are gone.
+            return Ok(old.value.clone());
+        }
+        let gc_finalizer = match options.propagation {
+            Propagation::Background => None,
+            Propagation::Foreground => Some("foregroundDeletion"),
+            Propagation::Orphan => Some("orphan"),
+        };
+        let namespace = is_namespace(resource);
+        let mut held = finalizers(&old.value);
+        if held.is_empty() && gc_finalizer.is_none() && !namespace {
+            let last = old.value.clone();
+            let deleted = self.commit_value(resource, key, EventKind::Deleted, last, old)?;
+            self.finish_namespace(&key.0);
+            return Ok(deleted);
+        }
+        let mut marked = old.value.clone();
+        if let Some(gc) = gc_finalizer
+            && !held.iter().any(|f| f == gc)
+        {
+            held.push(gc.to_string());
+        }
+        {
+            let m = meta_mut(&mut marked)?;
+            m.insert("deletionTimestamp".into(), Value::String(now_rfc3339()));
+            m.insert("deletionGracePeriodSeconds".into(), Value::from(0));
+            if !held.is_empty() {
+                m.insert("finalizers".into(), serde_json::json!(held));
+            }
+        }
+        if namespace {
+            marked["status"] = serde_json::json!({"phase": "Terminating"});
+        }
+        let mut result = self.commit_value(resource, key, EventKind::Modified, marked, old)?;
+        if let Some(gc) = gc_finalizer {
+            // The garbage collector finds no dependents and lets go of the object.
+            let current = self
+                .current(resource, key)
+                .ok_or_else(|| StoreError::NotFound {
+                    plural: resource.plural.clone(),
+                    name: key.1.clone(),
+                })?;
+            let mut next = current.value.clone();
+            held.retain(|f| f != gc);
+            let m = meta_mut(&mut next)?;
+            if held.is_empty() {
+                m.remove("finalizers");
+            } else {
+                m.insert("finalizers".into(), serde_json::json!(held));
+            }
+            let kind = if held.is_empty() && !namespace {
+                EventKind::Deleted
+            } else {
+                EventKind::Modified
+            };
+            result = self.commit_value(resource, key, kind, next, current)?;
+            if kind == EventKind::Deleted {
+                self.finish_namespace(&key.0);
+            }
+        }
+        if namespace {
+            self.purge_namespace(&key.1);
+            if let Some(ns) = self.current(resource, key) {
+                result = ns.value.clone();
+            }
+        }
+        Ok(result)
+    }
+
+    /// The namespace controller: deletes everything in `namespace`, then the namespace if
+    /// nothing is left.
+    fn purge_namespace(&mut self, namespace: &str) {
+        let mut keys: Vec<(ResourceKey, ObjectKey)> = Vec::new();
+        for (resource, collection) in &self.collections {
+            for key in collection.objects.keys() {
+                if key.0 == namespace {
+                    keys.push((resource.clone(), key.clone()));
+                }
+            }
+        }
+        keys.sort();
+        for (resource, key) in keys {
+            let _ = self.delete(&resource, &key, &DeleteOptions::default());
+        }
+        self.finish_namespace(namespace);
+    }
+
+    /// Deletes a terminating namespace once it is empty: its `kubernetes` finalizer is
+    /// removed, then it goes if no `metadata.finalizers` hold it.
+    fn finish_namespace(&mut self, namespace: &str) {
+        if namespace.is_empty() || !self.terminating(namespace) {
+            return;
+        }
+        let empty = self
+            .collections
+            .values()
+            .all(|c| !c.objects.keys().any(|k| k.0 == namespace));
+        let key = (String::new(), namespace.to_string());
+        let Some(ns) = self.current(&namespaces(), &key) else {
+            return;
+        };
+        let spec_finalizers = ns
+            .value
+            .pointer("/spec/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty());
+        if !empty {
+            return;
+        }
+        let mut next = ns.value.clone();
+        if spec_finalizers {
+            next["spec"]["finalizers"] = serde_json::json!([]);
+        }
+        let kind = if finalizers(&next).is_empty() {
+            EventKind::Deleted
+        } else if spec_finalizers {
+            EventKind::Modified
+        } else {
+            return;
+        };
+        let _ = self.commit_value(&namespaces(), &key, kind, next, ns);
+    }
+}
+
 impl Store {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state
@@ -236,6 +565,22 @@ impl Store {
                 plural: resource.plural,
                 name: key.1,
             });
+        }
+        if !key.0.is_empty() && s.terminating(&key.0) {
+            return Err(namespace_terminating(&resource, &key));
+        }
+        if is_namespace(&resource) {
+            // As the API server's namespace strategy does on create.
+            if let Some(map) = obj.as_object_mut() {
+                let spec = map
+                    .entry("spec")
+                    .or_insert_with(|| Value::Object(Default::default()));
+                if let Some(spec) = spec.as_object_mut() {
+                    spec.entry("finalizers")
+                        .or_insert_with(|| serde_json::json!(["kubernetes"]));
+                }
+                map.insert("status".into(), serde_json::json!({"phase": "Active"}));
+            }
         }
         let meta = meta_mut(&mut obj)?;
         meta.insert("uid".into(), Value::String(new_uid()));
@@ -281,11 +626,28 @@ impl Store {
         }
         let generation = old_meta("generation").and_then(|g| g.as_i64()).unwrap_or(1);
         let spec_changed = old.value.get("spec") != obj.get("spec");
-        let meta = meta_mut(&mut obj)?;
-        for field in ["uid", "creationTimestamp"] {
-            if let Some(value) = old_meta(field) {
-                meta.insert(field.into(), value);
+        let deleting = old_meta("deletionTimestamp").is_some();
+        if deleting {
+            let before = finalizers(&old.value);
+            let added: Vec<String> = finalizers(&obj)
+                .into_iter()
+                .filter(|f| !before.contains(f))
+                .collect();
+            if !added.is_empty() {
+                return Err(no_new_finalizers(&resource, &kind, &key.1, &added));
             }
+        }
+        let meta = meta_mut(&mut obj)?;
+        for field in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+        ] {
+            match old_meta(field) {
+                Some(value) => meta.insert(field.into(), value),
+                None => meta.remove(field),
+            };
         }
         meta.insert(
             "generation".into(),
@@ -294,42 +656,34 @@ impl Store {
         stamp_rv(&mut obj, s.rv + 1)?;
         let stored = StoredObject::new(obj);
         s.collections.entry(resource.clone()).or_default().kind = Some(kind);
-        s.commit(
-            resource,
-            key,
-            EventKind::Modified,
-            Arc::clone(&stored),
-            Some(old),
-        );
+        // Removing the last finalizer of an object being deleted deletes it.
+        let namespace = is_namespace(&resource);
+        let event = if deleting && finalizers(&stored.value).is_empty() && !namespace {
+            EventKind::Deleted
+        } else {
+            EventKind::Modified
+        };
+        s.commit(resource, key.clone(), event, Arc::clone(&stored), Some(old));
+        if event == EventKind::Deleted {
+            s.finish_namespace(&key.0);
+        } else if namespace && deleting {
+            s.finish_namespace(&key.1);
+        }
         Ok(stored.value.clone())
     }
 
-    /// Deletes an object; returns its last state stamped with the delete's RV.
+    /// Deletes an object as the API server does: at once when nothing holds it, else marked
+    /// with `deletionTimestamp` until its finalizers are gone (a Namespace: Terminating, its
+    /// content deleted first). Returns its state after the request.
     pub fn delete(
         &self,
         resource: &ResourceKey,
         namespace: Option<&str>,
         name: &str,
+        options: &DeleteOptions,
     ) -> Result<Value, StoreError> {
         let key = (namespace.unwrap_or("").to_string(), name.to_string());
-        let mut s = self.lock();
-        let Some(old) = s.current(resource, &key) else {
-            return Err(StoreError::NotFound {
-                plural: resource.plural.clone(),
-                name: name.to_string(),
-            });
-        };
-        let mut last = old.value.clone();
-        stamp_rv(&mut last, s.rv + 1)?;
-        let stored = StoredObject::new(last);
-        s.commit(
-            resource.clone(),
-            key,
-            EventKind::Deleted,
-            Arc::clone(&stored),
-            Some(old),
-        );
-        Ok(stored.value.clone())
+        self.lock().delete(resource, &key, options)
     }
 
     /// The current object, if it exists.
@@ -468,6 +822,21 @@ impl Store {
     /// Ends every open watch with an ERROR 410 Expired event.
     pub fn expire_watches(&self) {
         self.lock().end_watches(|| WatchMsg::Expire);
+    }
+
+    /// Every collection holding objects: its key, its kind and whether its objects carry a
+    /// namespace.
+    pub fn collections(&self) -> Vec<(ResourceKey, String, bool)> {
+        let s = self.lock();
+        s.collections
+            .iter()
+            .filter(|(_, c)| !c.objects.is_empty())
+            .map(|(key, c)| {
+                let kind = c.kind.clone().unwrap_or_else(|| key.guess_kind());
+                let namespaced = c.objects.keys().any(|(ns, _)| !ns.is_empty());
+                (key.clone(), kind, namespaced)
+            })
+            .collect()
     }
 
     /// Current objects of a collection, sorted by (namespace, name).

@@ -24,8 +24,11 @@ use super::http::{Query, Target, flag};
 use super::object::Obj;
 use super::resource::ResourceKey;
 use super::selector::Filter;
-use super::status::{bad_request, error_response, status_body};
+use super::status::{
+    bad_request, error_response, status_body, too_large_details, too_large_message,
+};
 use super::store::{Initial, WatchFrom, WatchMsg};
+use super::table;
 
 /// Chunks buffered between a watch task and its connection; the task waits when a client reads
 /// slowly, while writers keep filling its unbounded event channel.
@@ -44,10 +47,20 @@ const CUT_LINE: &[u8] = b"{\"type\":\"MODIFIED\",\"object\":{\"kind\":";
 const MALFORMED_LINE: &[u8] = b"this is not json {\n";
 
 /// Serves a watch request.
-pub(crate) fn watch(shared: &Arc<Shared>, target: Target, query: &Query) -> Response {
-    let filter = match Filter::from_request(&target, query) {
+///
+/// A streaming list (`sendInitialEvents=true`) from a resourceVersion the server has not
+/// reached waits for it (3 s by default), then answers, as the watch cache does, with a
+/// 200 stream holding one ERROR event: 504 Timeout "Too large resource version". A plain watch
+/// from such a resourceVersion is an ordinary stream of the events after it.
+pub(crate) async fn watch(
+    shared: &Arc<Shared>,
+    target: Target,
+    query: &Query,
+    table_wanted: bool,
+) -> Response {
+    let filter = match Filter::from_request(shared, &target, query) {
         Ok(filter) => filter,
-        Err(e) => return bad_request(&e.to_string()),
+        Err(e) => return bad_request(&e),
     };
     let bookmarks = flag(query, "allowWatchBookmarks");
     let matching = query.get("resourceVersionMatch").map_or("", String::as_str);
@@ -80,6 +93,25 @@ pub(crate) fn watch(shared: &Arc<Shared>, target: Target, query: &Query) -> Resp
                 "Invalid",
                 "allowWatchBookmarks: Required value: allowWatchBookmarks must be true when sendInitialEvents is true",
             );
+        }
+        if let Ok(n) = rv.parse::<u64>()
+            && n > 0
+            && !shared.wait_for_resource_version(n).await
+        {
+            let current = shared.store.resource_version();
+            let status = status_body(
+                504,
+                "Timeout",
+                &too_large_message(n, current),
+                Some(too_large_details()),
+            );
+            let line = format!("{}\n", json!({"type": "ERROR", "object": status}));
+            let mut response = Response::new(Body::from(line));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            return response;
         }
         WatchFrom::InitialEvents
     } else if !matching.is_empty() {
@@ -132,6 +164,12 @@ pub(crate) fn watch(shared: &Arc<Shared>, target: Target, query: &Query) -> Resp
                 sent: 0,
                 buf: BytesMut::new(),
                 body: body_tx,
+                table: table_wanted.then(|| {
+                    query
+                        .get("includeObject")
+                        .cloned()
+                        .unwrap_or_else(|| "Metadata".into())
+                }),
             };
             let end_bookmark = from == WatchFrom::InitialEvents;
             tokio::spawn(task.run(registration.initial, end_bookmark, registration.rx));
@@ -179,6 +217,9 @@ struct WatchTask {
     buf: BytesMut,
     /// Chunks to the connection.
     body: mpsc::Sender<Chunk>,
+    /// `includeObject` when the client asked for Tables: every object event is then a Table
+    /// of one row.
+    table: Option<String>,
 }
 
 impl Drop for WatchTask {
@@ -353,7 +394,20 @@ impl WatchTask {
         self.buf.extend_from_slice(b"{\"type\":\"");
         self.buf.extend_from_slice(kind.as_bytes());
         self.buf.extend_from_slice(b"\",\"object\":");
-        self.buf.extend_from_slice(&obj.json);
+        match &self.table {
+            None => self.buf.extend_from_slice(&obj.json),
+            Some(include) => {
+                let rv = obj.value.pointer("/metadata/resourceVersion").cloned();
+                let table = table::table(
+                    &self.kind,
+                    std::slice::from_ref(&obj.value),
+                    json!({"resourceVersion": rv}),
+                    include,
+                    self.sent == 0,
+                );
+                self.buf.extend_from_slice(table.to_string().as_bytes());
+            }
+        }
         self.buf.extend_from_slice(b"}\n");
         self.sent += 1;
         match (self.faults.close_after, self.faults.cut_after) {

@@ -17,13 +17,14 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
-use super::Shared;
 use super::apply::{self, ApplyError, Writer};
 use super::http::{Query, Target};
 use super::object::{StoreError, generate_name, identify, meta_mut};
 use super::patch::{self, is_builtin_group, root_type};
 use super::resource::{ResourceKey, new_uid, now_rfc3339, split_api_version};
 use super::status::{ApiError, error_response, json_response, status_body, store_error};
+use super::store::{DeleteOptions, Propagation};
+use super::{Shared, discovery, validation};
 
 /// Largest request body accepted.
 const MAX_BODY: usize = 64 << 20;
@@ -340,6 +341,9 @@ pub(crate) async fn create(
     if let Err(e) = conform(shared, target, &mut obj) {
         return e.into_response();
     }
+    if let Err(e) = validation::validate(shared, target, &mut obj) {
+        return e.into_response();
+    }
     let writer = Writer {
         manager: &options.manager,
         status: false,
@@ -373,6 +377,9 @@ pub(crate) async fn replace(
         Err(e) => return e.into_response(),
     };
     if let Err(e) = conform(shared, target, &mut sent) {
+        return e.into_response();
+    }
+    if !status_only && let Err(e) = validation::validate(shared, target, &mut sent) {
         return e.into_response();
     }
     let name = target.name.as_deref().unwrap_or("");
@@ -596,6 +603,9 @@ pub(crate) async fn patch(
             if let Err(e) = conform(shared, target, &mut obj) {
                 return e.into_response();
             }
+            if let Err(e) = validation::validate(shared, target, &mut obj) {
+                return e.into_response();
+            }
             match commit_create(shared, obj, options.dry_run) {
                 Ok(created) => return json_response(StatusCode::CREATED, created.to_string()),
                 Err(StoreError::AlreadyExists { .. }) => continue,
@@ -644,6 +654,9 @@ pub(crate) async fn patch(
         if let Err(e) = conform(shared, target, &mut patched) {
             return e.into_response();
         }
+        if !status_only && let Err(e) = validation::validate(shared, target, &mut patched) {
+            return e.into_response();
+        }
         if kind != PatchKind::Apply {
             apply::record_update(Some(live), &mut patched, &writer);
         }
@@ -659,24 +672,84 @@ pub(crate) async fn patch(
     })
 }
 
-/// `dryRun` of a DELETE: in the query or in the DeleteOptions body (where kube puts it).
-async fn delete_dry_run(query: &Query, body: Body) -> Result<bool, ApiError> {
-    let bytes = read_bytes(body).await?;
-    let mut values: Vec<String> = query.get("dryRun").into_iter().cloned().collect();
-    if !bytes.iter().all(u8::is_ascii_whitespace) {
-        let options: Value = serde_json::from_slice(&bytes).map_err(|e| {
+/// The DeleteOptions of a DELETE: from the query (`propagationPolicy`, `orphanDependents`,
+/// `dryRun`), then from the body, which wins, as the API server decodes them. Returns them and
+/// whether the delete is a dry run.
+fn delete_options(query: &Query, body: &[u8]) -> Result<(DeleteOptions, bool), ApiError> {
+    let mut policy = query.get("propagationPolicy").cloned();
+    let mut orphan = query
+        .get("orphanDependents")
+        .map(|v| v == "true" || v == "1");
+    let mut dry_runs: Vec<String> = query.get("dryRun").into_iter().cloned().collect();
+    let mut options = DeleteOptions::default();
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let value: Value = serde_json::from_slice(body).map_err(|e| {
             ApiError::bad_request(format!(
                 "the body of the request was in an unknown format: {e}"
             ))
         })?;
-        if let Some(list) = options.get("dryRun").and_then(Value::as_array) {
-            values.extend(list.iter().filter_map(Value::as_str).map(str::to_string));
+        let Some(map) = value.as_object() else {
+            return Err(ApiError::bad_request(
+                "the body of the request must be a DeleteOptions object",
+            ));
+        };
+        if let Some(kind) = map.get("kind").and_then(Value::as_str)
+            && kind != "DeleteOptions"
+        {
+            return Err(ApiError::bad_request(format!(
+                "no kind \"{kind}\" is registered for the body of a DELETE (expected DeleteOptions)"
+            )));
         }
+        if let Some(p) = map.get("propagationPolicy").and_then(Value::as_str) {
+            policy = Some(p.to_string());
+        }
+        if let Some(o) = map.get("orphanDependents").and_then(Value::as_bool) {
+            orphan = Some(o);
+        }
+        // kube sends dryRun in the body.
+        if let Some(list) = map.get("dryRun").and_then(Value::as_array) {
+            dry_runs.extend(list.iter().filter_map(Value::as_str).map(str::to_string));
+        }
+        let pre = |field: &str| {
+            map.get("preconditions")
+                .and_then(|p| p.get(field))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        options.uid = pre("uid");
+        options.resource_version = pre("resourceVersion");
     }
-    dry_run(values, "DeleteOptions")
+    let dry_run = dry_run(dry_runs, "DeleteOptions")?;
+    let invalid = |detail: String| {
+        ApiError::invalid(format!(
+            "DeleteOptions.meta.k8s.io \"\" is invalid: {detail}"
+        ))
+    };
+    options.propagation = match (policy.as_deref(), orphan) {
+        (Some(p), Some(_)) => {
+            return Err(invalid(format!(
+                "propagationPolicy: Invalid value: \"{p}\": orphanDependents and deletionPropagation cannot be both set"
+            )));
+        }
+        (Some("Foreground"), None) | (None, Some(false)) => Propagation::Foreground,
+        (Some("Background"), None) | (None, None) => Propagation::Background,
+        (Some("Orphan"), None) | (None, Some(true)) => Propagation::Orphan,
+        (Some(other), None) => {
+            return Err(invalid(format!(
+                "propagationPolicy: Unsupported value: \"{other}\": supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
+            )));
+        }
+    };
+    Ok((options, dry_run))
 }
 
-/// DELETE of an object: answers with its last state.
+/// DELETE of an object, with DeleteOptions from the query and the body (JSON or YAML):
+/// preconditions (409 Conflict on a mismatch), the propagation policy and `dryRun` (answered
+/// with the object as it is, nothing changed). An object without finalizers goes at once: 200
+/// with its last state for the kinds whose registry returns it (Pod, Service, ServiceAccount,
+/// StorageClass), else (custom resources too) 200 with a Status Success naming it. One with
+/// finalizers, and a Namespace, is marked with `deletionTimestamp` and stays until they are
+/// gone (200 with its new state).
 pub(crate) async fn delete(
     shared: &Shared,
     target: &Target,
@@ -684,8 +757,19 @@ pub(crate) async fn delete(
     body: Body,
 ) -> Response {
     let name = target.name.as_deref().unwrap_or("");
-    let dry_run = match delete_dry_run(query, body).await {
-        Ok(dry_run) => dry_run,
+    if target.subresource.is_some() {
+        return error_response(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        );
+    }
+    let bytes = match read_bytes(body).await {
+        Ok(bytes) => bytes,
+        Err(e) => return e.into_response(),
+    };
+    let (options, dry_run) = match delete_options(query, &bytes) {
+        Ok(options) => options,
         Err(e) => return e.into_response(),
     };
     if dry_run {
@@ -697,13 +781,36 @@ pub(crate) async fn delete(
             None => not_found(target, name),
         };
     }
-    match shared
+    let state = match shared.store.delete(
+        &target.resource,
+        target.namespace.as_deref(),
+        name,
+        &options,
+    ) {
+        Ok(state) => state,
+        Err(e) => return store_error(&e),
+    };
+    let gone = shared
         .store
-        .delete(&target.resource, target.namespace.as_deref(), name)
-    {
-        Ok(deleted) => json_response(StatusCode::OK, deleted.to_string()),
-        Err(e) => store_error(&e),
+        .get(&target.resource, target.namespace.as_deref(), name)
+        .is_none();
+    if gone && !discovery::returns_deleted_object(shared, &target.resource) {
+        // What the registry answers for a kind without ReturnDeletedObject.
+        let status = serde_json::json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "details": {
+                "name": name,
+                "group": target.resource.group,
+                "kind": target.resource.plural,
+                "uid": state.pointer("/metadata/uid").cloned().unwrap_or(Value::Null),
+            },
+        });
+        return json_response(StatusCode::OK, status.to_string());
     }
+    json_response(StatusCode::OK, state.to_string())
 }
 
 #[cfg(test)]

@@ -216,6 +216,25 @@ pub fn touched(mut pod: Value, n: u64) -> Value {
     pod
 }
 
+/// Waits until replaying `rec`'s notifications gives `want` (failing at once on an inconsistent
+/// history). The cache can equal the server before the listeners have been told: an atomic
+/// relist replaces the cache first, then hands out the notifications.
+pub async fn until_replayed(
+    what: &str,
+    rec: &wisp_host::informer::handler::Recorder,
+    want: &BTreeMap<String, String>,
+) {
+    until(
+        &format!("{what}: its history ends at the server's state"),
+        || {
+            let view = replay(&rec.deliveries())
+                .unwrap_or_else(|e| panic!("{what}: inconsistent history: {e}"));
+            &view == want
+        },
+    )
+    .await;
+}
+
 /// Replays a listener's deliveries and checks they form a consistent history: sequence numbers
 /// 1..=n, adds only of absent keys, updates and deletes only of present keys with the old state
 /// equal to what the listener last saw (tombstones allowed to be stale). Returns the final view.

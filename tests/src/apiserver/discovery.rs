@@ -1,0 +1,882 @@
+//! What the server serves and how it describes it: the built-in kinds (scope, short names,
+//! selectable fields), the custom resources its CustomResourceDefinitions define, and the
+//! discovery documents (`/version`, `/api`, `/api/v1`, `/apis`, `/apis/{group}[/{version}]`).
+//!
+//! `/api` and `/apis` answer in the aggregated form
+//! (`application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList`) to clients that ask
+//! for it first, as kubectl does, and in the legacy form otherwise (kube-rs). Protobuf is never
+//! advertised. `/openapi/v3` lists one document per group/version holding,
+//! for each collection, the PATCH operation with its group/version/kind and the
+//! `fieldValidation` parameter: kubectl then leaves validation to the server (without it,
+//! `kubectl apply` fails with "failed to download openapi" unless `--validate=false`). There are
+//! no schemas; `/openapi/v2` answers 404 NotFound.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::Response;
+use serde_json::{Value, json};
+
+use super::Shared;
+use super::resource::ResourceKey;
+use super::status::json_response;
+
+/// How a kind answers a field selector it does not support; the messages are the real ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FieldRejection {
+    /// `field label not supported: X` (core kinds with their own conversion, custom resources).
+    NotSupported,
+    /// `field label "X" not supported for batchv1.Job`.
+    Job,
+    /// `"X" is not a known field selector: only "metadata.name", "metadata.namespace"`: every
+    /// kind without a conversion of its own.
+    MetaOnly,
+}
+
+/// A built-in kind.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Builtin {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub plural: &'static str,
+    pub kind: &'static str,
+    pub namespaced: bool,
+    pub short_names: &'static [&'static str],
+    /// Field selector labels accepted (always including the metadata ones the kind accepts).
+    pub fields: &'static [&'static str],
+    pub rejection: FieldRejection,
+}
+
+const META: &[&str] = &["metadata.name", "metadata.namespace"];
+
+macro_rules! builtin {
+    ($group:expr, $version:expr, $plural:expr, $kind:expr, $ns:expr, $short:expr) => {
+        Builtin {
+            group: $group,
+            version: $version,
+            plural: $plural,
+            kind: $kind,
+            namespaced: $ns,
+            short_names: $short,
+            fields: META,
+            rejection: FieldRejection::MetaOnly,
+        }
+    };
+    ($group:expr, $version:expr, $plural:expr, $kind:expr, $ns:expr, $short:expr, $fields:expr, $rej:expr) => {
+        Builtin {
+            group: $group,
+            version: $version,
+            plural: $plural,
+            kind: $kind,
+            namespaced: $ns,
+            short_names: $short,
+            fields: $fields,
+            rejection: $rej,
+        }
+    };
+}
+
+/// The built-in kinds the server describes, with the field selectors of Kubernetes 1.36
+/// (`pkg/apis/*/v1/conversion.go`: the labels each kind's field label conversion accepts).
+pub(crate) const BUILTINS: &[Builtin] = &[
+    builtin!(
+        "",
+        "v1",
+        "pods",
+        "Pod",
+        true,
+        &["po"],
+        &[
+            "metadata.name",
+            "metadata.namespace",
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.podIPs",
+            "status.nominatedNodeName",
+            "spec.host",
+        ],
+        FieldRejection::NotSupported
+    ),
+    builtin!(
+        "",
+        "v1",
+        "nodes",
+        "Node",
+        false,
+        &["no"],
+        &["metadata.name", "spec.unschedulable"],
+        FieldRejection::NotSupported
+    ),
+    builtin!(
+        "",
+        "v1",
+        "replicationcontrollers",
+        "ReplicationController",
+        true,
+        &["rc"],
+        &["metadata.name", "metadata.namespace", "status.replicas"],
+        FieldRejection::NotSupported
+    ),
+    builtin!(
+        "",
+        "v1",
+        "events",
+        "Event",
+        true,
+        &["ev"],
+        &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+            "metadata.namespace",
+            "metadata.name",
+        ],
+        FieldRejection::NotSupported
+    ),
+    builtin!(
+        "",
+        "v1",
+        "namespaces",
+        "Namespace",
+        false,
+        &["ns"],
+        &["status.phase", "metadata.name"],
+        FieldRejection::NotSupported
+    ),
+    builtin!(
+        "",
+        "v1",
+        "secrets",
+        "Secret",
+        true,
+        &[],
+        &["type", "metadata.namespace", "metadata.name"],
+        FieldRejection::NotSupported
+    ),
+    builtin!(
+        "",
+        "v1",
+        "services",
+        "Service",
+        true,
+        &["svc"],
+        &[
+            "metadata.namespace",
+            "metadata.name",
+            "spec.clusterIP",
+            "spec.type"
+        ],
+        FieldRejection::NotSupported
+    ),
+    builtin!("", "v1", "configmaps", "ConfigMap", true, &["cm"]),
+    builtin!("", "v1", "endpoints", "Endpoints", true, &["ep"]),
+    builtin!("", "v1", "serviceaccounts", "ServiceAccount", true, &["sa"]),
+    builtin!(
+        "",
+        "v1",
+        "persistentvolumeclaims",
+        "PersistentVolumeClaim",
+        true,
+        &["pvc"]
+    ),
+    builtin!(
+        "",
+        "v1",
+        "persistentvolumes",
+        "PersistentVolume",
+        false,
+        &["pv"]
+    ),
+    builtin!("", "v1", "limitranges", "LimitRange", true, &["limits"]),
+    builtin!(
+        "",
+        "v1",
+        "resourcequotas",
+        "ResourceQuota",
+        true,
+        &["quota"]
+    ),
+    builtin!("", "v1", "podtemplates", "PodTemplate", true, &[]),
+    builtin!("apps", "v1", "deployments", "Deployment", true, &["deploy"]),
+    builtin!(
+        "apps",
+        "v1",
+        "replicasets",
+        "ReplicaSet",
+        true,
+        &["rs"],
+        &["metadata.name", "metadata.namespace", "status.replicas"],
+        FieldRejection::NotSupported
+    ),
+    builtin!("apps", "v1", "statefulsets", "StatefulSet", true, &["sts"]),
+    builtin!("apps", "v1", "daemonsets", "DaemonSet", true, &["ds"]),
+    builtin!(
+        "apps",
+        "v1",
+        "controllerrevisions",
+        "ControllerRevision",
+        true,
+        &[]
+    ),
+    builtin!(
+        "batch",
+        "v1",
+        "jobs",
+        "Job",
+        true,
+        &[],
+        &["metadata.name", "metadata.namespace", "status.successful"],
+        FieldRejection::Job
+    ),
+    builtin!("batch", "v1", "cronjobs", "CronJob", true, &["cj"]),
+    builtin!(
+        "networking.k8s.io",
+        "v1",
+        "ingresses",
+        "Ingress",
+        true,
+        &["ing"]
+    ),
+    builtin!(
+        "networking.k8s.io",
+        "v1",
+        "networkpolicies",
+        "NetworkPolicy",
+        true,
+        &["netpol"]
+    ),
+    builtin!(
+        "networking.k8s.io",
+        "v1",
+        "ingressclasses",
+        "IngressClass",
+        false,
+        &[]
+    ),
+    builtin!(
+        "discovery.k8s.io",
+        "v1",
+        "endpointslices",
+        "EndpointSlice",
+        true,
+        &[]
+    ),
+    builtin!(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "roles",
+        "Role",
+        true,
+        &[]
+    ),
+    builtin!(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "rolebindings",
+        "RoleBinding",
+        true,
+        &[]
+    ),
+    builtin!(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "clusterroles",
+        "ClusterRole",
+        false,
+        &[]
+    ),
+    builtin!(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "clusterrolebindings",
+        "ClusterRoleBinding",
+        false,
+        &[]
+    ),
+    builtin!(
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        false,
+        &["crd", "crds"]
+    ),
+    builtin!("coordination.k8s.io", "v1", "leases", "Lease", true, &[]),
+    builtin!("events.k8s.io", "v1", "events", "Event", true, &["ev"]),
+    builtin!(
+        "certificates.k8s.io",
+        "v1",
+        "certificatesigningrequests",
+        "CertificateSigningRequest",
+        false,
+        &["csr"],
+        &["metadata.name", "spec.signerName"],
+        FieldRejection::NotSupported
+    ),
+    builtin!(
+        "storage.k8s.io",
+        "v1",
+        "storageclasses",
+        "StorageClass",
+        false,
+        &["sc"]
+    ),
+    builtin!(
+        "policy",
+        "v1",
+        "poddisruptionbudgets",
+        "PodDisruptionBudget",
+        true,
+        &["pdb"]
+    ),
+    builtin!(
+        "autoscaling",
+        "v2",
+        "horizontalpodautoscalers",
+        "HorizontalPodAutoscaler",
+        true,
+        &["hpa"]
+    ),
+    builtin!(
+        "scheduling.k8s.io",
+        "v1",
+        "priorityclasses",
+        "PriorityClass",
+        false,
+        &["pc"]
+    ),
+];
+
+/// The built-in kind served at `resource`, if any.
+pub(crate) fn builtin(resource: &ResourceKey) -> Option<&'static Builtin> {
+    BUILTINS.iter().find(|b| {
+        b.group == resource.group && b.version == resource.version && b.plural == resource.plural
+    })
+}
+
+/// Whether a DELETE that removes an object at once answers with the object (the registries
+/// with `ReturnDeletedObject`: pods, services, serviceaccounts, storageclasses; and the kinds
+/// this server knows neither as built-ins nor from a CRD) rather than with a Status Success
+/// (every other built-in, and custom resources).
+pub(crate) fn returns_deleted_object(shared: &Shared, resource: &ResourceKey) -> bool {
+    match known(shared, resource) {
+        Known::Builtin(b) => matches!(
+            (b.group, b.plural),
+            ("", "pods" | "services" | "serviceaccounts") | ("storage.k8s.io", "storageclasses")
+        ),
+        Known::Custom(_) => false,
+        Known::Unknown => true,
+    }
+}
+
+/// A kind served from a CustomResourceDefinition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CustomKind {
+    pub kind: String,
+    pub singular: String,
+    pub namespaced: bool,
+    pub short_names: Vec<String>,
+    /// `selectableFields` of the served version, as field labels (`spec.color`).
+    pub selectable: Vec<String>,
+}
+
+/// What a CRD object says about one group/version/plural.
+pub(crate) fn custom_kind(crd: &Value, resource: &ResourceKey) -> Option<CustomKind> {
+    let spec = crd.get("spec")?;
+    let names = spec.get("names")?;
+    if spec.get("group")?.as_str()? != resource.group
+        || names.get("plural")?.as_str()? != resource.plural
+    {
+        return None;
+    }
+    let version = spec
+        .get("versions")?
+        .as_array()?
+        .iter()
+        .find(|v| v.get("name").and_then(Value::as_str) == Some(resource.version.as_str()))?;
+    let strings = |v: Option<&Value>| -> Vec<String> {
+        v.and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let selectable = version
+        .get("selectableFields")
+        .and_then(Value::as_array)
+        .map(|fields| {
+            fields
+                .iter()
+                .filter_map(|f| f.get("jsonPath").and_then(Value::as_str))
+                .map(|p| p.trim_start_matches('.').to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    let kind = names.get("kind")?.as_str()?.to_string();
+    Some(CustomKind {
+        singular: names
+            .get("singular")
+            .and_then(Value::as_str)
+            .map_or_else(|| kind.to_ascii_lowercase(), str::to_string),
+        kind,
+        namespaced: spec.get("scope").and_then(Value::as_str) != Some("Cluster"),
+        short_names: strings(names.get("shortNames")),
+        selectable,
+    })
+}
+
+/// The CRDs' collection.
+pub(crate) fn crd_resource() -> ResourceKey {
+    ResourceKey {
+        group: "apiextensions.k8s.io".into(),
+        version: "v1".into(),
+        plural: "customresourcedefinitions".into(),
+    }
+}
+
+/// What the server knows of a collection: built-in, defined by a CRD, or only seen in writes.
+#[derive(Debug, Clone)]
+pub(crate) enum Known {
+    Builtin(&'static Builtin),
+    Custom(CustomKind),
+    /// Neither: any field selector on metadata is accepted, the scope is not checked.
+    Unknown,
+}
+
+impl Known {
+    /// Whether the kind is namespaced (`None` when unknown).
+    pub fn namespaced(&self) -> Option<bool> {
+        match self {
+            Known::Builtin(b) => Some(b.namespaced),
+            Known::Custom(c) => Some(c.namespaced),
+            Known::Unknown => None,
+        }
+    }
+}
+
+/// Looks up a collection among the built-ins and the stored CRDs.
+pub(crate) fn known(shared: &Shared, resource: &ResourceKey) -> Known {
+    if let Some(b) = builtin(resource) {
+        return Known::Builtin(b);
+    }
+    if resource.group.is_empty() || !resource.group.contains('.') {
+        return Known::Unknown;
+    }
+    shared
+        .store
+        .objects(&crd_resource())
+        .iter()
+        .find_map(|crd| custom_kind(crd, resource))
+        .map_or(Known::Unknown, Known::Custom)
+}
+
+/// Verbs of every collection the server serves (it has no `deletecollection`).
+const VERBS: &[&str] = &[
+    "create", "delete", "get", "list", "patch", "update", "watch",
+];
+
+/// One entry of an APIResourceList.
+#[derive(Debug, Clone)]
+struct Entry {
+    plural: String,
+    singular: String,
+    kind: String,
+    namespaced: bool,
+    short_names: Vec<String>,
+}
+
+/// Every group/version with its collections: the built-ins, the CRDs' served versions and
+/// the collections seen in writes.
+fn catalogue(shared: &Shared) -> BTreeMap<(String, String), Vec<Entry>> {
+    let mut out: BTreeMap<(String, String), Vec<Entry>> = BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    for b in BUILTINS {
+        seen.insert((
+            b.group.to_string(),
+            b.version.to_string(),
+            b.plural.to_string(),
+        ));
+        out.entry((b.group.into(), b.version.into()))
+            .or_default()
+            .push(Entry {
+                plural: b.plural.into(),
+                singular: b.kind.to_ascii_lowercase(),
+                kind: b.kind.into(),
+                namespaced: b.namespaced,
+                short_names: b.short_names.iter().map(|s| s.to_string()).collect(),
+            });
+    }
+    for crd in shared.store.objects(&crd_resource()) {
+        let group = crd.pointer("/spec/group").and_then(Value::as_str);
+        let plural = crd.pointer("/spec/names/plural").and_then(Value::as_str);
+        let versions = crd.pointer("/spec/versions").and_then(Value::as_array);
+        let (Some(group), Some(plural), Some(versions)) = (group, plural, versions) else {
+            continue;
+        };
+        for v in versions {
+            let Some(version) = v.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            if v.get("served").and_then(Value::as_bool) == Some(false) {
+                continue;
+            }
+            let key = ResourceKey {
+                group: group.into(),
+                version: version.into(),
+                plural: plural.into(),
+            };
+            let Some(c) = custom_kind(&crd, &key) else {
+                continue;
+            };
+            if seen.insert((group.into(), version.into(), plural.into())) {
+                out.entry((group.into(), version.into()))
+                    .or_default()
+                    .push(Entry {
+                        plural: plural.into(),
+                        singular: c.singular,
+                        kind: c.kind,
+                        namespaced: c.namespaced,
+                        short_names: c.short_names,
+                    });
+            }
+        }
+    }
+    for (resource, kind, namespaced) in shared.store.collections() {
+        if seen.insert((
+            resource.group.clone(),
+            resource.version.clone(),
+            resource.plural.clone(),
+        )) {
+            out.entry((resource.group.clone(), resource.version.clone()))
+                .or_default()
+                .push(Entry {
+                    plural: resource.plural.clone(),
+                    singular: kind.to_ascii_lowercase(),
+                    kind,
+                    namespaced,
+                    short_names: Vec::new(),
+                });
+        }
+    }
+    out
+}
+
+fn resource_list(group_version: &str, entries: &[Entry]) -> Value {
+    let mut resources = Vec::new();
+    for e in entries {
+        let mut r = json!({
+            "name": e.plural,
+            "singularName": e.singular,
+            "namespaced": e.namespaced,
+            "kind": e.kind,
+            "verbs": VERBS,
+        });
+        if !e.short_names.is_empty() {
+            r["shortNames"] = json!(e.short_names);
+        }
+        resources.push(r);
+        resources.push(json!({
+            "name": format!("{}/status", e.plural),
+            "singularName": "",
+            "namespaced": e.namespaced,
+            "kind": e.kind,
+            "verbs": ["get", "patch", "update"],
+        }));
+    }
+    json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": group_version,
+        "resources": resources,
+    })
+}
+
+fn group_doc(group: &str, versions: &[String]) -> Value {
+    let gv = |v: &String| json!({"groupVersion": format!("{group}/{v}"), "version": v});
+    json!({
+        "name": group,
+        "versions": versions.iter().map(gv).collect::<Vec<_>>(),
+        "preferredVersion": versions.first().map(gv).unwrap_or(Value::Null),
+    })
+}
+
+/// The `hash` of every OpenAPI v3 document URL (the documents only change with the CRDs).
+const OPENAPI_HASH: &str = "0000000000000000";
+
+/// The OpenAPI v3 document of one group/version: for each collection, the PATCH of one object
+/// tagged with its group/version/kind and taking `fieldValidation`, which is what kubectl reads
+/// to leave validation to the server (no schemas: the server does not check fields by schema).
+fn openapi_v3(group: &str, version: &str, entries: &[Entry]) -> Value {
+    let root = if group.is_empty() {
+        format!("/api/{version}")
+    } else {
+        format!("/apis/{group}/{version}")
+    };
+    let mut paths = serde_json::Map::new();
+    for e in entries {
+        let path = if e.namespaced {
+            format!("{root}/namespaces/{{namespace}}/{}/{{name}}", e.plural)
+        } else {
+            format!("{root}/{}/{{name}}", e.plural)
+        };
+        let query = |name: &str| json!({"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": true}});
+        paths.insert(
+            path,
+            json!({"patch": {
+                "x-kubernetes-group-version-kind": {"group": group, "version": version, "kind": e.kind},
+                "x-kubernetes-action": "patch",
+                "parameters": [query("dryRun"), query("fieldManager"), query("fieldValidation"), query("force")],
+                "responses": {"200": {"description": "OK"}},
+            }}),
+        );
+    }
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "v1.36.0"},
+        "paths": paths,
+        "components": {"schemas": {}},
+    })
+}
+
+/// `/version`.
+fn version() -> Value {
+    json!({
+        "major": "1",
+        "minor": "36",
+        "emulationMajor": "1",
+        "emulationMinor": "36",
+        "minCompatibilityMajor": "1",
+        "minCompatibilityMinor": "35",
+        "gitVersion": "v1.36.0-wisp-test",
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": "go1.25",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    })
+}
+
+/// The media type of aggregated discovery, which client-go (kubectl) asks for first.
+const AGGREGATED: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+/// Whether the Accept header asks for aggregated discovery (v2).
+fn wants_aggregated(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(',')
+        .any(|range| {
+            let params: Vec<&str> = range.split(';').map(str::trim).collect();
+            params.contains(&"g=apidiscovery.k8s.io")
+                && params.contains(&"v=v2")
+                && params.contains(&"as=APIGroupDiscoveryList")
+        })
+}
+
+/// An `APIGroupDiscoveryList` of the core group (`core`) or of every other group.
+fn aggregated(shared: &Shared, core: bool) -> Value {
+    let mut groups: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for ((group, version), entries) in catalogue(shared) {
+        if group.is_empty() != core {
+            continue;
+        }
+        let kind_of = |kind: &str| json!({"group": group, "version": version, "kind": kind});
+        let resources: Vec<Value> = entries
+            .iter()
+            .map(|e| {
+                let mut r = json!({
+                    "resource": e.plural,
+                    "responseKind": kind_of(&e.kind),
+                    "scope": if e.namespaced { "Namespaced" } else { "Cluster" },
+                    "singularResource": e.singular,
+                    "verbs": VERBS,
+                    "subresources": [{
+                        "subresource": "status",
+                        "responseKind": kind_of(&e.kind),
+                        "verbs": ["get", "patch", "update"],
+                    }],
+                });
+                if !e.short_names.is_empty() {
+                    r["shortNames"] = json!(e.short_names);
+                }
+                r
+            })
+            .collect();
+        groups.entry(group.clone()).or_default().push(json!({
+            "version": version,
+            "resources": resources,
+            "freshness": "Current",
+        }));
+    }
+    let items: Vec<Value> = groups
+        .into_iter()
+        .map(|(name, versions)| {
+            let metadata = if name.is_empty() {
+                json!({})
+            } else {
+                json!({"name": name})
+            };
+            json!({"metadata": metadata, "versions": versions})
+        })
+        .collect();
+    json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": "apidiscovery.k8s.io/v2",
+        "metadata": {},
+        "items": items,
+    })
+}
+
+/// Serves a discovery path, or `None` when `path` is not one.
+pub(crate) fn serve(
+    shared: &Shared,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+) -> Option<Response> {
+    if method != Method::GET {
+        return None;
+    }
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    if matches!(segments.as_slice(), ["api"] | ["apis"]) && wants_aggregated(headers) {
+        let body = aggregated(shared, segments == ["api"]);
+        let mut response = json_response(StatusCode::OK, body.to_string());
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(AGGREGATED));
+        return Some(response);
+    }
+    let body = match segments.as_slice() {
+        ["version"] => version(),
+        ["api"] => json!({
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}],
+        }),
+        ["api", "v1"] => {
+            let cat = catalogue(shared);
+            let entries = cat.get(&(String::new(), "v1".to_string()))?;
+            resource_list("v1", entries)
+        }
+        ["apis"] => {
+            let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for (group, version) in catalogue(shared).keys() {
+                if !group.is_empty() {
+                    groups
+                        .entry(group.clone())
+                        .or_default()
+                        .push(version.clone());
+                }
+            }
+            json!({
+                "kind": "APIGroupList",
+                "apiVersion": "v1",
+                "groups": groups.iter().map(|(g, v)| group_doc(g, v)).collect::<Vec<_>>(),
+            })
+        }
+        ["apis", group] => {
+            let versions: Vec<String> = catalogue(shared)
+                .keys()
+                .filter(|(g, _)| g == group)
+                .map(|(_, v)| v.clone())
+                .collect();
+            if versions.is_empty() {
+                return None;
+            }
+            let mut doc = group_doc(group, &versions);
+            doc["kind"] = json!("APIGroup");
+            doc["apiVersion"] = json!("v1");
+            doc
+        }
+        ["apis", group, version] => {
+            let cat = catalogue(shared);
+            let entries = cat.get(&(group.to_string(), version.to_string()))?;
+            resource_list(&format!("{group}/{version}"), entries)
+        }
+        ["openapi", "v3"] => {
+            let paths: serde_json::Map<String, Value> = catalogue(shared)
+                .keys()
+                .map(|(group, version)| {
+                    let prefix = if group.is_empty() {
+                        format!("api/{version}")
+                    } else {
+                        format!("apis/{group}/{version}")
+                    };
+                    let url = format!("/openapi/v3/{prefix}?hash={OPENAPI_HASH}");
+                    (prefix, json!({"serverRelativeURL": url}))
+                })
+                .collect();
+            json!({"paths": paths})
+        }
+        ["openapi", "v3", "api", version] => {
+            let cat = catalogue(shared);
+            openapi_v3("", version, cat.get(&(String::new(), version.to_string()))?)
+        }
+        ["openapi", "v3", "apis", group, version] => {
+            let cat = catalogue(shared);
+            openapi_v3(
+                group,
+                version,
+                cat.get(&(group.to_string(), version.to_string()))?,
+            )
+        }
+        _ => return None,
+    };
+    Some(json_response(StatusCode::OK, body.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_are_named_as_kube_names_them() {
+        for b in BUILTINS {
+            let av = if b.group.is_empty() {
+                b.version.to_string()
+            } else {
+                format!("{}/{}", b.group, b.version)
+            };
+            assert_eq!(
+                ResourceKey::for_kind(&av, b.kind).plural,
+                b.plural,
+                "{}",
+                b.kind
+            );
+        }
+    }
+
+    #[test]
+    fn crd_selectable_fields_become_field_labels() {
+        let crd = json!({"spec": {"group": "example.com", "scope": "Cluster",
+            "names": {"plural": "widgets", "kind": "Widget", "shortNames": ["wd"]},
+            "versions": [{"name": "v1", "served": true, "selectableFields": [{"jsonPath": ".spec.color"}]}]}});
+        let key = ResourceKey {
+            group: "example.com".into(),
+            version: "v1".into(),
+            plural: "widgets".into(),
+        };
+        let c = custom_kind(&crd, &key).expect("defined");
+        assert_eq!(
+            (c.kind.as_str(), c.namespaced, c.selectable),
+            ("Widget", false, vec!["spec.color".to_string()])
+        );
+    }
+}

@@ -1,0 +1,1175 @@
+//! The test API server answers as a real kube-apiserver (1.36) does where it used to be lenient:
+//! finalizers and namespace termination, delete options, reads at a resourceVersion it has not
+//! reached, field selectors per kind, validation, request media types and discovery.
+//!
+//! Driven through a real `kube::Client`, and through raw HTTP where a client would not send the
+//! request (a protobuf or YAML body, an unknown propagation policy).
+
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt, TryStreamExt};
+use kube::api::{
+    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, Preconditions,
+    VersionMatch, WatchEvent, WatchParams,
+};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use wisp_tests::{TestApiServer, config_map, pod};
+
+/// Upper bound for anything that should happen promptly; only hit when a test fails.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+fn resource(group: &str, version: &str, kind: &str) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
+}
+
+fn config_maps(server: &TestApiServer, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        server.client_no_retry(),
+        ns,
+        &resource("", "v1", "ConfigMap"),
+    )
+}
+
+fn typed(value: Value) -> DynamicObject {
+    serde_json::from_value(value).expect("a Kubernetes object")
+}
+
+/// The Status of a failed request.
+fn status(err: kube::Error) -> Box<kube::core::Status> {
+    match err {
+        kube::Error::Api(status) => status,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+/// (field, reason) of every cause of a Status.
+fn causes(status: &kube::core::Status) -> Vec<(String, String)> {
+    status
+        .details
+        .as_ref()
+        .map(|d| {
+            d.causes
+                .iter()
+                .map(|c| (c.field.clone(), c.reason.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+type Event = kube::Result<WatchEvent<DynamicObject>>;
+
+/// The next non-bookmark event of a watch.
+async fn next_change<S: Stream<Item = Event> + Unpin>(stream: &mut S) -> WatchEvent<DynamicObject> {
+    loop {
+        let event = tokio::time::timeout(PATIENCE, stream.next())
+            .await
+            .expect("watch stream stalled")
+            .expect("watch stream ended")
+            .expect("watch error");
+        if !matches!(event, WatchEvent::Bookmark(_)) {
+            return event;
+        }
+    }
+}
+
+fn finalizers(obj: &DynamicObject) -> Vec<String> {
+    obj.metadata.finalizers.clone().unwrap_or_default()
+}
+
+/// One raw HTTP/1.1 request; returns (status, parsed JSON body).
+async fn raw(
+    server: &TestApiServer,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> (u16, Value) {
+    let addr = server.url().trim_start_matches("http://").to_string();
+    let mut stream = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    let content_type = content_type
+        .map(|c| format!("Content-Type: {c}\r\n"))
+        .unwrap_or_default();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{content_type}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.expect("write");
+    stream.write_all(body).await.expect("write");
+    let mut reply = Vec::new();
+    tokio::time::timeout(PATIENCE, stream.read_to_end(&mut reply))
+        .await
+        .expect("a reply in time")
+        .expect("read");
+    let reply = String::from_utf8(reply).expect("utf-8");
+    let (head, mut body) = reply.split_once("\r\n\r\n").expect("headers");
+    let code = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status line");
+    let mut text = String::new();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        loop {
+            let (size, rest) = body.split_once("\r\n").expect("chunk size");
+            let n = usize::from_str_radix(size.trim(), 16).expect("hex size");
+            if n == 0 {
+                break;
+            }
+            text.push_str(&rest[..n]);
+            body = &rest[n + 2..];
+        }
+    } else {
+        text = body.to_string();
+    }
+    (code, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finalizers and deletion
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn deleting_an_object_with_finalizers_marks_it_and_watchers_see_modified()
+-> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let cms = config_maps(&server, "default");
+    let mut held = config_map("default", "held", &[("k", "v")]);
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    cms.create(&PostParams::default(), &typed(held)).await?;
+    let mut events = cms.watch(&WatchParams::default(), "0").await?.boxed();
+    assert!(matches!(
+        next_change(&mut events).await,
+        WatchEvent::Added(_)
+    ));
+
+    let answer = cms.delete("held", &DeleteParams::default()).await?;
+    let marked = answer.left().expect("the object, still there");
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    assert_eq!(marked.metadata.deletion_grace_period_seconds, Some(0));
+    assert_eq!(finalizers(&marked), ["example.com/hold"]);
+
+    match next_change(&mut events).await {
+        WatchEvent::Modified(o) => assert!(o.metadata.deletion_timestamp.is_some()),
+        other => panic!("expected MODIFIED, got {other:?}"),
+    }
+    let still = cms.get("held").await?;
+    assert!(still.metadata.deletion_timestamp.is_some());
+    // A second DELETE changes nothing.
+    let again = cms.delete("held", &DeleteParams::default()).await?;
+    assert_eq!(
+        again.left().and_then(|o| o.metadata.resource_version),
+        still.metadata.resource_version
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn removing_the_last_finalizer_deletes_the_object_and_watchers_see_deleted()
+-> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let cms = config_maps(&server, "default");
+    for name in ["by-put", "by-patch"] {
+        let mut held = config_map("default", name, &[]);
+        held["metadata"]["finalizers"] = json!(["example.com/a", "example.com/b"]);
+        cms.create(&PostParams::default(), &typed(held)).await?;
+        cms.delete(name, &DeleteParams::default()).await?;
+    }
+    let mut events = cms
+        .watch(
+            &WatchParams::default(),
+            &server.resource_version().to_string(),
+        )
+        .await?
+        .boxed();
+
+    // One finalizer left: still there, MODIFIED.
+    let mut obj = cms.get("by-put").await?;
+    obj.metadata.finalizers = Some(vec!["example.com/b".into()]);
+    cms.replace("by-put", &PostParams::default(), &obj).await?;
+    assert!(matches!(
+        next_change(&mut events).await,
+        WatchEvent::Modified(_)
+    ));
+    // The last one goes: DELETED, and the object is gone.
+    let mut obj = cms.get("by-put").await?;
+    obj.metadata.finalizers = Some(vec![]);
+    cms.replace("by-put", &PostParams::default(), &obj).await?;
+    match next_change(&mut events).await {
+        WatchEvent::Deleted(o) => assert_eq!(o.metadata.name.as_deref(), Some("by-put")),
+        other => panic!("expected DELETED, got {other:?}"),
+    }
+    assert_eq!(status(cms.get("by-put").await.expect_err("gone")).code, 404);
+
+    // The same through a merge patch.
+    let patch = json!({"metadata": {"finalizers": null}});
+    cms.patch("by-patch", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    match next_change(&mut events).await {
+        WatchEvent::Deleted(o) => assert_eq!(o.metadata.name.as_deref(), Some("by-patch")),
+        other => panic!("expected DELETED, got {other:?}"),
+    }
+    assert_eq!(server.objects("v1", "ConfigMap").len(), 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn adding_a_finalizer_to_an_object_being_deleted_is_invalid() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let cms = config_maps(&server, "default");
+    let mut held = config_map("default", "held", &[]);
+    held["metadata"]["finalizers"] = json!(["example.com/a"]);
+    cms.create(&PostParams::default(), &typed(held)).await?;
+    cms.delete("held", &DeleteParams::default()).await?;
+
+    let mut obj = cms.get("held").await?;
+    obj.metadata.finalizers = Some(vec!["example.com/a".into(), "example.com/b".into()]);
+    let err = status(
+        cms.replace("held", &PostParams::default(), &obj)
+            .await
+            .expect_err("422"),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        err.message,
+        "ConfigMap \"held\" is invalid: metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{\"example.com/b\"}"
+    );
+    assert_eq!(
+        causes(&err),
+        [(
+            "metadata.finalizers".to_string(),
+            "FieldValueForbidden".to_string()
+        )]
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn deleting_a_namespace_terminates_it_deletes_its_content_then_itself() -> anyhow::Result<()>
+{
+    let server = TestApiServer::start().await?;
+    let client = server.client_no_retry();
+    let namespaces: Api<DynamicObject> =
+        Api::all_with(client.clone(), &resource("", "v1", "Namespace"));
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}});
+    let created = namespaces
+        .create(&PostParams::default(), &typed(ns))
+        .await?;
+    assert_eq!(created.data["status"]["phase"], "Active");
+    assert_eq!(created.data["spec"]["finalizers"], json!(["kubernetes"]));
+    let cms = config_maps(&server, "shop");
+    cms.create(
+        &PostParams::default(),
+        &typed(config_map("shop", "plain", &[])),
+    )
+    .await?;
+    let mut held = config_map("shop", "held", &[]);
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    cms.create(&PostParams::default(), &typed(held)).await?;
+
+    let marked = namespaces
+        .delete("shop", &DeleteParams::default())
+        .await?
+        .left()
+        .expect("the namespace, still there");
+    assert_eq!(marked.data["status"]["phase"], "Terminating");
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    // Content without finalizers is gone; content with them is marked.
+    assert_eq!(status(cms.get("plain").await.expect_err("gone")).code, 404);
+    assert!(cms.get("held").await?.metadata.deletion_timestamp.is_some());
+    let list = namespaces
+        .list(&ListParams::default().fields("status.phase=Terminating"))
+        .await?;
+    assert_eq!(list.items.len(), 1);
+
+    // Nothing new may be created in it.
+    let err = status(
+        cms.create(
+            &PostParams::default(),
+            &typed(config_map("shop", "late", &[])),
+        )
+        .await
+        .expect_err("403"),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        err.message,
+        "configmaps \"late\" is forbidden: unable to create new content in namespace shop because it is being terminated"
+    );
+    assert_eq!(
+        causes(&err),
+        [(
+            "metadata.namespace".to_string(),
+            "NamespaceTerminating".to_string()
+        )]
+    );
+
+    // Once the last object lets go, the namespace goes too.
+    let patch = json!({"metadata": {"finalizers": null}});
+    cms.patch("held", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    assert_eq!(status(cms.get("held").await.expect_err("gone")).code, 404);
+    assert_eq!(
+        status(namespaces.get("shop").await.expect_err("gone")).code,
+        404
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn delete_preconditions_that_do_not_hold_are_a_409_conflict() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let cms = config_maps(&server, "default");
+    let created = cms
+        .create(
+            &PostParams::default(),
+            &typed(config_map("default", "c", &[])),
+        )
+        .await?;
+    let uid = created.metadata.uid.clone().unwrap_or_default();
+    let rv = created
+        .metadata
+        .resource_version
+        .clone()
+        .unwrap_or_default();
+
+    let with = |uid: Option<&str>, rv: Option<&str>| DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: uid.map(str::to_string),
+            resource_version: rv.map(str::to_string),
+        }),
+        ..DeleteParams::default()
+    };
+    let err = status(
+        cms.delete("c", &with(Some("not-the-uid"), None))
+            .await
+            .expect_err("409"),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (409, "Conflict"));
+    assert_eq!(
+        err.message,
+        format!(
+            "Operation cannot be fulfilled on configmaps \"c\": Precondition failed: UID in precondition: not-the-uid, UID in object meta: {uid}"
+        )
+    );
+    let err = status(
+        cms.delete("c", &with(None, Some("1")))
+            .await
+            .expect_err("409"),
+    );
+    assert_eq!(
+        err.message,
+        format!(
+            "Operation cannot be fulfilled on configmaps \"c\": Precondition failed: ResourceVersion in precondition: 1, ResourceVersion in object meta: {rv}"
+        )
+    );
+    assert!(
+        cms.get("c").await.is_ok(),
+        "a failed precondition deletes nothing"
+    );
+    // Deleted at once: a ConfigMap's registry answers with a Status naming it, not the object.
+    let answer = cms.delete("c", &with(Some(&uid), Some(&rv))).await?;
+    let done = answer.right().expect("a Status");
+    let details = done.details.expect("details");
+    assert_eq!(
+        (
+            details.name.as_str(),
+            details.kind.as_str(),
+            details.uid.as_str()
+        ),
+        ("c", "configmaps", uid.as_str())
+    );
+    assert_eq!(status(cms.get("c").await.expect_err("gone")).code, 404);
+    // A Pod's registry answers with the pod.
+    server.create(pod("default", "web-1"))?;
+    let pods: Api<DynamicObject> = Api::namespaced_with(
+        server.client_no_retry(),
+        "default",
+        &resource("", "v1", "Pod"),
+    );
+    let gone = pods.delete("web-1", &DeleteParams::default()).await?;
+    assert_eq!(
+        gone.left().and_then(|p| p.metadata.name).as_deref(),
+        Some("web-1")
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn foreground_deletion_passes_through_the_garbage_collectors_finalizer() -> anyhow::Result<()>
+{
+    let server = TestApiServer::start().await?;
+    let cms = config_maps(&server, "default");
+    cms.create(
+        &PostParams::default(),
+        &typed(config_map("default", "c", &[])),
+    )
+    .await?;
+    let mut events = cms
+        .watch(
+            &WatchParams::default(),
+            &server.resource_version().to_string(),
+        )
+        .await?
+        .boxed();
+    cms.delete("c", &DeleteParams::foreground()).await?;
+    match next_change(&mut events).await {
+        WatchEvent::Modified(o) => {
+            assert_eq!(finalizers(&o), ["foregroundDeletion"]);
+            assert!(o.metadata.deletion_timestamp.is_some());
+        }
+        other => panic!("expected MODIFIED, got {other:?}"),
+    }
+    assert!(matches!(
+        next_change(&mut events).await,
+        WatchEvent::Deleted(_)
+    ));
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_unknown_propagation_policy_is_invalid_and_delete_options_bodies_are_read()
+-> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    server.create(config_map("default", "c", &[]))?;
+    let path = "/api/v1/namespaces/default/configmaps/c";
+    let (code, body) = raw(
+        &server,
+        "DELETE",
+        &format!("{path}?propagationPolicy=Sideways"),
+        None,
+        b"",
+    )
+    .await;
+    assert_eq!((code, body["reason"].as_str()), (422, Some("Invalid")));
+    assert_eq!(
+        body["message"],
+        "DeleteOptions.meta.k8s.io \"\" is invalid: propagationPolicy: Unsupported value: \"Sideways\": supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
+    );
+    // A DeleteOptions body (as kubectl sends it) is honoured: a wrong uid precondition.
+    let options =
+        json!({"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": "x"}});
+    let (code, _) = raw(
+        &server,
+        "DELETE",
+        path,
+        Some("application/json"),
+        options.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(code, 409);
+    let (code, _) = raw(
+        &server,
+        "DELETE",
+        path,
+        Some("application/json"),
+        br#"{"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Background"}"#,
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert!(
+        server
+            .get("v1", "ConfigMap", Some("default"), "c")
+            .is_none()
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reads at a resourceVersion the server has not reached
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_list_at_a_future_resource_version_waits_then_answers_504_too_large() -> anyhow::Result<()>
+{
+    let server = TestApiServer::start().await?;
+    server
+        .faults()
+        .too_large_resource_version_wait(Duration::from_millis(300));
+    let current = server.resource_version();
+    let future = current + 100;
+    let cms = config_maps(&server, "default");
+    let started = Instant::now();
+    let err = status(
+        cms.list(&ListParams::default().at(&future.to_string()))
+            .await
+            .expect_err("504"),
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "it waited first"
+    );
+    assert_eq!((err.code, err.reason.as_str()), (504, "Timeout"));
+    assert_eq!(
+        err.message,
+        format!("Timeout: Too large resource version: {future}, current: {current}")
+    );
+    let details = err.details.as_ref().expect("details");
+    assert_eq!(details.retry_after_seconds, 1);
+    assert_eq!(details.causes[0].reason, "ResourceVersionTooLarge");
+    assert_eq!(details.causes[0].message, "Too large resource version");
+    // NotOlderThan spelled out, Exact, and paginated lists wait the same way.
+    for params in [
+        ListParams::default()
+            .at(&future.to_string())
+            .matching(VersionMatch::NotOlderThan),
+        ListParams::default()
+            .at(&future.to_string())
+            .matching(VersionMatch::Exact),
+        ListParams::default().at(&future.to_string()).limit(10),
+    ] {
+        let started = Instant::now();
+        let err = status(cms.list(&params).await.expect_err("504"));
+        assert!(
+            started.elapsed() >= Duration::from_millis(300),
+            "{params:?}"
+        );
+        assert_eq!(
+            (err.code, err.details.map(|d| d.retry_after_seconds)),
+            (504, Some(1))
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_list_at_a_future_resource_version_is_served_once_the_server_reaches_it()
+-> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let next = server.resource_version() + 1;
+    let writer = server.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        writer.create(config_map("default", "late", &[])).ok();
+    });
+    let list = config_maps(&server, "default")
+        .list(&ListParams::default().at(&next.to_string()))
+        .await?;
+    assert_eq!(list.items.len(), 1);
+    assert_eq!(list.metadata.resource_version, Some(next.to_string()));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_streaming_list_from_a_future_resource_version_ends_with_a_504_error_event()
+-> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    server
+        .faults()
+        .too_large_resource_version_wait(Duration::from_millis(200));
+    server.create(config_map("default", "c", &[]))?;
+    let current = server.resource_version();
+    let future = current + 50;
+    let cms = config_maps(&server, "default");
+    let started = Instant::now();
+    let events: Vec<_> = cms
+        .watch(&WatchParams::streaming_lists(), &future.to_string())
+        .await?
+        .try_collect()
+        .await?;
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    match events.as_slice() {
+        [WatchEvent::Error(e)] => {
+            assert_eq!((e.code, e.reason.as_str()), (504, "Timeout"));
+            assert_eq!(
+                e.message,
+                format!("Timeout: Too large resource version: {future}, current: {current}")
+            );
+        }
+        other => panic!("expected one ERROR event, got {other:?}"),
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Field selectors
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn field_labels_a_kind_does_not_support_are_refused_with_its_message() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let client = server.client_no_retry();
+    let refused =
+        |group: &'static str, version: &'static str, kind: &'static str, sel: &'static str| {
+            let client = client.clone();
+            async move {
+                let api: Api<DynamicObject> =
+                    Api::all_with(client, &resource(group, version, kind));
+                let err = status(
+                    api.list(&ListParams::default().fields(sel))
+                        .await
+                        .expect_err("400"),
+                );
+                assert_eq!(
+                    (err.code, err.reason.as_str()),
+                    (400, "BadRequest"),
+                    "{kind} {sel}"
+                );
+                err.message
+            }
+        };
+    assert_eq!(
+        refused("", "v1", "Pod", "status.hostIP=10.0.0.1").await,
+        "field label not supported: status.hostIP"
+    );
+    assert_eq!(
+        refused("", "v1", "ConfigMap", "data.key=v").await,
+        "\"data.key\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+    );
+    assert_eq!(
+        refused("batch", "v1", "Job", "status.failed=1").await,
+        "field label \"status.failed\" not supported for batchv1.Job"
+    );
+    assert_eq!(
+        refused("", "v1", "Node", "metadata.namespace=x").await,
+        "field label not supported: metadata.namespace"
+    );
+    assert_eq!(
+        refused("example.com", "v1", "Widget", "spec.color=blue").await,
+        "field label not supported: spec.color"
+    );
+    // Watches are checked the same way.
+    let pods: Api<DynamicObject> = Api::all_with(client, &resource("", "v1", "Pod"));
+    let err = status(
+        pods.watch(&WatchParams::default().fields("spec.nope=x"), "0")
+            .await
+            .err()
+            .expect("400"),
+    );
+    assert_eq!(err.message, "field label not supported: spec.nope");
+    // A label selector that does not parse is a 400 too, for lists and watches.
+    let err = status(
+        pods.list(&ListParams::default().labels("a in b"))
+            .await
+            .expect_err("400"),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (400, "BadRequest"));
+    let err = status(
+        pods.watch(&WatchParams::default().labels("a in b"), "0")
+            .await
+            .err()
+            .expect("400"),
+    );
+    assert_eq!(err.code, 400);
+    Ok(())
+}
+
+#[tokio::test]
+async fn supported_field_labels_select_on_the_values_a_real_server_derives() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    server.create(pod("default", "web-1"))?;
+    let mut pending = pod("default", "web-2");
+    pending["status"] = json!({"phase": "Pending"});
+    pending["spec"]["hostNetwork"] = json!(true);
+    server.create(pending)?;
+    let pods: Api<DynamicObject> = Api::namespaced_with(
+        server.client_no_retry(),
+        "default",
+        &resource("", "v1", "Pod"),
+    );
+    let names = |list: kube::core::ObjectList<DynamicObject>| -> Vec<String> {
+        list.items
+            .into_iter()
+            .map(|o| o.metadata.name.unwrap_or_default())
+            .collect()
+    };
+    let select = |sel: &'static str| {
+        let pods = pods.clone();
+        async move { pods.list(&ListParams::default().fields(sel)).await }
+    };
+    assert_eq!(names(select("status.phase=Running").await?), ["web-1"]);
+    // hostNetwork is "false" when unset, as the pod's selectable field set has it.
+    assert_eq!(names(select("spec.hostNetwork=false").await?), ["web-1"]);
+    assert_eq!(names(select("spec.hostNetwork=true").await?), ["web-2"]);
+    assert_eq!(names(select("status.podIP=10.244.1.23").await?), ["web-1"]);
+    // The old v1 label spec.host means spec.nodeName.
+    assert_eq!(names(select("spec.host=node-1").await?).len(), 2);
+
+    // Jobs: status.successful is status.succeeded, 0 when unset.
+    server.create(json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "j", "namespace": "default"}, "spec": {}}))?;
+    let jobs: Api<DynamicObject> =
+        Api::all_with(server.client_no_retry(), &resource("batch", "v1", "Job"));
+    assert_eq!(
+        jobs.list(&ListParams::default().fields("status.successful=0"))
+            .await?
+            .items
+            .len(),
+        1
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn custom_resources_select_on_the_selectable_fields_of_their_crd() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    server.create(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "shortNames": ["wd"]},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "selectableFields": [{"jsonPath": ".spec.color"}]}]
+        }
+    }))?;
+    for (name, color) in [("a", "blue"), ("b", "red")] {
+        server.create(json!({"apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": name, "namespace": "default"}, "spec": {"color": color, "size": 1}}))?;
+    }
+    let widgets: Api<DynamicObject> = Api::namespaced_with(
+        server.client_no_retry(),
+        "default",
+        &resource("example.com", "v1", "Widget"),
+    );
+    let blue = widgets
+        .list(&ListParams::default().fields("spec.color=blue"))
+        .await?;
+    assert_eq!(blue.items.len(), 1);
+    let err = status(
+        widgets
+            .list(&ListParams::default().fields("spec.size=1"))
+            .await
+            .expect_err("400"),
+    );
+    assert_eq!(err.message, "field label not supported: spec.size");
+    // Deleted at once, a custom resource is answered with a Status, as its registry does.
+    let done = widgets.delete("a", &DeleteParams::default()).await?;
+    assert_eq!(
+        done.right().map(|s| s.status),
+        Some(Some(kube::core::response::StatusSummary::Success))
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn an_object_without_a_name_or_with_a_bad_one_is_invalid_with_field_causes()
+-> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let cms = config_maps(&server, "default");
+    let mut nameless = config_map("default", "", &[]);
+    nameless["metadata"]
+        .as_object_mut()
+        .map(|m| m.remove("name"));
+    let err = status(
+        cms.create(&PostParams::default(), &typed(nameless))
+            .await
+            .expect_err("422"),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        err.message,
+        "ConfigMap \"\" is invalid: metadata.name: Required value: name or generateName is required"
+    );
+    assert_eq!(
+        causes(&err),
+        [(
+            "metadata.name".to_string(),
+            "FieldValueRequired".to_string()
+        )]
+    );
+
+    let err = status(
+        cms.create(
+            &PostParams::default(),
+            &typed(config_map("default", "Bad_Name", &[])),
+        )
+        .await
+        .expect_err("422"),
+    );
+    assert!(
+        err.message.starts_with(
+            "ConfigMap \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain"
+        ),
+        "{}",
+        err.message
+    );
+
+    let mut labelled = config_map("default", "labelled", &[("bad key", "v")]);
+    labelled["metadata"]["labels"] = json!({"app": "bad value!", "ok/key": "v"});
+    let err = status(
+        cms.create(&PostParams::default(), &typed(labelled))
+            .await
+            .expect_err("422"),
+    );
+    assert_eq!(
+        causes(&err),
+        [
+            (
+                "metadata.labels".to_string(),
+                "FieldValueInvalid".to_string()
+            ),
+            ("data[bad key]".to_string(), "FieldValueInvalid".to_string()),
+        ]
+    );
+    // generateName stands in for the name.
+    let mut generated = config_map("default", "", &[]);
+    generated["metadata"] = json!({"generateName": "gen-", "namespace": "default"});
+    let created = cms
+        .create(&PostParams::default(), &typed(generated))
+        .await?;
+    assert!(
+        created
+            .metadata
+            .name
+            .unwrap_or_default()
+            .starts_with("gen-")
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_pod_without_containers_and_a_deployment_not_matching_its_selector_are_invalid()
+-> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let pods: Api<DynamicObject> = Api::namespaced_with(
+        server.client_no_retry(),
+        "default",
+        &resource("", "v1", "Pod"),
+    );
+    let mut bare = pod("default", "bare");
+    bare["spec"]["containers"] = json!([]);
+    let err = status(
+        pods.create(&PostParams::default(), &typed(bare))
+            .await
+            .expect_err("422"),
+    );
+    assert_eq!(
+        err.message,
+        "Pod \"bare\" is invalid: spec.containers: Required value"
+    );
+
+    let deployments: Api<DynamicObject> = Api::namespaced_with(
+        server.client_no_retry(),
+        "default",
+        &resource("apps", "v1", "Deployment"),
+    );
+    let deployment = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "other"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx"}]}}
+        }
+    });
+    let err = status(
+        deployments
+            .create(&PostParams::default(), &typed(deployment))
+            .await
+            .expect_err("422"),
+    );
+    assert_eq!(
+        causes(&err),
+        [(
+            "spec.template.metadata.labels".to_string(),
+            "FieldValueInvalid".to_string()
+        )]
+    );
+    assert!(
+        err.message
+            .starts_with("Deployment.apps \"web\" is invalid")
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_replace_may_not_change_what_is_immutable() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let cms = config_maps(&server, "default");
+    let mut frozen = config_map("default", "frozen", &[("k", "v")]);
+    frozen["immutable"] = json!(true);
+    cms.create(&PostParams::default(), &typed(frozen)).await?;
+    let mut changed = cms.get("frozen").await?;
+    changed.data["data"] = json!({"k": "other"});
+    let err = status(
+        cms.replace("frozen", &PostParams::default(), &changed)
+            .await
+            .expect_err("422"),
+    );
+    assert_eq!(
+        err.message,
+        "ConfigMap \"frozen\" is invalid: data: Forbidden: field is immutable when `immutable` is set"
+    );
+    assert_eq!(
+        causes(&err),
+        [("data".to_string(), "FieldValueForbidden".to_string())]
+    );
+    // Labels may still change.
+    let mut labelled = cms.get("frozen").await?;
+    labelled.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
+    cms.replace("frozen", &PostParams::default(), &labelled)
+        .await?;
+
+    let deployments: Api<DynamicObject> = Api::namespaced_with(
+        server.client_no_retry(),
+        "default",
+        &resource("apps", "v1", "Deployment"),
+    );
+    let deployment = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web", "v": "1"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx"}]}}
+        }
+    });
+    deployments
+        .create(&PostParams::default(), &typed(deployment))
+        .await?;
+    let mut moved = deployments.get("web").await?;
+    moved.data["spec"]["selector"] = json!({"matchLabels": {"app": "web", "v": "1"}});
+    let err = status(
+        deployments
+            .replace("web", &PostParams::default(), &moved)
+            .await
+            .expect_err("422"),
+    );
+    assert_eq!(
+        causes(&err),
+        [("spec.selector".to_string(), "FieldValueInvalid".to_string())]
+    );
+    assert!(
+        err.message.ends_with("field is immutable"),
+        "{}",
+        err.message
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_scope_of_a_kind_decides_where_it_can_be_created() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let body = config_map("default", "c", &[]).to_string();
+    // A namespaced kind is not created through its cluster-wide path.
+    let (code, _) = raw(
+        &server,
+        "POST",
+        "/api/v1/configmaps",
+        Some("application/json"),
+        body.as_bytes(),
+    )
+    .await;
+    assert_eq!(code, 405);
+    // A cluster-scoped kind has no namespaced path.
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}).to_string();
+    let (code, _) = raw(
+        &server,
+        "POST",
+        "/api/v1/namespaces/default/nodes",
+        Some("application/json"),
+        node.as_bytes(),
+    )
+    .await;
+    assert_eq!(code, 404);
+    // A namespace in the body of a cluster-scoped object is dropped, as the server does.
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "namespace": "default"}})
+        .to_string();
+    let (code, body) = raw(
+        &server,
+        "POST",
+        "/api/v1/nodes",
+        Some("application/json"),
+        node.as_bytes(),
+    )
+    .await;
+    assert_eq!(code, 201);
+    assert_eq!(body["metadata"].get("namespace"), None);
+    assert!(server.get("v1", "Node", None, "n1").is_some());
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Media types
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn protobuf_is_read_for_configmaps_only_other_kinds_are_415_and_yaml_is_accepted()
+-> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let path = "/api/v1/namespaces/default/configmaps";
+    // A Deployment in protobuf: not a kind this server decodes.
+    let (code, body) = raw(
+        &server,
+        "POST",
+        "/apis/apps/v1/namespaces/default/deployments",
+        Some("application/vnd.kubernetes.protobuf"),
+        b"k8s\x00\x0a\x15\x0a\x07apps/v1\x12\x0aDeployment\x12\x00",
+    )
+    .await;
+    assert_eq!(
+        (code, body["reason"].as_str()),
+        (415, Some("UnsupportedMediaType"))
+    );
+    assert_eq!(
+        body["message"],
+        "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml"
+    );
+    // A ConfigMap in protobuf, byte for byte what `kubectl create configmap cm2
+    // --from-literal=a=b --from-literal=key2=value2` sends.
+    let (code, body) = raw(
+        &server,
+        "POST",
+        path,
+        Some("application/vnd.kubernetes.protobuf"),
+        b"k8s\x00\x0a\x0f\x0a\x02v1\x12\x09ConfigMap\x12\x2d\x0a\x13\x0a\x03cm2\x12\x00\x1a\x00\x22\x00\x2a\x00\x32\x00\x38\x00\x42\x00\x12\x06\x0a\x01a\x12\x01b\x12\x0e\x0a\x04key2\x12\x06value2\x1a\x00\x22\x00",
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(body["data"], json!({"a": "b", "key2": "value2"}));
+    // Neither JSON nor YAML nor protobuf.
+    let (code, _) = raw(&server, "POST", path, Some("text/plain"), b"name: x").await;
+    assert_eq!(code, 415);
+    let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\ndata:\n  k: v\n";
+    let (code, body) = raw(
+        &server,
+        "POST",
+        path,
+        Some("application/yaml"),
+        yaml.as_bytes(),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(body["data"]["k"], "v");
+    assert_eq!(body["metadata"]["namespace"], "default");
+    Ok(())
+}
+
+#[tokio::test]
+async fn lists_and_gets_asked_for_as_a_table_are_printed_by_the_server() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    server.create(pod("default", "web-1"))?;
+    let url = format!("{}/api/v1/namespaces/default/pods", server.url());
+    let mut request = axum::http::Request::get(url);
+    request = request.header(
+        "Accept",
+        "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+    );
+    let table: Value = server
+        .client_no_retry()
+        .request(request.body(Vec::new())?)
+        .await?;
+    assert_eq!(table["kind"], "Table");
+    let columns: Vec<&str> = table["columnDefinitions"]
+        .as_array()
+        .map(|c| c.iter().filter_map(|c| c["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(columns[..5], ["Name", "Ready", "Status", "Restarts", "Age"]);
+    let cells = table["rows"][0]["cells"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        cells[..4],
+        [json!("web-1"), json!("2/2"), json!("Running"), json!("0")]
+    );
+    assert_eq!(table["rows"][0]["object"]["kind"], "PartialObjectMetadata");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Discovery
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn discovery_describes_the_served_kinds_with_scope_verbs_and_short_names()
+-> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let version = server.client_no_retry().apiserver_version().await?;
+    assert_eq!(
+        (version.major.as_str(), version.minor.as_str()),
+        ("1", "36")
+    );
+
+    let discovery = kube::discovery::Discovery::new(server.client_no_retry())
+        .run()
+        .await?;
+    let (pods, caps) = discovery
+        .resolve_gvk(&GroupVersionKind::gvk("", "v1", "Pod"))
+        .expect("pods are discovered");
+    assert_eq!(pods.plural, "pods");
+    assert_eq!(caps.scope, kube::discovery::Scope::Namespaced);
+    assert!(caps.supports_operation(kube::discovery::verbs::WATCH));
+    let (_, caps) = discovery
+        .resolve_gvk(&GroupVersionKind::gvk("", "v1", "Namespace"))
+        .expect("namespaces are discovered");
+    assert_eq!(caps.scope, kube::discovery::Scope::Cluster);
+    assert!(
+        discovery
+            .resolve_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment"))
+            .is_some()
+    );
+
+    let (code, core) = raw(&server, "GET", "/api/v1", None, b"").await;
+    assert_eq!(code, 200);
+    let pods = core["resources"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["name"] == "pods"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(pods["shortNames"], json!(["po"]));
+    assert_eq!(pods["kind"], "Pod");
+    let (code, _) = raw(&server, "GET", "/apis/apps", None, b"").await;
+    assert_eq!(code, 200);
+    // A custom resource defined by a CRD is discovered with its short names.
+    server.create(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Cluster",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "shortNames": ["wd"]},
+            "versions": [{"name": "v1", "served": true, "storage": true}]}
+    }))?;
+    let (code, widgets) = raw(&server, "GET", "/apis/example.com/v1", None, b"").await;
+    assert_eq!(code, 200);
+    assert_eq!(widgets["resources"][0]["shortNames"], json!(["wd"]));
+    assert_eq!(widgets["resources"][0]["namespaced"], json!(false));
+    Ok(())
+}
+
+#[tokio::test]
+async fn aggregated_discovery_is_served_to_clients_that_ask_for_it() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let accept =
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
+    let get = |path: &str| {
+        axum::http::Request::get(format!("{}{path}", server.url()))
+            .header("Accept", accept)
+            .body(Vec::new())
+    };
+    let client = server.client_no_retry();
+    let groups: Value = client.request(get("/apis")?).await?;
+    assert_eq!(groups["kind"], "APIGroupDiscoveryList");
+    assert_eq!(groups["apiVersion"], "apidiscovery.k8s.io/v2");
+    let apps = groups["items"]
+        .as_array()
+        .and_then(|items| items.iter().find(|g| g["metadata"]["name"] == "apps"))
+        .cloned()
+        .unwrap_or_default();
+    let deployments = apps["versions"][0]["resources"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["resource"] == "deployments"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(deployments["scope"], "Namespaced");
+    assert_eq!(deployments["shortNames"], json!(["deploy"]));
+    assert_eq!(
+        deployments["responseKind"],
+        json!({"group": "apps", "version": "v1", "kind": "Deployment"})
+    );
+    let core: Value = client.request(get("/api")?).await?;
+    assert_eq!(core["items"][0]["versions"][0]["version"], "v1");
+    Ok(())
+}

@@ -1,0 +1,476 @@
+//! The test API server as other clients than kube-rs see it: kubectl and the official Python
+//! client, each given the server's plain-HTTP address, and answered as a real API server
+//! answers them.
+//!
+//! Peers: `kubectl` (`$WISP_KUBECTL`, else on `PATH`) and a Python with the `kubernetes` package
+//! (`$WISP_PYTHON`, else `python3`); `.ci/run` installs the Python client (pinned) in a venv.
+//! A missing peer skips its tests with a message, except under `CI=true`, where it fails them.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+use wisp_tests::{TestApiServer, pod};
+
+/// Whether tests must fail rather than skip when a peer is missing.
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// `None` (after saying why) when the peer is missing outside CI; panics in CI.
+fn peer(program: &str, probe: &[&str], what: &str) -> Option<String> {
+    let found = Command::new(program)
+        .args(probe)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return Some(program.to_string());
+    }
+    assert!(
+        !in_ci(),
+        "{what} ({program}) is missing: CI must have it (see .ci/run)"
+    );
+    eprintln!("SKIPPED: {what} ({program}) is not installed; install it to run this test");
+    None
+}
+
+fn kubectl() -> Option<String> {
+    let program = std::env::var("WISP_KUBECTL").unwrap_or_else(|_| "kubectl".into());
+    peer(&program, &["version", "--client"], "kubectl")
+}
+
+fn python() -> Option<String> {
+    let program = std::env::var("WISP_PYTHON").unwrap_or_else(|_| "python3".into());
+    peer(
+        &program,
+        &["-c", "import kubernetes"],
+        "Python with the kubernetes client",
+    )
+}
+
+/// A kubeconfig pointing at the server (namespace `default`, no credentials).
+fn kubeconfig(dir: &Path, server: &TestApiServer) -> PathBuf {
+    let path = dir.join("kubeconfig");
+    let config = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: wisp\n  cluster: {{server: \"{}\"}}\ncontexts:\n- name: wisp\n  context: {{cluster: wisp, user: wisp, namespace: default}}\ncurrent-context: wisp\nusers:\n- name: wisp\n  user: {{}}\n",
+        server.url()
+    );
+    std::fs::write(&path, config).expect("write kubeconfig");
+    path
+}
+
+/// A kubectl run: (success, stdout, stderr). Runs off the runtime so the server keeps serving.
+struct Kubectl {
+    program: String,
+    config: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Kubectl {
+    fn new(program: String, server: &TestApiServer) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = kubeconfig(dir.path(), server);
+        Self {
+            program,
+            config,
+            _dir: dir,
+        }
+    }
+
+    async fn run(&self, args: &[&str]) -> (bool, String, String) {
+        let mut command = Command::new(&self.program);
+        command
+            .args(args)
+            .env("KUBECONFIG", &self.config)
+            // Its discovery cache under the temp dir, not the user's.
+            .env("HOME", self.config.parent().unwrap_or(Path::new("/tmp")));
+        if !args.iter().any(|a| a.starts_with("--request-timeout")) {
+            command.args(["--request-timeout", "20s"]);
+        }
+        let out: Output = tokio::task::spawn_blocking(move || command.output())
+            .await
+            .expect("kubectl task")
+            .expect("kubectl runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Runs and expects success; returns stdout.
+    async fn ok(&self, args: &[&str]) -> String {
+        let (ok, stdout, stderr) = self.run(args).await;
+        assert!(ok, "kubectl {args:?} failed: {stderr}{stdout}");
+        stdout
+    }
+}
+
+/// Every line of a table, its cells split on runs of spaces.
+fn rows(table: &str) -> Vec<Vec<String>> {
+    table
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect()
+}
+
+#[tokio::test]
+async fn kubectl_get_pods_discovers_pods_and_prints_the_servers_table() -> anyhow::Result<()> {
+    let Some(program) = kubectl() else {
+        return Ok(());
+    };
+    let server = TestApiServer::start().await?;
+    server.create(pod("default", "web-1"))?;
+    let kubectl = Kubectl::new(program, &server);
+    let out = kubectl.ok(&["get", "pods"]).await;
+    let table = rows(&out);
+    assert_eq!(table[0], ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]);
+    assert_eq!(table[1][..4], ["web-1", "2/2", "Running", "0"]);
+    // By short name, wide.
+    let wide = rows(&kubectl.ok(&["get", "po", "-o", "wide"]).await);
+    assert_eq!(wide[1][5..7], ["10.244.1.23", "node-1"]);
+    // One object as JSON.
+    let json: Value =
+        serde_json::from_str(&kubectl.ok(&["get", "pod", "web-1", "-o", "json"]).await)?;
+    assert_eq!(json["status"]["containerStatuses"][0]["name"], "app");
+    // describe reads the pod, then its events by field selector (involvedObject.*).
+    let described = kubectl.ok(&["describe", "pod", "web-1"]).await;
+    assert!(
+        described.contains("Status:") && described.contains("Running"),
+        "{described}"
+    );
+    let events = server
+        .requests()
+        .into_iter()
+        .find(|r| r.path.ends_with("/events"))
+        .and_then(|r| r.query.get("fieldSelector").cloned())
+        .unwrap_or_default();
+    assert!(events.contains("involvedObject.name=web-1"), "{events}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn kubectl_get_watch_prints_each_event_as_a_row_of_the_servers_table() -> anyhow::Result<()> {
+    let Some(program) = kubectl() else {
+        return Ok(());
+    };
+    let server = TestApiServer::start().await?;
+    server.create(pod("default", "web-1"))?;
+    let kubectl = Kubectl::new(program, &server);
+    let writer = server.clone();
+    tokio::spawn(async move {
+        // Once kubectl's watch is open.
+        if writer
+            .wait_for_open_watches(1, std::time::Duration::from_secs(20))
+            .await
+            .is_ok()
+        {
+            writer.create(pod("default", "web-2")).ok();
+        }
+    });
+    // The watch ends with the request timeout; what was printed until then is the test.
+    let (_, out, stderr) = kubectl
+        .run(&[
+            "get",
+            "pods",
+            "-w",
+            "--output-watch-events=true",
+            "--request-timeout=6s",
+        ])
+        .await;
+    let table = rows(&out);
+    assert_eq!(
+        table.first().map(|r| r[..5].to_vec()),
+        Some(
+            ["EVENT", "NAME", "READY", "STATUS", "RESTARTS"]
+                .map(String::from)
+                .to_vec()
+        ),
+        "{out}{stderr}"
+    );
+    assert!(
+        table
+            .iter()
+            .any(|r| r[..5] == ["ADDED", "web-2", "2/2", "Running", "0"]),
+        "{out}{stderr}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn kubectl_api_resources_lists_the_served_kinds_with_short_names_and_scope()
+-> anyhow::Result<()> {
+    let Some(program) = kubectl() else {
+        return Ok(());
+    };
+    let server = TestApiServer::start().await?;
+    let kubectl = Kubectl::new(program, &server);
+    let table = rows(&kubectl.ok(&["api-resources"]).await);
+    // kubectl asks for aggregated discovery and gets it: /api and /apis, no per-version fetch.
+    let paths: Vec<String> = server.requests().into_iter().map(|r| r.path).collect();
+    assert!(paths.iter().any(|p| p == "/apis"), "{paths:?}");
+    assert!(
+        !paths.iter().any(|p| p == "/api/v1" || p == "/apis/apps/v1"),
+        "{paths:?}"
+    );
+    assert_eq!(
+        table[0],
+        ["NAME", "SHORTNAMES", "APIVERSION", "NAMESPACED", "KIND"]
+    );
+    for want in [
+        vec!["pods", "po", "v1", "true", "Pod"],
+        vec!["namespaces", "ns", "v1", "false", "Namespace"],
+        vec!["deployments", "deploy", "apps/v1", "true", "Deployment"],
+        vec!["secrets", "v1", "true", "Secret"],
+    ] {
+        assert!(
+            table.contains(&want.iter().map(|s| s.to_string()).collect()),
+            "{want:?} in {table:?}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn kubectl_create_configmap_and_apply_work_against_the_server() -> anyhow::Result<()> {
+    let Some(program) = kubectl() else {
+        return Ok(());
+    };
+    let server = TestApiServer::start().await?;
+    let kubectl = Kubectl::new(program, &server);
+    // kubectl's typed client posts this as protobuf.
+    let out = kubectl
+        .ok(&[
+            "create",
+            "configmap",
+            "settings",
+            "--from-literal=mode=fast",
+        ])
+        .await;
+    assert_eq!(out.trim(), "configmap/settings created");
+    let stored = server
+        .get("v1", "ConfigMap", Some("default"), "settings")
+        .expect("created");
+    assert_eq!(stored["data"], json!({"mode": "fast"}));
+
+    // apply with validation on (kubectl reads /openapi/v3 to leave it to the server).
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("cm.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\ndata:\n  k: one\n",
+    )?;
+    let file = file.to_string_lossy().into_owned();
+    assert_eq!(
+        kubectl.ok(&["apply", "-f", &file]).await.trim(),
+        "configmap/applied created"
+    );
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\ndata:\n  k: two\n",
+    )?;
+    assert_eq!(
+        kubectl.ok(&["apply", "-f", &file]).await.trim(),
+        "configmap/applied configured"
+    );
+    let applied = server
+        .get("v1", "ConfigMap", Some("default"), "applied")
+        .expect("applied");
+    assert_eq!(applied["data"]["k"], "two");
+    // An invalid name is the server's 422.
+    let (ok, _, stderr) = kubectl
+        .run(&["create", "configmap", "Bad_Name", "--from-literal=a=b"])
+        .await;
+    assert!(!ok);
+    assert!(
+        stderr.contains(
+            "ConfigMap \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\""
+        ),
+        "{stderr}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn kubectl_delete_leaves_an_object_with_finalizers_terminating_until_they_go()
+-> anyhow::Result<()> {
+    let Some(program) = kubectl() else {
+        return Ok(());
+    };
+    let server = TestApiServer::start().await?;
+    let kubectl = Kubectl::new(program, &server);
+    let mut held = wisp_tests::config_map("default", "held", &[("k", "v")]);
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    server.create(held)?;
+
+    let out = kubectl
+        .ok(&["delete", "configmap", "held", "--wait=false"])
+        .await;
+    assert_eq!(out.trim(), "configmap \"held\" deleted");
+    let stamp = kubectl
+        .ok(&[
+            "get",
+            "configmap",
+            "held",
+            "-o",
+            "jsonpath={.metadata.deletionTimestamp}",
+        ])
+        .await;
+    assert!(!stamp.trim().is_empty(), "still there, being deleted");
+
+    kubectl
+        .ok(&[
+            "patch",
+            "configmap",
+            "held",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ])
+        .await;
+    let (ok, _, stderr) = kubectl.run(&["get", "configmap", "held"]).await;
+    assert!(!ok);
+    assert!(
+        stderr.contains("Error from server (NotFound): configmaps \"held\" not found"),
+        "{stderr}"
+    );
+
+    // A namespace: its content goes, then the namespace.
+    kubectl.ok(&["create", "namespace", "shop"]).await;
+    kubectl
+        .ok(&[
+            "create",
+            "configmap",
+            "c",
+            "-n",
+            "shop",
+            "--from-literal=a=b",
+        ])
+        .await;
+    kubectl.ok(&["delete", "namespace", "shop"]).await;
+    assert!(server.get("v1", "Namespace", None, "shop").is_none());
+    assert!(server.get("v1", "ConfigMap", Some("shop"), "c").is_none());
+    Ok(())
+}
+
+#[tokio::test]
+async fn kubectl_reports_the_servers_field_selector_errors() -> anyhow::Result<()> {
+    let Some(program) = kubectl() else {
+        return Ok(());
+    };
+    let server = TestApiServer::start().await?;
+    server.create(pod("default", "web-1"))?;
+    let kubectl = Kubectl::new(program, &server);
+    let (ok, _, stderr) = kubectl
+        .run(&["get", "pods", "--field-selector", "spec.foo=x"])
+        .await;
+    assert!(!ok);
+    assert!(
+        stderr.contains("Error from server (BadRequest)")
+            && stderr.contains("field label not supported: spec.foo"),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = kubectl
+        .run(&["get", "configmaps", "--field-selector", "data.a=b"])
+        .await;
+    assert!(!ok);
+    assert!(
+        stderr.contains(
+            "\"data.a\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+        ),
+        "{stderr}"
+    );
+    let out = kubectl
+        .ok(&[
+            "get",
+            "pods",
+            "--field-selector",
+            "status.phase=Running",
+            "-o",
+            "name",
+        ])
+        .await;
+    assert_eq!(out.trim(), "pod/web-1");
+    Ok(())
+}
+
+/// Lists pods into typed models, creates a ConfigMap, watches it arrive, and reads a field
+/// selector error; prints one JSON object with what it saw.
+const PYTHON_SCRIPT: &str = r#"
+import json, sys
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+config = client.Configuration()
+config.host = sys.argv[1]
+api = client.CoreV1Api(client.ApiClient(config))
+out = {}
+
+pods = api.list_namespaced_pod("default")
+pod = pods.items[0]
+out["pod_type"] = type(pod).__name__
+out["pod_name"] = pod.metadata.name
+out["image_ids"] = [s.image_id for s in pod.status.container_statuses]
+out["phase"] = pod.status.phase
+
+cm = client.V1ConfigMap(metadata=client.V1ObjectMeta(name="from-python"), data={"k": "v"})
+created = api.create_namespaced_config_map("default", cm)
+out["created_uid"] = bool(created.metadata.uid)
+
+events = []
+w = watch.Watch()
+for event in w.stream(api.list_namespaced_config_map, "default", resource_version="0", timeout_seconds=5):
+    events.append([event["type"], event["object"].metadata.name])
+    if event["object"].metadata.name == "from-python":
+        w.stop()
+out["watch"] = events
+
+try:
+    api.list_namespaced_pod("default", field_selector="spec.foo=x")
+    out["selector_error"] = None
+except ApiException as e:
+    out["selector_error"] = [e.status, json.loads(e.body)["message"]]
+
+print(json.dumps(out))
+"#;
+
+#[tokio::test]
+async fn the_python_client_decodes_pods_creates_and_watches() -> anyhow::Result<()> {
+    let Some(program) = python() else {
+        return Ok(());
+    };
+    let server = TestApiServer::start().await?;
+    server.create(pod("default", "web-1"))?;
+    let dir = tempfile::tempdir()?;
+    let script = dir.path().join("client.py");
+    std::fs::write(&script, PYTHON_SCRIPT)?;
+    let url = server.url();
+    let out =
+        tokio::task::spawn_blocking(move || Command::new(program).arg(&script).arg(url).output())
+            .await??;
+    assert!(
+        out.status.success(),
+        "python client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(seen["pod_type"], "V1Pod");
+    assert_eq!(seen["pod_name"], "web-1");
+    assert_eq!(seen["phase"], "Running");
+    assert!(
+        seen["image_ids"]
+            .as_array()
+            .is_some_and(|ids| ids.len() == 2
+                && ids
+                    .iter()
+                    .all(|i| i.as_str().is_some_and(|s| s.contains("@sha256:")))),
+        "{seen}"
+    );
+    assert_eq!(seen["created_uid"], true);
+    assert_eq!(seen["watch"], json!([["ADDED", "from-python"]]));
+    assert_eq!(
+        seen["selector_error"],
+        json!([400, "field label not supported: spec.foo"])
+    );
+    Ok(())
+}
