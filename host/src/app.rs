@@ -409,7 +409,7 @@ pub async fn start(
         shutdown.await;
         let _ = stop_tx.send(true);
     });
-    if let Some(d) = dir {
+    if let Some(d) = dir.clone() {
         tokio::spawn(d.watch(DIR_RESCAN, stopped()));
     }
     let mut tasks = Vec::new();
@@ -450,12 +450,17 @@ pub async fn start(
     if let Some(r) = &reloader {
         tokio::spawn(r.clone().watch(stopped()));
     }
+    let source_errors: Option<crate::admin::SourceErrorsFn> = dir.clone().map(|d| {
+        let f: crate::admin::SourceErrorsFn = Arc::new(move || d.errors());
+        f
+    });
     let admin = AdminState {
         informers: informers.clone(),
         plugins: plugins.clone(),
         reload,
         services,
         executor: Some(executor.clone()),
+        source_errors,
     };
     let listen = opts
         .admin

@@ -277,6 +277,26 @@ fn run_on_a_directory_delivers_file_changes_to_plugins_and_serves_admin_endpoint
         "{m}"
     );
     assert!(m.contains("wisp_executor_workers 3"), "{m}");
+    assert!(m.contains("wisp_dir_files_unread 0"), "{m}");
+
+    // A manifest that does not parse is named in /readyz and counted in /metrics; the host
+    // stays ready (the other files count), and fixing the file clears it.
+    let broken = cluster.join("broken.yaml");
+    std::fs::write(&broken, "apiVersion: v1\nkind: Pod\nmetadata: {name: x\n").unwrap();
+    until("the broken file reported", || {
+        get(admin, "/readyz").is_some_and(|(code, body)| {
+            code == 200
+                && body
+                    .lines()
+                    .any(|l| l.starts_with("manifest ") && l.contains("broken.yaml"))
+        })
+    });
+    assert!(metric("wisp_dir_files_unread").is_some_and(|l| l.ends_with(" 1")));
+    std::fs::write(&broken, pod("fixed-1", "nginx:1.28")).unwrap();
+    until("the fixed file read", || {
+        metric("wisp_dir_files_unread").is_some_and(|l| l.ends_with(" 0"))
+            && get(admin, "/readyz").is_some_and(|(_, body)| !body.contains("broken.yaml"))
+    });
 }
 
 #[test]

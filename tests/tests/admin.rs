@@ -67,9 +67,7 @@ impl Rig {
         AdminState {
             informers: vec![self.inf.clone()],
             plugins: Arc::new(RwLock::new(plugins.iter().map(|p| (*p).clone()).collect())),
-            reload: None,
-            services: Default::default(),
-            executor: None,
+            ..AdminState::default()
         }
     }
 }

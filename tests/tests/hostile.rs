@@ -280,9 +280,7 @@ fn exposition(
     let state = AdminState {
         informers: vec![inf.clone()],
         plugins: Arc::new(RwLock::new(plugins.iter().map(|p| (*p).clone()).collect())),
-        reload: None,
-        services: Default::default(),
-        executor: None,
+        ..AdminState::default()
     };
     metrics::encode(&metrics::registry(state)).unwrap()
 }

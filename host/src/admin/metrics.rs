@@ -125,6 +125,15 @@ impl Collector for Live {
                 Some(([("informer", *n)], rv))
             }),
         )?;
+        if let Some(errors) = &self.state.source_errors {
+            let none: [(&str, &str); 0] = [];
+            out.gauge(
+                "dir_files_unread",
+                "Manifest files of the dir: source that do not parse, or of which some documents \
+                 were skipped (see /readyz for which and why).",
+                [(none, errors().len() as u64)],
+            )?;
+        }
         out.gauge(
             "informer_synced",
             "1 once the first list has been fully processed.",

@@ -53,7 +53,13 @@ pub struct AdminState {
     pub services: crate::actions::HostServices,
     /// The workers that run the plugins (`wisp_executor_*` in `/metrics`).
     pub executor: Option<crate::informer::Executor>,
+    /// What a `dir:` source could not read: per file, why (in `/readyz` and `/metrics`).
+    pub source_errors: Option<SourceErrorsFn>,
 }
+
+/// The files a `dir:` source could not read (whole or in part), with why.
+pub type SourceErrorsFn =
+    Arc<dyn Fn() -> std::collections::BTreeMap<std::path::PathBuf, String> + Send + Sync>;
 
 impl AdminState {
     /// The plugins as they are now (the lock is held only to clone the list).

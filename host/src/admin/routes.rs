@@ -167,6 +167,10 @@ pub struct Readiness {
     pub synced: Vec<String>,
     /// One line per quarantined plugin.
     pub quarantined: Vec<String>,
+    /// One line per manifest file of a `dir:` source that was not read, whole or in part
+    /// (shown, not holding readiness back: the other files count, and a file that breaks
+    /// keeps its previous objects).
+    pub manifest_errors: Vec<String>,
 }
 
 impl Readiness {
@@ -177,7 +181,7 @@ impl Readiness {
 }
 
 /// `ready` when ready; then one line per item waiting, per informer synced (with its last
-/// resourceVersion), then per plugin quarantined.
+/// resourceVersion), per plugin quarantined, then per manifest file not read.
 impl std::fmt::Display for Readiness {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.ready() {
@@ -188,6 +192,7 @@ impl std::fmt::Display for Readiness {
             .iter()
             .chain(&self.synced)
             .chain(&self.quarantined)
+            .chain(&self.manifest_errors)
         {
             writeln!(f, "{line}")?;
         }
@@ -222,6 +227,12 @@ pub fn readiness(state: &AdminState) -> Readiness {
                 .waiting
                 .push(format!("plugin {}: initial list not handled", p.name())),
             PluginState::Running => {}
+        }
+    }
+    if let Some(errors) = &state.source_errors {
+        for (file, error) in errors() {
+            r.manifest_errors
+                .push(format!("manifest {}: {}", file.display(), one_line(&error)));
         }
     }
     r

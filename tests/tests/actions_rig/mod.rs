@@ -90,9 +90,8 @@ impl Rig {
         let state = AdminState {
             informers: vec![pods.clone(), nss],
             plugins: plugins.clone(),
-            reload: None,
             services: services.clone(),
-            executor: None,
+            ..AdminState::default()
         };
         let (stop_admin, rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(admin::serve(listener, state, async {
