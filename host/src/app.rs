@@ -94,6 +94,10 @@ pub async fn kube_client(context: Option<&str>) -> anyhow::Result<kube::Client> 
 
 /// The informers of a config, not started yet, plus the dir cluster of a `dir:` source or the
 /// client of a `kube` one.
+///
+/// With an API server, each informer's apiVersion and kind are looked up through discovery
+/// first: a version or kind the server does not serve refuses the start, naming the informer
+/// and what the server does serve (a typo used to sync nothing, silently).
 pub async fn build_informers(
     config: &Config,
     opts: &RunOptions,
@@ -115,11 +119,12 @@ pub async fn build_informers(
         ),
     };
     let mut out = Vec::new();
-    for inf in &config.informers {
+    for (i, inf) in config.informers.iter().enumerate() {
         let lw: Arc<dyn ListerWatcher> = match (&client, &dir) {
             (Some(client), _) => {
+                let resource = discover(client, config, i).await?;
                 let source = |ns: Option<&str>| {
-                    let mut src = KubeSource::new(client.clone(), &inf.api_version, &inf.kind, ns)
+                    let mut src = KubeSource::with_resource(client.clone(), resource.clone(), ns)
                         .strip_managed_fields(inf.strip_managed_fields)
                         .metadata_only(inf.metadata_only)
                         .named(inf.name.clone())
@@ -333,6 +338,7 @@ pub async fn run(
     tracing::info!(
         informers = host.informers.len(),
         plugins = host.plugins.read().map(|p| p.len()).unwrap_or(0),
+        admin = %host.admin_addr.map_or_else(|| "off".to_owned(), |a| format!("http://{a}")),
         "wisp running"
     );
     started(&host);
@@ -527,4 +533,70 @@ pub fn summary(plugins: &[Arc<PluginHandle>]) -> BTreeMap<String, String> {
             )
         })
         .collect()
+}
+
+/// The API server's resource for informer `i` (its plural, from discovery). A group version
+/// the server does not serve, or a kind it does not serve in it, is an error; when discovery
+/// itself fails otherwise (no answer, forbidden), the resource is derived from the kind, as
+/// kube does, and the informer's own errors will tell.
+async fn discover(
+    client: &kube::Client,
+    config: &Config,
+    i: usize,
+) -> anyhow::Result<kube::core::ApiResource> {
+    use kube::core::{ApiResource, GroupVersionKind};
+    let inf = &config.informers[i];
+    let (group, version) = match inf.api_version.split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", inf.api_version.as_str()),
+    };
+    let guessed = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &inf.kind));
+    let listed = if group.is_empty() {
+        client.list_core_api_resources(version).await
+    } else {
+        client.list_api_group_resources(&inf.api_version).await
+    };
+    let at = |field: &str| format!("{}: informers[{i}].{field}", config.file);
+    let resources = match listed {
+        Ok(list) => list.resources,
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            anyhow::bail!(
+                "{}: the API server does not serve {:?} (informer {:?})",
+                at("apiVersion"),
+                inf.api_version,
+                inf.name
+            );
+        }
+        Err(e) => {
+            tracing::warn!(informer = %inf.name, error = %e, "discovery failed; using the plural derived from the kind");
+            return Ok(guessed);
+        }
+    };
+    // Subresources (`pods/status`) share the kind; the collection is the one without a slash.
+    match resources
+        .iter()
+        .find(|r| r.kind == inf.kind && !r.name.contains('/'))
+    {
+        Some(r) => Ok(ApiResource {
+            plural: r.name.clone(),
+            ..guessed
+        }),
+        None => {
+            let mut served: Vec<&str> = resources
+                .iter()
+                .filter(|r| !r.name.contains('/'))
+                .map(|r| r.kind.as_str())
+                .collect();
+            served.sort_unstable();
+            served.dedup();
+            anyhow::bail!(
+                "{}: the API server serves no kind {:?} in {} (informer {:?}); it serves: {}",
+                at("kind"),
+                inf.kind,
+                inf.api_version,
+                inf.name,
+                served.join(", ")
+            )
+        }
+    }
 }

@@ -157,3 +157,48 @@ async fn managed_fields_are_stripped_by_default_and_kept_on_request() {
             .contains("managedFields")
     );
 }
+
+/// A kind or apiVersion the API server does not serve refuses the start, naming the informer
+/// and what the server serves (it used to sync nothing, silently, exit code 0); the plural is
+/// the one discovery gives.
+#[tokio::test]
+async fn an_informer_on_a_kind_the_server_does_not_serve_is_refused_at_start() {
+    let server = TestApiServer::start().await.unwrap();
+    server.create(pod("default", "web-1")).unwrap();
+    let yaml = |api_version: &str, kind: &str| {
+        format!(
+            "source: kube\ninformers:\n  - {{name: ok, apiVersion: v1, kind: Pod}}\n  - {{name: typo, apiVersion: {api_version}, kind: {kind}}}\n"
+        )
+    };
+    let refused = |r: Result<Vec<Arc<SharedInformer>>, String>| match r {
+        Ok(_) => panic!("started"),
+        Err(e) => e,
+    };
+    let e = refused(try_informers_from_yaml(&server, &yaml("v1", "Podd")).await);
+    assert!(
+        e.contains("wisp.yaml: informers[1].kind")
+            && e.contains("\"Podd\"")
+            && e.contains("\"typo\"")
+            && e.contains("it serves: ")
+            && e.contains("Pod, "),
+        "{e}"
+    );
+    let e = refused(try_informers_from_yaml(&server, &yaml("apps/v9", "Deployment")).await);
+    assert!(
+        e.contains("informers[1].apiVersion") && e.contains("\"apps/v9\""),
+        "{e}"
+    );
+    let informers = try_informers_from_yaml(&server, &yaml("v1", "Endpoints"))
+        .await
+        .expect("served kinds start");
+    let endpoints = informers[1].clone();
+    let _stop = start(&endpoints);
+    until("synced", || endpoints.has_synced()).await;
+    // A streaming list (the default) is a watch request.
+    let asked = [Verb::List, Verb::Watch]
+        .into_iter()
+        .flat_map(|v| requests_of(&server, v))
+        .map(|r| r.path)
+        .collect::<Vec<_>>();
+    assert!(asked.iter().any(|p| p == "/api/v1/endpoints"), "{asked:?}");
+}

@@ -293,6 +293,14 @@ pub fn replay(deliveries: &[Delivery]) -> Result<BTreeMap<String, String>, Strin
 /// The informers a `wisp.yaml` text (`source: kube`) builds over `server`, as `wisp run`
 /// builds them, through a real `kube::Client` without retries.
 pub async fn informers_from_yaml(server: &TestApiServer, yaml: &str) -> Vec<Arc<SharedInformer>> {
+    try_informers_from_yaml(server, yaml).await.unwrap()
+}
+
+/// [`informers_from_yaml`], the error as the host reports it.
+pub async fn try_informers_from_yaml(
+    server: &TestApiServer,
+    yaml: &str,
+) -> Result<Vec<Arc<SharedInformer>>, String> {
     let d = tempfile::tempdir().unwrap();
     let config = wisp_host::config::Config::parse(yaml, "wisp.yaml", d.path()).unwrap();
     let opts = wisp_host::app::RunOptions {
@@ -301,8 +309,8 @@ pub async fn informers_from_yaml(server: &TestApiServer, yaml: &str) -> Vec<Arc<
     };
     let (informers, _, _) = wisp_host::app::build_informers(&config, &opts, None)
         .await
-        .unwrap();
-    informers
+        .map_err(|e| format!("{e:#}"))?;
+    Ok(informers)
 }
 
 /// Path of a compiled plugin (`plugins/dist/<name>.wasm`), building the plugins once if needed
