@@ -596,7 +596,7 @@ fn memory_figures(a: &Args) -> anyhow::Result<()> {
 }
 
 fn memory_tables(n: usize, values: &[serde_json::Value]) -> anyhow::Result<()> {
-    println!("\n## Memory per cached object ({n} pods of ~1.5 KB + managedFields)\n");
+    println!("\n## Memory per cached object ({n} pods of ~2 KB + managedFields)\n");
     println!("| cache | heap per object | ratio |");
     println!("|---|---|---|");
     let base = live();
