@@ -15,7 +15,7 @@ use common::*;
 use serde_json::json;
 use wisp_host::actions::ActionVerb;
 use wisp_host::actions::audit::AuditResult;
-use wisp_host::plugin::PluginManager;
+use wisp_host::plugin::{PluginManager, PluginSpec};
 use wisp_tests::{Verb, pod};
 #[tokio::test]
 async fn verdicts_appear_update_and_clear_and_show_on_verdicts_metrics_and_events() {
@@ -391,17 +391,22 @@ async fn throttled_and_failing_requests_are_retried_with_backoff() {
     );
 }
 
-#[tokio::test]
-async fn server_side_apply_creates_and_updates_the_plugins_object_and_events_are_recorded() {
-    let r = Rig::start(vec![]).await;
-    let mut s = asker(2, "apply");
+/// test-faults applying `n` ConfigMaps `<pod>-report` per pod it sees, granted in `default`.
+fn applier(n: u32) -> PluginSpec {
+    let mut s = asker(n, "apply");
     s.actions.grants = vec![grant(
         &[ActionVerb::Apply],
         "v1",
         "ConfigMap",
         Some(&["default"]),
     )];
-    let h = r.start_plugin(s);
+    s
+}
+
+#[tokio::test]
+async fn server_side_apply_creates_and_updates_the_plugins_object_and_events_are_recorded() {
+    let r = Rig::start(vec![]).await;
+    let h = r.start_plugin(applier(2));
     r.server.create(pod("default", "ask-1")).unwrap();
     until("2 applies", || counter(&h, |c| &c.actions_applied) == 2).await;
     let cm = r
@@ -461,14 +466,7 @@ async fn an_apply_conflicting_with_another_field_manager_fails_at_once() {
             "metadata": {"name": "ask-1-report", "namespace": "default"},
             "data": {"n": "taken"}}))
         .unwrap();
-    let mut s = asker(1, "apply");
-    s.actions.grants = vec![grant(
-        &[ActionVerb::Apply],
-        "v1",
-        "ConfigMap",
-        Some(&["default"]),
-    )];
-    let h = r.start_plugin(s);
+    let h = r.start_plugin(applier(1));
     r.server.create(pod("default", "ask-1")).unwrap();
     until("failed", || counter(&h, |c| &c.actions_failed) == 1).await;
     let last = r.services.audit.entries(Some("asker")).pop().unwrap();
