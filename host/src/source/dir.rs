@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
-use super::filter::ObjectFilter;
+use super::filter::{ObjectFilter, group_of};
 use super::memory::MemorySource;
 use crate::informer::Object;
 
@@ -71,11 +71,6 @@ const CLUSTER_SCOPED: &[(&str, &str)] = &[
     ("storage.k8s.io", "VolumeAttributesClass"),
     ("storagemigration.k8s.io", "StorageVersionMigration"),
 ];
-
-/// The API group of an `apiVersion` (`""` for the core group).
-fn group_of(api_version: &str) -> &str {
-    api_version.rsplit_once('/').map_or("", |(g, _)| g)
-}
 
 /// Which (group, kind) pairs are cluster-scoped: the built-in ones and the custom kinds of the
 /// directory's CustomResourceDefinitions with `scope: Cluster`.
@@ -729,6 +724,31 @@ mod tests {
         let m = parse_manifests(&text).unwrap();
         assert_eq!(m.objects.len(), 20_000);
         println!("20,000 documents read in {:?}", began.elapsed());
+    }
+
+    /// An API server serves one object in every version of its group and kind: an informer on
+    /// autoscaling/v2 sees an HPA written as autoscaling/v1 (as written: no conversion).
+    #[test]
+    fn an_informer_on_one_version_sees_the_objects_written_in_another() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("hpa.yaml"),
+            "apiVersion: autoscaling/v1\nkind: HorizontalPodAutoscaler\nmetadata: {name: web, namespace: shop}\nspec: {maxReplicas: 3, scaleTargetRef: {kind: Deployment, name: web}}\n---\napiVersion: v1\nkind: HorizontalPodAutoscaler\nmetadata: {name: not-autoscaling, namespace: shop}\n",
+        )
+        .unwrap();
+        let c = DirCluster::open(d.path()).unwrap();
+        let hpas = c.source(ObjectFilter {
+            api_version: "autoscaling/v2".into(),
+            kind: "HorizontalPodAutoscaler".into(),
+            ..Default::default()
+        });
+        let objs = hpas.objects();
+        assert_eq!(
+            objs.keys().collect::<Vec<_>>(),
+            ["shop/web"],
+            "another group is not"
+        );
+        assert_eq!(objs["shop/web"].meta().api_version, "autoscaling/v1");
     }
 
     #[test]

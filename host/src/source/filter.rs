@@ -12,10 +12,17 @@ use crate::informer::lister_watcher::{
 };
 use crate::informer::selector::LabelSelector;
 
+/// The group of an apiVersion (`""` for the core group's `v1`).
+pub(crate) fn group_of(api_version: &str) -> &str {
+    api_version.split_once('/').map_or("", |(g, _)| g)
+}
+
 /// Which objects an informer keeps.
 #[derive(Clone, Debug, Default)]
 pub struct ObjectFilter {
-    /// `apiVersion` to keep (empty: any).
+    /// `apiVersion` to keep (empty: any). Objects of another version of the same group are
+    /// kept too, as written (no conversion): an API server serves one object in every served
+    /// version of its group and kind, and an informer on any of them sees it.
     pub api_version: String,
     /// `kind` to keep (empty: any).
     pub kind: String,
@@ -55,7 +62,7 @@ impl ObjectFilter {
     /// Whether the object passes the filter (metadata checks first; fields parse the JSON).
     pub fn keeps(&self, o: &Object) -> bool {
         let m = o.meta();
-        if (!self.api_version.is_empty() && m.api_version != self.api_version)
+        if (!self.api_version.is_empty() && group_of(&m.api_version) != group_of(&self.api_version))
             || (!self.kind.is_empty() && m.kind != self.kind)
         {
             return false;
