@@ -222,6 +222,21 @@ impl Item {
             Item::Atomic(_) => None,
         }
     }
+
+    fn into_delta(self) -> Option<Delta> {
+        match self {
+            Item::Delta(d) => Some(d),
+            Item::Atomic(_) => None,
+        }
+    }
+
+    /// The item as handed out alone.
+    fn popped(self) -> Popped {
+        match self {
+            Item::Delta(d) => Popped::Deltas(vec![d]),
+            Item::Atomic(a) => a,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -508,11 +523,7 @@ impl RealFifo {
     pub fn pop<R>(&self, process: impl FnOnce(Popped, bool) -> R) -> Result<R, FifoClosed> {
         let mut st = self.wait()?;
         let in_initial_list = !self.has_synced();
-        let popped = match st.items.pop_front() {
-            Some(Item::Delta(d)) => Popped::Deltas(vec![d]),
-            Some(Item::Atomic(a)) => a,
-            None => return Err(FifoClosed),
-        };
+        let popped = st.items.pop_front().ok_or(FifoClosed)?.popped();
         Ok(self.processing(st, popped, 1, in_initial_list, process))
     }
 
@@ -523,12 +534,6 @@ impl RealFifo {
     pub fn pop_batch<R>(&self, process: impl FnOnce(Popped, bool) -> R) -> Result<R, FifoClosed> {
         let mut st = self.wait()?;
         let in_initial_list = !self.has_synced();
-        if let Some(Item::Atomic(_)) = st.items.front() {
-            let Some(Item::Atomic(a)) = st.items.pop_front() else {
-                unreachable!("the front item was just seen")
-            };
-            return Ok(self.processing(st, a, 1, in_initial_list, process));
-        }
         let mut limit = self.batch_size.min(st.items.len());
         if st.initial_population_count > 0 {
             limit = limit.min(st.initial_population_count);
@@ -541,15 +546,12 @@ impl RealFifo {
         {
             n += 1;
         }
-        let n = n.max(1);
-        let batch: Vec<Delta> = st
-            .items
-            .drain(..n)
-            .filter_map(|i| match i {
-                Item::Delta(d) => Some(d),
-                Item::Atomic(_) => None,
-            })
-            .collect();
+        if n == 0 {
+            // An atomic item at the head (a delta there always starts a run): alone.
+            let popped = st.items.pop_front().ok_or(FifoClosed)?.popped();
+            return Ok(self.processing(st, popped, 1, in_initial_list, process));
+        }
+        let batch: Vec<Delta> = st.items.drain(..n).filter_map(Item::into_delta).collect();
         Ok(self.processing(st, Popped::Deltas(batch), n, in_initial_list, process))
     }
 
@@ -577,18 +579,6 @@ impl RealFifo {
             .iter()
             .filter_map(Item::delta)
             .cloned()
-            .collect()
-    }
-
-    /// The queued items, in order: deltas as single-delta [`Popped::Deltas`].
-    pub fn queued(&self) -> Vec<Popped> {
-        self.lock()
-            .items
-            .iter()
-            .map(|i| match i {
-                Item::Delta(d) => Popped::Deltas(vec![d.clone()]),
-                Item::Atomic(a) => a.clone(),
-            })
             .collect()
     }
 

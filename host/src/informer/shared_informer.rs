@@ -16,8 +16,7 @@ use super::handler::{EventHandler, Notification};
 use super::indexer::{Cache, IndexError, IndexFunc, Indexer};
 use super::listener::{DEFAULT_BATCH_MAX, Listener, ListenerStats, QueueBound};
 use super::lister_watcher::ListerWatcher;
-use super::object::DeletedObject;
-use super::object::Object;
+use super::object::{DeletedObject, Object};
 use super::processor::{SharedProcessor, determine_resync_period};
 use super::real_fifo::{Popped, Queue, QueueKind};
 use super::reflector::{Reflector, ReflectorConfig, ReflectorStats};
@@ -224,7 +223,7 @@ impl Health {
             .unwrap_or_else(|| "(not a string)".to_owned());
         let detail = format!("panic in {stage}: {msg}");
         self.panics.fetch_add(1, Ordering::Relaxed);
-        tracing::error!(informer, %detail, "informer pipeline panicked; the informer stops and stays not ready");
+        tracing::error!(informer, %detail, "informer pipeline panicked; the informer is not ready until it restarts (onPanic: restart) or stops");
         lock(&self.failure).get_or_insert(detail);
         self.failed.notify_one();
     }
@@ -233,10 +232,15 @@ impl Health {
         lock(&self.failure).is_some()
     }
 
+    /// Forgets the failure (a restart, or a stop that makes the restart moot).
+    fn clear(&self) {
+        lock(&self.failure).take();
+    }
+
     /// Clears the failure before a restart.
     fn restarting(&self) {
         self.restarts.fetch_add(1, Ordering::Relaxed);
-        lock(&self.failure).take();
+        self.clear();
     }
 }
 
@@ -327,8 +331,8 @@ impl SharedInformer {
         Ok(self.indexer.add_indexers(funcs)?)
     }
 
-    /// Whether the first list has been fully processed (client-go `HasSynced`); false for good
-    /// once the informer has failed (see [`SharedInformer::failure`]).
+    /// Whether the first list has been fully processed (client-go `HasSynced`); false while the
+    /// informer has failed (see [`SharedInformer::failure`]), until it restarts.
     pub fn has_synced(&self) -> bool {
         !self.health.is_failed() && self.fifo.has_synced()
     }
@@ -596,7 +600,6 @@ impl SharedInformer {
             st.started = true;
             st.resync_check_period
         };
-        let shutdown = shutdown;
         tokio::pin!(shutdown);
         let mut process: Option<std::thread::JoinHandle<()>> = None;
         let mut restart_backoff = match self.config.on_panic {
@@ -655,7 +658,7 @@ impl SharedInformer {
             tokio::select! {
                 _ = &mut shutdown => {
                     // Stopping anyway: the restart it was waiting for is moot.
-                    lock(&self.health.failure).take();
+                    self.health.clear();
                     break;
                 }
                 _ = tokio::time::sleep(delay) => {}
@@ -691,17 +694,11 @@ impl SharedInformer {
     /// ended.
     fn process_loop(&self) {
         loop {
-            // A batch's deltas after a panic are left alone: the informer has failed.
             let mut panicked = None;
             let popped = self.fifo.pop_batch(&mut |p, initial| {
-                if panicked.is_none() {
-                    let began = Instant::now();
-                    let r = catch_unwind(AssertUnwindSafe(|| self.handle_popped(p, initial)));
-                    self.processing.observe(began.elapsed());
-                    if let Err(p) = r {
-                        panicked = Some(p);
-                    }
-                }
+                let began = Instant::now();
+                panicked = catch_unwind(AssertUnwindSafe(|| self.handle_popped(p, initial))).err();
+                self.processing.observe(began.elapsed());
             });
             if let Some(p) = panicked {
                 self.health.fail(
