@@ -544,15 +544,10 @@ async fn discover(
     config: &Config,
     i: usize,
 ) -> anyhow::Result<kube::core::ApiResource> {
-    use kube::core::{ApiResource, GroupVersionKind};
     let inf = &config.informers[i];
-    let (group, version) = match inf.api_version.split_once('/') {
-        Some((g, v)) => (g, v),
-        None => ("", inf.api_version.as_str()),
-    };
-    let guessed = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &inf.kind));
-    let listed = if group.is_empty() {
-        client.list_core_api_resources(version).await
+    let guessed = crate::source::kube::api_resource(&inf.api_version, &inf.kind);
+    let listed = if guessed.group.is_empty() {
+        client.list_core_api_resources(&guessed.version).await
     } else {
         client.list_api_group_resources(&inf.api_version).await
     };
@@ -577,7 +572,7 @@ async fn discover(
         .iter()
         .find(|r| r.kind == inf.kind && !r.name.contains('/'))
     {
-        Some(r) => Ok(ApiResource {
+        Some(r) => Ok(kube::core::ApiResource {
             plural: r.name.clone(),
             ..guessed
         }),

@@ -6,8 +6,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use kube::api::{ApiResource, Patch, PatchParams, PostParams};
-use kube::core::GroupVersionKind;
+use kube::api::{Patch, PatchParams, PostParams};
 
 use super::{Action, ActionBody, ActionSink, SendError, Target};
 
@@ -52,11 +51,7 @@ pub fn path_segment(segment: &str) -> String {
 /// The collection of `t`: `/api/{version}` or `/apis/{group}/{version}`, then
 /// `namespaces/{namespace}` when namespaced, then the plural; every segment encoded.
 fn collection(t: &Target) -> kube::core::Request {
-    let (group, version) = match t.api_version.split_once('/') {
-        Some((g, v)) => (g, v),
-        None => ("", t.api_version.as_str()),
-    };
-    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &t.kind));
+    let ar = crate::source::kube::api_resource(&t.api_version, &t.kind);
     let mut path = if ar.group.is_empty() {
         format!("/api/{}", path_segment(&ar.version))
     } else {

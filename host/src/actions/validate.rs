@@ -121,8 +121,7 @@ fn is_kind(s: &str) -> bool {
 
 /// How the API server validates the names of `api_version` `kind`.
 fn name_rule(api_version: &str, kind: &str) -> NameRule {
-    let group = api_version.split_once('/').map_or("", |(g, _)| g);
-    match (group, kind) {
+    match (crate::source::filter::group_of(api_version), kind) {
         ("", "Namespace") => NameRule::Label,
         // RBAC objects are named by path segment only (`system:controller:...`).
         (

@@ -75,6 +75,13 @@ pub fn oversized_responses() -> BTreeMap<String, u64> {
         .clone()
 }
 
+/// The resource of `api_version` / `kind` as kube derives it without discovery (the plural
+/// from the kind).
+pub fn api_resource(api_version: &str, kind: &str) -> ApiResource {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
+}
+
 /// Lists and watches one resource type through a `kube::Client`.
 #[derive(Clone)]
 pub struct KubeSource {
@@ -102,12 +109,7 @@ impl KubeSource {
         kind: &str,
         namespace: Option<&str>,
     ) -> Self {
-        let (group, version) = match api_version.split_once('/') {
-            Some((g, v)) => (g, v),
-            None => ("", api_version),
-        };
-        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
-        Self::with_resource(client, resource, namespace)
+        Self::with_resource(client, api_resource(api_version, kind), namespace)
     }
 
     /// A source for an already resolved resource (e.g. from discovery).
