@@ -578,10 +578,12 @@ pub fn decode_object(
     };
     // A metadata-only read types every object `meta.k8s.io/v1 PartialObjectMetadata`: it is
     // given the informer's apiVersion and kind instead, as if they were missing.
-    let partial = text_of("kind").as_deref() == Some("PartialObjectMetadata")
-        && text_of("apiVersion").as_deref() == Some("meta.k8s.io/v1");
-    let given_api_version = text_of("apiVersion").filter(|_| !partial);
-    let kind = text_of("kind").filter(|_| !partial);
+    let (mut given_api_version, mut kind) = (text_of("apiVersion"), text_of("kind"));
+    if kind.as_deref() == Some("PartialObjectMetadata")
+        && given_api_version.as_deref() == Some("meta.k8s.io/v1")
+    {
+        (given_api_version, kind) = (None, None);
+    }
     // The key may be spelled with escapes (`"managedField\u0073"`): then parse to be sure.
     let strip = strip_managed_fields
         && (md_raw.get().contains("\"managedFields\"") || md_raw.get().contains("\\u"));
