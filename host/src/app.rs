@@ -95,9 +95,10 @@ pub async fn kube_client(context: Option<&str>) -> anyhow::Result<kube::Client> 
 /// The informers of a config, not started yet, plus the dir cluster of a `dir:` source or the
 /// client of a `kube` one.
 ///
-/// With an API server, each informer's apiVersion and kind are looked up through discovery
-/// first: a version or kind the server does not serve refuses the start, naming the informer
-/// and what the server does serve (a typo used to sync nothing, silently).
+/// Each informer's apiVersion and kind are checked first, through discovery with an API server,
+/// against Kubernetes' built-in kinds and the directory's CRDs with `dir:`: a version or kind
+/// that is not served refuses the start, naming the informer and what is served (a typo used to
+/// sync nothing, silently).
 pub async fn build_informers(
     config: &Config,
     opts: &RunOptions,
@@ -150,7 +151,17 @@ pub async fn build_informers(
                     None => Arc::new(source(None)),
                 }
             }
-            (None, Some(d)) => Arc::new(d.source(filter_of(inf)?)),
+            (None, Some(d)) => {
+                let at = |field: &str| format!("{}: informers[{i}].{field}", config.file);
+                match d.check_kind(&inf.api_version, &inf.kind) {
+                    Ok(None) => {}
+                    Ok(Some(warning)) => {
+                        tracing::warn!(informer = %inf.name, "{}: {warning}", at("kind"))
+                    }
+                    Err(e) => anyhow::bail!("{}: {e} (informer {:?})", at("kind"), inf.name),
+                }
+                Arc::new(d.source(filter_of(inf)?))
+            }
             (None, None) => anyhow::bail!("no source"),
         };
         let settings = InformerSettings {

@@ -25,6 +25,7 @@ pub mod app;
 pub mod config;
 pub mod demo;
 pub mod informer;
+pub mod kinds;
 pub mod plugin;
 pub mod policy;
 pub mod rbac;

@@ -207,6 +207,19 @@ fn run_refuses_a_bad_config_naming_file_field_and_problem() {
         )),
         "{err}"
     );
+
+    // A kind the directory cluster does not serve refuses the start, naming the field.
+    std::fs::write(&cfg, good.replace("kind: Pod}", "kind: Podd}")).unwrap();
+    let o = wisp().args(["run", "--config"]).arg(&cfg).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o).1;
+    assert!(
+        err.contains(&format!(
+            "error: {}: informers[0].kind: Kubernetes 1.36 serves no kind \"Podd\" in v1; it serves: Binding,",
+            cfg.display()
+        )),
+        "{err}"
+    );
     drop(d);
 }
 
@@ -292,10 +305,31 @@ fn run_on_a_directory_delivers_file_changes_to_plugins_and_serves_admin_endpoint
         })
     });
     assert!(metric("wisp_dir_files_unread").is_some_and(|l| l.ends_with(" 1")));
+    // An object an API server would refuse is left out and named, as far as /plugins.
+    std::fs::write(
+        &broken,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: no-containers}\nspec: {}\n",
+    )
+    .unwrap();
+    until("the refused object named in /plugins", || {
+        get(admin, "/plugins").is_some_and(|(_, body)| {
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            v.as_array().unwrap().iter().all(|p| {
+                p["unreadManifests"].as_array().is_some_and(|u| {
+                    u.len() == 1
+                        && u[0].as_str().is_some_and(|l| {
+                            l.contains("broken.yaml: Pod \"no-containers\" is invalid: spec.containers: Required value")
+                        })
+                })
+            })
+        })
+    });
+    assert!(metric("wisp_dir_files_unread").is_some_and(|l| l.ends_with(" 1")));
     std::fs::write(&broken, pod("fixed-1", "nginx:1.28")).unwrap();
     until("the fixed file read", || {
         metric("wisp_dir_files_unread").is_some_and(|l| l.ends_with(" 0"))
             && get(admin, "/readyz").is_some_and(|(_, body)| !body.contains("broken.yaml"))
+            && get(admin, "/plugins").is_some_and(|(_, body)| !body.contains("unreadManifests"))
     });
 }
 

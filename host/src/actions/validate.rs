@@ -6,6 +6,7 @@
 //! its value (cut to [`SHOWN`] characters).
 
 use super::Target;
+use crate::kinds::{NameRule, is_dns1123_label, is_dns1123_subdomain, is_name_part};
 
 /// Most characters of a refused value an error shows.
 pub const SHOWN: usize = 64;
@@ -18,54 +19,6 @@ pub fn shown(value: &str) -> String {
         let cut: String = value.chars().take(SHOWN).collect();
         format!("{cut:?}... ({} bytes)", value.len())
     }
-}
-
-/// An RFC 1123 label: 1 to 63 of `[a-z0-9-]`, alphanumeric at both ends.
-pub fn is_dns1123_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// An RFC 1123 subdomain: at most 253 characters, labels of `[a-z0-9-]` joined by dots.
-pub fn is_dns1123_subdomain(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|part| {
-            !part.is_empty()
-                && part
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !part.starts_with('-')
-                && !part.ends_with('-')
-        })
-}
-
-/// A name that is safe as one URL path segment (what the API server requires of every name,
-/// and all it requires of some kinds'): not `.` or `..`, no `/` or `%`, and, so no query or
-/// fragment can begin in it, no `?`, `#`, space or control character.
-pub fn is_path_segment_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s != "."
-        && s != ".."
-        && !s
-            .chars()
-            .any(|c| matches!(c, '/' | '%' | '?' | '#' | ' ') || c.is_control())
-}
-
-/// The name part of a qualified name, or a label value: 1 to 63 of `[A-Za-z0-9_.-]`,
-/// alphanumeric at both ends.
-pub fn is_name_part(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-        && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
-        && s.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
 }
 
 /// A qualified name (`[prefix/]name`), as label and annotation keys must be.
@@ -119,25 +72,6 @@ fn is_kind(s: &str) -> bool {
         && s.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
-/// How the API server validates the names of `api_version` `kind`.
-fn name_rule(api_version: &str, kind: &str) -> NameRule {
-    match (crate::source::filter::group_of(api_version), kind) {
-        ("", "Namespace") => NameRule::Label,
-        // RBAC objects are named by path segment only (`system:controller:...`).
-        (
-            "rbac.authorization.k8s.io",
-            "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding",
-        ) => NameRule::PathSegment,
-        _ => NameRule::Subdomain,
-    }
-}
-
-enum NameRule {
-    Label,
-    Subdomain,
-    PathSegment,
-}
-
 /// Checks every field of a target; the error names the first bad field and its value.
 pub fn check_target(t: &Target) -> Result<(), String> {
     if !is_api_version(&t.api_version) {
@@ -160,14 +94,13 @@ pub fn check_target(t: &Target) -> Result<(), String> {
             shown(ns)
         ));
     }
-    let ok = match name_rule(&t.api_version, &t.kind) {
-        NameRule::Label => is_dns1123_label(&t.name),
-        NameRule::Subdomain => is_dns1123_subdomain(&t.name),
-        NameRule::PathSegment => is_path_segment_name(&t.name),
-    };
-    if !ok {
-        let rule = match name_rule(&t.api_version, &t.kind) {
+    let rule = crate::kinds::name_rule(crate::source::filter::group_of(&t.api_version), &t.kind);
+    if !rule.accepts(&t.name) {
+        let rule = match rule {
             NameRule::Label => "a DNS label (1 to 63 characters [a-z0-9-])",
+            NameRule::Dns1035 => {
+                "a DNS-1035 label (1 to 63 characters [a-z0-9-], starting with a letter)"
+            }
             NameRule::Subdomain => {
                 "a DNS subdomain (at most 253 characters [a-z0-9-.], alphanumeric at both ends)"
             }

@@ -48,6 +48,10 @@ pub struct PluginView {
     pub queues: Vec<QueueView>,
     /// The last [`RECENT_LOG_LINES`] log lines, oldest first.
     pub recent_logs: Vec<String>,
+    /// Manifest files of a `dir:` source not read whole (`FILE: what`): the cluster the
+    /// plugin sees lacks their objects. Left out when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unread_manifests: Vec<String>,
 }
 
 /// The queue of a plugin's listener on one informer.
@@ -124,6 +128,7 @@ pub fn view(h: &PluginHandle) -> PluginView {
             })
             .collect(),
         recent_logs,
+        unread_manifests: Vec::new(),
     }
 }
 

@@ -116,11 +116,25 @@ async fn scrape(State(ctx): State<Ctx>) -> Response {
 }
 
 async fn plugin_list(State(ctx): State<Ctx>) -> axum::Json<Vec<PluginView>> {
+    let unread: Vec<String> = ctx
+        .state
+        .source_errors
+        .as_ref()
+        .map(|errors| {
+            errors()
+                .iter()
+                .map(|(file, e)| format!("{}: {}", file.display(), one_line(e)))
+                .collect()
+        })
+        .unwrap_or_default();
     axum::Json(
         ctx.state
             .plugins()
             .iter()
-            .map(|h| plugins::view(h))
+            .map(|h| PluginView {
+                unread_manifests: unread.clone(),
+                ..plugins::view(h)
+            })
             .collect(),
     )
 }

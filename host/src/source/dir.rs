@@ -5,6 +5,12 @@
 //! every filesystem and never sees a half-written file twice: a file that does not parse keeps
 //! its previous objects and is reported; a file that lost objects is believed once it has been
 //! quiet for a second, so a rewrite in place caught half way deletes nothing).
+//!
+//! The directory behaves as a Kubernetes 1.36 API server would have stored it: one object per
+//! group, kind, namespace and name (in any version of the group; the last definition in path
+//! order wins, as `kubectl apply -f` would leave it), placed in its kind's scope, and only
+//! objects the API server would admit ([`crate::kinds`]): the others are left out and reported
+//! in [`DirCluster::errors`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,70 +23,16 @@ use super::filter::{ObjectFilter, group_of};
 use super::memory::MemorySource;
 use crate::informer::Object;
 
-/// Built-in kinds that have no namespace (Kubernetes 1.36), by API group and kind; objects of
-/// other kinds are namespaced (`default` when they name none), except custom kinds whose
-/// CustomResourceDefinition in the directory says `scope: Cluster`.
-const CLUSTER_SCOPED: &[(&str, &str)] = &[
-    ("", "ComponentStatus"),
-    ("", "Namespace"),
-    ("", "Node"),
-    ("", "PersistentVolume"),
-    ("admissionregistration.k8s.io", "MutatingAdmissionPolicy"),
-    (
-        "admissionregistration.k8s.io",
-        "MutatingAdmissionPolicyBinding",
-    ),
-    (
-        "admissionregistration.k8s.io",
-        "MutatingWebhookConfiguration",
-    ),
-    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
-    (
-        "admissionregistration.k8s.io",
-        "ValidatingAdmissionPolicyBinding",
-    ),
-    (
-        "admissionregistration.k8s.io",
-        "ValidatingWebhookConfiguration",
-    ),
-    ("apiextensions.k8s.io", "CustomResourceDefinition"),
-    ("apiregistration.k8s.io", "APIService"),
-    ("authentication.k8s.io", "SelfSubjectReview"),
-    ("authentication.k8s.io", "TokenReview"),
-    ("authorization.k8s.io", "SelfSubjectAccessReview"),
-    ("authorization.k8s.io", "SelfSubjectRulesReview"),
-    ("authorization.k8s.io", "SubjectAccessReview"),
-    ("certificates.k8s.io", "CertificateSigningRequest"),
-    ("certificates.k8s.io", "ClusterTrustBundle"),
-    ("flowcontrol.apiserver.k8s.io", "FlowSchema"),
-    ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"),
-    ("internal.apiserver.k8s.io", "StorageVersion"),
-    ("networking.k8s.io", "IPAddress"),
-    ("networking.k8s.io", "IngressClass"),
-    ("networking.k8s.io", "ServiceCIDR"),
-    ("node.k8s.io", "RuntimeClass"),
-    ("rbac.authorization.k8s.io", "ClusterRole"),
-    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
-    ("resource.k8s.io", "DeviceClass"),
-    ("resource.k8s.io", "ResourceSlice"),
-    ("scheduling.k8s.io", "PriorityClass"),
-    ("storage.k8s.io", "CSIDriver"),
-    ("storage.k8s.io", "CSINode"),
-    ("storage.k8s.io", "StorageClass"),
-    ("storage.k8s.io", "VolumeAttachment"),
-    ("storage.k8s.io", "VolumeAttributesClass"),
-    ("storagemigration.k8s.io", "StorageVersionMigration"),
-];
-
-/// Which (group, kind) pairs are cluster-scoped: the built-in ones and the custom kinds of the
-/// directory's CustomResourceDefinitions with `scope: Cluster`.
+/// Which (group, kind) pairs are cluster-scoped: the built-in ones ([`crate::kinds::BUILTINS`])
+/// and the custom kinds of the directory's CustomResourceDefinitions with `scope: Cluster`.
 struct Scopes(std::collections::BTreeSet<(String, String)>);
 
 impl Scopes {
     fn of<'a>(objects: impl Iterator<Item = &'a Value>) -> Self {
-        let mut set: std::collections::BTreeSet<(String, String)> = CLUSTER_SCOPED
+        let mut set: std::collections::BTreeSet<(String, String)> = crate::kinds::BUILTINS
             .iter()
-            .map(|(g, k)| ((*g).to_owned(), (*k).to_owned()))
+            .filter(|b| !b.namespaced)
+            .map(|b| (b.group.to_owned(), b.kind.to_owned()))
             .collect();
         for v in objects {
             if v.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition")
@@ -135,12 +87,15 @@ fn lost_objects(before: Option<&FileState>, now: &[Value]) -> bool {
         .any(|k| !keys.contains(&k))
 }
 
-/// Identity of an object across files: apiVersion, kind, namespace, name.
+/// Identity of an object across files: API group, kind, namespace, name (one object whichever
+/// version of its group it is written in, as in a cluster).
 type ObjKey = (String, String, String, String);
 
 struct FileState {
     stamp: (SystemTime, u64),
     objects: Vec<Value>,
+    /// What of the file could not be read (the documents left out, or why none could be).
+    unread: Vec<String>,
 }
 
 /// An object the directory defines, with the resourceVersion of its last change and its uid:
@@ -182,7 +137,54 @@ fn key_of(v: &Value) -> Option<ObjKey> {
     if name.is_empty() || s("/kind").is_empty() || s("/apiVersion").is_empty() {
         return None;
     }
-    Some((s("/apiVersion"), s("/kind"), s("/metadata/namespace"), name))
+    Some((
+        group_of(&s("/apiVersion")).to_owned(),
+        s("/kind"),
+        s("/metadata/namespace"),
+        name,
+    ))
+}
+
+/// Whether an API server would store `v`: its apiVersion and kind served, if of Kubernetes'
+/// own groups (custom kinds are read as written: their CRD may live elsewhere), and the object
+/// valid ([`crate::kinds::validation`]). The error says why not, as the API server would.
+fn admit(v: &Value) -> Result<(), String> {
+    use crate::kinds;
+    let text = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("");
+    let (api_version, kind, name) = (text("/apiVersion"), text("/kind"), text("/metadata/name"));
+    let (group, version) = kinds::split_api_version(api_version);
+    if kinds::is_builtin_group(group) && kinds::builtin(group, version, kind).is_none() {
+        return Err(not_served(api_version, kind));
+    }
+    let errs = kinds::validation::field_errors(group, kind, v);
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(kinds::validation::message(group, kind, name, &errs))
+    }
+}
+
+/// Why Kubernetes serves no `kind` at `api_version` (of one of its own groups), with what it
+/// does serve.
+fn not_served(api_version: &str, kind: &str) -> String {
+    use crate::kinds;
+    let (group, version) = kinds::split_api_version(api_version);
+    let served = kinds::builtin_api_versions(group, kind);
+    if !served.is_empty() {
+        return format!(
+            "Kubernetes 1.36 serves {kind} as {}, not as {api_version:?}",
+            served.join(", ")
+        );
+    }
+    let kinds = kinds::builtin_kinds(group, version);
+    if kinds.is_empty() {
+        format!("Kubernetes 1.36 does not serve apiVersion {api_version:?}")
+    } else {
+        format!(
+            "Kubernetes 1.36 serves no kind {kind:?} in {api_version}; it serves: {}",
+            kinds.join(", ")
+        )
+    }
 }
 
 /// A manifest file read: its objects, and what was wrong with the documents left out.
@@ -365,9 +367,52 @@ impl DirCluster {
         src
     }
 
-    /// Files that currently fail to parse, with their errors.
+    /// Files not read whole (they do not parse, or documents or objects in them were left
+    /// out), with what was wrong.
     pub fn errors(&self) -> BTreeMap<PathBuf, String> {
         self.lock().errors.clone()
+    }
+
+    /// Whether this directory cluster serves `kind` at `api_version`, as discovery would
+    /// answer for an API server: Kubernetes' own groups serve their built-in kinds; another
+    /// group's kind is served by a CustomResourceDefinition in the directory for the version.
+    /// A custom kind no CRD in the directory defines is read as written (`Ok` with a warning:
+    /// its CRD may be installed elsewhere); a version that CRD does not serve is an error.
+    pub fn check_kind(&self, api_version: &str, kind: &str) -> Result<Option<String>, String> {
+        let (group, version) = crate::kinds::split_api_version(api_version);
+        if crate::kinds::is_builtin_group(group) {
+            return match crate::kinds::builtin(group, version, kind) {
+                Some(_) => Ok(None),
+                None => Err(not_served(api_version, kind)),
+            };
+        }
+        let st = self.lock();
+        let crd = st.files.values().flat_map(|f| f.objects.iter()).find(|v| {
+            v.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition")
+                && v.pointer("/spec/group").and_then(Value::as_str) == Some(group)
+                && v.pointer("/spec/names/kind").and_then(Value::as_str) == Some(kind)
+        });
+        let Some(crd) = crd else {
+            return Ok(Some(format!(
+                "no CustomResourceDefinition in {} defines {kind} in {group}; its objects are read as written",
+                self.root.display()
+            )));
+        };
+        let versions: Vec<&str> = crd
+            .pointer("/spec/versions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.get("name").and_then(Value::as_str))
+            .collect();
+        if versions.contains(&version) {
+            Ok(None)
+        } else {
+            Err(format!(
+                "the CustomResourceDefinition of {kind} in {group} serves versions {}, not {version:?}",
+                versions.join(", ")
+            ))
+        }
     }
 
     /// Reads changed files and applies the differences to every source.
@@ -388,7 +433,7 @@ impl DirCluster {
             let parsed = std::fs::read_to_string(&p)
                 .map_err(|e| e.to_string())
                 .and_then(|t| parse_manifests(&t));
-            match parsed {
+            let file = match parsed {
                 // A file that lost objects and changed a moment ago may be being written (a
                 // rewrite in place caught at a document boundary): it is read again once it
                 // has been quiet for SETTLE, and its objects are kept until then.
@@ -400,49 +445,85 @@ impl DirCluster {
                 {
                     continue;
                 }
-                Ok(Manifests { objects, skipped }) => {
-                    if skipped.is_empty() {
-                        if st.errors.remove(&p).is_some() {
-                            tracing::info!(file = %p.display(), "manifest parses again");
-                        }
-                    } else {
-                        let e = skipped.join("; ");
-                        if st.errors.get(&p) != Some(&e) {
-                            tracing::error!(file = %p.display(), error = %e, "manifest documents skipped; the others count");
-                        }
-                        st.errors.insert(p.clone(), e);
-                    }
-                    st.files.insert(p, FileState { stamp, objects });
-                }
-                Err(e) => {
-                    if st.errors.get(&p) != Some(&e) {
-                        tracing::error!(file = %p.display(), error = %e, "manifest does not parse; keeping its previous objects");
-                    }
-                    st.errors.insert(p.clone(), e);
-                    // Remember the stamp so the same broken content is not re-read every scan,
-                    // but keep the previously accepted objects.
-                    let objects = st
+                Ok(Manifests { objects, skipped }) => FileState {
+                    stamp,
+                    objects,
+                    unread: skipped,
+                },
+                // The stamp is remembered so the same broken content is not read again every
+                // scan, and the objects read before are kept.
+                Err(e) => FileState {
+                    stamp,
+                    objects: st
                         .files
                         .get(&p)
                         .map(|f| f.objects.clone())
-                        .unwrap_or_default();
-                    st.files.insert(p, FileState { stamp, objects });
-                }
-            }
+                        .unwrap_or_default(),
+                    unread: vec![format!(
+                        "does not parse (its previous objects are kept): {e}"
+                    )],
+                },
+            };
+            st.files.insert(p, file);
         }
         st.files.retain(|p, _| seen.contains_key(p));
-        st.errors.retain(|p, _| seen.contains_key(p));
 
+        // Every object placed in its scope and admitted as an API server would; a later
+        // definition of the same object replaces an earlier one, as `kubectl apply -f` of the
+        // directory would, and is reported.
         let scopes = Scopes::of(st.files.values().flat_map(|f| f.objects.iter()));
-        let mut defined: BTreeMap<ObjKey, Value> = BTreeMap::new();
-        for f in st.files.values() {
+        let mut problems: BTreeMap<PathBuf, Vec<String>> = BTreeMap::new();
+        let mut defined: BTreeMap<ObjKey, (Value, &Path)> = BTreeMap::new();
+        for (path, f) in &st.files {
+            let mut unread = f.unread.clone();
             for v in &f.objects {
                 let v = scopes.place(v.clone());
-                if let Some(k) = key_of(&v) {
-                    defined.insert(k, v);
+                if let Err(e) = admit(&v) {
+                    unread.push(e);
+                    continue;
+                }
+                let Some(k) = key_of(&v) else { continue };
+                let shown = format!(
+                    "{} {}",
+                    k.1,
+                    if k.2.is_empty() {
+                        k.3.clone()
+                    } else {
+                        format!("{}/{}", k.2, k.3)
+                    }
+                );
+                if let Some((_, earlier)) = defined.insert(k, (v, path)) {
+                    let place = if earlier == path.as_path() {
+                        "earlier in this file".to_owned()
+                    } else {
+                        format!("in {}", earlier.display())
+                    };
+                    unread.push(format!(
+                        "{shown} is also defined {place}; this later definition replaces it"
+                    ));
                 }
             }
+            if !unread.is_empty() {
+                problems.insert(path.clone(), unread);
+            }
         }
+        let errors: BTreeMap<PathBuf, String> = problems
+            .into_iter()
+            .map(|(p, e)| (p, e.join("; ")))
+            .collect();
+        for (p, e) in &errors {
+            if st.errors.get(p) != Some(e) {
+                tracing::error!(file = %p.display(), error = %e, "manifest not read whole; the rest of it counts");
+            }
+        }
+        for p in st.errors.keys() {
+            if !errors.contains_key(p) && seen.contains_key(p) {
+                tracing::info!(file = %p.display(), "manifest read whole again");
+            }
+        }
+        let defined: BTreeMap<ObjKey, Value> =
+            defined.into_iter().map(|(k, (v, _))| (k, v)).collect();
+        st.errors = errors;
         let mut prev = std::mem::take(&mut st.current);
         let mut next: BTreeMap<ObjKey, Defined> = BTreeMap::new();
         for (k, v) in defined {
@@ -547,7 +628,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         std::fs::write(
             d.path().join("a.yaml"),
-            "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec: {containers: [{name: c, image: nginx}]}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n",
         )
         .unwrap();
         let c = DirCluster::open(d.path()).unwrap();
@@ -563,7 +644,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         std::fs::write(
             d.path().join("a.yaml"),
-            "apiVersion: v1\nkind: Pod\nmetadata: {name: web, labels: {v: '2'}}\n",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: web, labels: {v: '2'}}\nspec: {containers: [{name: c, image: nginx}]}\n",
         )
         .unwrap();
         quiet(&d.path().join("a.yaml"));
@@ -591,7 +672,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         std::fs::write(
             d.path().join("a.yaml"),
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, labels: {team: a}}\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: c}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: c}\n",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, labels: {team: a}}\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: c}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: c}\nspec: {containers: [{name: c, image: nginx}]}\n",
         )
         .unwrap();
         let c = DirCluster::open(d.path()).unwrap();
@@ -751,6 +832,118 @@ mod tests {
         assert_eq!(objs["shop/web"].meta().api_version, "autoscaling/v1");
     }
 
+    /// One object per group, kind, namespace and name, whichever version it is written in:
+    /// a later definition replaces an earlier one (as `kubectl apply -f` of the directory
+    /// would) and is reported.
+    #[test]
+    fn an_object_written_twice_is_one_object_and_reported() {
+        let d = tempfile::tempdir().unwrap();
+        let hpa = |v: &str, max: u32| {
+            format!(
+                "apiVersion: autoscaling/{v}\nkind: HorizontalPodAutoscaler\nmetadata: {{name: web, namespace: shop}}\nspec: {{maxReplicas: {max}, scaleTargetRef: {{kind: Deployment, name: web}}}}\n"
+            )
+        };
+        std::fs::write(d.path().join("a.yaml"), hpa("v1", 3)).unwrap();
+        std::fs::write(d.path().join("b.yaml"), hpa("v2", 5)).unwrap();
+        let c = DirCluster::open(d.path()).unwrap();
+        let hpas = c.source(ObjectFilter {
+            api_version: "autoscaling/v2".into(),
+            kind: "HorizontalPodAutoscaler".into(),
+            ..Default::default()
+        });
+        let objs = hpas.objects();
+        assert_eq!(objs.keys().collect::<Vec<_>>(), ["shop/web"]);
+        assert_eq!(objs["shop/web"].meta().api_version, "autoscaling/v2");
+        let errors = c.errors();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let e = &errors[&d.path().join("b.yaml")];
+        assert!(
+            e.contains("HorizontalPodAutoscaler shop/web is also defined in")
+                && e.contains("a.yaml"),
+            "{e}"
+        );
+    }
+
+    /// What an API server would refuse is left out and reported, naming the object and why;
+    /// the rest of the file counts.
+    #[test]
+    fn objects_an_api_server_would_refuse_are_left_out_and_reported() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("a.yaml"),
+            concat!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: no-containers}\nspec: {}\n---\n",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bad, labels: {team: 'a b'}}\n---\n",
+                "apiVersion: extensions/v1beta1\nkind: Deployment\nmetadata: {name: old}\n---\n",
+                "apiVersion: v1\nkind: Podd\nmetadata: {name: typo}\n---\n",
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: Web}\nspec: {containers: [{name: c, image: nginx}]}\n---\n",
+                "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n---\n",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: good}\n",
+            ),
+        )
+        .unwrap();
+        let c = DirCluster::open(d.path()).unwrap();
+        let all = |api_version: &str, kind: &str| {
+            let mut keys: Vec<String> = c
+                .source(ObjectFilter {
+                    api_version: api_version.into(),
+                    kind: kind.into(),
+                    ..Default::default()
+                })
+                .objects()
+                .into_keys()
+                .collect();
+            keys.sort();
+            keys
+        };
+        assert!(all("v1", "Pod").is_empty());
+        assert_eq!(all("v1", "ConfigMap"), ["default/good"]);
+        assert!(all("apps/v1", "Deployment").is_empty());
+        assert_eq!(
+            all("example.com/v1", "Widget"),
+            ["default/w"],
+            "a custom kind is read as written"
+        );
+        let e = &c.errors()[&d.path().join("a.yaml")];
+        for part in [
+            "Pod \"no-containers\" is invalid: spec.containers: Required value",
+            "ConfigMap \"bad\" is invalid: metadata.labels: Invalid value: \"a b\"",
+            "Kubernetes 1.36 serves Deployment as apps/v1, not as \"extensions/v1beta1\"",
+            "Kubernetes 1.36 serves no kind \"Podd\" in v1; it serves: Binding, ComponentStatus, ConfigMap",
+            "Pod \"Web\" is invalid: metadata.name: Invalid value: \"Web\": a lowercase RFC 1123 subdomain",
+        ] {
+            assert!(e.contains(part), "{part} not in {e}");
+        }
+    }
+
+    #[test]
+    fn the_kinds_an_informer_names_are_checked_against_the_directory_cluster() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("crd.yaml"),
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widgets.example.com}\nspec: {group: example.com, scope: Namespaced, names: {kind: Widget, plural: widgets}, versions: [{name: v1, served: true, storage: true}]}\n",
+        )
+        .unwrap();
+        let c = DirCluster::open(d.path()).unwrap();
+        assert_eq!(c.check_kind("apps/v1", "Deployment"), Ok(None));
+        assert_eq!(
+            c.check_kind("autoscaling/v1", "HorizontalPodAutoscaler"),
+            Ok(None)
+        );
+        assert_eq!(c.check_kind("example.com/v1", "Widget"), Ok(None));
+        let e = c.check_kind("v1", "Podd").unwrap_err();
+        assert!(
+            e.contains("serves no kind \"Podd\" in v1; it serves: "),
+            "{e}"
+        );
+        let e = c.check_kind("apps/v2", "Deployment").unwrap_err();
+        assert!(e.contains("serves Deployment as apps/v1"), "{e}");
+        let e = c.check_kind("example.com/v2", "Widget").unwrap_err();
+        assert!(e.contains("serves versions v1, not \"v2\""), "{e}");
+        let w = c.check_kind("other.io/v1", "Gadget").unwrap().unwrap();
+        assert!(w.contains("no CustomResourceDefinition"), "{w}");
+    }
+
     #[test]
     fn scope_comes_from_the_built_in_kinds_and_the_directorys_crds() {
         let d = tempfile::tempdir().unwrap();
@@ -799,7 +992,7 @@ mod tests {
     fn a_file_caught_half_rewritten_loses_nothing_until_it_is_quiet() {
         let d = tempfile::tempdir().unwrap();
         let f = d.path().join("p.yaml");
-        let three = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: b}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: c}\n";
+        let three = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: nginx}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: b}\nspec: {containers: [{name: c, image: nginx}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: c}\nspec: {containers: [{name: c, image: nginx}]}\n";
         std::fs::write(&f, three).unwrap();
         let c = DirCluster::open(d.path()).unwrap();
         let pods = c.source(pods_filter());
@@ -828,7 +1021,7 @@ mod tests {
         std::fs::create_dir(&sub).unwrap();
         std::fs::write(
             sub.join("p.yaml"),
-            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, image: nginx}]}\n",
         )
         .unwrap();
         std::os::unix::fs::symlink(d.path(), sub.join("loop")).unwrap();
@@ -840,7 +1033,7 @@ mod tests {
     fn a_file_that_breaks_keeps_its_previous_objects() {
         let d = tempfile::tempdir().unwrap();
         let f = d.path().join("p.yaml");
-        std::fs::write(&f, "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\n").unwrap();
+        std::fs::write(&f, "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec: {containers: [{name: c, image: nginx}]}\n").unwrap();
         let c = DirCluster::open(d.path()).unwrap();
         let pods = c.source(pods_filter());
         std::thread::sleep(Duration::from_millis(20));

@@ -76,7 +76,8 @@ macro_rules! builtin {
     };
 }
 
-/// The built-in kinds the server describes, with the field selectors of Kubernetes 1.36
+/// The built-in kinds the server describes with short names or field selectors of their own
+/// (see [`builtins`] for every one), with the field selectors of Kubernetes 1.36
 /// (`pkg/apis/*/v1/conversion.go`: the labels each kind's field label conversion accepts).
 pub(crate) const BUILTINS: &[Builtin] = &[
     builtin!(
@@ -360,9 +361,35 @@ pub(crate) const BUILTINS: &[Builtin] = &[
     ),
 ];
 
+/// Every built-in kind the server serves: those of [`BUILTINS`], with their short names and
+/// field selectors, then the rest of Kubernetes 1.36's ([`wisp_host::kinds::BUILTINS`]),
+/// selectable by metadata only and without short names.
+pub(crate) fn builtins() -> &'static [Builtin] {
+    static ALL: std::sync::OnceLock<Vec<Builtin>> = std::sync::OnceLock::new();
+    ALL.get_or_init(|| {
+        let mut all = BUILTINS.to_vec();
+        for k in wisp_host::kinds::BUILTINS {
+            if !BUILTINS
+                .iter()
+                .any(|b| b.group == k.group && b.version == k.version && b.kind == k.kind)
+            {
+                all.push(builtin!(
+                    k.group,
+                    k.version,
+                    k.plural,
+                    k.kind,
+                    k.namespaced,
+                    &[]
+                ));
+            }
+        }
+        all
+    })
+}
+
 /// The built-in kind served at `resource`, if any.
 pub(crate) fn builtin(resource: &ResourceKey) -> Option<&'static Builtin> {
-    BUILTINS.iter().find(|b| {
+    builtins().iter().find(|b| {
         b.group == resource.group && b.version == resource.version && b.plural == resource.plural
     })
 }
@@ -505,7 +532,7 @@ struct Entry {
 fn catalogue(shared: &Shared) -> BTreeMap<(String, String), Vec<Entry>> {
     let mut out: BTreeMap<(String, String), Vec<Entry>> = BTreeMap::new();
     let mut seen = BTreeSet::new();
-    for b in BUILTINS {
+    for b in builtins() {
         seen.insert((
             b.group.to_string(),
             b.version.to_string(),
@@ -860,6 +887,17 @@ mod tests {
                 "{}",
                 b.kind
             );
+        }
+    }
+
+    #[test]
+    fn every_kind_of_kubernetes_is_served_with_its_scope() {
+        for k in wisp_host::kinds::BUILTINS {
+            let key = ResourceKey::for_kind(&k.api_version(), k.kind);
+            assert_eq!(key.plural, k.plural);
+            let b = builtin(&key).unwrap_or_else(|| panic!("{} not served", k.kind));
+            assert_eq!((b.kind, b.namespaced), (k.kind, k.namespaced));
+            assert_eq!(key.guess_kind(), k.kind);
         }
     }
 

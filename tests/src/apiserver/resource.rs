@@ -18,14 +18,17 @@ pub(crate) struct ResourceKey {
 }
 
 impl ResourceKey {
-    /// The collection an object of this `apiVersion` and `kind` lives in, named the way
-    /// `kube::core::ApiResource::from_gvk` names it.
+    /// The collection an object of this `apiVersion` and `kind` lives in: a built-in kind's
+    /// own, any other named the way `kube::core::ApiResource::from_gvk` names it.
     pub fn for_kind(api_version: &str, kind: &str) -> Self {
         let (group, version) = split_api_version(api_version);
         Self {
             group: group.to_string(),
             version: version.to_string(),
-            plural: to_plural(&kind.to_ascii_lowercase()),
+            plural: wisp_host::kinds::builtin(group, version, kind).map_or_else(
+                || to_plural(&kind.to_ascii_lowercase()),
+                |b| b.plural.into(),
+            ),
         }
     }
 
@@ -40,11 +43,11 @@ impl ResourceKey {
 
     /// Best guess at the kind when no object of this collection has been seen yet.
     pub fn guess_kind(&self) -> String {
-        if let Some((_, kind)) = KNOWN_KINDS
+        if let Some(b) = wisp_host::kinds::BUILTINS
             .iter()
-            .find(|(plural, _)| *plural == self.plural)
+            .find(|b| b.group == self.group && b.plural == self.plural)
         {
-            return (*kind).to_string();
+            return b.kind.to_string();
         }
         let singular = if let Some(stem) = self.plural.strip_suffix("ies") {
             format!("{stem}y")
@@ -65,35 +68,6 @@ impl ResourceKey {
         }
     }
 }
-
-/// Plural to kind for built-in kinds whose kind is not the capitalised singular of the plural.
-const KNOWN_KINDS: &[(&str, &str)] = &[
-    ("configmaps", "ConfigMap"),
-    ("endpoints", "Endpoints"),
-    ("endpointslices", "EndpointSlice"),
-    ("persistentvolumes", "PersistentVolume"),
-    ("persistentvolumeclaims", "PersistentVolumeClaim"),
-    ("replicasets", "ReplicaSet"),
-    ("replicationcontrollers", "ReplicationController"),
-    ("statefulsets", "StatefulSet"),
-    ("daemonsets", "DaemonSet"),
-    ("cronjobs", "CronJob"),
-    ("serviceaccounts", "ServiceAccount"),
-    ("networkpolicies", "NetworkPolicy"),
-    ("ingresses", "Ingress"),
-    ("ingressclasses", "IngressClass"),
-    ("resourcequotas", "ResourceQuota"),
-    ("limitranges", "LimitRange"),
-    ("priorityclasses", "PriorityClass"),
-    ("storageclasses", "StorageClass"),
-    ("clusterroles", "ClusterRole"),
-    ("clusterrolebindings", "ClusterRoleBinding"),
-    ("rolebindings", "RoleBinding"),
-    ("customresourcedefinitions", "CustomResourceDefinition"),
-    ("horizontalpodautoscalers", "HorizontalPodAutoscaler"),
-    ("poddisruptionbudgets", "PodDisruptionBudget"),
-    ("controllerrevisions", "ControllerRevision"),
-];
 
 /// Splits `apps/v1` into (`apps`, `v1`) and `v1` into (``, `v1`).
 pub(crate) fn split_api_version(api_version: &str) -> (&str, &str) {
