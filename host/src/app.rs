@@ -248,6 +248,8 @@ pub struct Host {
     pub reloader: Option<Arc<crate::reloader::Reloader>>,
     /// The workers that run the plugins.
     pub executor: Executor,
+    /// Whether this replica leads, with `sharding` (see [`crate::scale`]).
+    pub leadership: Option<Arc<crate::scale::lease::Leadership>>,
     /// The informers' tasks (they end once the shutdown future completed).
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// Set when an informer with `onPanic: exit` failed: the host must shut down.
@@ -368,7 +370,7 @@ pub async fn run(
         "shut down"
     );
     if let Some(e) = host.fatal.error() {
-        anyhow::bail!("{e} (its onPanic is exit)");
+        anyhow::bail!("{e}");
     }
     Ok((host, report))
 }
@@ -388,7 +390,21 @@ pub async fn start(
     let (informers, dir, client) = build_informers(config, opts, Some(&executor)).await?;
     let engine = engine(config)?;
     let mut manager = PluginManager::new(engine);
-    let services = services(config, client)?;
+    let mut services = services(config, client.clone())?;
+    // With a Lease, actions are sent only while this replica leads.
+    let elector = match (&config.sharding, &client) {
+        (Some(sh), Some(client)) => {
+            let e = crate::scale::lease::Elector::new(client.clone(), sh.lease());
+            services.sink = services.sink.map(|inner| {
+                Arc::new(crate::scale::FencedSink {
+                    inner,
+                    leadership: e.leadership(),
+                }) as Arc<dyn crate::actions::ActionSink>
+            });
+            Some(e)
+        }
+        _ => None,
+    };
     manager.set_services(services.clone());
     for i in &informers {
         manager.add_informer(i.clone());
@@ -409,11 +425,20 @@ pub async fn start(
     for spec in specs {
         checked.push(manager.check(&spec)?);
     }
-    let mut plugins: Vec<Arc<PluginHandle>> = Vec::with_capacity(checked.len());
-    for c in checked {
-        plugins.push(Arc::new(manager.attach(c)?));
+    let plugins = Arc::new(RwLock::new(Vec::with_capacity(checked.len())));
+    // Alone, the plugins are attached before the informers start; a replica attaches them
+    // once it leads (its informers run meanwhile: warm caches, initial list as adds).
+    let mut standby = None;
+    let leadership = elector.as_ref().map(|e| e.leadership());
+    match elector {
+        None => {
+            let mut attached = plugins.write().unwrap_or_else(PoisonError::into_inner);
+            for c in checked {
+                attached.push(Arc::new(manager.attach(c)?));
+            }
+        }
+        Some(e) => standby = Some((e, checked)),
     }
-    let plugins = Arc::new(RwLock::new(plugins));
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = move || {
@@ -439,7 +464,7 @@ pub async fn start(
         tasks.push(tokio::spawn(async move {
             if let Err(e) = run.await {
                 tracing::error!(informer = %name, error = %e, "informer failed; the host shuts down");
-                fatal.raise(e.to_string());
+                fatal.raise(format!("{e} (its onPanic is exit)"));
             }
         }));
         let i = inf.clone();
@@ -453,20 +478,65 @@ pub async fn start(
             }
         });
     }
-    let reloader = opts
-        .config_path
-        .clone()
-        .map(|p| crate::reloader::Reloader::new(p, config.clone(), manager, plugins.clone()));
-    let reload: Option<crate::admin::ReloadFn> = reloader.clone().map(|r| {
-        let f: crate::admin::ReloadFn = Arc::new(move |name: Option<String>| match name {
-            Some(n) => r.reload_plugin(&n),
-            None => r.reload_all(),
+    let reloader_cell: Arc<std::sync::OnceLock<Arc<crate::reloader::Reloader>>> = Arc::default();
+    let new_reloader = {
+        let (path, config, plugins, cell) = (
+            opts.config_path.clone(),
+            config.clone(),
+            plugins.clone(),
+            reloader_cell.clone(),
+        );
+        let stopped = stopped.clone();
+        move |manager: PluginManager| {
+            if let Some(p) = path {
+                let r = crate::reloader::Reloader::new(p, config, manager, plugins);
+                tokio::spawn(r.clone().watch(stopped()));
+                let _ = cell.set(r);
+            }
+        }
+    };
+    match standby {
+        None => new_reloader(manager),
+        Some((mut elector, checked)) => {
+            let (plugins, fatal, stopped) = (plugins.clone(), fatal.clone(), stopped.clone());
+            tokio::spawn(async move {
+                let mut stop = Box::pin(stopped());
+                tracing::info!("standing by for the Lease");
+                if !elector.acquire(&mut stop).await {
+                    return;
+                }
+                for c in checked {
+                    match manager.attach(c) {
+                        Ok(h) => plugins
+                            .write()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .push(Arc::new(h)),
+                        Err(e) => {
+                            fatal.raise(format!("leading, but a plugin did not start: {e:#}"));
+                            return;
+                        }
+                    }
+                }
+                new_reloader(manager);
+                if let crate::scale::lease::Ended::Lost(why) = elector.renew(&mut stop).await {
+                    fatal.raise(format!("lost the Lease: {why}; a standby takes over"));
+                }
+            });
+        }
+    }
+    let reload: Option<crate::admin::ReloadFn> = opts.config_path.is_some().then(|| {
+        let cell = reloader_cell.clone();
+        let f: crate::admin::ReloadFn = Arc::new(move |name: Option<String>| match cell.get() {
+            Some(r) => match name {
+                Some(n) => r.reload_plugin(&n),
+                None => r.reload_all(),
+            },
+            None => Err(crate::admin::ReloadError::Refused(
+                "this replica stands by: its plugins start when it takes the Lease".into(),
+            )),
         });
         f
     });
-    if let Some(r) = &reloader {
-        tokio::spawn(r.clone().watch(stopped()));
-    }
     let source_errors: Option<crate::admin::SourceErrorsFn> = dir.clone().map(|d| {
         let f: crate::admin::SourceErrorsFn = Arc::new(move || d.errors());
         f
@@ -478,6 +548,7 @@ pub async fn start(
         services,
         executor: Some(executor.clone()),
         source_errors,
+        leadership: leadership.clone(),
     };
     let listen = opts
         .admin
@@ -519,8 +590,9 @@ pub async fn start(
         plugins,
         admin,
         admin_addr,
-        reloader,
+        reloader: reloader_cell.get().cloned(),
         executor,
+        leadership,
         tasks,
         fatal,
     })

@@ -227,6 +227,9 @@ pub struct Config {
     /// The worker threads that run the plugins.
     #[serde(default)]
     pub executor: ExecutorSettings,
+    /// Several replicas over Leases (see [`crate::scale`]); omitted: this host is alone.
+    #[serde(default)]
+    pub sharding: Option<ShardingConfig>,
     /// Directory of the config file (module and dir paths are relative to it).
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -480,6 +483,75 @@ pub struct ActionsConfig {
     pub queue: Option<usize>,
 }
 
+/// How replicas share the work.
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum ShardingMode {
+    /// One replica, the Lease holder, runs the plugins; the others keep warm caches.
+    Leader,
+}
+
+/// `sharding:`: replicas coordinated through a `coordination.k8s.io/v1` Lease.
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ShardingConfig {
+    pub mode: ShardingMode,
+    /// The Lease's name (default `wisp`).
+    #[serde(default)]
+    pub lease_name: Option<String>,
+    /// The Lease's namespace (default: `$POD_NAMESPACE`, else `default`).
+    #[serde(default)]
+    pub lease_namespace: Option<String>,
+    /// This replica's name in the Lease (default: `$POD_NAME`, else the host name and a
+    /// random suffix).
+    #[serde(default)]
+    pub identity: Option<String>,
+    /// How long a Lease holds without renewal (default 15s, as client-go).
+    #[serde(default)]
+    pub lease_duration: Option<Dur>,
+    /// How long the holder keeps trying to renew before it stops acting (default 10s).
+    #[serde(default)]
+    pub renew_deadline: Option<Dur>,
+    /// Time between tries (default 2s, jittered by up to 1.2x when acquiring).
+    #[serde(default)]
+    pub retry_period: Option<Dur>,
+}
+
+impl ShardingConfig {
+    /// The Lease settings in force (defaults filled from the environment).
+    pub fn lease(&self) -> crate::scale::lease::LeaseSettings {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let identity = self
+            .identity
+            .clone()
+            .or_else(|| env("POD_NAME"))
+            .unwrap_or_else(|| {
+                let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_owned())
+                    .filter(|h| !h.is_empty())
+                    .or_else(|| env("HOSTNAME"))
+                    .unwrap_or_else(|| "wisp".into());
+                use std::hash::{BuildHasher, Hasher};
+                let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+                h.write_u32(std::process::id());
+                format!("{host}_{:08x}", h.finish() as u32)
+            });
+        crate::scale::lease::LeaseSettings {
+            namespace: self
+                .lease_namespace
+                .clone()
+                .or_else(|| env("POD_NAMESPACE"))
+                .unwrap_or_else(|| "default".into()),
+            name: self.lease_name.clone().unwrap_or_else(|| "wisp".into()),
+            identity,
+            lease_duration: self.lease_duration.map_or(Duration::from_secs(15), |d| d.0),
+            renew_deadline: self.renew_deadline.map_or(Duration::from_secs(10), |d| d.0),
+            retry_period: self.retry_period.map_or(Duration::from_secs(2), |d| d.0),
+        }
+    }
+}
+
 /// The audit log of actions.
 #[derive(Debug, Deserialize, Clone, Default, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -713,6 +785,15 @@ impl Config {
         }
         if self.informers.is_empty() {
             return Err(self.error("informers", "at least one informer is needed"));
+        }
+        if let Some(sh) = &self.sharding {
+            if self.source_kind()? != SourceKind::Kube {
+                return Err(self.error(
+                    "sharding",
+                    "needs `source: kube` (replicas share Leases on an API server)",
+                ));
+            }
+            sh.lease().check().map_err(|e| self.error("sharding", e))?;
         }
         let mut names = BTreeSet::new();
         for (i, inf) in self.informers.iter().enumerate() {

@@ -31,4 +31,5 @@ pub mod policy;
 pub mod rbac;
 pub mod record;
 pub mod reloader;
+pub mod scale;
 pub mod source;

@@ -221,8 +221,27 @@ fn the_deployment_agrees_with_the_config_the_rbac_and_the_image() {
     let cfg = config();
     let dep = object("deployment.yaml", "Deployment", "wisp");
     let spec = &dep["spec"];
-    assert_eq!(spec["replicas"], 1);
+    // Several replicas only with a Lease to decide which one acts, each named in it by the
+    // downward API; a PodDisruptionBudget keeps one through voluntary disruptions.
+    let replicas = spec["replicas"].as_u64().unwrap();
+    assert_eq!(cfg.sharding.is_some(), replicas > 1, "replicas: {replicas}");
     let pod = &spec["template"]["spec"];
+    if replicas > 1 {
+        let env = pod["containers"][0]["env"].as_array().unwrap();
+        for (var, field) in [
+            ("POD_NAME", "metadata.name"),
+            ("POD_NAMESPACE", "metadata.namespace"),
+        ] {
+            assert!(
+                env.iter()
+                    .any(|e| e["name"] == var && e["valueFrom"]["fieldRef"]["fieldPath"] == field),
+                "{var} from {field}"
+            );
+        }
+        let pdb = object("deployment.yaml", "PodDisruptionBudget", "wisp");
+        assert_eq!(pdb["spec"]["minAvailable"], 1);
+        assert_eq!(pdb["spec"]["selector"], spec["selector"]);
+    }
     let labels = &spec["template"]["metadata"]["labels"];
     for (k, v) in spec["selector"]["matchLabels"].as_object().unwrap() {
         assert_eq!(&labels[k], v, "selector label {k}");

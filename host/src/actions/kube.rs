@@ -154,6 +154,7 @@ impl KubeActionSink {
                     && status.details.as_ref().is_some_and(|d| {
                         d.causes.iter().any(|c| c.reason == "FieldManagerConflict")
                     }),
+                fenced: false,
             }),
             Err(e) => Err(SendError::new(None, e.to_string())),
         }

@@ -216,6 +216,8 @@ pub struct SendError {
     /// A server-side apply conflict with another field manager (a 409 whose causes are
     /// `FieldManagerConflict`): the same apply will conflict again, so it is not retried.
     pub field_manager_conflict: bool,
+    /// Not sent: this replica does not lead (see [`crate::scale`]); never retried.
+    pub fenced: bool,
 }
 
 impl SendError {
@@ -225,12 +227,24 @@ impl SendError {
             code,
             message: message.into(),
             field_manager_conflict: false,
+            fenced: false,
+        }
+    }
+
+    /// Not sent because this replica does not lead, with why.
+    pub fn fenced(why: impl Into<String>) -> Self {
+        Self {
+            fenced: true,
+            ..Self::new(None, format!("not sent: {}", why.into()))
         }
     }
 
     /// Conflicts (except field manager conflicts of an apply), too many requests, server errors
     /// and transport errors are worth retrying.
     pub fn retryable(&self) -> bool {
+        if self.fenced {
+            return false;
+        }
         match self.code {
             None => true,
             Some(409) => !self.field_manager_conflict,

@@ -134,6 +134,15 @@ impl Collector for Live {
                 [(none, errors().len() as u64)],
             )?;
         }
+        if let Some(l) = &self.state.leadership {
+            let none: [(&str, &str); 0] = [];
+            out.gauge(
+                "lease_leading",
+                "1 while this replica holds the sharding Lease and runs the plugins (see \
+                 docs/scale-out.md); 0 on a standby.",
+                [(none, u64::from(l.is_leader()))],
+            )?;
+        }
         out.gauge(
             "informer_synced",
             "1 once the first list has been fully processed.",

@@ -55,6 +55,8 @@ pub struct AdminState {
     pub executor: Option<crate::informer::Executor>,
     /// What a `dir:` source could not read: per file, why (in `/readyz` and `/metrics`).
     pub source_errors: Option<SourceErrorsFn>,
+    /// With `sharding`: whether this replica leads (`wisp_lease_leading`, `/readyz`).
+    pub leadership: Option<Arc<crate::scale::lease::Leadership>>,
 }
 
 /// The files a `dir:` source could not read (whole or in part), with why.

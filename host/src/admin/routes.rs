@@ -185,6 +185,9 @@ pub struct Readiness {
     /// (shown, not holding readiness back: the other files count, and a file that breaks
     /// keeps its previous objects).
     pub manifest_errors: Vec<String>,
+    /// With `sharding`, on a replica that does not lead: why (ready all the same: its caches
+    /// are warm for when it takes over).
+    pub standby: Option<String>,
 }
 
 impl Readiness {
@@ -207,6 +210,7 @@ impl std::fmt::Display for Readiness {
             .chain(&self.synced)
             .chain(&self.quarantined)
             .chain(&self.manifest_errors)
+            .chain(&self.standby)
         {
             writeln!(f, "{line}")?;
         }
@@ -242,6 +246,13 @@ pub fn readiness(state: &AdminState) -> Readiness {
                 .push(format!("plugin {}: initial list not handled", p.name())),
             PluginState::Running => {}
         }
+    }
+    if let Some(l) = &state.leadership
+        && let Err(why) = l.check()
+    {
+        r.standby = Some(format!(
+            "standby: {why}; plugins start when it takes the Lease"
+        ));
     }
     if let Some(errors) = &state.source_errors {
         for (file, error) in errors() {

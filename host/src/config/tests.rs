@@ -420,3 +420,36 @@ fn metadata_only_refuses_field_masks_and_indexes_outside_metadata() {
         "{e}"
     );
 }
+
+#[test]
+fn sharding_takes_client_go_lease_timings_and_refuses_what_cannot_work() {
+    let kube = "source: kube\ninformers:\n  - {name: pods, apiVersion: v1, kind: Pod}\n";
+    let c = parse(&format!(
+        "{kube}sharding: {{mode: leader, identity: r1, leaseNamespace: ops}}\n"
+    ))
+    .unwrap();
+    let l = c.sharding.unwrap().lease();
+    assert_eq!(
+        (l.name.as_str(), l.namespace.as_str(), l.identity.as_str()),
+        ("wisp", "ops", "r1")
+    );
+    assert_eq!(
+        (l.lease_duration, l.renew_deadline, l.retry_period),
+        (
+            std::time::Duration::from_secs(15),
+            std::time::Duration::from_secs(10),
+            std::time::Duration::from_secs(2)
+        )
+    );
+    let e = err_of(&format!(
+        "{kube}sharding: {{mode: leader, leaseDuration: 5s, renewDeadline: 5s}}\n"
+    ));
+    assert!(
+        e.contains("sharding: leaseDuration (5s) must be longer than renewDeadline (5s)"),
+        "{e}"
+    );
+    let e = err_of(&GOOD.replace("admin:", "sharding: {mode: leader}\nadmin:"));
+    assert!(e.contains("sharding: needs `source: kube`"), "{e}");
+    let e = err_of(&format!("{kube}sharding: {{mode: shards}}\n"));
+    assert!(e.contains("sharding.mode") && e.contains("leader"), "{e}");
+}
