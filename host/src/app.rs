@@ -108,6 +108,21 @@ pub async fn build_informers(
     Option<Arc<DirCluster>>,
     Option<kube::Client>,
 )> {
+    build_sharded_informers(config, opts, executor, None).await
+}
+
+/// [`build_informers`], the informers with `shard` (the default) listing and watching only
+/// `view`'s hash ranges.
+pub async fn build_sharded_informers(
+    config: &Config,
+    opts: &RunOptions,
+    executor: Option<&Executor>,
+    view: Option<&Arc<crate::scale::shards::ShardView>>,
+) -> anyhow::Result<(
+    Vec<Arc<SharedInformer>>,
+    Option<Arc<DirCluster>>,
+    Option<kube::Client>,
+)> {
     let kind = config.source_kind()?;
     let (client, dir) = match &kind {
         SourceKind::Kube => match &opts.client {
@@ -135,6 +150,9 @@ pub async fn build_informers(
                     }
                     if let Some(f) = &inf.field_selector {
                         src = src.fields(f.clone());
+                    }
+                    if let Some(v) = view.filter(|_| inf.shard) {
+                        src = src.sharded(v.clone());
                     }
                     src
                 };
@@ -387,24 +405,59 @@ pub async fn start(
         format!("executor: cannot start {workers} worker threads for the plugins")
     })?;
     tracing::info!(workers, "executor started");
-    let (informers, dir, client) = build_informers(config, opts, Some(&executor)).await?;
+    // With `mode: shards`, the informers serve the ranges of this replica's membership.
+    let shard_view = config
+        .sharding
+        .as_ref()
+        .filter(|sh| sh.mode == crate::config::ShardingMode::Shards)
+        .map(|sh| {
+            crate::scale::shards::ShardView::new(
+                match sh.shard_by {
+                    crate::config::ShardByName::Uid => crate::scale::shards::ShardField::Uid,
+                    crate::config::ShardByName::Namespace => {
+                        crate::scale::shards::ShardField::Namespace
+                    }
+                },
+                crate::scale::shards::Ranges::none(),
+            )
+        });
+    let (informers, dir, client) =
+        build_sharded_informers(config, opts, Some(&executor), shard_view.as_ref()).await?;
     let engine = engine(config)?;
     let mut manager = PluginManager::new(engine);
     let mut services = services(config, client.clone())?;
-    // With a Lease, actions are sent only while this replica leads.
-    let elector = match (&config.sharding, &client) {
-        (Some(sh), Some(client)) => {
-            let e = crate::scale::lease::Elector::new(client.clone(), sh.lease());
-            services.sink = services.sink.map(|inner| {
-                Arc::new(crate::scale::FencedSink {
-                    inner,
-                    leadership: e.leadership(),
-                }) as Arc<dyn crate::actions::ActionSink>
-            });
-            Some(e)
-        }
-        _ => None,
-    };
+    // With a Lease, actions are sent only while this replica leads (or, with shards, while its
+    // membership is fresh, and only about objects of its share).
+    let mut elector = None;
+    let mut membership = None;
+    let mut leadership = None;
+    if let (Some(sh), Some(client)) = (&config.sharding, &client) {
+        let owns = match &shard_view {
+            None => {
+                let e = crate::scale::lease::Elector::new(client.clone(), sh.lease());
+                leadership = Some(e.leadership());
+                elector = Some(e);
+                None
+            }
+            Some(view) => {
+                let m = crate::scale::members::Membership::new(
+                    client.clone(),
+                    sh.lease(),
+                    view.clone(),
+                );
+                leadership = Some(m.freshness());
+                membership = Some(m);
+                Some(crate::scale::owner_check(config, &informers, view.clone()))
+            }
+        };
+        services.sink = services.sink.map(|inner| {
+            Arc::new(crate::scale::FencedSink {
+                inner,
+                leadership: leadership.clone().unwrap_or_default(),
+                owns,
+            }) as Arc<dyn crate::actions::ActionSink>
+        });
+    }
     manager.set_services(services.clone());
     for i in &informers {
         manager.add_informer(i.clone());
@@ -429,7 +482,6 @@ pub async fn start(
     // Alone, the plugins are attached before the informers start; a replica attaches them
     // once it leads (its informers run meanwhile: warm caches, initial list as adds).
     let mut standby = None;
-    let leadership = elector.as_ref().map(|e| e.leadership());
     match elector {
         None => {
             let mut attached = plugins.write().unwrap_or_else(PoisonError::into_inner);
@@ -477,6 +529,9 @@ pub async fn start(
                 tracing::info!(informer = %i.name(), objects = i.cache().len(), "informer synced");
             }
         });
+    }
+    if let Some(m) = membership {
+        tokio::spawn(m.run(stopped()));
     }
     let reloader_cell: Arc<std::sync::OnceLock<Arc<crate::reloader::Reloader>>> = Arc::default();
     let new_reloader = {

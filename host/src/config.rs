@@ -298,6 +298,11 @@ pub struct InformerConfig {
     /// host shuts down with an error, for a supervisor to restart).
     #[serde(default)]
     pub on_panic: OnPanicName,
+    /// With `sharding: {mode: shards}`: whether this informer holds only this replica's share
+    /// (default true); `false` keeps all of it on every replica (e.g. Namespaces a plugin
+    /// looks up).
+    #[serde(default = "yes")]
+    pub shard: bool,
 }
 
 /// What a panic in an informer's pipeline does.
@@ -489,6 +494,20 @@ pub struct ActionsConfig {
 pub enum ShardingMode {
     /// One replica, the Lease holder, runs the plugins; the others keep warm caches.
     Leader,
+    /// Every replica a membership Lease; the hash space split among members; each replica lists,
+    /// watches and delivers its part.
+    Shards,
+}
+
+/// What shards are cut by (`sharding.shardBy`).
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub enum ShardByName {
+    /// `metadata.uid`: an even spread.
+    #[default]
+    Uid,
+    /// `metadata.namespace`: each namespace whole on one replica.
+    Namespace,
 }
 
 /// `sharding:`: replicas coordinated through a `coordination.k8s.io/v1` Lease.
@@ -515,6 +534,9 @@ pub struct ShardingConfig {
     /// Time between tries (default 2s, jittered by up to 1.2x when acquiring).
     #[serde(default)]
     pub retry_period: Option<Dur>,
+    /// `mode: shards`: hash `uid` (default) or `namespace`.
+    #[serde(default)]
+    pub shard_by: ShardByName,
 }
 
 impl ShardingConfig {

@@ -17,6 +17,7 @@ use wisp_host::config::Config;
 use wisp_tests::{TestApiServer, pod};
 
 const LEASE_DURATION: Duration = Duration::from_secs(2);
+const SHARD_LEASE_DURATION: Duration = Duration::from_secs(4);
 
 /// A server with namespace `shop` (label team=payments) and `pods` unlabelled pods in it.
 async fn server(pods: usize) -> TestApiServer {
@@ -31,13 +32,14 @@ async fn server(pods: usize) -> TestApiServer {
     server
 }
 
-/// The config of replica `identity`: the team labeler on pods, its audit log in `dir`.
-fn config(dir: &std::path::Path, identity: &str) -> Config {
+/// The config of replica `identity` in sharding `mode`: the team labeler on pods (with shards,
+/// the namespaces informer stays whole), its audit log in `dir`.
+fn config_in_mode(dir: &std::path::Path, identity: &str, mode: &str) -> Config {
     let config = format!(
         r#"source: kube
 informers:
   - {{name: pods, apiVersion: v1, kind: Pod}}
-  - {{name: namespaces, apiVersion: v1, kind: Namespace}}
+  - {{name: namespaces, apiVersion: v1, kind: Namespace, shard: false}}
 plugins:
   - name: labeler
     module: {module}
@@ -46,17 +48,21 @@ plugins:
       grants: [{{verbs: [patch], apiVersion: v1, kind: Pod, namespaces: [shop]}}]
       rateLimit: {{perSecond: 1000, burst: 1000}}
 sharding:
-  mode: leader
+  mode: {mode}
   leaseName: wisp
   leaseNamespace: default
   identity: {identity}
-  leaseDuration: 2s
-  renewDeadline: 1500ms
+  leaseDuration: {duration}
+  renewDeadline: {deadline}
   retryPeriod: 300ms
 admin: {{listen: ""}}
 audit: {{file: audit-{identity}.jsonl}}
 "#,
         module = plugin_path("team_labeler").display(),
+        // Shards: a longer lease, so a replica's drop (seen within a retry period, then a
+        // relist after the reflector's backoff) shows in its cache before the gainer takes.
+        duration = if mode == "shards" { "4s" } else { "2s" },
+        deadline = if mode == "shards" { "3s" } else { "1500ms" },
     );
     let path = dir.join(format!("wisp-{identity}.yaml"));
     std::fs::write(&path, config).unwrap();
@@ -71,12 +77,16 @@ struct Replica {
 
 impl Replica {
     async fn start(dir: &std::path::Path, name: &str, client: kube::Client) -> Self {
+        Self::start_in(dir, name, client, "leader").await
+    }
+
+    async fn start_in(dir: &std::path::Path, name: &str, client: kube::Client, mode: &str) -> Self {
         let (stop, rx) = tokio::sync::oneshot::channel::<()>();
         let opts = RunOptions {
             client: Some(client),
             ..RunOptions::default()
         };
-        let host = app::start(&config(dir, name), &opts, async {
+        let host = app::start(&config_in_mode(dir, name, mode), &opts, async {
             let _ = rx.await;
         })
         .await
@@ -348,4 +358,124 @@ async fn a_leader_that_cannot_renew_stops_acting_before_a_standby_takes_over() {
     until("a's patches of the new pods fenced", || fenced() >= 2).await;
     assert_eq!(labelled(&server), 4, "a fenced patch reached the server");
     a.stop().await;
+}
+
+/// The pod keys in each replica's cache.
+fn shares(replicas: &[Replica]) -> Vec<std::collections::BTreeSet<String>> {
+    replicas
+        .iter()
+        .map(|r| {
+            r.host.informers[0]
+                .cache()
+                .list_keys()
+                .into_iter()
+                .collect()
+        })
+        .collect()
+}
+
+/// Whether the replicas' pod caches are pairwise disjoint (no object held by two).
+fn disjoint(shares: &[std::collections::BTreeSet<String>]) -> bool {
+    shares.iter().enumerate().all(|(i, a)| {
+        shares[i + 1..]
+            .iter()
+            .all(|b| a.intersection(b).next().is_none())
+    })
+}
+
+/// Every pod of the server is in exactly one replica's cache.
+fn split_exactly(server: &TestApiServer, replicas: &[Replica]) -> bool {
+    let shares = shares(replicas);
+    let total: usize = shares.iter().map(|s| s.len()).sum();
+    disjoint(&shares) && total == server.objects("v1", "Pod").len()
+}
+
+async fn sharded_replicas_split_the_pods_and_hand_over(server_side: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(30).await;
+    server.faults().ignore_shard_selector(!server_side);
+    let mut replicas = Vec::new();
+    for name in ["r1", "r2", "r3"] {
+        replicas.push(Replica::start_in(dir.path(), name, server.client(), "shards").await);
+    }
+    until("the pods split among three replicas", || {
+        split_exactly(&server, &replicas) && shares(&replicas).iter().all(|s| !s.is_empty())
+    })
+    .await;
+    until("every pod labelled", || labelled(&server) == 30).await;
+    // Lists and watches asked the server for the share (it answered with it, or ignored it).
+    let sharded: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/api/v1/pods" && r.query.contains_key("shardSelector"))
+        .collect();
+    if server_side {
+        assert!(!sharded.is_empty(), "no list or watch asked for a shard");
+    }
+
+    // A fourth replica joins: the others drop their parts for it at once, it takes them a
+    // lease duration later; no pod is ever held by two replicas.
+    replicas.push(Replica::start_in(dir.path(), "r4", server.client(), "shards").await);
+    let t = Instant::now();
+    loop {
+        let s = shares(&replicas);
+        assert!(
+            disjoint(&s),
+            "a pod held by two replicas after {:?}",
+            t.elapsed()
+        );
+        if split_exactly(&server, &replicas) && !s[3].is_empty() {
+            break;
+        }
+        assert!(
+            t.elapsed() < 2 * SHARD_LEASE_DURATION + Duration::from_secs(3),
+            "r4 never got a share"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        t.elapsed() >= SHARD_LEASE_DURATION,
+        "r4 took its share after {:?}",
+        t.elapsed()
+    );
+
+    // r2 stops: its membership Lease is deleted and the others take its part at once.
+    let t = Instant::now();
+    replicas[1].stop().await;
+    let live: Vec<Replica> = replicas
+        .drain(..)
+        .enumerate()
+        .filter(|(i, _)| *i != 1)
+        .map(|(_, r)| r)
+        .collect();
+    let mut replicas = live;
+    until("r2's part taken over", || split_exactly(&server, &replicas)).await;
+    assert!(
+        t.elapsed() < SHARD_LEASE_DURATION,
+        "takeover after a clean stop took {:?}",
+        t.elapsed()
+    );
+    eprintln!("r2's part taken over {:?} after its stop", t.elapsed());
+    for i in 30..36 {
+        server.create(pod("shop", &format!("web-{i}"))).unwrap();
+    }
+    until("the new pods labelled", || labelled(&server) == 36).await;
+    for r in &mut replicas {
+        r.stop().await;
+    }
+    let applied = applied(dir.path());
+    assert_eq!(applied.len(), 36, "{applied:?}");
+    for (pod, by) in &applied {
+        assert_eq!(by.len(), 1, "{pod} patched by {by:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sharded_replicas_split_the_pods_by_server_side_shard_selectors_and_hand_over() {
+    sharded_replicas_split_the_pods_and_hand_over(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sharded_replicas_filter_on_their_side_when_the_server_ignores_shard_selectors() {
+    sharded_replicas_split_the_pods_and_hand_over(false).await;
 }

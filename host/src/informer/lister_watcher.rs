@@ -78,6 +78,11 @@ pub enum SourceError {
     /// 410 Gone / Expired: the resourceVersion is older than the server keeps. Relist from "".
     #[error("resource version expired: {0}")]
     Expired(String),
+    /// The source now selects other objects (a replica's shard ranges changed): the watch ends
+    /// and the reflector relists at once, without backoff, so objects that left the selection
+    /// are delivered as deletions and new ones as additions.
+    #[error("selection changed: {0}")]
+    Reselected(String),
     /// The resourceVersion is newer than the server knows (504 ResourceVersionTooLarge). Relist from "".
     #[error("resource version too large: {0}")]
     TooLargeResourceVersion(String),

@@ -222,9 +222,16 @@ impl Reflector {
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
         let main = async {
             loop {
-                if let Err(e) = self.list_and_watch().await {
-                    self.stats.errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(informer = %self.name, source = %self.lw.describe(), error = %e, "list and watch failed; relisting after backoff");
+                match self.list_and_watch().await {
+                    Err(ReflectorError::WatchFailed(SourceError::Reselected(why))) => {
+                        tracing::info!(informer = %self.name, reason = %why, "relisting: the selection changed");
+                        continue;
+                    }
+                    Err(e) => {
+                        self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(informer = %self.name, source = %self.lw.describe(), error = %e, "list and watch failed; relisting after backoff");
+                    }
+                    Ok(()) => {}
                 }
                 let delay = self.backoff.next_delay();
                 tokio::time::sleep(delay).await;

@@ -112,6 +112,23 @@ impl Leadership {
         }
     }
 
+    /// Holds until `until` (a renewal that started at `until - renewDeadline` succeeded).
+    pub fn renewed_until(&self, until: Instant) {
+        self.set(|s| {
+            s.until = Some(until);
+            s.other = None;
+            s.lost = None;
+        });
+    }
+
+    /// No longer holds, with why.
+    pub fn lapse(&self, why: String) {
+        self.set(|s| {
+            s.until = None;
+            s.lost = Some(why);
+        });
+    }
+
     /// Whether [`Leadership::check`] passes.
     pub fn is_leader(&self) -> bool {
         self.check().is_ok()

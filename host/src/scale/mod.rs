@@ -10,17 +10,24 @@
 //! tells them: their instances are shut down.
 
 pub mod lease;
+pub mod members;
+pub mod shards;
 
 use std::pin::Pin;
 use std::sync::Arc;
 
 use crate::actions::{Action, ActionSink, SendError};
 
-/// An [`ActionSink`] that sends only while this replica leads, checked right before each
-/// request (each retry included).
+/// Whether this replica may act on an action's target (`Err`: why not).
+pub type OwnerCheck = Arc<dyn Fn(&Action) -> Result<(), String> + Send + Sync>;
+
+/// An [`ActionSink`] that sends only while this replica leads (or its membership is fresh) and,
+/// with shards, only about objects of its share; checked right before each request (each retry
+/// included).
 pub struct FencedSink {
     pub inner: Arc<dyn ActionSink>,
     pub leadership: Arc<lease::Leadership>,
+    pub owns: Option<OwnerCheck>,
 }
 
 impl ActionSink for FencedSink {
@@ -28,9 +35,68 @@ impl ActionSink for FencedSink {
         &'a self,
         action: &'a Action,
     ) -> Pin<Box<dyn Future<Output = Result<String, SendError>> + Send + 'a>> {
-        match self.leadership.check() {
+        let allowed = self
+            .leadership
+            .check()
+            .and_then(|()| self.owns.as_ref().map_or(Ok(()), |owns| owns(action)));
+        match allowed {
             Ok(()) => self.inner.send(action),
             Err(why) => Box::pin(async move { Err(SendError::fenced(why)) }),
         }
     }
+}
+
+/// The share check of `mode: shards`: a target of a kind a sharded informer watches must be in
+/// this replica's ranges. By namespace, its namespace's hash tells; by uid, the object must be in
+/// that informer's cache (which holds this replica's share only). Kinds no sharded informer
+/// watches (Events, say) are not checked.
+pub fn owner_check(
+    config: &crate::config::Config,
+    informers: &[Arc<crate::informer::SharedInformer>],
+    view: Arc<shards::ShardView>,
+) -> OwnerCheck {
+    use crate::source::filter::group_of;
+    let watched: Vec<(String, String, Arc<crate::informer::SharedInformer>)> = config
+        .informers
+        .iter()
+        .zip(informers)
+        .filter(|(c, _)| c.shard)
+        .map(|(c, i)| {
+            (
+                group_of(&c.api_version).to_owned(),
+                c.kind.clone(),
+                i.clone(),
+            )
+        })
+        .collect();
+    Arc::new(move |a: &Action| {
+        let t = &a.target;
+        let group = group_of(&t.api_version);
+        let Some((_, _, inf)) = watched.iter().find(|(g, k, _)| g == group && *k == t.kind) else {
+            return Ok(());
+        };
+        let ranges = view.ranges();
+        let ns = t.namespace.as_deref().unwrap_or("");
+        let mine = match view.field() {
+            shards::ShardField::Namespace => ranges.contains(shards::fnv1a64(ns.as_bytes())),
+            shards::ShardField::Uid => {
+                let key = if ns.is_empty() {
+                    t.name.clone()
+                } else {
+                    format!("{ns}/{}", t.name)
+                };
+                inf.cache()
+                    .get_by_key(&key)
+                    .is_some_and(|o| view.keeps(&ranges, &o))
+            }
+        };
+        if mine {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} {}/{} is not in this replica's shard",
+                t.kind, ns, t.name
+            ))
+        }
+    })
 }

@@ -98,6 +98,8 @@ pub struct KubeSource {
     caps: SizeCaps,
     /// The informer's name, in errors and in [`oversized_responses`].
     name: String,
+    /// With `sharding: {mode: shards}`: the hash ranges listed and watched.
+    shard: Option<Arc<crate::scale::shards::ShardView>>,
 }
 
 impl KubeSource {
@@ -133,7 +135,37 @@ impl KubeSource {
             metadata_only: false,
             caps: SizeCaps::default(),
             name: String::new(),
+            shard: None,
         }
+    }
+
+    /// Lists and watches only the objects in `view`'s ranges: through `shardSelector` where
+    /// the server applies it (it echoes `shardInfo`), and always filtered here as well; a
+    /// change of the ranges ends the watch so the reflector relists.
+    pub fn sharded(mut self, view: Arc<crate::scale::shards::ShardView>) -> Self {
+        self.shard = Some(view);
+        self
+    }
+
+    /// `req` with `shardSelector=<selector>` added to its query.
+    fn with_shard_selector(
+        req: &mut http::Request<Vec<u8>>,
+        selector: &str,
+    ) -> Result<(), SourceError> {
+        let enc: String = selector
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                    char::from(b).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let uri = format!("{}&shardSelector={enc}", req.uri());
+        *req.uri_mut() = uri
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| SourceError::Request(e.to_string()))?;
+        Ok(())
     }
 
     /// Names the informer this source serves (in size errors and [`oversized_responses`]).
@@ -262,27 +294,49 @@ impl KubeSource {
                 .parse()
                 .map_err(|e: http::uri::InvalidUri| SourceError::Request(e.to_string()))?;
         }
+        let ranges = self.shard.as_ref().map(|v| v.ranges());
+        let selector = match (&self.shard, &ranges) {
+            (Some(v), Some(r)) => v.selector(r),
+            _ => None,
+        };
+        if let Some(sel) = &selector {
+            Self::with_shard_selector(&mut req, sel)?;
+        }
         req.extensions_mut().insert("list");
         let text = self.list_body(req).await?;
         let list: RawList<'_> =
             serde_json::from_str(&text).map_err(|e| SourceError::Decode(format!("list: {e}")))?;
-        let items = list
+        let mut items = list
             .items
             .iter()
             .map(|o| self.parse_raw(o.get()))
             .collect::<Result<Vec<_>, _>>()?;
         #[derive(serde::Deserialize, Default)]
         #[serde(rename_all = "camelCase", default)]
+        struct ShardInfo {
+            selector: Option<String>,
+        }
+        #[derive(serde::Deserialize, Default)]
+        #[serde(rename_all = "camelCase", default)]
         struct ListMeta {
             resource_version: Option<String>,
             #[serde(rename = "continue")]
             continue_: Option<String>,
+            shard_info: Option<ShardInfo>,
         }
         let md: ListMeta = match list.metadata {
             Some(m) => serde_json::from_str(m.get())
                 .map_err(|e| SourceError::Decode(format!("list metadata: {e}")))?,
             None => ListMeta::default(),
         };
+        if let (Some(view), Some(ranges)) = (&self.shard, &ranges) {
+            if let Some(sel) = &selector
+                && md.shard_info.as_ref().and_then(|i| i.selector.as_ref()) != Some(sel)
+            {
+                view.not_applied_by_server(sel);
+            }
+            items.retain(|o| view.keeps(ranges, o));
+        }
         Ok(ListPage {
             resource_version: md.resource_version.unwrap_or_default(),
             continue_token: md.continue_.filter(|c| !c.is_empty()),
@@ -305,11 +359,18 @@ impl KubeSource {
             request.watch(&wp, &opts.resource_version)
         }
         .map_err(|e| SourceError::Request(e.to_string()))?;
+        let shard = self.shard.as_ref().map(|v| (v.clone(), v.subscribe()));
+        let ranges = shard.as_ref().map(|(_, rx)| rx.borrow().clone());
+        if let (Some((v, _)), Some(r)) = (&shard, &ranges)
+            && let Some(sel) = v.selector(r)
+        {
+            Self::with_shard_selector(&mut req, &sel)?;
+        }
         req.extensions_mut().insert("watch");
         let res = self.send(req).await?;
         let me = self.clone();
         let cap = self.caps.watch_event;
-        Ok(capped_lines(res.into_body(), cap)
+        let events = capped_lines(res.into_body(), cap)
             .filter_map(move |line| {
                 let out = match line {
                     Ok(l) if l.iter().all(u8::is_ascii_whitespace) => None,
@@ -334,7 +395,30 @@ impl KubeSource {
                 };
                 futures::future::ready(out)
             })
-            .boxed())
+            .boxed();
+        let Some((view, mut changed)) = shard else {
+            return Ok(events);
+        };
+        let ranges = ranges.unwrap_or_default();
+        // Events outside the ranges are dropped; a change of the ranges ends the watch with
+        // Reselected, so the reflector relists at once with the new ranges.
+        changed.mark_unchanged();
+        let end = futures::stream::once(async move {
+            let _ = changed.changed().await;
+            Err(SourceError::Reselected(
+                "this replica's shard ranges changed".into(),
+            ))
+        });
+        let kept = events.filter(move |e| {
+            futures::future::ready(match e {
+                Ok(WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o)) => {
+                    view.keeps(&ranges, o)
+                }
+                _ => true,
+            })
+        });
+        // (The reflector ends a watch at its first error.)
+        Ok(futures::stream::select(kept, end).boxed())
     }
 }
 

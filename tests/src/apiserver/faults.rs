@@ -52,6 +52,9 @@ struct FaultState {
     /// Whether watches with `sendInitialEvents=true` are refused with 422, as by a server whose
     /// `WatchList` feature gate is off.
     refuse_watch_list: bool,
+    /// Whether `shardSelector` is ignored, as by a server whose `ShardedListAndWatch` feature
+    /// gate is off (no filtering, no `shardInfo` in lists).
+    ignore_shard_selector: bool,
     /// Added to every response.
     delay: Duration,
     /// (page index, status) for the next paginated list.
@@ -78,6 +81,7 @@ impl Default for Faults {
                 malformed_next: false,
                 cut_after: VecDeque::new(),
                 refuse_watch_list: false,
+                ignore_shard_selector: false,
                 delay: Duration::ZERO,
                 list_page: None,
                 bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
@@ -136,6 +140,18 @@ impl Faults {
         self.lock().refuse_watch_list = refuse;
     }
 
+    /// Ignore (`true`) the `shardSelector` of lists and watches, as a server with the
+    /// `ShardedListAndWatch` feature gate off does (KEP-5866 is alpha in 1.36); `false` applies
+    /// it again (the default).
+    pub fn ignore_shard_selector(&self, ignore: bool) {
+        self.lock().ignore_shard_selector = ignore;
+    }
+
+    /// Whether `shardSelector` is ignored.
+    pub(crate) fn shard_selector_ignored(&self) -> bool {
+        self.lock().ignore_shard_selector
+    }
+
     /// Whether streaming lists are refused.
     pub(crate) fn watch_list_refused(&self) -> bool {
         self.lock().refuse_watch_list
@@ -179,6 +195,7 @@ impl Faults {
         s.malformed_next = false;
         s.cut_after.clear();
         s.refuse_watch_list = false;
+        s.ignore_shard_selector = false;
         s.delay = Duration::ZERO;
         s.list_page = None;
         s.bookmark_interval = DEFAULT_BOOKMARK_INTERVAL;

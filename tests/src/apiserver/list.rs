@@ -249,6 +249,12 @@ fn serve_page(
     let end = limit.map_or(total, |l| start.saturating_add(l).min(total));
     let mut metadata = Map::new();
     metadata.insert("resourceVersion".into(), Value::String(page.rv.to_string()));
+    if let Some((_, _, selector)) = &filter.shard {
+        metadata.insert(
+            "shardInfo".into(),
+            serde_json::json!({ "selector": selector }),
+        );
+    }
     if end < total {
         let snap = page
             .snapshot_id

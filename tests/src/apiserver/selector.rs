@@ -8,6 +8,7 @@
 //! 400 BadRequest with the message Kubernetes 1.36 gives for that kind.
 
 use serde_json::Value;
+use wisp_host::scale::shards::{Ranges, ShardField, parse_selector};
 
 use super::discovery::{FieldRejection, Known, known};
 
@@ -310,6 +311,9 @@ pub(crate) struct Filter {
     pub labels: LabelSelector,
     /// From `fieldSelector`.
     pub fields: FieldSelector,
+    /// From `shardSelector` (KEP-5866): the field hashed, its ranges, and the selector as sent
+    /// (echoed in a list's `metadata.shardInfo`).
+    pub shard: Option<(ShardField, Ranges, String)>,
 }
 
 impl Filter {
@@ -330,6 +334,12 @@ impl Filter {
         )
         .map_err(|e| e.to_string())?;
         filter.fields.convert(&known(shared, &target.resource))?;
+        if let Some(s) = query.get("shardSelector").filter(|s| !s.is_empty())
+            && !shared.faults.shard_selector_ignored()
+        {
+            let (field, ranges) = parse_selector(s)?;
+            filter.shard = Some((field, ranges, s.clone()));
+        }
         Ok(filter)
     }
 
@@ -343,6 +353,7 @@ impl Filter {
             namespace,
             labels: LabelSelector::parse(label_selector.unwrap_or(""))?,
             fields: FieldSelector::parse(field_selector.unwrap_or(""))?,
+            shard: None,
         })
     }
 
@@ -359,7 +370,11 @@ impl Filter {
                 .unwrap_or("")
                 == ns
         });
-        ns_ok && self.labels.matches(obj) && self.fields.matches(obj)
+        let shard_ok = self.shard.as_ref().is_none_or(|(field, ranges, _)| {
+            let text = |p: &str| obj.pointer(p).and_then(Value::as_str).unwrap_or("");
+            ranges.contains(field.hash_of(text("/metadata/uid"), text("/metadata/namespace")))
+        });
+        ns_ok && shard_ok && self.labels.matches(obj) && self.fields.matches(obj)
     }
 }
 
