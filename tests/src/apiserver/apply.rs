@@ -30,7 +30,8 @@
 //! - maps are owned through their leaves only (a real `Update` also owns the map node itself,
 //!   shown as `.`), and an empty map or an atomic list is a leaf;
 //! - `status` is tracked (and applied) only through the `status` subresource, the rest only
-//!   through the main resource, for every kind;
+//!   through the main resource, for every kind that has that subresource (for custom resources
+//!   without one, `status` is an ordinary field);
 //! - `null` in an applied configuration is an ordinary value, not a removal.
 //!
 //! At most ten `Update` entries are kept: the oldest beyond are folded into `ancient-changes`.
@@ -185,7 +186,14 @@ pub(crate) fn decode_fields(fields: &Value) -> FieldSet {
 
 /// The part of an object whose fields are tracked: no apiVersion, kind or system metadata; only
 /// `status` for the status subresource, everything but `status` otherwise.
+#[cfg(test)]
 pub(crate) fn tracked(obj: &Value, status: bool) -> Value {
+    tracked_part(obj, status, true)
+}
+
+/// [`tracked`], where `separate_status` says whether the kind has a status subresource: without
+/// one (a custom resource whose CRD has no `subresources.status`), `status` is an ordinary field.
+fn tracked_part(obj: &Value, status: bool, separate_status: bool) -> Value {
     let Some(map) = obj.as_object() else {
         return json!({});
     };
@@ -193,7 +201,7 @@ pub(crate) fn tracked(obj: &Value, status: bool) -> Value {
     for (key, value) in map {
         let keep = match key.as_str() {
             "apiVersion" | "kind" => false,
-            "status" => status,
+            "status" => status || !separate_status,
             _ => !status,
         };
         if !keep {
@@ -515,10 +523,17 @@ fn store_entries(obj: &mut Value, mut entries: Vec<Entry>) {
 pub(crate) struct Writer<'a> {
     pub manager: &'a str,
     pub status: bool,
+    /// Whether the kind has a status subresource, so that `status` is written only through it.
+    pub separate_status: bool,
     pub ty: Ty,
 }
 
 impl Writer<'_> {
+    /// The part of `obj` this writer's fields are tracked in.
+    fn tracked(&self, obj: &Value) -> Value {
+        tracked_part(obj, self.status, self.separate_status)
+    }
+
     fn subresource(&self) -> Option<String> {
         self.status.then(|| "status".to_string())
     }
@@ -550,8 +565,8 @@ pub(crate) fn record_update(old: Option<&Value>, new: &mut Value, writer: &Write
         // An object without managedFields stays without them until its first apply.
         return;
     }
-    let old_t = old.map(|o| tracked(o, writer.status)).unwrap_or(json!({}));
-    let new_t = tracked(new, writer.status);
+    let old_t = old.map(|o| writer.tracked(o)).unwrap_or(json!({}));
+    let new_t = writer.tracked(new);
     let old_set = field_set(&old_t, writer.ty);
     let new_set = field_set(&new_t, writer.ty);
     let changed: FieldSet = new_set
@@ -669,7 +684,7 @@ pub(crate) fn apply(
     if let Some(live) = live
         && list.is_empty()
     {
-        let fields = field_set(&tracked(live, writer.status), writer.ty);
+        let fields = field_set(&writer.tracked(live), writer.ty);
         list.push(Entry {
             manager: BEFORE_FIRST_APPLY.into(),
             operation: "Update".into(),
@@ -680,8 +695,8 @@ pub(crate) fn apply(
         });
     }
     let live_value = live.cloned().unwrap_or_else(|| json!({}));
-    let live_t = tracked(&live_value, writer.status);
-    let config_t = tracked(config, writer.status);
+    let live_t = writer.tracked(&live_value);
+    let config_t = writer.tracked(config);
     let applied = field_set(&config_t, writer.ty);
     let mine =
         |e: &Entry| e.manager == writer.manager && e.operation == "Apply" && e.subresource == sub;
@@ -730,7 +745,7 @@ pub(crate) fn apply(
             if let Some(meta) = map.get_mut("metadata").and_then(Value::as_object_mut) {
                 meta.retain(|k, _| matches!(k.as_str(), "name" | "namespace" | "resourceVersion"));
             }
-        } else {
+        } else if writer.separate_status {
             map.remove("status");
         }
         if let Some(meta) = map.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -814,7 +829,7 @@ fn last_applied_fields(live: &Value, writer: &Writer<'_>) -> FieldSet {
         .and_then(|a| a.get(LAST_APPLIED))
         .and_then(Value::as_str)
         .and_then(|text| serde_json::from_str::<Value>(text).ok())
-        .map(|last| field_set(&tracked(&last, writer.status), writer.ty))
+        .map(|last| field_set(&writer.tracked(&last), writer.ty))
         .unwrap_or_default()
 }
 
@@ -875,6 +890,7 @@ mod tests {
         Writer {
             manager,
             status: false,
+            separate_status: true,
             ty: root_type("apps", "Deployment"),
         }
     }
