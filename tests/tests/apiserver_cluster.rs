@@ -1559,3 +1559,60 @@ async fn an_orphaning_delete_keeps_dependents_without_their_owner_reference() ->
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn label_selectors_that_do_not_parse_are_a_400_with_the_apimachinery_message()
+-> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    server.create(pod("default", "web-1"))?;
+    let pods: Api<DynamicObject> = Api::namespaced_with(
+        server.client_no_retry(),
+        "default",
+        &resource("", "v1", "Pod"),
+    );
+    for (selector, message) in [
+        (
+            "app in web",
+            "unable to parse requirement: found 'web' expected: '('",
+        ),
+        ("app=web,", "found '', expected: identifier after ','"),
+        (
+            "app web",
+            "unable to parse requirement: found 'web', expected: in, notin, =, ==, !=, gt, lt",
+        ),
+        ("app=web x", "found 'x', expected: ',' or 'end of string'"),
+        (
+            "app=-web",
+            "unable to parse requirement: values[0][app]: Invalid value: \"-web\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')",
+        ),
+        (
+            "a/b/c",
+            "unable to parse requirement: <nil>: Invalid value: \"a/b/c\": a valid label key must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+        ),
+    ] {
+        let params = ListParams::default().labels(selector);
+        let err = status(pods.list(&params).await.expect_err("400"));
+        assert_eq!(
+            (err.code, err.reason.as_str(), err.message.as_str()),
+            (400, "BadRequest", message),
+            "{selector}"
+        );
+        // A watch parses it alike.
+        let watch = WatchParams::default().labels(selector);
+        let err = match pods.watch(&watch, "0").await {
+            Err(e) => status(e),
+            Ok(_) => panic!("{selector}: the watch started"),
+        };
+        assert_eq!(
+            (err.code, err.message.as_str()),
+            (400, message),
+            "{selector}"
+        );
+    }
+    // Set-based and integer requirements parse as they do on a real server.
+    let matched = pods
+        .list(&ListParams::default().labels("app in (,web),!missing"))
+        .await?;
+    assert_eq!(matched.items.len(), 1);
+    Ok(())
+}

@@ -60,6 +60,9 @@
 //!   server has not reached waits for it (`Faults::too_large_resource_version_wait`, 3 s), then
 //!   answers 504 "Timeout: Too large resource version"; a plain watch from N just streams the
 //!   events after N (as the watch cache does).
+//! - Label selectors parse with apimachinery's `labels.Parse` grammar (set-based, `gt` / `lt`)
+//!   and, when they do not, are 400 BadRequest with its message (`unable to parse requirement:
+//!   ...`, `found 'x', expected: ...`).
 //! - Field selectors: the labels each kind supports, else 400 with the kind's own message.
 //! - Creates and replaces over HTTP are validated (`validation`); objects created through
 //!   [`TestApiServer::create`] are not, so tests can seed anything.
