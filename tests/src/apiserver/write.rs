@@ -5,7 +5,9 @@
 //! (`application/json-patch+json`), strategic merge patches of built-in kinds
 //! (`application/strategic-merge-patch+json`, see [`super::patch`]) and server-side apply
 //! (`application/apply-patch+yaml`, JSON or YAML, see [`super::apply`]), which creates a missing
-//! object. The `status` subresource reads and writes the object's `status` only.
+//! object. The `status` subresource exists for the kinds that have one (404 otherwise): writes
+//! to it keep the rest of the stored object as the kind's status strategy does, and writes to
+//! the main resource keep its stored `status`.
 //!
 //! Writes through HTTP record `metadata.managedFields` ([`super::apply`]). `dryRun=All` runs a
 //! write through every check and answers as usual, but stores nothing: no resourceVersion is
@@ -396,16 +398,20 @@ fn dry_run_update(current: &Value, mut obj: Value) -> Result<Value, StoreError> 
     Ok(obj)
 }
 
-/// The NamespaceLifecycle admission of a create, which runs before validation: 404 NotFound in
-/// a namespace that does not exist (the path's scope is checked first, as routing does).
-fn admit_create(shared: &Shared, target: &Target) -> Result<(), Response> {
-    validation::scope(shared, target).map_err(IntoResponse::into_response)?;
+/// The NamespaceLifecycle admission of a create, which runs before validation: the refusal,
+/// 404 NotFound in a namespace that does not exist (the path's scope is checked first, as
+/// routing does).
+fn refuse_create(shared: &Shared, target: &Target) -> Option<Response> {
+    if let Err(e) = validation::scope(shared, target) {
+        return Some(e.into_response());
+    }
     let namespaced = discovery::known(shared, &target.resource).namespaced() != Some(false);
     let namespace = target.namespace.as_deref().filter(|_| namespaced);
     shared
         .store
         .check_namespace(namespace)
-        .map_err(|e| store_error(&e))
+        .err()
+        .map(|e| store_error(&e))
 }
 
 /// Stores a new object, or with `dryRun` only says what would be stored.
@@ -454,7 +460,7 @@ pub(crate) async fn create(
     if let Err(e) = conform(shared, target, &mut obj) {
         return e.into_response();
     }
-    if let Err(e) = admit_create(shared, target) {
+    if let Some(e) = refuse_create(shared, target) {
         return e;
     }
     if let Err(e) = validation::validate(shared, target, &mut obj) {
@@ -719,7 +725,7 @@ pub(crate) async fn patch(
             if let Err(e) = conform(shared, target, &mut obj) {
                 return e.into_response();
             }
-            if let Err(e) = admit_create(shared, target) {
+            if let Some(e) = refuse_create(shared, target) {
                 return e;
             }
             if let Err(e) = validation::validate(shared, target, &mut obj) {
