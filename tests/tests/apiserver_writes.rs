@@ -1518,3 +1518,83 @@ async fn custom_resources_have_a_status_subresource_only_when_their_crd_says_so(
     assert!(names.contains(&"widgets/status"), "{names:?}");
     assert!(!names.contains(&"gadgets/status"), "{names:?}");
 }
+
+#[tokio::test]
+async fn update_entries_own_the_maps_and_lists_they_create() {
+    let server = TestApiServer::start().await.expect("server");
+    let as_manager = |manager: &str| PostParams {
+        field_manager: Some(manager.into()),
+        ..PostParams::default()
+    };
+    // A create owns the maps it brings (`.`), but not the nodes the type's zero value has
+    // (`spec`, the pod template), nor `metadata`; list items are nodes; atomic maps are leaves.
+    let created = deployments(&server)
+        .create(
+            &as_manager("creator"),
+            &serde_json::from_value(deployment("web", 1, &[("app", "app:1")])).expect("object"),
+        )
+        .await
+        .expect("created");
+    assert_eq!(
+        fields_of(&value(&created), "creator", "Update"),
+        json!({
+            "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+            "f:spec": {
+                "f:replicas": {},
+                "f:selector": {},
+                "f:template": {
+                    "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+                    "f:spec": {"f:containers": {"k:{\"name\":\"app\"}": {
+                        ".": {}, "f:image": {}, "f:name": {}}}}
+                }
+            }
+        })
+    );
+    let cms: Api<DynamicObject> = Api::namespaced_with(
+        server.client_no_retry(),
+        "default",
+        &resource("v1", "ConfigMap"),
+    );
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "c", "namespace": "default"}, "data": {"k": "v"}});
+    let created = cms
+        .create(
+            &as_manager("creator"),
+            &serde_json::from_value(cm).expect("object"),
+        )
+        .await
+        .expect("created");
+    assert_eq!(
+        fields_of(&value(&created), "creator", "Update"),
+        json!({"f:data": {".": {}, "f:k": {}}})
+    );
+
+    // A patch owns what it adds: a new map and a new set, but not a map that existed.
+    let patched = cms
+        .patch(
+            "c",
+            &PatchParams {
+                field_manager: Some("tagger".into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(json!({"metadata": {"annotations": {"note": "x"},
+                "finalizers": ["example.com/keep"]}, "data": {"k2": "v2"}})),
+        )
+        .await
+        .expect("patched");
+    assert_eq!(
+        fields_of(&value(&patched), "tagger", "Update"),
+        json!({
+            "f:data": {"f:k2": {}},
+            "f:metadata": {
+                "f:annotations": {".": {}, "f:note": {}},
+                "f:finalizers": {".": {}, "v:\"example.com/keep\"": {}}
+            }
+        })
+    );
+    // The creator keeps owning the data map it created.
+    assert_eq!(
+        fields_of(&value(&patched), "creator", "Update"),
+        json!({"f:data": {".": {}, "f:k": {}}})
+    );
+}

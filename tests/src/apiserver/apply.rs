@@ -27,8 +27,11 @@
 //! Deliberate simplifications:
 //! - no defaulting: list-map keys are the key fields present in each item (a real server
 //!   defaults e.g. `protocol: TCP` of container ports first);
-//! - maps are owned through their leaves only (a real `Update` also owns the map node itself,
-//!   shown as `.`), and an empty map or an atomic list is a leaf;
+//! - an `Update` owns the maps and associative lists it creates themselves (`.` in FieldsV1),
+//!   as structured-merge-diff's comparison does, except the nodes the zero value of a built-in
+//!   type already has (`spec`, `status`, a pod template, ...: a short table, not Go's types);
+//!   an `Apply` owns list items as nodes, maps through their leaves; an empty map or an atomic
+//!   list is a leaf;
 //! - `status` is tracked (and applied) only through the `status` subresource, the rest only
 //!   through the main resource, for every kind that has that subresource (for custom resources
 //!   without one, `status` is an ordinary field);
@@ -40,7 +43,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value, json};
 
-use super::patch::{ListKind, Ty, field};
+use super::patch::{BuiltinKind, ListKind, Ty, field};
 use super::resource::now_rfc3339;
 use super::status::ApiError;
 
@@ -569,12 +572,15 @@ pub(crate) fn record_update(old: Option<&Value>, new: &mut Value, writer: &Write
     let new_t = writer.tracked(new);
     let old_set = field_set(&old_t, writer.ty);
     let new_set = field_set(&new_t, writer.ty);
-    let changed: FieldSet = new_set
+    let mut changed: FieldSet = new_set
         .iter()
         .filter(|p| !old_set.contains(*p) || value_at(&old_t, p) != value_at(&new_t, p))
         .cloned()
         .collect();
-    let removed: FieldSet = old_set.difference(&new_set).cloned().collect();
+    // The maps and associative lists the write creates are owned themselves (`.`).
+    changed.extend(new_nodes(&old_t, &new_t, writer.ty));
+    let mut removed: FieldSet = old_set.difference(&new_set).cloned().collect();
+    removed.extend(new_nodes(&new_t, &old_t, writer.ty));
     let api_version = api_version_of(new);
     let sub = writer.subresource();
     let mine = |e: &Entry| {
@@ -606,6 +612,131 @@ pub(crate) fn record_update(old: Option<&Value>, new: &mut Value, writer: &Write
         }
     }
     store_entries(new, list);
+}
+
+/// The nodes the zero value of a built-in type already has (structs that are not pointers,
+/// lists without `omitempty`), which an Update therefore never creates; `metadata` is never
+/// owned as a node.
+fn zero_nodes(ty: Ty) -> &'static [&'static [&'static str]] {
+    const TEMPLATE: [&[&str]; 4] = [
+        &["spec", "template"],
+        &["spec", "template", "metadata"],
+        &["spec", "template", "spec"],
+        &["spec", "template", "spec", "containers"],
+    ];
+    match ty {
+        Ty::Root(BuiltinKind::Pod) => &[&["spec"], &["spec", "containers"], &["status"]],
+        Ty::Root(BuiltinKind::Workload) => &[
+            &["spec"],
+            TEMPLATE[0],
+            TEMPLATE[1],
+            TEMPLATE[2],
+            TEMPLATE[3],
+            &["spec", "strategy"],
+            &["spec", "updateStrategy"],
+            &["status"],
+        ],
+        Ty::Root(BuiltinKind::CronJob) => &[
+            &["spec"],
+            &["spec", "jobTemplate"],
+            &["spec", "jobTemplate", "metadata"],
+            &["spec", "jobTemplate", "spec"],
+            &["spec", "jobTemplate", "spec", "template"],
+            &["spec", "jobTemplate", "spec", "template", "metadata"],
+            &["spec", "jobTemplate", "spec", "template", "spec"],
+            &[
+                "spec",
+                "jobTemplate",
+                "spec",
+                "template",
+                "spec",
+                "containers",
+            ],
+            &["status"],
+        ],
+        Ty::Root(BuiltinKind::PodTemplate) => &[
+            &["template"],
+            &["template", "metadata"],
+            &["template", "spec"],
+            &["template", "spec", "containers"],
+        ],
+        Ty::Root(BuiltinKind::Service) => &[&["spec"], &["status"], &["status", "loadBalancer"]],
+        Ty::Root(BuiltinKind::Other) => &[&["spec"], &["status"]],
+        _ => &[],
+    }
+}
+
+/// The non-leaf nodes of `new` (maps with fields, associative lists with items, under the
+/// root) that `old` does not have and the type's zero value does not have either: as
+/// structured-merge-diff's comparison adds every new non-leaf node, an Update owns them
+/// (FieldsV1 shows `.` for them). Atomic maps and lists, and empty ones, are leaves.
+fn new_nodes(old: &Value, new: &Value, ty: Ty) -> FieldSet {
+    fn walk(
+        old: &Value,
+        value: &Value,
+        ty: Ty,
+        list: ListKind,
+        path: &mut Path,
+        zero: &[&[&str]],
+        out: &mut FieldSet,
+    ) {
+        let node = match (value, list) {
+            (Value::Object(map), _) => !map.is_empty() && ty != Ty::AtomicMap,
+            (Value::Array(items), ListKind::Set) => !items.is_empty(),
+            (Value::Array(items), ListKind::Map(keys)) => !items.is_empty() && keyed(items, keys),
+            _ => false,
+        };
+        if !node {
+            return;
+        }
+        let named = |z: &&[&str]| {
+            z.len() == path.len()
+                && z.iter()
+                    .zip(path.iter())
+                    .all(|(a, b)| *b == Pe::Field(a.to_string()))
+        };
+        let metadata = path.len() == 1 && path[0] == Pe::Field("metadata".into());
+        if !path.is_empty() && !metadata && !zero.iter().any(named) && value_at(old, path).is_none()
+        {
+            out.insert(path.clone());
+        }
+        match (value, list) {
+            (Value::Object(map), _) => {
+                for (key, child) in map {
+                    let (child_ty, child_list) = field(ty, key);
+                    path.push(Pe::Field(key.clone()));
+                    walk(old, child, child_ty, child_list, path, zero, out);
+                    path.pop();
+                }
+            }
+            (Value::Array(items), ListKind::Map(keys)) => {
+                for item in items {
+                    path.push(Pe::Key(item_key(item, keys).unwrap_or_default()));
+                    if let Value::Object(map) = item {
+                        for (key, child) in map {
+                            let (child_ty, child_list) = field(ty, key);
+                            path.push(Pe::Field(key.clone()));
+                            walk(old, child, child_ty, child_list, path, zero, out);
+                            path.pop();
+                        }
+                    }
+                    path.pop();
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = FieldSet::new();
+    walk(
+        old,
+        new,
+        ty,
+        ListKind::Atomic,
+        &mut Vec::new(),
+        zero_nodes(ty),
+        &mut out,
+    );
+    out
 }
 
 /// An apply that cannot proceed.

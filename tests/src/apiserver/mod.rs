@@ -13,7 +13,8 @@
 //! - `watch`: one task per watch stream: initial events, replay, bookmarks, selector transitions
 //! - `write`: GET / POST / PUT / PATCH / DELETE of single objects, dry runs
 //! - `patch`: strategic merge patch, JSON patch, the list strategies of built-in types
-//! - `apply`: server-side apply and managedFields
+//! - `apply`: server-side apply and managedFields (`Update` entries own the maps and lists they
+//!   create, `.` in FieldsV1)
 //! - `selector`: label and field selectors (field labels checked per kind)
 //! - `validation`: what a real server checks on create and update (422 with causes)
 //! - `discovery`: the built-in kinds, CRD-defined kinds, discovery and OpenAPI v3 documents
