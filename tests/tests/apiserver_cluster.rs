@@ -1173,3 +1173,446 @@ async fn aggregated_discovery_is_served_to_clients_that_ask_for_it() -> anyhow::
     assert_eq!(core["items"][0]["versions"][0]["version"], "v1");
     Ok(())
 }
+
+#[tokio::test]
+async fn creates_in_a_namespace_that_does_not_exist_are_a_404() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let client = server.client_no_retry();
+    let namespaces: Api<DynamicObject> =
+        Api::all_with(client.clone(), &resource("", "v1", "Namespace"));
+    // A fresh cluster has its four namespaces.
+    let names: Vec<String> = namespaces
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter_map(|ns| ns.metadata.name.clone())
+        .collect();
+    assert_eq!(
+        names,
+        ["default", "kube-node-lease", "kube-public", "kube-system"]
+    );
+
+    let expect_missing = |err: kube::Error| {
+        let err = status(err);
+        assert_eq!((err.code, err.reason.as_str()), (404, "NotFound"));
+        assert_eq!(err.message, "namespaces \"nowhere\" not found");
+        let details = err.details.expect("details");
+        assert_eq!(
+            (details.name.as_str(), details.kind.as_str()),
+            ("nowhere", "namespaces")
+        );
+    };
+    let cms = config_maps(&server, "nowhere");
+    expect_missing(
+        cms.create(
+            &PostParams::default(),
+            &typed(config_map("nowhere", "c", &[])),
+        )
+        .await
+        .expect_err("404"),
+    );
+    // The admission runs before validation: an invalid object gets the same answer.
+    let mut invalid = config_map("nowhere", "c", &[]);
+    invalid["metadata"]["name"] = json!("Not_A_Name");
+    expect_missing(
+        cms.create(&PostParams::default(), &typed(invalid))
+            .await
+            .expect_err("404"),
+    );
+    // Dry runs and creating applies are refused alike.
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    expect_missing(
+        cms.create(&dry, &typed(config_map("nowhere", "c", &[])))
+            .await
+            .expect_err("404"),
+    );
+    expect_missing(
+        cms.patch(
+            "c",
+            &PatchParams::apply("test"),
+            &Patch::Apply(config_map("nowhere", "c", &[])),
+        )
+        .await
+        .expect_err("404"),
+    );
+    assert!(server.objects("v1", "ConfigMap").is_empty());
+
+    // Once the namespace exists, the same create succeeds.
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nowhere"}});
+    namespaces
+        .create(&PostParams::default(), &typed(ns))
+        .await?;
+    cms.create(
+        &PostParams::default(),
+        &typed(config_map("nowhere", "c", &[])),
+    )
+    .await?;
+
+    // Seeding through the handle creates a missing namespace instead.
+    server.create(config_map("seeded", "c", &[]))?;
+    assert!(server.get("v1", "Namespace", None, "seeded").is_some());
+
+    // The namespaces a cluster needs may not be deleted; others may.
+    let err = status(
+        namespaces
+            .delete("default", &DeleteParams::default())
+            .await
+            .expect_err("403"),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        err.message,
+        "namespaces \"default\" is forbidden: this namespace may not be deleted"
+    );
+    namespaces
+        .delete("kube-node-lease", &DeleteParams::default())
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn deletecollection_deletes_what_the_selectors_select_and_answers_the_list()
+-> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let seed = |ns: &str, name: &str, app: &str, finalizer: bool| {
+        let mut cm = config_map(ns, name, &[]);
+        cm["metadata"]["labels"] = json!({"app": app});
+        if finalizer {
+            cm["metadata"]["finalizers"] = json!(["example.com/hold"]);
+        }
+        server.create(cm).map(|_| ())
+    };
+    seed("shop", "a", "web", false)?;
+    seed("shop", "b", "web", true)?;
+    seed("shop", "c", "db", false)?;
+    seed("default", "d", "web", false)?;
+    let cms = config_maps(&server, "shop");
+    let names = |list: &kube::core::ObjectList<DynamicObject>| -> Vec<String> {
+        list.items
+            .iter()
+            .filter_map(|o| o.metadata.name.clone())
+            .collect()
+    };
+    let web = ListParams::default().labels("app=web");
+
+    // A dry run answers the list and deletes nothing.
+    let dry = DeleteParams {
+        dry_run: true,
+        ..DeleteParams::default()
+    };
+    let listed = cms
+        .delete_collection(&dry, &web)
+        .await?
+        .left()
+        .expect("a list");
+    assert_eq!(names(&listed), ["a", "b"]);
+    assert_eq!(server.objects("v1", "ConfigMap").len(), 4);
+
+    let rv = server.resource_version().to_string();
+    let mut events = cms.watch(&WatchParams::default(), &rv).await?.boxed();
+    let deleted = cms
+        .delete_collection(&DeleteParams::default(), &web)
+        .await?
+        .left()
+        .expect("a list");
+    assert_eq!(names(&deleted), ["a", "b"]);
+    assert_eq!(deleted.types.kind, "ConfigMapList");
+    // Without finalizers an object goes; with them it is marked; others stay.
+    assert_eq!(status(cms.get("a").await.expect_err("gone")).code, 404);
+    assert!(cms.get("b").await?.metadata.deletion_timestamp.is_some());
+    cms.get("c").await?;
+    config_maps(&server, "default").get("d").await?;
+    match next_change(&mut events).await {
+        WatchEvent::Deleted(obj) => assert_eq!(obj.metadata.name.as_deref(), Some("a")),
+        other => panic!("expected DELETED a, got {other:?}"),
+    }
+    match next_change(&mut events).await {
+        WatchEvent::Modified(obj) => assert_eq!(obj.metadata.name.as_deref(), Some("b")),
+        other => panic!("expected MODIFIED b, got {other:?}"),
+    }
+
+    // Field selectors select too; a selector that does not parse is 400.
+    let by_name = ListParams::default().fields("metadata.name=c");
+    cms.delete_collection(&DeleteParams::default(), &by_name)
+        .await?;
+    assert_eq!(status(cms.get("c").await.expect_err("gone")).code, 404);
+    let err = status(
+        cms.delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().fields("data.key=x"),
+        )
+        .await
+        .expect_err("400"),
+    );
+    assert_eq!(err.code, 400);
+
+    // Discovery advertises the verb, but Namespaces have none.
+    let doc: Value = server
+        .client_no_retry()
+        .request(axum::http::Request::get("/api/v1").body(Vec::new())?)
+        .await?;
+    let verbs_of = |name: &str| -> Vec<String> {
+        doc["resources"]
+            .as_array()
+            .and_then(|r| r.iter().find(|r| r["name"] == name))
+            .and_then(|r| r["verbs"].as_array())
+            .map(|v| {
+                v.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert!(verbs_of("configmaps").contains(&"deletecollection".to_string()));
+    assert!(!verbs_of("namespaces").contains(&"deletecollection".to_string()));
+    let namespaces: Api<DynamicObject> =
+        Api::all_with(server.client_no_retry(), &resource("", "v1", "Namespace"));
+    let err = status(
+        namespaces
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await
+            .expect_err("405"),
+    );
+    assert_eq!(err.code, 405);
+    Ok(())
+}
+
+/// An ownerReference to `owner` (a stored object).
+fn owned_by(owner: &Value, block: bool) -> Value {
+    json!({
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": true,
+        "blockOwnerDeletion": block,
+    })
+}
+
+fn api(server: &TestApiServer, group: &str, kind: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        server.client_no_retry(),
+        "default",
+        &resource(group, "v1", kind),
+    )
+}
+
+/// A namespaced object of `api_version`/`kind` in `default`, owned by `owners`.
+fn dependent(api_version: &str, kind: &str, name: &str, owners: &[Value]) -> Value {
+    json!({"apiVersion": api_version, "kind": kind,
+           "metadata": {"name": name, "namespace": "default", "ownerReferences": owners}})
+}
+
+#[tokio::test]
+async fn deleting_an_owner_in_the_background_deletes_its_dependents() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let deploy = server.create(dependent("apps/v1", "Deployment", "web", &[]))?;
+    let rs = server.create(dependent(
+        "apps/v1",
+        "ReplicaSet",
+        "web-1",
+        &[owned_by(&deploy, true)],
+    ))?;
+    server.create(dependent("v1", "Pod", "web-1-a", &[owned_by(&rs, true)]))?;
+    let keeper = server.create(config_map("default", "keeper", &[]))?;
+    server.create(dependent(
+        "v1",
+        "ConfigMap",
+        "shared",
+        &[owned_by(&deploy, false), owned_by(&keeper, false)],
+    ))?;
+    let pods = api(&server, "", "Pod");
+    let rv = server.resource_version().to_string();
+    let mut events = pods.watch(&WatchParams::default(), &rv).await?.boxed();
+
+    api(&server, "apps", "Deployment")
+        .delete("web", &DeleteParams::default())
+        .await?;
+    // The ReplicaSet, and through it the Pod, are collected; watchers see the Pod go.
+    assert!(
+        server
+            .get("apps/v1", "ReplicaSet", Some("default"), "web-1")
+            .is_none()
+    );
+    assert!(
+        server
+            .get("v1", "Pod", Some("default"), "web-1-a")
+            .is_none()
+    );
+    match next_change(&mut events).await {
+        WatchEvent::Deleted(obj) => assert_eq!(obj.metadata.name.as_deref(), Some("web-1-a")),
+        other => panic!("expected DELETED web-1-a, got {other:?}"),
+    }
+    // A dependent with another live owner only loses its reference to the deleted one.
+    let shared = config_maps(&server, "default").get("shared").await?;
+    let owners: Vec<String> = shared
+        .metadata
+        .owner_references
+        .unwrap_or_default()
+        .into_iter()
+        .map(|o| o.name)
+        .collect();
+    assert_eq!(owners, ["keeper"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_foreground_delete_waits_for_blocking_dependents() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let deploy = server.create(dependent("apps/v1", "Deployment", "web", &[]))?;
+    let mut held = dependent("apps/v1", "ReplicaSet", "web-1", &[owned_by(&deploy, true)]);
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    server.create(held)?;
+    server.create(dependent(
+        "apps/v1",
+        "ReplicaSet",
+        "web-2",
+        &[owned_by(&deploy, true)],
+    ))?;
+    let deployments = api(&server, "apps", "Deployment");
+    let replica_sets = api(&server, "apps", "ReplicaSet");
+
+    let marked = deployments
+        .delete("web", &DeleteParams::foreground())
+        .await?
+        .left()
+        .expect("the owner, still there");
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    assert_eq!(finalizers(&marked), ["foregroundDeletion"]);
+    // Its dependents are deleted; the one held by a finalizer blocks the owner.
+    assert_eq!(
+        status(replica_sets.get("web-2").await.expect_err("gone")).code,
+        404
+    );
+    let blocking = replica_sets.get("web-1").await?;
+    assert!(blocking.metadata.deletion_timestamp.is_some());
+    assert_eq!(
+        finalizers(&deployments.get("web").await?),
+        ["foregroundDeletion"]
+    );
+
+    // Once the last blocking dependent is gone, so is the owner.
+    let patch = json!({"metadata": {"finalizers": null}});
+    replica_sets
+        .patch("web-1", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    assert_eq!(
+        status(deployments.get("web").await.expect_err("gone")).code,
+        404
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_orphaning_delete_keeps_dependents_without_their_owner_reference() -> anyhow::Result<()>
+{
+    let server = TestApiServer::start().await?;
+    let deploy = server.create(dependent("apps/v1", "Deployment", "web", &[]))?;
+    server.create(dependent(
+        "apps/v1",
+        "ReplicaSet",
+        "web-1",
+        &[owned_by(&deploy, true)],
+    ))?;
+    let replica_sets = api(&server, "apps", "ReplicaSet");
+    let rv = server.resource_version().to_string();
+    let mut events = replica_sets
+        .watch(&WatchParams::default(), &rv)
+        .await?
+        .boxed();
+    api(&server, "apps", "Deployment")
+        .delete("web", &DeleteParams::orphan())
+        .await?;
+    assert!(
+        server
+            .get("apps/v1", "Deployment", Some("default"), "web")
+            .is_none()
+    );
+    let orphan = replica_sets.get("web-1").await?;
+    assert_eq!(orphan.metadata.owner_references, None);
+    match next_change(&mut events).await {
+        WatchEvent::Modified(obj) => assert_eq!(obj.metadata.owner_references, None),
+        other => panic!("expected MODIFIED web-1, got {other:?}"),
+    }
+
+    // batch/v1 Jobs orphan their dependents unless told otherwise, as on a real server.
+    let job = server.create(dependent("batch/v1", "Job", "once", &[]))?;
+    server.create(dependent("v1", "Pod", "once-a", &[owned_by(&job, true)]))?;
+    api(&server, "batch", "Job")
+        .delete("once", &DeleteParams::default())
+        .await?;
+    let pod = api(&server, "", "Pod").get("once-a").await?;
+    assert_eq!(pod.metadata.owner_references, None);
+    let job = server.create(dependent("batch/v1", "Job", "twice", &[]))?;
+    server.create(dependent("v1", "Pod", "twice-a", &[owned_by(&job, true)]))?;
+    api(&server, "batch", "Job")
+        .delete("twice", &DeleteParams::background())
+        .await?;
+    assert!(
+        server
+            .get("v1", "Pod", Some("default"), "twice-a")
+            .is_none()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn label_selectors_that_do_not_parse_are_a_400_with_the_apimachinery_message()
+-> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    server.create(pod("default", "web-1"))?;
+    let pods: Api<DynamicObject> = Api::namespaced_with(
+        server.client_no_retry(),
+        "default",
+        &resource("", "v1", "Pod"),
+    );
+    for (selector, message) in [
+        (
+            "app in web",
+            "unable to parse requirement: found 'web' expected: '('",
+        ),
+        ("app=web,", "found '', expected: identifier after ','"),
+        (
+            "app web",
+            "unable to parse requirement: found 'web', expected: in, notin, =, ==, !=, gt, lt",
+        ),
+        ("app=web x", "found 'x', expected: ',' or 'end of string'"),
+        (
+            "app=-web",
+            "unable to parse requirement: values[0][app]: Invalid value: \"-web\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')",
+        ),
+        (
+            "a/b/c",
+            "unable to parse requirement: <nil>: Invalid value: \"a/b/c\": a valid label key must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+        ),
+    ] {
+        let params = ListParams::default().labels(selector);
+        let err = status(pods.list(&params).await.expect_err("400"));
+        assert_eq!(
+            (err.code, err.reason.as_str(), err.message.as_str()),
+            (400, "BadRequest", message),
+            "{selector}"
+        );
+        // A watch parses it alike.
+        let watch = WatchParams::default().labels(selector);
+        let err = match pods.watch(&watch, "0").await {
+            Err(e) => status(e),
+            Ok(_) => panic!("{selector}: the watch started"),
+        };
+        assert_eq!(
+            (err.code, err.message.as_str()),
+            (400, message),
+            "{selector}"
+        );
+    }
+    // Set-based and integer requirements parse as they do on a real server.
+    let matched = pods
+        .list(&ListParams::default().labels("app in (,web),!missing"))
+        .await?;
+    assert_eq!(matched.items.len(), 1);
+    Ok(())
+}

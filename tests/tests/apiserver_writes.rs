@@ -1281,3 +1281,320 @@ async fn kubectl_create_dry_run_server_stores_nothing() {
         Some("All")
     );
 }
+
+// ------------------------------------------------------------------------------------------
+// Status subresource
+// ------------------------------------------------------------------------------------------
+
+fn crd(plural: &str, kind: &str, status: bool) -> Value {
+    let mut version = json!({"name": "v1", "served": true, "storage": true});
+    if status {
+        version["subresources"] = json!({"status": {}});
+    }
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.example.com")},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+                 "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind},
+                 "versions": [version]}
+    })
+}
+
+#[tokio::test]
+async fn the_main_resource_keeps_status_and_the_status_subresource_keeps_spec() {
+    let server = TestApiServer::start().await.expect("server");
+    let mut seeded = deployment("web", 1, &[("app", "app:1")]);
+    seeded["status"] = json!({"replicas": 3});
+    server.create(seeded).expect("seeded");
+    let api = deployments(&server);
+
+    // Writes to the main resource ignore status: replace, merge patch, apply.
+    let mut sent = value(&api.get("web").await.expect("get"));
+    sent["spec"]["replicas"] = json!(5);
+    sent["status"] = json!({"replicas": 99});
+    let replaced = value(
+        &api.replace(
+            "web",
+            &PostParams::default(),
+            &serde_json::from_value(sent).expect("typed"),
+        )
+        .await
+        .expect("replaced"),
+    );
+    assert_eq!(
+        (
+            replaced["spec"]["replicas"].clone(),
+            replaced["status"].clone()
+        ),
+        (json!(5), json!({"replicas": 3}))
+    );
+    let patched = value(
+        &api.patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"replicas": 98}})),
+        )
+        .await
+        .expect("patched"),
+    );
+    assert_eq!(patched["status"], json!({"replicas": 3}));
+    let mut config = deployment("web", 5, &[("app", "app:1")]);
+    config["status"] = json!({"replicas": 97});
+    let applied = value(
+        &api.patch("web", &apply_params("ci", true), &Patch::Apply(config))
+            .await
+            .expect("applied"),
+    );
+    assert_eq!(applied["status"], json!({"replicas": 3}));
+
+    // Writes to status ignore spec, and a Deployment's status strategy keeps its labels too;
+    // other metadata follows the write.
+    let mut sent = value(&api.get("web").await.expect("get"));
+    sent["spec"]["replicas"] = json!(1);
+    sent["status"] = json!({"replicas": 4});
+    sent["metadata"]["labels"] = json!({"app": "other"});
+    sent["metadata"]["annotations"] = json!({"note": "from status"});
+    let body: DynamicObject = serde_json::from_value(sent).expect("typed");
+    let written = value(
+        &api.replace_status("web", &PostParams::default(), &body)
+            .await
+            .expect("status replaced"),
+    );
+    assert_eq!(written["spec"]["replicas"], 5);
+    assert_eq!(written["status"], json!({"replicas": 4}));
+    assert_eq!(written["metadata"]["labels"], json!({"app": "web"}));
+    assert_eq!(
+        written["metadata"]["annotations"],
+        json!({"note": "from status"})
+    );
+    let written = value(
+        &api.patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 2}, "status": {"replicas": 5}})),
+        )
+        .await
+        .expect("status patched"),
+    );
+    assert_eq!(
+        (
+            written["spec"]["replicas"].clone(),
+            written["status"]["replicas"].clone()
+        ),
+        (json!(5), json!(5))
+    );
+
+    // A Pod's status may carry new labels, but not new ownerReferences.
+    let pods: Api<DynamicObject> =
+        Api::namespaced_with(server.client_no_retry(), "default", &resource("v1", "Pod"));
+    server
+        .create(wisp_tests::pod("default", "p"))
+        .expect("seeded");
+    let mut sent = value(&pods.get("p").await.expect("get"));
+    let owners = sent["metadata"]["ownerReferences"].clone();
+    sent["metadata"]["labels"] = json!({"phase": "seen"});
+    sent["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "Node",
+        "name": "n", "uid": "u"}]);
+    sent["status"] = json!({"phase": "Running"});
+    let body: DynamicObject = serde_json::from_value(sent).expect("typed");
+    let written = value(
+        &pods
+            .replace_status("p", &PostParams::default(), &body)
+            .await
+            .expect("status replaced"),
+    );
+    assert_eq!(written["metadata"]["labels"], json!({"phase": "seen"}));
+    assert_eq!(written["metadata"]["ownerReferences"], owners);
+    assert_eq!(written["status"]["phase"], "Running");
+
+    // Kinds without a status subresource: 404 on it, and a write keeps status as sent.
+    let (code, status) = raw(
+        &server,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/none/status",
+        "application/merge-patch+json",
+        json!({}),
+    )
+    .await;
+    assert_eq!((code, &status["reason"]), (404, &json!("NotFound")));
+}
+
+#[tokio::test]
+async fn custom_resources_have_a_status_subresource_only_when_their_crd_says_so() {
+    let server = TestApiServer::start().await.expect("server");
+    server.create(crd("widgets", "Widget", true)).expect("crd");
+    server.create(crd("gadgets", "Gadget", false)).expect("crd");
+    let api = |kind: &str| -> Api<DynamicObject> {
+        Api::namespaced_with(
+            server.client_no_retry(),
+            "default",
+            &resource("example.com/v1", kind),
+        )
+    };
+    let (widgets, gadgets) = (api("Widget"), api("Gadget"));
+    for (kind, api) in [("Widget", &widgets), ("Gadget", &gadgets)] {
+        let obj = json!({"apiVersion": "example.com/v1", "kind": kind,
+            "metadata": {"name": "x", "namespace": "default", "labels": {"a": "1"}},
+            "spec": {"size": 1}, "status": {"ready": false}});
+        server.create(obj).expect("seeded");
+        let mut sent = value(&api.get("x").await.expect("get"));
+        sent["spec"]["size"] = json!(2);
+        sent["status"] = json!({"ready": true});
+        api.replace(
+            "x",
+            &PostParams::default(),
+            &serde_json::from_value(sent).expect("typed"),
+        )
+        .await
+        .expect("replaced");
+    }
+    // With the subresource, the main resource keeps status; without, status is as written.
+    let widget = value(&widgets.get("x").await.expect("get"));
+    assert_eq!(
+        (widget["spec"]["size"].clone(), widget["status"].clone()),
+        (json!(2), json!({"ready": false}))
+    );
+    let gadget = value(&gadgets.get("x").await.expect("get"));
+    assert_eq!(
+        (gadget["spec"]["size"].clone(), gadget["status"].clone()),
+        (json!(2), json!({"ready": true}))
+    );
+    // An apply to a Gadget applies its status too.
+    let config = json!({"apiVersion": "example.com/v1", "kind": "Gadget",
+        "metadata": {"name": "x", "namespace": "default"}, "status": {"ready": "applied"}});
+    let applied = value(
+        &gadgets
+            .patch("x", &apply_params("ci", true), &Patch::Apply(config))
+            .await
+            .expect("applied"),
+    );
+    assert_eq!(applied["status"]["ready"], "applied");
+
+    // A custom resource's status write changes its status only, metadata included.
+    let written = value(
+        &widgets
+            .patch_status(
+                "x",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"labels": {"a": "2"}}, "spec": {"size": 9},
+                    "status": {"ready": true}}),
+                ),
+            )
+            .await
+            .expect("status patched"),
+    );
+    assert_eq!(written["metadata"]["labels"], json!({"a": "1"}));
+    assert_eq!(
+        (written["spec"]["size"].clone(), written["status"].clone()),
+        (json!(2), json!({"ready": true}))
+    );
+    let (code, _, _) = api_error(
+        gadgets
+            .patch_status(
+                "x",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"ready": 1}})),
+            )
+            .await,
+    );
+    assert_eq!(code, 404);
+
+    // Discovery says so too.
+    let (code, doc) = raw(
+        &server,
+        "GET",
+        "/apis/example.com/v1",
+        "application/json",
+        json!({}),
+    )
+    .await;
+    assert_eq!(code, 200);
+    let names: Vec<&str> = doc["resources"]
+        .as_array()
+        .map(|r| r.iter().filter_map(|r| r["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(names.contains(&"widgets/status"), "{names:?}");
+    assert!(!names.contains(&"gadgets/status"), "{names:?}");
+}
+
+#[tokio::test]
+async fn update_entries_own_the_maps_and_lists_they_create() {
+    let server = TestApiServer::start().await.expect("server");
+    let as_manager = |manager: &str| PostParams {
+        field_manager: Some(manager.into()),
+        ..PostParams::default()
+    };
+    // A create owns the maps it brings (`.`), but not the nodes the type's zero value has
+    // (`spec`, the pod template), nor `metadata`; list items are nodes; atomic maps are leaves.
+    let created = deployments(&server)
+        .create(
+            &as_manager("creator"),
+            &serde_json::from_value(deployment("web", 1, &[("app", "app:1")])).expect("object"),
+        )
+        .await
+        .expect("created");
+    assert_eq!(
+        fields_of(&value(&created), "creator", "Update"),
+        json!({
+            "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+            "f:spec": {
+                "f:replicas": {},
+                "f:selector": {},
+                "f:template": {
+                    "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+                    "f:spec": {"f:containers": {"k:{\"name\":\"app\"}": {
+                        ".": {}, "f:image": {}, "f:name": {}}}}
+                }
+            }
+        })
+    );
+    let cms: Api<DynamicObject> = Api::namespaced_with(
+        server.client_no_retry(),
+        "default",
+        &resource("v1", "ConfigMap"),
+    );
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "c", "namespace": "default"}, "data": {"k": "v"}});
+    let created = cms
+        .create(
+            &as_manager("creator"),
+            &serde_json::from_value(cm).expect("object"),
+        )
+        .await
+        .expect("created");
+    assert_eq!(
+        fields_of(&value(&created), "creator", "Update"),
+        json!({"f:data": {".": {}, "f:k": {}}})
+    );
+
+    // A patch owns what it adds: a new map and a new set, but not a map that existed.
+    let patched = cms
+        .patch(
+            "c",
+            &PatchParams {
+                field_manager: Some("tagger".into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(json!({"metadata": {"annotations": {"note": "x"},
+                "finalizers": ["example.com/keep"]}, "data": {"k2": "v2"}})),
+        )
+        .await
+        .expect("patched");
+    assert_eq!(
+        fields_of(&value(&patched), "tagger", "Update"),
+        json!({
+            "f:data": {"f:k2": {}},
+            "f:metadata": {
+                "f:annotations": {".": {}, "f:note": {}},
+                "f:finalizers": {".": {}, "v:\"example.com/keep\"": {}}
+            }
+        })
+    );
+    // The creator keeps owning the data map it created.
+    assert_eq!(
+        fields_of(&value(&patched), "creator", "Update"),
+        json!({"f:data": {".": {}, "f:k": {}}})
+    );
+}

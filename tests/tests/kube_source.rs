@@ -101,9 +101,16 @@ async fn any_group_version_kind_works_including_cluster_scoped_ones() {
     let _s2 = start(&namespaces);
     until("synced", || deploys.has_synced() && namespaces.has_synced()).await;
     assert_eq!(names(&deploys), ["default/web"]);
+    // A cluster starts with its own four namespaces.
     assert_eq!(
         names(&namespaces),
-        ["team-a"],
+        [
+            "default",
+            "kube-node-lease",
+            "kube-public",
+            "kube-system",
+            "team-a"
+        ],
         "cluster-scoped keys are bare names"
     );
     let d = deploys.cache().get_by_key("default/web").unwrap();

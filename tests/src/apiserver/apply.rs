@@ -27,10 +27,14 @@
 //! Deliberate simplifications:
 //! - no defaulting: list-map keys are the key fields present in each item (a real server
 //!   defaults e.g. `protocol: TCP` of container ports first);
-//! - maps are owned through their leaves only (a real `Update` also owns the map node itself,
-//!   shown as `.`), and an empty map or an atomic list is a leaf;
+//! - an `Update` owns the maps and associative lists it creates themselves (`.` in FieldsV1),
+//!   as structured-merge-diff's comparison does, except the nodes the zero value of a built-in
+//!   type already has (`spec`, `status`, a pod template, ...: a short table, not Go's types);
+//!   an `Apply` owns list items as nodes, maps through their leaves; an empty map or an atomic
+//!   list is a leaf;
 //! - `status` is tracked (and applied) only through the `status` subresource, the rest only
-//!   through the main resource, for every kind;
+//!   through the main resource, for every kind that has that subresource (for custom resources
+//!   without one, `status` is an ordinary field);
 //! - `null` in an applied configuration is an ordinary value, not a removal.
 //!
 //! At most ten `Update` entries are kept: the oldest beyond are folded into `ancient-changes`.
@@ -39,7 +43,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value, json};
 
-use super::patch::{ListKind, Ty, field};
+use super::patch::{BuiltinKind, ListKind, Ty, field};
 use super::resource::now_rfc3339;
 use super::status::ApiError;
 
@@ -185,7 +189,14 @@ pub(crate) fn decode_fields(fields: &Value) -> FieldSet {
 
 /// The part of an object whose fields are tracked: no apiVersion, kind or system metadata; only
 /// `status` for the status subresource, everything but `status` otherwise.
+#[cfg(test)]
 pub(crate) fn tracked(obj: &Value, status: bool) -> Value {
+    tracked_part(obj, status, true)
+}
+
+/// [`tracked`], where `separate_status` says whether the kind has a status subresource: without
+/// one (a custom resource whose CRD has no `subresources.status`), `status` is an ordinary field.
+fn tracked_part(obj: &Value, status: bool, separate_status: bool) -> Value {
     let Some(map) = obj.as_object() else {
         return json!({});
     };
@@ -193,7 +204,7 @@ pub(crate) fn tracked(obj: &Value, status: bool) -> Value {
     for (key, value) in map {
         let keep = match key.as_str() {
             "apiVersion" | "kind" => false,
-            "status" => status,
+            "status" => status || !separate_status,
             _ => !status,
         };
         if !keep {
@@ -515,10 +526,17 @@ fn store_entries(obj: &mut Value, mut entries: Vec<Entry>) {
 pub(crate) struct Writer<'a> {
     pub manager: &'a str,
     pub status: bool,
+    /// Whether the kind has a status subresource, so that `status` is written only through it.
+    pub separate_status: bool,
     pub ty: Ty,
 }
 
 impl Writer<'_> {
+    /// The part of `obj` this writer's fields are tracked in.
+    fn tracked(&self, obj: &Value) -> Value {
+        tracked_part(obj, self.status, self.separate_status)
+    }
+
     fn subresource(&self) -> Option<String> {
         self.status.then(|| "status".to_string())
     }
@@ -550,16 +568,19 @@ pub(crate) fn record_update(old: Option<&Value>, new: &mut Value, writer: &Write
         // An object without managedFields stays without them until its first apply.
         return;
     }
-    let old_t = old.map(|o| tracked(o, writer.status)).unwrap_or(json!({}));
-    let new_t = tracked(new, writer.status);
+    let old_t = old.map(|o| writer.tracked(o)).unwrap_or(json!({}));
+    let new_t = writer.tracked(new);
     let old_set = field_set(&old_t, writer.ty);
     let new_set = field_set(&new_t, writer.ty);
-    let changed: FieldSet = new_set
+    let mut changed: FieldSet = new_set
         .iter()
         .filter(|p| !old_set.contains(*p) || value_at(&old_t, p) != value_at(&new_t, p))
         .cloned()
         .collect();
-    let removed: FieldSet = old_set.difference(&new_set).cloned().collect();
+    // The maps and associative lists the write creates are owned themselves (`.`).
+    changed.extend(new_nodes(&old_t, &new_t, writer.ty));
+    let mut removed: FieldSet = old_set.difference(&new_set).cloned().collect();
+    removed.extend(new_nodes(&new_t, &old_t, writer.ty));
     let api_version = api_version_of(new);
     let sub = writer.subresource();
     let mine = |e: &Entry| {
@@ -591,6 +612,131 @@ pub(crate) fn record_update(old: Option<&Value>, new: &mut Value, writer: &Write
         }
     }
     store_entries(new, list);
+}
+
+/// The nodes the zero value of a built-in type already has (structs that are not pointers,
+/// lists without `omitempty`), which an Update therefore never creates; `metadata` is never
+/// owned as a node.
+fn zero_nodes(ty: Ty) -> &'static [&'static [&'static str]] {
+    const TEMPLATE: [&[&str]; 4] = [
+        &["spec", "template"],
+        &["spec", "template", "metadata"],
+        &["spec", "template", "spec"],
+        &["spec", "template", "spec", "containers"],
+    ];
+    match ty {
+        Ty::Root(BuiltinKind::Pod) => &[&["spec"], &["spec", "containers"], &["status"]],
+        Ty::Root(BuiltinKind::Workload) => &[
+            &["spec"],
+            TEMPLATE[0],
+            TEMPLATE[1],
+            TEMPLATE[2],
+            TEMPLATE[3],
+            &["spec", "strategy"],
+            &["spec", "updateStrategy"],
+            &["status"],
+        ],
+        Ty::Root(BuiltinKind::CronJob) => &[
+            &["spec"],
+            &["spec", "jobTemplate"],
+            &["spec", "jobTemplate", "metadata"],
+            &["spec", "jobTemplate", "spec"],
+            &["spec", "jobTemplate", "spec", "template"],
+            &["spec", "jobTemplate", "spec", "template", "metadata"],
+            &["spec", "jobTemplate", "spec", "template", "spec"],
+            &[
+                "spec",
+                "jobTemplate",
+                "spec",
+                "template",
+                "spec",
+                "containers",
+            ],
+            &["status"],
+        ],
+        Ty::Root(BuiltinKind::PodTemplate) => &[
+            &["template"],
+            &["template", "metadata"],
+            &["template", "spec"],
+            &["template", "spec", "containers"],
+        ],
+        Ty::Root(BuiltinKind::Service) => &[&["spec"], &["status"], &["status", "loadBalancer"]],
+        Ty::Root(BuiltinKind::Other) => &[&["spec"], &["status"]],
+        _ => &[],
+    }
+}
+
+/// The non-leaf nodes of `new` (maps with fields, associative lists with items, under the
+/// root) that `old` does not have and the type's zero value does not have either: as
+/// structured-merge-diff's comparison adds every new non-leaf node, an Update owns them
+/// (FieldsV1 shows `.` for them). Atomic maps and lists, and empty ones, are leaves.
+fn new_nodes(old: &Value, new: &Value, ty: Ty) -> FieldSet {
+    fn walk(
+        old: &Value,
+        value: &Value,
+        ty: Ty,
+        list: ListKind,
+        path: &mut Path,
+        zero: &[&[&str]],
+        out: &mut FieldSet,
+    ) {
+        let node = match (value, list) {
+            (Value::Object(map), _) => !map.is_empty() && ty != Ty::AtomicMap,
+            (Value::Array(items), ListKind::Set) => !items.is_empty(),
+            (Value::Array(items), ListKind::Map(keys)) => !items.is_empty() && keyed(items, keys),
+            _ => false,
+        };
+        if !node {
+            return;
+        }
+        let named = |z: &&[&str]| {
+            z.len() == path.len()
+                && z.iter()
+                    .zip(path.iter())
+                    .all(|(a, b)| *b == Pe::Field(a.to_string()))
+        };
+        let metadata = path.len() == 1 && path[0] == Pe::Field("metadata".into());
+        if !path.is_empty() && !metadata && !zero.iter().any(named) && value_at(old, path).is_none()
+        {
+            out.insert(path.clone());
+        }
+        match (value, list) {
+            (Value::Object(map), _) => {
+                for (key, child) in map {
+                    let (child_ty, child_list) = field(ty, key);
+                    path.push(Pe::Field(key.clone()));
+                    walk(old, child, child_ty, child_list, path, zero, out);
+                    path.pop();
+                }
+            }
+            (Value::Array(items), ListKind::Map(keys)) => {
+                for item in items {
+                    path.push(Pe::Key(item_key(item, keys).unwrap_or_default()));
+                    if let Value::Object(map) = item {
+                        for (key, child) in map {
+                            let (child_ty, child_list) = field(ty, key);
+                            path.push(Pe::Field(key.clone()));
+                            walk(old, child, child_ty, child_list, path, zero, out);
+                            path.pop();
+                        }
+                    }
+                    path.pop();
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = FieldSet::new();
+    walk(
+        old,
+        new,
+        ty,
+        ListKind::Atomic,
+        &mut Vec::new(),
+        zero_nodes(ty),
+        &mut out,
+    );
+    out
 }
 
 /// An apply that cannot proceed.
@@ -669,7 +815,7 @@ pub(crate) fn apply(
     if let Some(live) = live
         && list.is_empty()
     {
-        let fields = field_set(&tracked(live, writer.status), writer.ty);
+        let fields = field_set(&writer.tracked(live), writer.ty);
         list.push(Entry {
             manager: BEFORE_FIRST_APPLY.into(),
             operation: "Update".into(),
@@ -680,8 +826,8 @@ pub(crate) fn apply(
         });
     }
     let live_value = live.cloned().unwrap_or_else(|| json!({}));
-    let live_t = tracked(&live_value, writer.status);
-    let config_t = tracked(config, writer.status);
+    let live_t = writer.tracked(&live_value);
+    let config_t = writer.tracked(config);
     let applied = field_set(&config_t, writer.ty);
     let mine =
         |e: &Entry| e.manager == writer.manager && e.operation == "Apply" && e.subresource == sub;
@@ -730,7 +876,7 @@ pub(crate) fn apply(
             if let Some(meta) = map.get_mut("metadata").and_then(Value::as_object_mut) {
                 meta.retain(|k, _| matches!(k.as_str(), "name" | "namespace" | "resourceVersion"));
             }
-        } else {
+        } else if writer.separate_status {
             map.remove("status");
         }
         if let Some(meta) = map.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -814,7 +960,7 @@ fn last_applied_fields(live: &Value, writer: &Writer<'_>) -> FieldSet {
         .and_then(|a| a.get(LAST_APPLIED))
         .and_then(Value::as_str)
         .and_then(|text| serde_json::from_str::<Value>(text).ok())
-        .map(|last| field_set(&tracked(&last, writer.status), writer.ty))
+        .map(|last| field_set(&writer.tracked(&last), writer.ty))
         .unwrap_or_default()
 }
 
@@ -875,6 +1021,7 @@ mod tests {
         Writer {
             manager,
             status: false,
+            separate_status: true,
             ty: root_type("apps", "Deployment"),
         }
     }

@@ -45,6 +45,58 @@ pub(crate) struct Builtin {
     /// Field selector labels accepted (always including the metadata ones the kind accepts).
     pub fields: &'static [&'static str],
     pub rejection: FieldRejection,
+    /// Whether the kind has a `status` subresource (filled by [`has_status`]).
+    pub status: bool,
+}
+
+/// The built-in kinds served with a `status` subresource in Kubernetes 1.36 (the
+/// `{resource}/status` storage of `pkg/registry/*/rest`); the others have none.
+const fn has_status(group: &str, plural: &str) -> bool {
+    const WITH_STATUS: &[(&str, &str)] = &[
+        ("", "pods"),
+        ("", "nodes"),
+        ("", "replicationcontrollers"),
+        ("", "namespaces"),
+        ("", "services"),
+        ("", "persistentvolumeclaims"),
+        ("", "persistentvolumes"),
+        ("", "resourcequotas"),
+        ("apps", "deployments"),
+        ("apps", "replicasets"),
+        ("apps", "statefulsets"),
+        ("apps", "daemonsets"),
+        ("batch", "jobs"),
+        ("batch", "cronjobs"),
+        ("networking.k8s.io", "ingresses"),
+        ("apiextensions.k8s.io", "customresourcedefinitions"),
+        ("certificates.k8s.io", "certificatesigningrequests"),
+        ("policy", "poddisruptionbudgets"),
+        ("autoscaling", "horizontalpodautoscalers"),
+    ];
+    let mut i = 0;
+    while i < WITH_STATUS.len() {
+        let (g, p) = WITH_STATUS[i];
+        if const_eq(g, group) && const_eq(p, plural) {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
+const fn const_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
 const META: &[&str] = &["metadata.name", "metadata.namespace"];
@@ -60,6 +112,7 @@ macro_rules! builtin {
             short_names: $short,
             fields: META,
             rejection: FieldRejection::MetaOnly,
+            status: has_status($group, $plural),
         }
     };
     ($group:expr, $version:expr, $plural:expr, $kind:expr, $ns:expr, $short:expr, $fields:expr, $rej:expr) => {
@@ -72,6 +125,7 @@ macro_rules! builtin {
             short_names: $short,
             fields: $fields,
             rejection: $rej,
+            status: has_status($group, $plural),
         }
     };
 }
@@ -418,6 +472,8 @@ pub(crate) struct CustomKind {
     pub short_names: Vec<String>,
     /// `selectableFields` of the served version, as field labels (`spec.color`).
     pub selectable: Vec<String>,
+    /// Whether the served version has `subresources.status`.
+    pub status: bool,
 }
 
 /// What a CRD object says about one group/version/plural.
@@ -464,6 +520,7 @@ pub(crate) fn custom_kind(crd: &Value, resource: &ResourceKey) -> Option<CustomK
         namespaced: spec.get("scope").and_then(Value::as_str) != Some("Cluster"),
         short_names: strings(names.get("shortNames")),
         selectable,
+        status: version.pointer("/subresources/status").is_some(),
     })
 }
 
@@ -486,6 +543,15 @@ pub(crate) enum Known {
 }
 
 impl Known {
+    /// Whether the kind has a `status` subresource (`None` when unknown).
+    pub fn status(&self) -> Option<bool> {
+        match self {
+            Known::Builtin(b) => Some(b.status),
+            Known::Custom(c) => Some(c.status),
+            Known::Unknown => None,
+        }
+    }
+
     /// Whether the kind is namespaced (`None` when unknown).
     pub fn namespaced(&self) -> Option<bool> {
         match self {
@@ -512,10 +578,31 @@ pub(crate) fn known(shared: &Shared, resource: &ResourceKey) -> Known {
         .map_or(Known::Unknown, Known::Custom)
 }
 
-/// Verbs of every collection the server serves (it has no `deletecollection`).
+/// Verbs of every collection the server serves but Namespaces.
 const VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+/// Verbs of Namespaces, which have no `deletecollection`.
+const NAMESPACE_VERBS: &[&str] = &[
     "create", "delete", "get", "list", "patch", "update", "watch",
 ];
+
+/// The verbs of a collection.
+fn verbs(group: &str, plural: &str) -> &'static [&'static str] {
+    if group.is_empty() && plural == "namespaces" {
+        NAMESPACE_VERBS
+    } else {
+        VERBS
+    }
+}
 
 /// One entry of an APIResourceList.
 #[derive(Debug, Clone)]
@@ -525,6 +612,8 @@ struct Entry {
     kind: String,
     namespaced: bool,
     short_names: Vec<String>,
+    /// Whether `{plural}/status` is served.
+    status: bool,
 }
 
 /// Every group/version with its collections: the built-ins, the CRDs' served versions and
@@ -546,6 +635,7 @@ fn catalogue(shared: &Shared) -> BTreeMap<(String, String), Vec<Entry>> {
                 kind: b.kind.into(),
                 namespaced: b.namespaced,
                 short_names: b.short_names.iter().map(|s| s.to_string()).collect(),
+                status: b.status,
             });
     }
     for crd in shared.store.objects(&crd_resource()) {
@@ -579,6 +669,7 @@ fn catalogue(shared: &Shared) -> BTreeMap<(String, String), Vec<Entry>> {
                         kind: c.kind,
                         namespaced: c.namespaced,
                         short_names: c.short_names,
+                        status: c.status,
                     });
             }
         }
@@ -597,10 +688,16 @@ fn catalogue(shared: &Shared) -> BTreeMap<(String, String), Vec<Entry>> {
                     kind,
                     namespaced,
                     short_names: Vec::new(),
+                    status: true,
                 });
         }
     }
     out
+}
+
+/// The group of `group/version` (empty for `v1`).
+fn group_of(group_version: &str) -> &str {
+    group_version.split_once('/').map_or("", |(group, _)| group)
 }
 
 fn resource_list(group_version: &str, entries: &[Entry]) -> Value {
@@ -611,19 +708,21 @@ fn resource_list(group_version: &str, entries: &[Entry]) -> Value {
             "singularName": e.singular,
             "namespaced": e.namespaced,
             "kind": e.kind,
-            "verbs": VERBS,
+            "verbs": verbs(group_of(group_version), &e.plural),
         });
         if !e.short_names.is_empty() {
             r["shortNames"] = json!(e.short_names);
         }
         resources.push(r);
-        resources.push(json!({
-            "name": format!("{}/status", e.plural),
-            "singularName": "",
-            "namespaced": e.namespaced,
-            "kind": e.kind,
-            "verbs": ["get", "patch", "update"],
-        }));
+        if e.status {
+            resources.push(json!({
+                "name": format!("{}/status", e.plural),
+                "singularName": "",
+                "namespaced": e.namespaced,
+                "kind": e.kind,
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
     }
     json!({
         "kind": "APIResourceList",
@@ -733,13 +832,15 @@ fn aggregated(shared: &Shared, core: bool) -> Value {
                     "responseKind": kind_of(&e.kind),
                     "scope": if e.namespaced { "Namespaced" } else { "Cluster" },
                     "singularResource": e.singular,
-                    "verbs": VERBS,
-                    "subresources": [{
+                    "verbs": verbs(&group, &e.plural),
+                });
+                if e.status {
+                    r["subresources"] = json!([{
                         "subresource": "status",
                         "responseKind": kind_of(&e.kind),
                         "verbs": ["get", "patch", "update"],
-                    }],
-                });
+                    }]);
+                }
                 if !e.short_names.is_empty() {
                     r["shortNames"] = json!(e.short_names);
                 }

@@ -187,6 +187,10 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             Ok(body) => write::delete(&shared, &target, &query, body).await,
             Err(refused) => refused,
         },
+        (_, &Method::DELETE, false) => match json_body(&parts.headers, body).await {
+            Ok(body) => write::delete_collection(&shared, &target, &query, body).await,
+            Err(refused) => refused,
+        },
         _ => error_response(
             405,
             "MethodNotAllowed",

@@ -13,7 +13,8 @@
 //! - `watch`: one task per watch stream: initial events, replay, bookmarks, selector transitions
 //! - `write`: GET / POST / PUT / PATCH / DELETE of single objects, dry runs
 //! - `patch`: strategic merge patch, JSON patch, the list strategies of built-in types
-//! - `apply`: server-side apply and managedFields
+//! - `apply`: server-side apply and managedFields (`Update` entries own the maps and lists they
+//!   create, `.` in FieldsV1)
 //! - `selector`: label and field selectors (field labels checked per kind)
 //! - `validation`: what a real server checks on create and update (422 with causes)
 //! - `discovery`: the built-in kinds, CRD-defined kinds, discovery and OpenAPI v3 documents
@@ -28,16 +29,41 @@
 //! - DELETE of an object with finalizers sets `deletionTimestamp` and
 //!   `deletionGracePeriodSeconds: 0` and keeps it (watchers see MODIFIED); the update that
 //!   removes its last finalizer deletes it (DELETED); new finalizers on it are 422. DeleteOptions
-//!   (query or body): `preconditions` (409 Conflict) and `propagationPolicy`. There is no
-//!   garbage collector: `foregroundDeletion` / `orphan` are removed right after they are set,
-//!   dependents are not touched; pods are not deleted gracefully (no kubelet).
+//!   (query or body): `preconditions` (409 Conflict) and `propagationPolicy` (default
+//!   Background; Orphan for batch/v1 Jobs and v1 ReplicationControllers). Pods are not deleted
+//!   gracefully (no kubelet).
+//! - Garbage collection, synchronous within the write that deletes an owner (`store`): the
+//!   dependents (objects whose `metadata.ownerReferences` name the owner's uid) of an owner
+//!   deleted in the Background are deleted once it is gone (a dependent with another live
+//!   owner only loses its reference); Foreground marks the owner with `foregroundDeletion`,
+//!   deletes the dependents and lets the owner go once no `blockOwnerDeletion` dependent is
+//!   left; Orphan removes the dependents' references, then the `orphan` finalizer. Watchers see
+//!   every DELETED and MODIFIED. Unlike a real collector, references to owners that never
+//!   existed are left alone.
+//! - DELETE on a collection (`deletecollection`, in discovery's verbs but for Namespaces):
+//!   deletes what `labelSelector` / `fieldSelector` select with the request's DeleteOptions and
+//!   answers the list of the selected objects as listed; nothing with `dryRun=All`.
+//! - The status subresource exists for the kinds that have one (a table in `discovery`, the
+//!   CRD's `subresources.status`), else 404. Writes to the main resource keep the stored
+//!   `status` of those kinds (and a Namespace's `spec.finalizers`); writes to `status` keep
+//!   everything but `status` and metadata for built-ins (also a Pod's ownerReferences and a
+//!   Deployment's labels, as their status strategies do), everything but `status` for custom
+//!   resources. Custom resources without the subresource write `status` as any other field.
+//! - The namespaces `default`, `kube-node-lease`, `kube-public` and `kube-system` exist from
+//!   the start (at the initial resourceVersion). A create through the API (POST, or an apply
+//!   that creates) in a namespace that does not exist is 404 NotFound `namespaces "X" not
+//!   found`, as the NamespaceLifecycle admission answers, before validation; the seeding path
+//!   ([`TestApiServer::create`]) creates the missing Namespace instead.
 //! - Deleting a Namespace marks it Terminating, deletes its content (respecting finalizers),
-//!   then itself; a create in it is 403 Forbidden. Creates in a namespace that does not exist
-//!   are still accepted (a real server answers 404).
+//!   then itself; a create in it is 403 Forbidden. `default`, `kube-public` and `kube-system`
+//!   may not be deleted (403 Forbidden).
 //! - A list at `resourceVersion=N` (NotOlderThan or Exact) or a streaming list from N the
 //!   server has not reached waits for it (`Faults::too_large_resource_version_wait`, 3 s), then
 //!   answers 504 "Timeout: Too large resource version"; a plain watch from N just streams the
 //!   events after N (as the watch cache does).
+//! - Label selectors parse with apimachinery's `labels.Parse` grammar (set-based, `gt` / `lt`)
+//!   and, when they do not, are 400 BadRequest with its message (`unable to parse requirement:
+//!   ...`, `found 'x', expected: ...`).
 //! - Field selectors: the labels each kind supports, else 400 with the kind's own message.
 //! - Creates and replaces over HTTP are validated (`validation`); objects created through
 //!   [`TestApiServer::create`] are not, so tests can seed anything.
@@ -272,8 +298,12 @@ impl TestApiServer {
 
     /// Creates `obj` (which must carry apiVersion, kind, metadata.name; namespace for namespaced
     /// kinds). Fails if it exists. Returns the stored object.
+    ///
+    /// Unlike a create through the API (404 NotFound in a namespace that does not exist), this
+    /// seeding path first creates the object's Namespace when it is missing (one more ADDED
+    /// event, on the namespaces collection).
     pub fn create(&self, obj: Value) -> anyhow::Result<Value> {
-        Ok(self.shared().store.create(obj)?)
+        Ok(self.shared().store.seed(obj)?)
     }
 
     /// Replaces an existing object, keeping its uid and creationTimestamp; `metadata.generation`

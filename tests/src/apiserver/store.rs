@@ -9,7 +9,7 @@
 //! under the same lock that assigns the resourceVersion; so a watch registered under that lock
 //! sees every later event exactly once, and a slow watcher never stalls a writer.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
@@ -126,6 +126,10 @@ struct State {
     watchers: HashMap<ResourceKey, HashMap<u64, UnboundedSender<WatchMsg>>>,
     /// Next watch registry id.
     next_watch_id: u64,
+    /// Current objects by uid (owners the garbage collector looks up).
+    uids: HashMap<String, Location>,
+    /// Current objects naming each uid in their ownerReferences (the collector's graph).
+    dependents: HashMap<String, BTreeSet<Location>>,
 }
 
 /// The state of the test API server.
@@ -134,17 +138,85 @@ pub(crate) struct Store {
     state: Mutex<State>,
 }
 
+/// The namespaces a fresh cluster has.
+pub(crate) const INITIAL_NAMESPACES: &[&str] =
+    &["default", "kube-node-lease", "kube-public", "kube-system"];
+
+/// The namespaces every cluster starts with, stored at the initial resourceVersion (they are
+/// older than any history, so no watch replays them).
+fn initial_collections() -> HashMap<ResourceKey, Collection> {
+    let objects = INITIAL_NAMESPACES
+        .iter()
+        .map(|name| {
+            let mut ns = namespace_object(name);
+            if let Some(meta) = ns.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.insert("uid".into(), Value::String(new_uid()));
+                meta.insert("creationTimestamp".into(), Value::String(now_rfc3339()));
+                meta.insert(
+                    "resourceVersion".into(),
+                    Value::String(INITIAL_RV.to_string()),
+                );
+            }
+            prepare_namespace(&mut ns);
+            ((String::new(), name.to_string()), StoredObject::new(ns))
+        })
+        .collect();
+    let collection = Collection {
+        kind: Some("Namespace".into()),
+        objects,
+    };
+    HashMap::from([(namespaces(), collection)])
+}
+
+/// A Namespace object as a client would post it.
+fn namespace_object(name: &str) -> Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+}
+
+/// What the namespace strategy sets on create: the `kubernetes` finalizer (unless given) and
+/// phase Active.
+fn prepare_namespace(obj: &mut Value) {
+    if let Some(map) = obj.as_object_mut() {
+        let spec = map
+            .entry("spec")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if let Some(spec) = spec.as_object_mut() {
+            spec.entry("finalizers")
+                .or_insert_with(|| serde_json::json!(["kubernetes"]));
+        }
+        map.insert("status".into(), serde_json::json!({"phase": "Active"}));
+    }
+}
+
 impl Default for Store {
     fn default() -> Self {
-        Self {
+        let store = Self {
             state: Mutex::new(State {
                 rv: INITIAL_RV,
-                collections: HashMap::new(),
+                collections: initial_collections(),
                 history: History::new(INITIAL_RV, DEFAULT_HISTORY_LIMIT),
                 watchers: HashMap::new(),
                 next_watch_id: 1,
+                uids: HashMap::new(),
+                dependents: HashMap::new(),
             }),
+        };
+        {
+            let mut s = store.lock();
+            let initial: Vec<(Location, Obj)> = s
+                .collections
+                .iter()
+                .flat_map(|(r, c)| {
+                    c.objects
+                        .iter()
+                        .map(|(k, o)| ((r.clone(), k.clone()), Arc::clone(o)))
+                })
+                .collect();
+            for ((resource, key), obj) in initial {
+                s.index(&resource, &key, &obj.value);
+            }
         }
+        store
     }
 }
 
@@ -186,7 +258,174 @@ impl State {
                 let _ = tx.send(WatchMsg::Event(Arc::clone(&event)));
             }
         }
+        let (resource, key) = (event.resource.clone(), event.key.clone());
+        let gone = event.object.value.clone();
+        let released: Vec<String> = match &event.prev {
+            Some(prev) => {
+                self.unindex(&resource, &key, &prev.value);
+                let now = if kind == EventKind::Deleted {
+                    Vec::new()
+                } else {
+                    owner_refs(&event.object.value)
+                };
+                owner_refs(&prev.value)
+                    .into_iter()
+                    .map(|(uid, _)| uid)
+                    .filter(|uid| !now.iter().any(|(u, _)| u == uid))
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        if kind != EventKind::Deleted {
+            self.index(&resource, &key, &event.object.value);
+        }
         self.history.push(event);
+        // The garbage collector: the dependents of a deleted object, and the owners waiting in
+        // the foreground for a dependent that just let go of them.
+        if kind == EventKind::Deleted {
+            self.collect_dependents(&gone);
+        }
+        for owner in released {
+            self.release_foreground(&owner);
+        }
+    }
+
+    /// Adds an object to the uid and ownerReferences indexes.
+    fn index(&mut self, resource: &ResourceKey, key: &ObjectKey, obj: &Value) {
+        let location = (resource.clone(), key.clone());
+        if let Some(uid) = uid_of(obj) {
+            self.uids.insert(uid, location.clone());
+        }
+        for (owner, _) in owner_refs(obj) {
+            self.dependents
+                .entry(owner)
+                .or_default()
+                .insert(location.clone());
+        }
+    }
+
+    /// Removes an object from the uid and ownerReferences indexes.
+    fn unindex(&mut self, resource: &ResourceKey, key: &ObjectKey, obj: &Value) {
+        let location = (resource.clone(), key.clone());
+        if let Some(uid) = uid_of(obj)
+            && self.uids.get(&uid) == Some(&location)
+        {
+            self.uids.remove(&uid);
+        }
+        for (owner, _) in owner_refs(obj) {
+            if let Some(set) = self.dependents.get_mut(&owner) {
+                set.remove(&location);
+                if set.is_empty() {
+                    self.dependents.remove(&owner);
+                }
+            }
+        }
+    }
+
+    /// The current dependents of `uid`, with their current state.
+    fn dependents_of(&self, uid: &str) -> Vec<(Location, Obj)> {
+        self.dependents
+            .get(uid)
+            .map(|set| {
+                set.iter()
+                    .filter_map(|(r, k)| Some(((r.clone(), k.clone()), self.current(r, k)?)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Whether the object at a location has dependents.
+    fn dependents_of_location(&self, resource: &ResourceKey, key: &ObjectKey) -> bool {
+        self.current(resource, key)
+            .and_then(|o| uid_of(&o.value))
+            .is_some_and(|uid| !self.dependents_of(&uid).is_empty())
+    }
+
+    /// Rewrites `metadata.ownerReferences` of a dependent without the references to `uid`.
+    fn drop_owner_ref(&mut self, location: &Location, obj: Obj, uid: &str) {
+        let mut next = obj.value.clone();
+        let Some(meta) = next.get_mut("metadata").and_then(Value::as_object_mut) else {
+            return;
+        };
+        if let Some(refs) = meta
+            .get_mut("ownerReferences")
+            .and_then(Value::as_array_mut)
+        {
+            refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid));
+            if refs.is_empty() {
+                meta.remove("ownerReferences");
+            }
+        }
+        let (resource, key) = location;
+        let _ = self.commit_value(resource, key, EventKind::Modified, next, obj);
+    }
+
+    /// Background collection of the dependents of a deleted owner: each is deleted, unless it
+    /// has another owner that still exists, in which case only its reference to the deleted
+    /// owner goes.
+    fn collect_dependents(&mut self, owner: &Value) {
+        let Some(uid) = uid_of(owner) else {
+            return;
+        };
+        for (location, obj) in self.dependents_of(&uid) {
+            let other_owner = owner_refs(&obj.value)
+                .iter()
+                .any(|(u, _)| *u != uid && self.uids.contains_key(u));
+            if other_owner {
+                self.drop_owner_ref(&location, obj, &uid);
+            } else {
+                let options = DeleteOptions {
+                    propagation: Some(Propagation::Background),
+                    ..DeleteOptions::default()
+                };
+                let _ = self.delete(&location.0, &location.1, &options);
+            }
+        }
+    }
+
+    /// Removes the `foregroundDeletion` finalizer of the object with `uid` when it is being
+    /// deleted in the foreground and no dependent blocks it any more; it goes if nothing else
+    /// holds it.
+    fn release_foreground(&mut self, uid: &str) {
+        let Some((resource, key)) = self.uids.get(uid).cloned() else {
+            return;
+        };
+        let Some(owner) = self.current(&resource, &key) else {
+            return;
+        };
+        let mut held = finalizers(&owner.value);
+        if owner.value.pointer("/metadata/deletionTimestamp").is_none()
+            || !held.iter().any(|f| f == FOREGROUND)
+        {
+            return;
+        }
+        let blocked = self.dependents_of(uid).iter().any(|(_, dep)| {
+            owner_refs(&dep.value)
+                .iter()
+                .any(|(u, block)| u == uid && *block)
+        });
+        if blocked {
+            return;
+        }
+        held.retain(|f| f != FOREGROUND);
+        let mut next = owner.value.clone();
+        let Ok(meta) = meta_mut(&mut next) else {
+            return;
+        };
+        if held.is_empty() {
+            meta.remove("finalizers");
+        } else {
+            meta.insert("finalizers".into(), serde_json::json!(held));
+        }
+        let kind = if held.is_empty() && !is_namespace(&resource) {
+            EventKind::Deleted
+        } else {
+            EventKind::Modified
+        };
+        let _ = self.commit_value(&resource, &key, kind, next, owner);
+        if kind == EventKind::Deleted {
+            self.finish_namespace(&key.0);
+        }
     }
 
     fn current(&self, resource: &ResourceKey, key: &ObjectKey) -> Option<Obj> {
@@ -226,20 +465,73 @@ pub(crate) struct DeleteOptions {
     pub uid: Option<String>,
     /// `preconditions.resourceVersion`.
     pub resource_version: Option<String>,
-    /// `propagationPolicy`.
-    pub propagation: Propagation,
+    /// `propagationPolicy` (or `orphanDependents`); `None`: the kind's default.
+    pub propagation: Option<Propagation>,
 }
 
-/// How dependents are handled. There is no garbage collector: the finalizer a policy adds
-/// (`foregroundDeletion`, `orphan`) is removed right after it is set, as a collector that
-/// finds no dependents would.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// How dependents (objects whose `metadata.ownerReferences` name the deleted object's uid) are
+/// handled by the garbage collector, which runs synchronously within the write that deletes
+/// an owner:
+/// - `Background`: the owner goes at once, then its dependents are deleted (in the background
+///   themselves); a dependent that has another owner that still exists only loses its
+///   reference to the deleted one.
+/// - `Foreground`: the owner gets `deletionTimestamp` and the `foregroundDeletion` finalizer, its
+///   dependents are deleted (in the foreground themselves when they have dependents), and the
+///   finalizer is removed once no dependent with `blockOwnerDeletion: true` is left.
+/// - `Orphan`: the owner gets the `orphan` finalizer, its dependents lose their references to
+///   it, then the finalizer is removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Propagation {
-    #[default]
     Background,
     Foreground,
     Orphan,
 }
+
+/// The GC policy of a DELETE without one: `Orphan` for batch/v1 Jobs and v1
+/// ReplicationControllers (their strategies' `DefaultGarbageCollectionPolicy`, kept for
+/// backwards compatibility), `Background` for every other kind.
+fn default_propagation(resource: &ResourceKey) -> Propagation {
+    match (
+        resource.group.as_str(),
+        resource.version.as_str(),
+        resource.plural.as_str(),
+    ) {
+        ("batch", "v1", "jobs") | ("", "v1", "replicationcontrollers") => Propagation::Orphan,
+        _ => Propagation::Background,
+    }
+}
+
+/// The uids in `metadata.ownerReferences`, with whether each has `blockOwnerDeletion: true`.
+fn owner_refs(obj: &Value) -> Vec<(String, bool)> {
+    obj.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .map(|refs| {
+            refs.iter()
+                .filter_map(|r| {
+                    let uid = r.get("uid").and_then(Value::as_str)?;
+                    let block = r.get("blockOwnerDeletion").and_then(Value::as_bool);
+                    Some((uid.to_string(), block == Some(true)))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `metadata.uid` of an object.
+fn uid_of(obj: &Value) -> Option<String> {
+    obj.pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
+/// Where an object is stored.
+type Location = (ResourceKey, ObjectKey);
+
+/// The finalizer of an owner being deleted in the foreground.
+const FOREGROUND: &str = "foregroundDeletion";
+
+/// The finalizer of an owner whose dependents are being orphaned.
+const ORPHAN: &str = "orphan";
 
 /// `metadata.finalizers` of an object.
 fn finalizers(obj: &Value) -> Vec<String> {
@@ -253,7 +545,7 @@ fn finalizers(obj: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn is_namespace(resource: &ResourceKey) -> bool {
+pub(crate) fn is_namespace(resource: &ResourceKey) -> bool {
     resource.group.is_empty() && resource.version == "v1" && resource.plural == "namespaces"
 }
 
@@ -360,6 +652,51 @@ fn precondition_failed(
 }
 
 impl State {
+    /// 404 NotFound (`namespaces "X" not found`) when `namespace` is not empty and missing.
+    fn check_namespace(&self, namespace: &str) -> Result<(), StoreError> {
+        let key = (String::new(), namespace.to_string());
+        if namespace.is_empty() || self.current(&namespaces(), &key).is_some() {
+            return Ok(());
+        }
+        Err(StoreError::NotFound {
+            plural: "namespaces".into(),
+            name: namespace.to_string(),
+        })
+    }
+
+    /// Creates `obj`, stamping uid, creationTimestamp, generation 1 and the next RV. A missing
+    /// namespace is created first with `implicit_namespace`, else refused with 404.
+    fn create(&mut self, mut obj: Value, implicit_namespace: bool) -> Result<Value, StoreError> {
+        generate_name(&mut obj)?;
+        let (resource, key, kind) = identify(&obj)?;
+        if self.current(&resource, &key).is_some() {
+            return Err(StoreError::AlreadyExists {
+                plural: resource.plural,
+                name: key.1,
+            });
+        }
+        if implicit_namespace && self.check_namespace(&key.0).is_err() {
+            self.create(namespace_object(&key.0), false)?;
+        }
+        self.check_namespace(&key.0)?;
+        if !key.0.is_empty() && self.terminating(&key.0) {
+            return Err(namespace_terminating(&resource, &key));
+        }
+        if is_namespace(&resource) {
+            // As the API server's namespace strategy does on create.
+            prepare_namespace(&mut obj);
+        }
+        let meta = meta_mut(&mut obj)?;
+        meta.insert("uid".into(), Value::String(new_uid()));
+        meta.insert("creationTimestamp".into(), Value::String(now_rfc3339()));
+        meta.insert("generation".into(), Value::from(1));
+        stamp_rv(&mut obj, self.rv + 1)?;
+        let stored = StoredObject::new(obj);
+        self.collections.entry(resource.clone()).or_default().kind = Some(kind);
+        self.commit(resource, key, EventKind::Added, Arc::clone(&stored), None);
+        Ok(stored.value.clone())
+    }
+
     /// Whether `namespace` is being deleted.
     fn terminating(&self, namespace: &str) -> bool {
         self.current(&namespaces(), &(String::new(), namespace.to_string()))
@@ -427,10 +764,13 @@ impl State {
             // Already being deleted: nothing changes until its finalizers are gone.
             return Ok(old.value.clone());
         }
-        let gc_finalizer = match options.propagation {
+        let propagation = options
+            .propagation
+            .unwrap_or_else(|| default_propagation(resource));
+        let gc_finalizer = match propagation {
             Propagation::Background => None,
-            Propagation::Foreground => Some("foregroundDeletion"),
-            Propagation::Orphan => Some("orphan"),
+            Propagation::Foreground => Some(FOREGROUND),
+            Propagation::Orphan => Some(ORPHAN),
         };
         let namespace = is_namespace(resource);
         let mut held = finalizers(&old.value);
@@ -458,8 +798,33 @@ impl State {
             marked["status"] = serde_json::json!({"phase": "Terminating"});
         }
         let mut result = self.commit_value(resource, key, EventKind::Modified, marked, old)?;
+        let uid = uid_of(&result).unwrap_or_default();
+        if gc_finalizer == Some(FOREGROUND) && !namespace {
+            // The garbage collector deletes the dependents, then lets go of the owner once none
+            // blocks it.
+            for ((dep_resource, dep_key), _) in self.dependents_of(&uid) {
+                let policy = if self.dependents_of_location(&dep_resource, &dep_key) {
+                    Propagation::Foreground
+                } else {
+                    Propagation::Background
+                };
+                let options = DeleteOptions {
+                    propagation: Some(policy),
+                    ..DeleteOptions::default()
+                };
+                let _ = self.delete(&dep_resource, &dep_key, &options);
+            }
+            self.release_foreground(&uid);
+            return Ok(result);
+        }
+        if gc_finalizer == Some(ORPHAN) {
+            // The garbage collector orphans the dependents.
+            for (location, obj) in self.dependents_of(&uid) {
+                self.drop_owner_ref(&location, obj, &uid);
+            }
+        }
         if let Some(gc) = gc_finalizer {
-            // The garbage collector finds no dependents and lets go of the object.
+            // The garbage collector is done and lets go of the object.
             let current = self
                 .current(resource, key)
                 .ok_or_else(|| StoreError::NotFound {
@@ -505,8 +870,12 @@ impl State {
             }
         }
         keys.sort();
+        let options = DeleteOptions {
+            propagation: Some(Propagation::Background),
+            ..DeleteOptions::default()
+        };
         for (resource, key) in keys {
-            let _ = self.delete(&resource, &key, &DeleteOptions::default());
+            let _ = self.delete(&resource, &key, &options);
         }
         self.finish_namespace(namespace);
     }
@@ -555,42 +924,22 @@ impl Store {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Creates `obj`, stamping uid, creationTimestamp, generation 1 and the next RV.
-    pub fn create(&self, mut obj: Value) -> Result<Value, StoreError> {
-        generate_name(&mut obj)?;
-        let (resource, key, kind) = identify(&obj)?;
-        let mut s = self.lock();
-        if s.current(&resource, &key).is_some() {
-            return Err(StoreError::AlreadyExists {
-                plural: resource.plural,
-                name: key.1,
-            });
-        }
-        if !key.0.is_empty() && s.terminating(&key.0) {
-            return Err(namespace_terminating(&resource, &key));
-        }
-        if is_namespace(&resource) {
-            // As the API server's namespace strategy does on create.
-            if let Some(map) = obj.as_object_mut() {
-                let spec = map
-                    .entry("spec")
-                    .or_insert_with(|| Value::Object(Default::default()));
-                if let Some(spec) = spec.as_object_mut() {
-                    spec.entry("finalizers")
-                        .or_insert_with(|| serde_json::json!(["kubernetes"]));
-                }
-                map.insert("status".into(), serde_json::json!({"phase": "Active"}));
-            }
-        }
-        let meta = meta_mut(&mut obj)?;
-        meta.insert("uid".into(), Value::String(new_uid()));
-        meta.insert("creationTimestamp".into(), Value::String(now_rfc3339()));
-        meta.insert("generation".into(), Value::from(1));
-        stamp_rv(&mut obj, s.rv + 1)?;
-        let stored = StoredObject::new(obj);
-        s.collections.entry(resource.clone()).or_default().kind = Some(kind);
-        s.commit(resource, key, EventKind::Added, Arc::clone(&stored), None);
-        Ok(stored.value.clone())
+    /// Creates `obj`, stamping uid, creationTimestamp, generation 1 and the next RV, as a create
+    /// through the API does: in a namespace that does not exist it is 404 NotFound (the
+    /// NamespaceLifecycle admission).
+    pub fn create(&self, obj: Value) -> Result<Value, StoreError> {
+        self.lock().create(obj, false)
+    }
+
+    /// Creates `obj` as [`create`](Self::create) does, first creating its namespace when it
+    /// does not exist (the seeding path of the `TestApiServer` handle).
+    pub fn seed(&self, obj: Value) -> Result<Value, StoreError> {
+        self.lock().create(obj, true)
+    }
+
+    /// 404 NotFound when `namespace` is set and no such Namespace exists.
+    pub fn check_namespace(&self, namespace: Option<&str>) -> Result<(), StoreError> {
+        self.lock().check_namespace(namespace.unwrap_or(""))
     }
 
     /// Replaces an existing object, keeping uid and creationTimestamp and bumping generation when

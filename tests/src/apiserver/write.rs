@@ -1,10 +1,13 @@
-//! Single-object requests: GET, POST (create), PUT (replace), PATCH and DELETE.
+//! Single-object requests: GET, POST (create), PUT (replace), PATCH and DELETE; and DELETE of
+//! a collection (`deletecollection`).
 //!
 //! PATCH understands JSON merge patches (`application/merge-patch+json`), JSON patches
 //! (`application/json-patch+json`), strategic merge patches of built-in kinds
 //! (`application/strategic-merge-patch+json`, see [`super::patch`]) and server-side apply
 //! (`application/apply-patch+yaml`, JSON or YAML, see [`super::apply`]), which creates a missing
-//! object. The `status` subresource reads and writes the object's `status` only.
+//! object. The `status` subresource exists for the kinds that have one (404 otherwise): writes
+//! to it keep the rest of the stored object as the kind's status strategy does, and writes to
+//! the main resource keep its stored `status`.
 //!
 //! Writes through HTTP record `metadata.managedFields` ([`super::apply`]). `dryRun=All` runs a
 //! write through every check and answers as usual, but stores nothing: no resourceVersion is
@@ -23,8 +26,11 @@ use super::object::{StoreError, generate_name, identify, meta_mut};
 use super::patch::{self, is_builtin_group, root_type};
 use super::resource::{ResourceKey, new_uid, now_rfc3339, split_api_version};
 use super::status::{ApiError, error_response, json_response, status_body, store_error};
-use super::store::{DeleteOptions, Propagation};
+use super::store::{self, DeleteOptions, Propagation};
 use super::{Shared, discovery, validation};
+
+/// The namespaces a DELETE may not remove (the NamespaceLifecycle admission).
+const IMMORTAL_NAMESPACES: &[&str] = &["default", "kube-public", "kube-system"];
 
 /// Largest request body accepted.
 const MAX_BODY: usize = 64 << 20;
@@ -39,21 +45,112 @@ fn not_found(target: &Target, name: &str) -> Response {
     })
 }
 
-/// Subresources served as the object itself (`status`); others are 404.
-fn check_subresource(target: &Target) -> Result<bool, ApiError> {
+/// Subresources served as the object itself (`status`, for the kinds that have it); others
+/// are 404.
+fn check_subresource(shared: &Shared, target: &Target) -> Result<bool, ApiError> {
     match target.subresource.as_deref() {
         None => Ok(false),
-        Some("status") => Ok(true),
+        Some("status") if discovery::known(shared, &target.resource).status() != Some(false) => {
+            Ok(true)
+        }
+        Some("status") => Err(ApiError::not_found(
+            "the server could not find the requested resource",
+        )),
         Some(other) => Err(ApiError::not_found(format!(
             "the server could not find the requested resource ({other})"
         ))),
     }
 }
 
+/// What the update strategy of the main resource keeps from the stored object: `status` for
+/// the kinds with a status subresource (written only through it), and a Namespace's
+/// `spec.finalizers` (written only through `finalize`).
+fn keep_on_update(shared: &Shared, target: &Target, live: &Value, obj: &mut Value) {
+    let known = discovery::known(shared, &target.resource);
+    let Some(map) = obj.as_object_mut() else {
+        return;
+    };
+    if known.status() == Some(true) {
+        match live.get("status") {
+            Some(status) => map.insert("status".into(), status.clone()),
+            None => map.remove("status"),
+        };
+    }
+    if store::is_namespace(&target.resource) {
+        let spec = map
+            .entry("spec")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Some(spec) = spec.as_object_mut() {
+            match live.pointer("/spec/finalizers") {
+                Some(finalizers) => spec.insert("finalizers".into(), finalizers.clone()),
+                None => spec.remove("finalizers"),
+            };
+        }
+    }
+}
+
+/// What the status strategy makes of a write `new` to the `status` subresource of `live`.
+/// Built-in kinds: everything but `metadata` and `status` stays as stored (`spec` above all),
+/// and per kind some metadata too (a Pod's ownerReferences, a Deployment's labels), as their
+/// `PrepareForUpdate` does; metadata otherwise follows the write. Custom resources (and kinds
+/// the server does not know): only `status` (and managedFields) change.
+fn status_update(shared: &Shared, target: &Target, live: &Value, new: Value) -> Value {
+    let builtin = match discovery::known(shared, &target.resource) {
+        discovery::Known::Builtin(b) => b,
+        _ => {
+            let mut out = live.clone();
+            match new.get("status") {
+                Some(status) => out["status"] = status.clone(),
+                None => {
+                    if let Some(map) = out.as_object_mut() {
+                        map.remove("status");
+                    }
+                }
+            }
+            for field in ["resourceVersion", "managedFields"] {
+                match new.pointer(&format!("/metadata/{field}")) {
+                    Some(value) => out["metadata"][field] = value.clone(),
+                    None => {
+                        if let Some(meta) = out["metadata"].as_object_mut() {
+                            meta.remove(field);
+                        }
+                    }
+                }
+            }
+            return out;
+        }
+    };
+    let mut out = new;
+    let (Some(map), Some(stored)) = (out.as_object_mut(), live.as_object()) else {
+        return out;
+    };
+    let own = |k: &str| matches!(k, "metadata" | "status" | "apiVersion" | "kind");
+    map.retain(|k, _| own(k) || stored.contains_key(k));
+    for (k, v) in stored {
+        if !own(k) {
+            map.insert(k.clone(), v.clone());
+        }
+    }
+    let kept: &[&str] = match (builtin.group, builtin.plural) {
+        ("", "pods") => &["ownerReferences"],
+        ("apps", "deployments") => &["labels"],
+        _ => &[],
+    };
+    if let Some(meta) = map.get_mut("metadata").and_then(Value::as_object_mut) {
+        for field in kept {
+            match live.pointer(&format!("/metadata/{field}")) {
+                Some(value) => meta.insert(field.to_string(), value.clone()),
+                None => meta.remove(*field),
+            };
+        }
+    }
+    out
+}
+
 /// GET of one object.
 pub(crate) fn get(shared: &Shared, target: &Target) -> Response {
     let name = target.name.as_deref().unwrap_or("");
-    if let Err(e) = check_subresource(target) {
+    if let Err(e) = check_subresource(shared, target) {
         return e.into_response();
     }
     match shared
@@ -236,6 +333,11 @@ fn dry_run(values: Vec<String>, options_kind: &str) -> Result<bool, ApiError> {
     )))
 }
 
+/// Whether `status` is written through a subresource of its own (not known: assumed so).
+fn separate_status(shared: &Shared, target: &Target) -> bool {
+    discovery::known(shared, &target.resource).status() != Some(false)
+}
+
 /// The type of the objects of a collection, for list strategies.
 fn type_of(shared: &Shared, target: &Target) -> patch::Ty {
     root_type(
@@ -250,6 +352,7 @@ fn dry_run_create(shared: &Shared, mut obj: Value) -> Result<Value, StoreError> 
     generate_name(&mut obj)?;
     let (resource, key, _) = identify(&obj)?;
     let namespace = (!key.0.is_empty()).then_some(key.0.as_str());
+    shared.store.check_namespace(namespace)?;
     if shared.store.get(&resource, namespace, &key.1).is_some() {
         return Err(StoreError::AlreadyExists {
             plural: resource.plural,
@@ -293,6 +396,22 @@ fn dry_run_update(current: &Value, mut obj: Value) -> Result<Value, StoreError> 
         Value::from(generation + i64::from(spec_changed)),
     );
     Ok(obj)
+}
+
+/// The NamespaceLifecycle admission of a create, which runs before validation: the refusal,
+/// 404 NotFound in a namespace that does not exist (the path's scope is checked first, as
+/// routing does).
+fn refuse_create(shared: &Shared, target: &Target) -> Option<Response> {
+    if let Err(e) = validation::scope(shared, target) {
+        return Some(e.into_response());
+    }
+    let namespaced = discovery::known(shared, &target.resource).namespaced() != Some(false);
+    let namespace = target.namespace.as_deref().filter(|_| namespaced);
+    shared
+        .store
+        .check_namespace(namespace)
+        .err()
+        .map(|e| store_error(&e))
 }
 
 /// Stores a new object, or with `dryRun` only says what would be stored.
@@ -341,12 +460,16 @@ pub(crate) async fn create(
     if let Err(e) = conform(shared, target, &mut obj) {
         return e.into_response();
     }
+    if let Some(e) = refuse_create(shared, target) {
+        return e;
+    }
     if let Err(e) = validation::validate(shared, target, &mut obj) {
         return e.into_response();
     }
     let writer = Writer {
         manager: &options.manager,
         status: false,
+        separate_status: separate_status(shared, target),
         ty: type_of(shared, target),
     };
     apply::record_update(None, &mut obj, &writer);
@@ -364,7 +487,7 @@ pub(crate) async fn replace(
     headers: &HeaderMap,
     body: Body,
 ) -> Response {
-    let status_only = match check_subresource(target) {
+    let status_only = match check_subresource(shared, target) {
         Ok(status_only) => status_only,
         Err(e) => return e.into_response(),
     };
@@ -390,6 +513,7 @@ pub(crate) async fn replace(
     let writer = Writer {
         manager: &options.manager,
         status: status_only,
+        separate_status: separate_status(shared, target),
         ty: type_of(shared, target),
     };
     for _ in 0..PATCH_ATTEMPTS {
@@ -401,12 +525,9 @@ pub(crate) async fn replace(
         };
         let mut obj = sent.clone();
         if status_only {
-            let mut updated = current.value.clone();
-            updated["status"] = obj.get("status").cloned().unwrap_or(Value::Null);
-            if let Some(rv) = obj.pointer("/metadata/resourceVersion") {
-                updated["metadata"]["resourceVersion"] = rv.clone();
-            }
-            obj = updated;
+            obj = status_update(shared, target, &current.value, obj);
+        } else {
+            keep_on_update(shared, target, &current.value, &mut obj);
         }
         if !explicit_rv {
             // Pin the version the managedFields were computed from; retried on a race.
@@ -537,7 +658,7 @@ pub(crate) async fn patch(
     headers: &HeaderMap,
     body: Body,
 ) -> Response {
-    let status_only = match check_subresource(target) {
+    let status_only = match check_subresource(shared, target) {
         Ok(status_only) => status_only,
         Err(e) => return e.into_response(),
     };
@@ -582,6 +703,7 @@ pub(crate) async fn patch(
     let writer = Writer {
         manager: &options.manager,
         status: status_only,
+        separate_status: separate_status(shared, target),
         ty: type_of(shared, target),
     };
     for _ in 0..PATCH_ATTEMPTS {
@@ -602,6 +724,9 @@ pub(crate) async fn patch(
             };
             if let Err(e) = conform(shared, target, &mut obj) {
                 return e.into_response();
+            }
+            if let Some(e) = refuse_create(shared, target) {
+                return e;
             }
             if let Err(e) = validation::validate(shared, target, &mut obj) {
                 return e.into_response();
@@ -642,14 +767,9 @@ pub(crate) async fn patch(
             Err(e) => return apply_error(e),
         };
         if status_only && kind != PatchKind::Apply {
-            // The status strategy keeps everything of the stored object but its status.
-            let status = patched.get("status").cloned().unwrap_or(Value::Null);
-            let rv = patched.pointer("/metadata/resourceVersion").cloned();
-            patched = live.clone();
-            patched["status"] = status;
-            if let Some(rv) = rv {
-                patched["metadata"]["resourceVersion"] = rv;
-            }
+            patched = status_update(shared, target, live, patched);
+        } else if !status_only {
+            keep_on_update(shared, target, live, &mut patched);
         }
         if let Err(e) = conform(shared, target, &mut patched) {
             return e.into_response();
@@ -731,9 +851,10 @@ fn delete_options(query: &Query, body: &[u8]) -> Result<(DeleteOptions, bool), A
                 "propagationPolicy: Invalid value: \"{p}\": orphanDependents and deletionPropagation cannot be both set"
             )));
         }
-        (Some("Foreground"), None) | (None, Some(false)) => Propagation::Foreground,
-        (Some("Background"), None) | (None, None) => Propagation::Background,
-        (Some("Orphan"), None) | (None, Some(true)) => Propagation::Orphan,
+        (None, None) => None,
+        (Some("Foreground"), None) | (None, Some(false)) => Some(Propagation::Foreground),
+        (Some("Background"), None) => Some(Propagation::Background),
+        (Some("Orphan"), None) | (None, Some(true)) => Some(Propagation::Orphan),
         (Some(other), None) => {
             return Err(invalid(format!(
                 "propagationPolicy: Unsupported value: \"{other}\": supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
@@ -763,6 +884,16 @@ pub(crate) async fn delete(
             "MethodNotAllowed",
             "the server does not allow this method on the requested resource",
         );
+    }
+    if store::is_namespace(&target.resource) && IMMORTAL_NAMESPACES.contains(&name) {
+        // The NamespaceLifecycle admission.
+        return ApiError::with_details(
+            403,
+            "Forbidden",
+            format!("namespaces {name:?} is forbidden: this namespace may not be deleted"),
+            json!({"name": name, "kind": "namespaces"}),
+        )
+        .into_response();
     }
     let bytes = match read_bytes(body).await {
         Ok(bytes) => bytes,
@@ -811,6 +942,80 @@ pub(crate) async fn delete(
         return json_response(StatusCode::OK, status.to_string());
     }
     json_response(StatusCode::OK, state.to_string())
+}
+
+/// DELETE of a collection (`deletecollection`): lists what the request selects
+/// (`labelSelector`, `fieldSelector`, its namespace) and deletes each object as a DELETE of it
+/// with the same DeleteOptions would (finalizers, propagation policy; nothing with `dryRun`).
+/// Answers, as the registry does, with the list of the selected objects as they were listed.
+/// Namespaces have no `deletecollection` (405).
+pub(crate) async fn delete_collection(
+    shared: &Shared,
+    target: &Target,
+    query: &Query,
+    body: Body,
+) -> Response {
+    if let Err(e) = validation::scope(shared, target) {
+        return e.into_response();
+    }
+    if store::is_namespace(&target.resource) {
+        return error_response(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        );
+    }
+    let bytes = match read_bytes(body).await {
+        Ok(bytes) => bytes,
+        Err(e) => return e.into_response(),
+    };
+    let (options, dry_run) = match delete_options(query, &bytes) {
+        Ok(options) => options,
+        Err(e) => return e.into_response(),
+    };
+    let filter = match super::selector::Filter::from_request(shared, target, query) {
+        Ok(filter) => filter,
+        Err(e) => return ApiError::bad_request(e).into_response(),
+    };
+    let snapshot = match shared.store.list(
+        &target.resource,
+        target.namespace.as_deref(),
+        super::store::ReadAt::Latest,
+    ) {
+        Ok(snapshot) => snapshot,
+        Err(_) => {
+            return ApiError::bad_request("the collection could not be listed").into_response();
+        }
+    };
+    let items: Vec<Value> = snapshot
+        .objects
+        .iter()
+        .filter(|o| filter.matches(&o.value))
+        .map(|o| o.value.clone())
+        .collect();
+    if !dry_run {
+        for item in &items {
+            let namespace = item.pointer("/metadata/namespace").and_then(Value::as_str);
+            let name = item
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            match shared
+                .store
+                .delete(&target.resource, namespace, name, &options)
+            {
+                Ok(_) | Err(StoreError::NotFound { .. }) => {}
+                Err(e) => return store_error(&e),
+            }
+        }
+    }
+    let list = json!({
+        "kind": format!("{}List", shared.store.kind_of(&target.resource)),
+        "apiVersion": target.resource.api_version(),
+        "metadata": {"resourceVersion": snapshot.rv.to_string()},
+        "items": items,
+    });
+    json_response(StatusCode::OK, list.to_string())
 }
 
 #[cfg(test)]
