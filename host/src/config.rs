@@ -557,7 +557,7 @@ impl ShardingConfig {
                 use std::hash::{BuildHasher, Hasher};
                 let mut h = std::collections::hash_map::RandomState::new().build_hasher();
                 h.write_u32(std::process::id());
-                format!("{host}_{:08x}", h.finish() as u32)
+                format!("{}-{:08x}", host.to_ascii_lowercase(), h.finish() as u32)
             });
         crate::scale::lease::LeaseSettings {
             namespace: self
@@ -815,7 +815,22 @@ impl Config {
                     "needs `source: kube` (replicas share Leases on an API server)",
                 ));
             }
-            sh.lease().check().map_err(|e| self.error("sharding", e))?;
+            let lease = sh.lease();
+            lease.check().map_err(|e| self.error("sharding", e))?;
+            if sh.mode == ShardingMode::Shards
+                && !crate::kinds::is_dns1123_subdomain(&format!(
+                    "{}-{}",
+                    lease.name, lease.identity
+                ))
+            {
+                return Err(self.error(
+                    "sharding.identity",
+                    format!(
+                        "{:?}: with mode shards, `<leaseName>-<identity>` names a Lease and must be a DNS subdomain (lower case letters, digits, '-', '.')",
+                        lease.identity
+                    ),
+                ));
+            }
         }
         let mut names = BTreeSet::new();
         for (i, inf) in self.informers.iter().enumerate() {

@@ -479,3 +479,61 @@ async fn sharded_replicas_split_the_pods_by_server_side_shard_selectors_and_hand
 async fn sharded_replicas_filter_on_their_side_when_the_server_ignores_shard_selectors() {
     sharded_replicas_split_the_pods_and_hand_over(false).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sharded_replica_cut_off_stops_acting_before_the_others_take_its_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(30).await;
+    let proxy = Freezer::start(&server).await;
+    let mut replicas = vec![
+        Replica::start_in(dir.path(), "r1", server.client(), "shards").await,
+        Replica::start_in(dir.path(), "r2", server.client(), "shards").await,
+        Replica::start_in(dir.path(), "r3", proxy.client(), "shards").await,
+    ];
+    until("the pods split among three replicas", || {
+        split_exactly(&server, &replicas) && shares(&replicas).iter().all(|s| !s.is_empty())
+    })
+    .await;
+
+    // r3 is cut off: it cannot renew its membership; the others see its Lease unchanged and,
+    // a lease duration later, take its part.
+    proxy.frozen.store(true, Ordering::SeqCst);
+    let cut = Instant::now();
+    let mut r3_stopped = None;
+    let mut taken = None;
+    while taken.is_none() && cut.elapsed() < 3 * SHARD_LEASE_DURATION {
+        if r3_stopped.is_none() && !replicas[2].leads() {
+            r3_stopped = Some(cut.elapsed());
+        }
+        if split_exactly(&server, &replicas[..2]) {
+            taken = Some(cut.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (r3_stopped, taken) = (
+        r3_stopped.expect("r3 kept acting"),
+        taken.expect("r3's part never taken"),
+    );
+    eprintln!("r3 stopped acting {r3_stopped:?} after the cut; its part taken at {taken:?}");
+    assert!(
+        r3_stopped < taken,
+        "r3 stopped at {r3_stopped:?}, taken at {taken:?}"
+    );
+    assert!(
+        taken < SHARD_LEASE_DURATION + Duration::from_secs(2),
+        "taken over after {taken:?}"
+    );
+    let fence = replicas[2]
+        .host
+        .leadership
+        .as_ref()
+        .unwrap()
+        .check()
+        .unwrap_err();
+    assert!(fence.contains("membership Lease not renewed"), "{fence}");
+
+    proxy.frozen.store(false, Ordering::SeqCst);
+    for r in &mut replicas {
+        r.stop().await;
+    }
+}

@@ -450,6 +450,21 @@ fn sharding_takes_client_go_lease_timings_and_refuses_what_cannot_work() {
     );
     let e = err_of(&GOOD.replace("admin:", "sharding: {mode: leader}\nadmin:"));
     assert!(e.contains("sharding: needs `source: kube`"), "{e}");
-    let e = err_of(&format!("{kube}sharding: {{mode: shards}}\n"));
-    assert!(e.contains("sharding.mode") && e.contains("leader"), "{e}");
+    let e = err_of(&format!("{kube}sharding: {{mode: sideways}}\n"));
+    assert!(
+        e.contains("sharding.mode") && e.contains("leader") && e.contains("shards"),
+        "{e}"
+    );
+    let e = err_of(&format!(
+        "{kube}sharding: {{mode: shards, identity: Node_1}}\n"
+    ));
+    assert!(
+        e.contains("sharding.identity: \"Node_1\": with mode shards"),
+        "{e}"
+    );
+    let c = parse(&format!(
+        "{kube}sharding: {{mode: shards, shardBy: namespace, identity: n1}}\n"
+    ))
+    .unwrap();
+    assert_eq!(c.sharding.unwrap().shard_by, ShardByName::Namespace);
 }

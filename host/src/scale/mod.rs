@@ -8,6 +8,11 @@
 //! before each request) and shuts down with an error, as client-go's `OnStoppedLeading` callers
 //! do; its Deployment starts it again as a standby. Its plugins are told the way every stop
 //! tells them: their instances are shut down.
+//!
+//! `sharding: {mode: shards}`: every replica a member ([`members`]); the hash space
+//! ([`shards`], KEP-5866's FNV-1a over uid or namespace) split among members; each informer lists
+//! and watches its replica's ranges, and actions are fenced by the membership and the target's
+//! shard ([`owner_check`]). See docs/scale-out.md.
 
 pub mod lease;
 pub mod members;

@@ -21,6 +21,8 @@ use anyhow::{Context, bail};
 
 #[path = "bench/pipeline.rs"]
 mod pipeline;
+#[path = "bench/scale.rs"]
+mod scale;
 use serde_json::json;
 use wisp_host::informer::{Delivery, EventHandler, Notification, Object};
 
@@ -36,7 +38,7 @@ struct Args {
 }
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 8] = [
+const SECTIONS: [&str; 9] = [
     "load",
     "delivery",
     "isolation",
@@ -45,6 +47,7 @@ const SECTIONS: [&str; 8] = [
     "core",
     "pipeline",
     "latency",
+    "scale",
 ];
 
 impl Args {
@@ -1009,6 +1012,9 @@ fn main() -> anyhow::Result<()> {
     }
     if a.runs("latency") {
         rt.block_on(pipeline::latency_figures(&engine, &a.plugin_dir, a.quick))?;
+    }
+    if a.runs("scale") {
+        rt.block_on(scale::scale_figures(a.quick))?;
     }
     Ok(())
 }
