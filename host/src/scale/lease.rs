@@ -140,6 +140,40 @@ impl Leadership {
     }
 }
 
+/// client-go's observed-time rule for a Lease record: the holder it names holds it until
+/// `leaseDuration` after this replica first saw the record as it is, on this replica's clock.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Observed {
+    spec: LeaseSpec,
+    since: Instant,
+}
+
+impl Observed {
+    /// `spec` as seen `now`, keeping the first sight if `before` saw the same record.
+    pub(crate) fn of(before: Option<&Observed>, spec: LeaseSpec, now: Instant) -> Self {
+        match before {
+            Some(o) if o.spec == spec => o.clone(),
+            _ => Self { spec, since: now },
+        }
+    }
+
+    /// The holder, if the record names one.
+    pub(crate) fn holder(&self) -> Option<&str> {
+        self.spec
+            .holder_identity
+            .as_deref()
+            .filter(|h| !h.is_empty())
+    }
+
+    /// Whether the holder still holds it at `now` (it renewed within its duration, as seen).
+    pub(crate) fn current(&self, now: Instant) -> bool {
+        let duration = Duration::from_secs(
+            u64::try_from(self.spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0),
+        );
+        self.holder().is_some() && now < self.since + duration
+    }
+}
+
 /// How an election ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ended {
@@ -154,9 +188,9 @@ pub struct Elector {
     api: Api<Lease>,
     settings: LeaseSettings,
     leadership: Arc<Leadership>,
-    /// The Lease spec last read and when it was first seen (client-go's observedRecord and
+    /// The Lease record last read and when it was first seen (client-go's observedRecord and
     /// observedTime).
-    observed: Option<(LeaseSpec, Instant)>,
+    observed: Option<Observed>,
 }
 
 /// Whether `e` is an API error with status `code`.
@@ -219,7 +253,7 @@ impl Elector {
             };
             return match self.api.create(&PostParams::default(), &lease).await {
                 Ok(l) => {
-                    self.observed = l.spec.map(|s| (s, Instant::now()));
+                    self.observed = l.spec.map(|s| Observed::of(None, s, Instant::now()));
                     Ok(true)
                 }
                 Err(e) if is_status(&e, 409) => Ok(false),
@@ -228,18 +262,10 @@ impl Elector {
         };
         let seen = current.spec.clone().unwrap_or_default();
         let now = Instant::now();
-        let since = match &self.observed {
-            Some((s, t)) if *s == seen => *t,
-            _ => {
-                self.observed = Some((seen.clone(), now));
-                now
-            }
-        };
-        let holder = seen.holder_identity.clone().unwrap_or_default();
-        let duration = Duration::from_secs(
-            u64::try_from(seen.lease_duration_seconds.unwrap_or(0)).unwrap_or(0),
-        );
-        if !holder.is_empty() && holder != *me && now < since + duration {
+        let observed = Observed::of(self.observed.as_ref(), seen.clone(), now);
+        self.observed = Some(observed.clone());
+        let holder = observed.holder().unwrap_or_default().to_owned();
+        if holder != *me && observed.current(now) {
             self.leadership.set(|s| s.other = Some(holder));
             return Ok(false);
         }
@@ -261,7 +287,7 @@ impl Elector {
             .await
         {
             Ok(l) => {
-                self.observed = l.spec.map(|s| (s, Instant::now()));
+                self.observed = l.spec.map(|s| Observed::of(None, s, Instant::now()));
                 Ok(true)
             }
             Err(e) if is_status(&e, 409) => Ok(false),

@@ -13,7 +13,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -21,7 +20,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use tokio::time::Instant;
 
-use super::lease::{Leadership, LeaseSettings};
+use super::lease::{Leadership, LeaseSettings, Observed};
 use super::shards::{Ranges, ShardView, assignment};
 
 /// Label of the membership Leases: the group (the configured lease name).
@@ -34,8 +33,8 @@ pub struct Membership {
     view: Arc<ShardView>,
     /// Fresh while the own Lease was renewed within `renewDeadline` (the fence's first check).
     fresh: Arc<Leadership>,
-    /// Per Lease name: the spec last seen and when it was first seen so.
-    observed: HashMap<String, (LeaseSpec, Instant)>,
+    /// Per Lease name: the record last seen and when it was first seen so.
+    observed: HashMap<String, Observed>,
     /// The assignment of the last view, if any.
     prev: Option<BTreeMap<String, Ranges>>,
     /// Parts gained from a member still alive, taken at the instant given.
@@ -120,23 +119,13 @@ impl Membership {
             };
             let spec = l.spec.unwrap_or_default();
             names.push(name.clone());
-            let since = match self.observed.get(&name) {
-                Some((s, t)) if *s == spec => *t,
-                _ => {
-                    self.observed.insert(name.clone(), (spec.clone(), now));
-                    now
-                }
-            };
-            let holder = spec.holder_identity.clone().unwrap_or_default();
-            let duration = Duration::from_secs(
-                u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0),
-            );
-            if holder.is_empty() {
-                continue;
+            let o = Observed::of(self.observed.get(&name), spec, now);
+            if let Some(holder) = o.holder()
+                && (holder == self.settings.identity || o.current(now))
+            {
+                live.push(holder.to_owned());
             }
-            if holder == self.settings.identity || now < since + duration {
-                live.push(holder);
-            }
+            self.observed.insert(name, o);
         }
         self.observed.retain(|n, _| names.contains(n));
         live.sort();
