@@ -540,7 +540,8 @@ pub struct ShardingConfig {
 }
 
 impl ShardingConfig {
-    /// The Lease settings in force (defaults filled from the environment).
+    /// The Lease settings in force (defaults filled from the environment; without an identity
+    /// or `$POD_NAME`, each call picks a new random suffix).
     pub fn lease(&self) -> crate::scale::lease::LeaseSettings {
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let identity = self
@@ -554,10 +555,12 @@ impl ShardingConfig {
                     .filter(|h| !h.is_empty())
                     .or_else(|| env("HOSTNAME"))
                     .unwrap_or_else(|| "wisp".into());
-                use std::hash::{BuildHasher, Hasher};
-                let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-                h.write_u32(std::process::id());
-                format!("{}-{:08x}", host.to_ascii_lowercase(), h.finish() as u32)
+                use rand::Rng;
+                format!(
+                    "{}-{:08x}",
+                    host.to_ascii_lowercase(),
+                    rand::rng().random::<u32>()
+                )
             });
         crate::scale::lease::LeaseSettings {
             namespace: self

@@ -198,7 +198,7 @@ fn is_status(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
 }
 
-fn now_micro() -> MicroTime {
+pub(crate) fn now_micro() -> MicroTime {
     MicroTime(k8s_openapi::jiff::Timestamp::now())
 }
 
@@ -208,11 +208,8 @@ fn seconds(d: Duration) -> i32 {
 
 /// `base * (1 + 1.2 * r)` for a random `r` in [0, 1).
 fn jittered(base: Duration) -> Duration {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(0);
-    let r = (h.finish() >> 11) as f64 / (1u64 << 53) as f64;
-    base.mul_f64(1.0 + JITTER * r)
+    use rand::Rng;
+    base.mul_f64(1.0 + JITTER * rand::rng().random::<f64>())
 }
 
 impl Elector {

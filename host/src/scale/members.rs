@@ -15,12 +15,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use tokio::time::Instant;
 
-use super::lease::{Leadership, LeaseSettings, Observed};
+use super::lease::{Leadership, LeaseSettings, Observed, now_micro};
 use super::shards::{Ranges, ShardView, assignment};
 
 /// Label of the membership Leases: the group (the configured lease name).
@@ -39,10 +39,6 @@ pub struct Membership {
     prev: Option<BTreeMap<String, Ranges>>,
     /// Parts gained from a member still alive, taken at the instant given.
     held: Vec<(Ranges, Instant)>,
-}
-
-fn now_micro() -> MicroTime {
-    MicroTime(k8s_openapi::jiff::Timestamp::now())
 }
 
 impl Membership {

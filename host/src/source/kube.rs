@@ -152,15 +152,9 @@ impl KubeSource {
         req: &mut http::Request<Vec<u8>>,
         selector: &str,
     ) -> Result<(), SourceError> {
-        let enc: String = selector
-            .bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                    char::from(b).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect();
+        // A path segment's escaping is stricter than a query value needs: every character of a
+        // selector that is not unreserved (quotes, parentheses, spaces, `|`, `,`) is escaped.
+        let enc = crate::actions::kube::path_segment(selector);
         let uri = format!("{}&shardSelector={enc}", req.uri());
         *req.uri_mut() = uri
             .parse()
