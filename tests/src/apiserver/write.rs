@@ -539,16 +539,14 @@ pub(crate) async fn replace(
             }
         }
         apply::record_update(Some(&current.value), &mut obj, &writer);
-        match commit_update(shared, &current.value, obj, options.dry_run) {
-            Ok(updated) => return json_response(StatusCode::OK, updated.to_string()),
-            Err(StoreError::Conflict { .. }) if !explicit_rv => continue,
-            Err(e) => return store_error(&e),
+        if let Some(answer) = answer_update(
+            commit_update(shared, &current.value, obj, options.dry_run),
+            explicit_rv,
+        ) {
+            return answer;
         }
     }
-    store_error(&StoreError::Conflict {
-        plural: target.resource.plural.clone(),
-        name: name.to_string(),
-    })
+    conflict_after_retries(target, name)
 }
 
 /// RFC 7386 JSON merge patch.
@@ -780,12 +778,28 @@ pub(crate) async fn patch(
         if kind != PatchKind::Apply {
             apply::record_update(Some(live), &mut patched, &writer);
         }
-        match commit_update(shared, live, patched, options.dry_run) {
-            Ok(updated) => return json_response(StatusCode::OK, updated.to_string()),
-            Err(StoreError::Conflict { .. }) if !explicit_rv => continue,
-            Err(e) => return store_error(&e),
+        if let Some(answer) = answer_update(
+            commit_update(shared, live, patched, options.dry_run),
+            explicit_rv,
+        ) {
+            return answer;
         }
     }
+    conflict_after_retries(target, name)
+}
+
+/// The answer to a committed update, or `None` to read the object again and retry: a
+/// conflict with a concurrent write, when the client named no resourceVersion.
+fn answer_update(committed: Result<Value, StoreError>, explicit_rv: bool) -> Option<Response> {
+    match committed {
+        Ok(updated) => Some(json_response(StatusCode::OK, updated.to_string())),
+        Err(StoreError::Conflict { .. }) if !explicit_rv => None,
+        Err(e) => Some(store_error(&e)),
+    }
+}
+
+/// The 409 Conflict of an update that kept meeting concurrent writes.
+fn conflict_after_retries(target: &Target, name: &str) -> Response {
     store_error(&StoreError::Conflict {
         plural: target.resource.plural.clone(),
         name: name.to_string(),
