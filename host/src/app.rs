@@ -411,15 +411,7 @@ pub async fn start(
         .as_ref()
         .filter(|sh| sh.mode == crate::config::ShardingMode::Shards)
         .map(|sh| {
-            crate::scale::shards::ShardView::new(
-                match sh.shard_by {
-                    crate::config::ShardByName::Uid => crate::scale::shards::ShardField::Uid,
-                    crate::config::ShardByName::Namespace => {
-                        crate::scale::shards::ShardField::Namespace
-                    }
-                },
-                crate::scale::shards::Ranges::none(),
-            )
+            crate::scale::shards::ShardView::new(sh.shard_by, crate::scale::shards::Ranges::none())
         });
     let (informers, dir, client) =
         build_sharded_informers(config, opts, Some(&executor), shard_view.as_ref()).await?;

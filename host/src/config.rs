@@ -499,17 +499,6 @@ pub enum ShardingMode {
     Shards,
 }
 
-/// What shards are cut by (`sharding.shardBy`).
-#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
-#[serde(rename_all = "camelCase")]
-pub enum ShardByName {
-    /// `metadata.uid`: an even spread.
-    #[default]
-    Uid,
-    /// `metadata.namespace`: each namespace whole on one replica.
-    Namespace,
-}
-
 /// `sharding:`: replicas coordinated through a `coordination.k8s.io/v1` Lease.
 #[derive(Debug, Deserialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -536,7 +525,7 @@ pub struct ShardingConfig {
     pub retry_period: Option<Dur>,
     /// `mode: shards`: hash `uid` (default) or `namespace`.
     #[serde(default)]
-    pub shard_by: ShardByName,
+    pub shard_by: crate::scale::shards::ShardField,
 }
 
 impl ShardingConfig {

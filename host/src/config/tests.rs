@@ -466,5 +466,8 @@ fn sharding_takes_client_go_lease_timings_and_refuses_what_cannot_work() {
         "{kube}sharding: {{mode: shards, shardBy: namespace, identity: n1}}\n"
     ))
     .unwrap();
-    assert_eq!(c.sharding.unwrap().shard_by, ShardByName::Namespace);
+    assert_eq!(
+        c.sharding.unwrap().shard_by,
+        crate::scale::shards::ShardField::Namespace
+    );
 }

@@ -23,8 +23,9 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
     h
 }
 
-/// What is hashed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What is hashed (`sharding.shardBy`: `uid` or `namespace`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum ShardField {
     /// `object.metadata.uid`: an even spread of objects.
     #[default]
