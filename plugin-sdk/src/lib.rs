@@ -337,7 +337,9 @@ pub mod actions {
     }
 
     /// Merge-patches labels and annotations of `target` (`Some` sets, `None` removes a key).
-    /// Needs verb `patch` on the target's kind.
+    /// Needs verb `patch` on the target's kind. Conditional on the resourceVersion the host's
+    /// cache holds for `target` now: a patch that meets a newer version (written by anyone but
+    /// this plugin) fails at the server and is not retried; the change is delivered instead.
     pub fn patch_metadata(
         target: &ObjectRef,
         labels: &[(&str, Option<&str>)],

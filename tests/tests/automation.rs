@@ -339,13 +339,13 @@ async fn dry_run_logs_and_audits_and_changes_nothing() {
             .iter()
             .all(|e| e.result == AuditResult::DryRun && e.attempts == 0)
     );
-    assert!(
-        audit[0]
-            .detail
-            .contains(r#"would send {"metadata":{"labels":{"n":"0"}}}"#),
-        "{:?}",
-        audit[0]
-    );
+    // On condition of the version the plugin saw.
+    let rv =
+        r.server.get("v1", "Pod", Some("default"), "ask-1").unwrap()["metadata"]["resourceVersion"]
+            .clone();
+    let sent =
+        format!(r#"would send {{"metadata":{{"labels":{{"n":"0"}},"resourceVersion":{rv}}}}}"#);
+    assert!(audit[0].detail.contains(&sent), "{:?}", audit[0]);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(r.writes().is_empty(), "{:?}", r.writes());
     assert_eq!(r.server_label("default", "ask-1", "n"), None);
@@ -359,7 +359,7 @@ async fn throttled_and_failing_requests_are_retried_with_backoff() {
     s.actions.backoff = Duration::from_millis(20);
     let h = r.start_plugin(s);
     r.server.faults().fail_next(Verb::Other, 429, Some(0), 1);
-    r.server.faults().fail_next(Verb::Other, 409, None, 1);
+    r.server.faults().fail_next(Verb::Other, 500, None, 1);
     r.server.create(pod("default", "ask-1")).unwrap();
     until("applied", || counter(&h, |c| &c.actions_applied) == 1).await;
     assert_eq!(
@@ -389,6 +389,82 @@ async fn throttled_and_failing_requests_are_retried_with_backoff() {
             .unwrap()
             .contains("failed: HTTP 403")
     );
+}
+
+/// A patch is conditional on the version the plugin's cache held when it asked. The plugin's own
+/// patches in a row all land; one decided on a version someone else has since replaced gets the
+/// API server's 409 and is not retried, and the plugin, told of the change, asks again.
+#[tokio::test]
+async fn a_patch_decided_on_a_replaced_version_conflicts_and_is_not_retried() {
+    let r = Rig::start(vec![]).await;
+    let mut s = asker(3, "patch");
+    s.actions.grants = vec![grant(&[ActionVerb::Patch], "v1", "Pod", None)];
+    s.actions.backoff = Duration::from_millis(500);
+    let h = r.start_plugin(s);
+    let audit_of = |name: &str| -> Vec<(AuditResult, u32, String)> {
+        r.services
+            .audit
+            .entries(Some("asker"))
+            .into_iter()
+            .filter(|e| e.name == name)
+            .map(|e| (e.result, e.attempts, e.detail))
+            .collect()
+    };
+
+    // Three patches of one object in one call: each goes on condition of the version the
+    // previous one made.
+    r.server.create(pod("default", "ask-1")).unwrap();
+    until("3 applied", || counter(&h, |c| &c.actions_applied) == 3).await;
+    assert_eq!(
+        r.server_label("default", "ask-1", "n").as_deref(),
+        Some("2")
+    );
+    let a = audit_of("ask-1");
+    assert!(
+        a.iter()
+            .all(|(r, attempts, _)| *r == AuditResult::Applied && *attempts == 1),
+        "{a:?}"
+    );
+
+    // Someone else changes ask-2 after the plugin asked and before its patches get through
+    // (the first attempt meets a 503; the retry comes half a second later).
+    r.server.faults().fail_next(Verb::Other, 503, None, 1);
+    r.server.create(pod("default", "ask-2")).unwrap();
+    until("asked about ask-2", || {
+        answers(&h).get("queued").copied() == Some(6)
+    })
+    .await;
+    let mut p = r.server.get("v1", "Pod", Some("default"), "ask-2").unwrap();
+    p["metadata"]["annotations"] = json!({"changed-by": "someone"});
+    r.server.update(p).unwrap();
+    until("asked again and settled", || {
+        counter(&h, |c| &c.actions_applied) == 6 && counter(&h, |c| &c.actions_failed) == 3
+    })
+    .await;
+    let a = audit_of("ask-2");
+    let shape: Vec<_> = a.iter().map(|(r, n, _)| (*r, *n)).collect();
+    use AuditResult::{Applied, Failed};
+    assert_eq!(
+        shape,
+        [
+            (Failed, 2),
+            (Failed, 1),
+            (Failed, 1),
+            (Applied, 1),
+            (Applied, 1),
+            (Applied, 1)
+        ],
+        "{a:?}"
+    );
+    for (_, _, detail) in &a[..3] {
+        assert!(
+            detail.starts_with("HTTP 409") && detail.contains("not retried"),
+            "{detail}"
+        );
+    }
+    let now = r.server.get("v1", "Pod", Some("default"), "ask-2").unwrap();
+    assert_eq!(now["metadata"]["labels"]["n"], "2");
+    assert_eq!(now["metadata"]["annotations"]["changed-by"], "someone");
 }
 
 /// test-faults applying `n` ConfigMaps `<pod>-report` per pod it sees, granted in `default`.

@@ -17,6 +17,57 @@ use wisp_host::config::Config;
 use wisp_tests::{TestApiServer, pod};
 
 const LEASE_DURATION: Duration = Duration::from_secs(2);
+/// The fence is checked right before a request leaves, but a request can still arrive after
+/// the Lease has passed on. Its patch is conditional on the version the old leader saw, so when
+/// the new leader has acted on the object meanwhile, the late patch is refused (409) instead of
+/// acting a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_patch_that_arrives_after_the_lease_passed_on_is_refused_by_its_precondition() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(2).await;
+    let proxy = Freezer::start(&server).await;
+    let mut a = Replica::start(dir.path(), "a", proxy.client()).await;
+    until("a leads and labelled", || {
+        a.leads() && labelled(&server) == 2
+    })
+    .await;
+    let mut b = Replica::start(dir.path(), "b", server.client()).await;
+    until("b's cache warm", || b.host.informers[0].cache().len() == 2).await;
+
+    // a's requests are held (its watch still delivers): it sees a new pod while it still
+    // leads, and its patch passes the fence but does not arrive.
+    proxy.requests_held.store(true, Ordering::SeqCst);
+    server.create(pod("shop", "web-late")).unwrap();
+    until("b took over and labelled the pod", || {
+        b.leads() && labelled(&server) == 3
+    })
+    .await;
+    assert!(!a.leads());
+
+    // Let a's patch arrive: it names the version a saw, which b's patch replaced.
+    proxy.requests_held.store(false, Ordering::SeqCst);
+    let audit_a = dir.path().join("audit-a.jsonl");
+    let late = || {
+        std::fs::read_to_string(&audit_a)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|e| e["name"] == "web-late")
+    };
+    until("a's late patch answered", || late().is_some()).await;
+    let e = late().unwrap();
+    assert_eq!(e["result"], "failed", "{e}");
+    let detail = e["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("HTTP 409") && detail.contains("not retried"),
+        "{detail}"
+    );
+    b.stop().await;
+    a.stop().await;
+    let applied = applied(dir.path());
+    assert_eq!(applied["web-late"], ["b"], "{applied:?}");
+}
+
 const SHARD_LEASE_DURATION: Duration = Duration::from_secs(4);
 
 /// A server with namespace `shop` (label team=payments) and `pods` unlabelled pods in it.
@@ -236,6 +287,10 @@ async fn one_of_three_replicas_leads_and_a_standby_takes_over_when_it_stops() {
 /// moves in either direction (a replica cut off from the API server).
 struct Freezer {
     frozen: Arc<AtomicBool>,
+    /// Holds only what the replica sends (its requests), while the answers already on their
+    /// way (a watch stream's events) still come: requests that passed its fence but arrive
+    /// late.
+    requests_held: Arc<AtomicBool>,
     url: String,
 }
 
@@ -249,7 +304,8 @@ impl Freezer {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", l.local_addr().unwrap());
         let frozen = Arc::new(AtomicBool::new(false));
-        let f = frozen.clone();
+        let requests_held = Arc::new(AtomicBool::new(false));
+        let (f, h) = (frozen.clone(), requests_held.clone());
         tokio::spawn(async move {
             while let Ok((down, _)) = l.accept().await {
                 let Ok(up) = tokio::net::TcpStream::connect(&upstream).await else {
@@ -257,11 +313,15 @@ impl Freezer {
                 };
                 let (dr, dw) = down.into_split();
                 let (ur, uw) = up.into_split();
-                tokio::spawn(pipe(dr, uw, f.clone()));
-                tokio::spawn(pipe(ur, dw, f.clone()));
+                tokio::spawn(pipe(dr, uw, [f.clone(), h.clone()]));
+                tokio::spawn(pipe(ur, dw, [f.clone(), f.clone()]));
             }
         });
-        Self { frozen, url }
+        Self {
+            frozen,
+            requests_held,
+            url,
+        }
     }
 
     fn client(&self) -> kube::Client {
@@ -274,7 +334,7 @@ impl Freezer {
 async fn pipe(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    frozen: Arc<AtomicBool>,
+    held: [Arc<AtomicBool>; 2],
 ) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut buf = vec![0u8; 64 * 1024];
@@ -283,7 +343,7 @@ async fn pipe(
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        while frozen.load(Ordering::SeqCst) {
+        while held.iter().any(|h| h.load(Ordering::SeqCst)) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         if to.write_all(&buf[..n]).await.is_err() {

@@ -8,7 +8,7 @@ use std::pin::Pin;
 
 use kube::api::{Patch, PatchParams, PostParams};
 
-use super::{Action, ActionBody, ActionSink, SendError, Target};
+use super::{Action, ActionBody, ActionSink, SendError, Sent, Target};
 
 /// Field manager of a plugin's server-side applies and patches.
 pub fn field_manager(plugin: &str) -> String {
@@ -114,7 +114,7 @@ fn request_error(e: impl std::fmt::Display) -> SendError {
 }
 
 impl KubeActionSink {
-    async fn send_one(&self, a: &Action) -> Result<String, SendError> {
+    async fn send_one(&self, a: &Action) -> Result<Sent, SendError> {
         match self.send_body(a, &a.body).await {
             // The Event a repeat counts is gone (expired, deleted): create it whole.
             Err(e) if e.code == Some(404) => match &a.body {
@@ -128,21 +128,17 @@ impl KubeActionSink {
         }
     }
 
-    async fn send_body(&self, a: &Action, body: &ActionBody) -> Result<String, SendError> {
+    async fn send_body(&self, a: &Action, body: &ActionBody) -> Result<Sent, SendError> {
         let req = request(&a.target, &a.plugin, body)?;
         match self.client.request_text(req).await {
-            Ok(text) => {
-                let rv = serde_json::from_str::<serde_json::Value>(&text)
+            Ok(text) => Ok(Sent {
+                resource_version: serde_json::from_str::<serde_json::Value>(&text)
                     .ok()
                     .and_then(|v| {
                         v.pointer("/metadata/resourceVersion")
                             .and_then(|r| r.as_str().map(str::to_owned))
-                    });
-                Ok(match rv {
-                    Some(rv) => format!("resourceVersion {rv}"),
-                    None => "done".into(),
-                })
-            }
+                    }),
+            }),
             Err(kube::Error::Api(status)) => Err(SendError {
                 code: Some(status.code),
                 message: if status.message.is_empty() {
@@ -165,7 +161,7 @@ impl ActionSink for KubeActionSink {
     fn send<'a>(
         &'a self,
         action: &'a Action,
-    ) -> Pin<Box<dyn Future<Output = Result<String, SendError>> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = Result<Sent, SendError>> + Send + 'a>> {
         Box::pin(self.send_one(action))
     }
 }

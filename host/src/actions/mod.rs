@@ -9,7 +9,9 @@
 //! makes for a plugin (its verdicts') go the same way: they need its grant and its tokens. A
 //! plugin's actions are sent in order by one task per plugin ([`worker`]), with retries and
 //! backoff on conflict, 429 and 5xx, and each outcome is audited ([`audit`]). Nothing is sent for
-//! a refused action.
+//! a refused action. A metadata patch is conditional on the resourceVersion the plugin's cache
+//! holds when it asks: if the object changed since, the 409 is final (the plugin hears of the
+//! change through its informer), and the plugin's own earlier patches do not count as a change.
 //!
 //! - [`ratelimit`]: the token bucket; [`audit`]: the audit log; [`kube`]: the sink that sends
 //!   actions with `kube::Client`; [`lifecycle`]: draining the senders at shutdown.
@@ -121,7 +123,7 @@ impl Default for ActionSpec {
 }
 
 /// The object an action is about.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Target {
     /// e.g. `v1`.
     pub api_version: String,
@@ -154,6 +156,17 @@ pub enum ActionBody {
 }
 
 impl ActionBody {
+    /// The resourceVersion the request is conditional on: a patch's or an apply's
+    /// `metadata.resourceVersion` (the API server answers 409 when the object has another).
+    pub fn precondition(&self) -> Option<&str> {
+        match self {
+            ActionBody::PatchMetadata(v) | ActionBody::Apply(v) => v
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str),
+            ActionBody::CreateEvent(_) | ActionBody::CountEvent { .. } => None,
+        }
+    }
+
     /// The verb a grant must give.
     pub fn verb(&self) -> ActionVerb {
         match self {
@@ -253,14 +266,30 @@ impl SendError {
     }
 }
 
+/// What the API server answered to an action it took.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sent {
+    /// The object's resourceVersion after the write, when the answer carried one.
+    pub resource_version: Option<String>,
+}
+
+impl Sent {
+    /// The audit log's detail of an applied action.
+    pub fn detail(&self) -> String {
+        match &self.resource_version {
+            Some(rv) => format!("resourceVersion {rv}"),
+            None => "done".into(),
+        }
+    }
+}
+
 /// Sends actions to an API server.
 pub trait ActionSink: Send + Sync + 'static {
-    /// Sends one action; `Ok` carries a short description of the result (e.g. the new
-    /// resourceVersion).
+    /// Sends one action.
     fn send<'a>(
         &'a self,
         action: &'a Action,
-    ) -> Pin<Box<dyn Future<Output = Result<String, SendError>> + Send + 'a>>;
+    ) -> Pin<Box<dyn Future<Output = Result<Sent, SendError>> + Send + 'a>>;
 }
 
 /// What every plugin's actions and verdicts share: the verdict store, the sink (none without an
@@ -312,10 +341,12 @@ impl HostServices {
     }
 }
 
-/// The merge patch of labels and annotations (`None` values remove the key).
+/// The merge patch of labels and annotations (`None` values remove the key), conditional on
+/// `resource_version` when given.
 pub fn metadata_patch(
     labels: &[(String, Option<String>)],
     annotations: &[(String, Option<String>)],
+    resource_version: Option<&str>,
 ) -> Result<Value, String> {
     if labels.is_empty() && annotations.is_empty() {
         return Err("nothing to patch: no labels and no annotations".into());
@@ -344,6 +375,9 @@ pub fn metadata_patch(
     }
     if !a.is_empty() {
         meta.insert("annotations".into(), Value::Object(a));
+    }
+    if let Some(rv) = resource_version {
+        meta.insert("resourceVersion".into(), rv.into());
     }
     Ok(json!({ "metadata": meta }))
 }
@@ -762,6 +796,75 @@ impl Sender {
     }
 }
 
+/// A 409 to a request conditional on a resourceVersion: the object changed since the plugin's
+/// view of it, and the same request would conflict again.
+fn stale(action: &Action, e: &SendError) -> bool {
+    e.code == Some(409) && action.body.precondition().is_some()
+}
+
+/// Most objects whose own-write chains a sender remembers, and most versions per chain.
+const OWN_WRITE_OBJECTS: usize = 4096;
+const OWN_WRITE_VERSIONS: usize = 16;
+
+/// The versions of objects that differ from their latest only by this plugin's own patches.
+///
+/// A plugin's patches are conditional on the version its cache holds when it asks, and are sent
+/// after its call returns: the second of two patches to one object in one call names the version
+/// the first one replaced. The sender knows which versions its own writes made, so it sends such
+/// a patch on condition of the latest one instead. A write by anyone else in between still makes
+/// it conflict.
+#[derive(Default)]
+struct OwnWrites {
+    chains: std::collections::HashMap<Target, std::collections::VecDeque<String>>,
+}
+
+impl OwnWrites {
+    /// `action`, conditional on the latest version of its own-write chain when it names an
+    /// earlier one.
+    fn rebase(&self, mut action: Action) -> Action {
+        let ActionBody::PatchMetadata(patch) = &mut action.body else {
+            return action;
+        };
+        let Some(chain) = self.chains.get(&action.target) else {
+            return action;
+        };
+        let Some(Value::String(rv)) = patch.pointer_mut("/metadata/resourceVersion") else {
+            return action;
+        };
+        if let Some(latest) = chain.back()
+            && chain.contains(rv)
+        {
+            rv.clone_from(latest);
+        }
+        action
+    }
+
+    /// Notes what an applied action made of its target.
+    fn wrote(&mut self, action: &Action, sent: &Sent) {
+        let (Some(base), Some(now)) = (action.body.precondition(), &sent.resource_version) else {
+            // A write on no condition leaves no version known to be the plugin's own.
+            self.forget(&action.target);
+            return;
+        };
+        if self.chains.len() >= OWN_WRITE_OBJECTS && !self.chains.contains_key(&action.target) {
+            self.chains.clear();
+        }
+        let chain = self.chains.entry(action.target.clone()).or_default();
+        if chain.back().map(String::as_str) != Some(base) {
+            chain.clear();
+            chain.push_back(base.to_owned());
+        }
+        chain.push_back(now.clone());
+        if chain.len() > OWN_WRITE_VERSIONS {
+            chain.pop_front();
+        }
+    }
+
+    fn forget(&mut self, target: &Target) {
+        self.chains.remove(target);
+    }
+}
+
 /// Sends one plugin's actions in order, retrying retryable failures with doubling backoff (to
 /// 30 s), and audits each outcome. Ends when the plugin's [`PluginActions`] is dropped, or, at
 /// shutdown, once the queue is empty; when the grace period runs out it sends nothing more and
@@ -776,6 +879,7 @@ pub async fn worker(
     use lifecycle::{Phase, reached};
     let mut phase = out.senders.subscribe();
     let mut closed = false;
+    let mut own = OwnWrites::default();
     loop {
         let action = tokio::select! {
             biased;
@@ -798,6 +902,7 @@ pub async fn worker(
             );
             continue;
         }
+        let action = own.rebase(action);
         let mut wait = backoff;
         let mut attempts = 0;
         let outcome = loop {
@@ -807,7 +912,8 @@ pub async fn worker(
                 _ = reached(&mut phase, |p| *p == Phase::Abandoned) => break None,
             };
             match sent {
-                Ok(detail) => break Some(Ok(detail)),
+                Ok(sent) => break Some(Ok(sent)),
+                Err(e) if stale(&action, &e) => break Some(Err(e)),
                 Err(e) if e.retryable() && attempts <= retries => {
                     tracing::debug!(plugin = %action.plugin, error = %e.message, code = ?e.code, attempt = attempts, "action failed; retrying");
                     let jitter = rand::random::<f64>() * 0.2 + 0.9;
@@ -830,17 +936,27 @@ pub async fn worker(
                 );
                 continue;
             }
-            Some(Ok(d)) => {
+            Some(Ok(sent)) => {
                 PluginCounters::add(&out.status.counters.actions_applied, 1);
-                (AuditResult::Applied, d)
+                own.wrote(&action, &sent);
+                (AuditResult::Applied, sent.detail())
             }
             Some(Err(e)) => {
                 PluginCounters::add(&out.status.counters.actions_failed, 1);
-                let msg = format!(
+                let mut msg = format!(
                     "{}{}",
                     e.code.map(|c| format!("HTTP {c}: ")).unwrap_or_default(),
                     e.message
                 );
+                if stale(&action, &e) {
+                    own.forget(&action.target);
+                    msg.push_str(&format!(
+                        " (sent on condition of resourceVersion {}, the version the plugin's \
+                         cache held: the object changed since, so it is not retried; the plugin \
+                         hears of the change through its informer)",
+                        action.body.precondition().unwrap_or_default()
+                    ));
+                }
                 out.status.set_last_error(format!(
                     "action {} {} {:?} failed: {msg}",
                     action.body.verb().as_str(),
@@ -894,21 +1010,28 @@ mod tests {
         let p = metadata_patch(
             &[("team".into(), Some("a".into())), ("old".into(), None)],
             &[("example.com/note".into(), Some("any text: ok".into()))],
+            None,
         )
         .unwrap();
         assert_eq!(
             p,
             json!({"metadata": {"labels": {"team": "a", "old": null}, "annotations": {"example.com/note": "any text: ok"}}})
         );
-        assert!(metadata_patch(&[], &[]).is_err());
+        let p = metadata_patch(&[("team".into(), Some("a".into()))], &[], Some("42")).unwrap();
+        assert_eq!(
+            p,
+            json!({"metadata": {"labels": {"team": "a"}, "resourceVersion": "42"}})
+        );
+        assert_eq!(ActionBody::PatchMetadata(p).precondition(), Some("42"));
+        assert!(metadata_patch(&[], &[], None).is_err());
         for bad in ["", "-a", "a/", "UPPER.com/x", "x/y/z!", &"k".repeat(64)] {
             assert!(
-                metadata_patch(&[(bad.into(), Some("v".into()))], &[]).is_err(),
+                metadata_patch(&[(bad.into(), Some("v".into()))], &[], None).is_err(),
                 "{bad:?}"
             );
         }
-        assert!(metadata_patch(&[("k".into(), Some("has space".into()))], &[]).is_err());
-        assert!(metadata_patch(&[("k".into(), Some(String::new()))], &[]).is_ok());
+        assert!(metadata_patch(&[("k".into(), Some("has space".into()))], &[], None).is_err());
+        assert!(metadata_patch(&[("k".into(), Some(String::new()))], &[], None).is_ok());
     }
 
     #[test]
@@ -971,8 +1094,8 @@ mod tests {
         let (a, services) = dry_run("Pod", &[ActionVerb::Patch]);
         let mut t = pod(Some("a"));
         t.name = "x/../../../../kube-system/pods/coredns".into();
-        let body =
-            metadata_patch(&[("k".into(), Some("v".into()))], &[]).map(ActionBody::PatchMetadata);
+        let body = metadata_patch(&[("k".into(), Some("v".into()))], &[], None)
+            .map(ActionBody::PatchMetadata);
         let r = a.request(t, body, ActionVerb::Patch);
         assert!(
             matches!(&r, Err(ActionError::Invalid(m)) if m.starts_with("name \"x/../")),
@@ -1014,5 +1137,77 @@ mod tests {
             ..e(Some(409))
         };
         assert!(!apply_conflict.retryable(), "an apply conflict comes back");
+    }
+
+    fn patch_at(name: &str, rv: Option<&str>) -> Action {
+        let mut target = pod(Some("a"));
+        target.name = name.into();
+        Action {
+            plugin: "t".into(),
+            version: "1".into(),
+            target,
+            body: ActionBody::PatchMetadata(
+                metadata_patch(&[("k".into(), Some("v".into()))], &[], rv).unwrap(),
+            ),
+        }
+    }
+
+    fn sent(rv: &str) -> Sent {
+        Sent {
+            resource_version: Some(rv.into()),
+        }
+    }
+
+    #[test]
+    fn a_conflict_of_a_conditional_patch_is_final_and_others_are_retried() {
+        let conflict = SendError::new(Some(409), "the object has been modified");
+        assert!(stale(&patch_at("p", Some("7")), &conflict));
+        assert!(!stale(&patch_at("p", None), &conflict));
+        assert!(!stale(
+            &patch_at("p", Some("7")),
+            &SendError::new(Some(503), "")
+        ));
+    }
+
+    #[test]
+    fn only_the_plugins_own_writes_move_a_patch_to_a_later_version() {
+        let mut own = OwnWrites::default();
+        let rv = |a: &Action| a.body.precondition().map(str::to_owned);
+        // Three patches asked at version 5: each goes at the version the previous one made.
+        let a = own.rebase(patch_at("p", Some("5")));
+        assert_eq!(rv(&a).as_deref(), Some("5"));
+        own.wrote(&a, &sent("6"));
+        let b = own.rebase(patch_at("p", Some("5")));
+        assert_eq!(rv(&b).as_deref(), Some("6"));
+        own.wrote(&b, &sent("7"));
+        // Asked at a version the plugin's own write made (its cache caught up halfway).
+        let c = own.rebase(patch_at("p", Some("6")));
+        assert_eq!(rv(&c).as_deref(), Some("7"));
+        // Another object, and a version no own write made, are left as asked.
+        assert_eq!(
+            rv(&own.rebase(patch_at("q", Some("5")))).as_deref(),
+            Some("5")
+        );
+        assert_eq!(
+            rv(&own.rebase(patch_at("p", Some("4")))).as_deref(),
+            Some("4")
+        );
+        assert_eq!(rv(&own.rebase(patch_at("p", None))), None);
+        // A write on no condition, or a conflict, ends what the sender knows.
+        own.wrote(&patch_at("p", None), &sent("9"));
+        assert_eq!(
+            rv(&own.rebase(patch_at("p", Some("5")))).as_deref(),
+            Some("5")
+        );
+        own.wrote(&patch_at("p", Some("9")), &sent("10"));
+        assert_eq!(
+            rv(&own.rebase(patch_at("p", Some("9")))).as_deref(),
+            Some("10")
+        );
+        own.forget(&patch_at("p", None).target);
+        assert_eq!(
+            rv(&own.rebase(patch_at("p", Some("9")))).as_deref(),
+            Some("9")
+        );
     }
 }

@@ -404,12 +404,16 @@ impl actions::Host for StoreData {
         labels: Vec<(String, Option<String>)>,
         annotations: Vec<(String, Option<String>)>,
     ) -> Result<actions::Accepted, actions::ActionError> {
-        let body = metadata_patch(&labels, &annotations).map(ActionBody::PatchMetadata);
-        accepted(
-            self.api
-                .actions
-                .request(target_of(target), body, ActionVerb::Patch),
-        )
+        let target = target_of(target);
+        // Conditional on the version the plugin's cache holds, when one of its informers has
+        // the object: a patch decided on a view the object has since left is refused (409).
+        let ids = self.ids_of(&target);
+        let rv = ids
+            .as_ref()
+            .map(|(_, rv)| rv.as_str())
+            .filter(|rv| !rv.is_empty());
+        let body = metadata_patch(&labels, &annotations, rv).map(ActionBody::PatchMetadata);
+        accepted(self.api.actions.request(target, body, ActionVerb::Patch))
     }
 
     fn apply(&mut self, manifest: String) -> Result<actions::Accepted, actions::ActionError> {

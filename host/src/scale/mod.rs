@@ -21,7 +21,7 @@ pub mod shards;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::actions::{Action, ActionSink, SendError};
+use crate::actions::{Action, ActionSink, SendError, Sent};
 
 /// Whether this replica may act on an action's target (`Err`: why not).
 pub type OwnerCheck = Arc<dyn Fn(&Action) -> Result<(), String> + Send + Sync>;
@@ -39,7 +39,7 @@ impl ActionSink for FencedSink {
     fn send<'a>(
         &'a self,
         action: &'a Action,
-    ) -> Pin<Box<dyn Future<Output = Result<String, SendError>> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = Result<Sent, SendError>> + Send + 'a>> {
         let allowed = self
             .leadership
             .check()

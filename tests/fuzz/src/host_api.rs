@@ -370,7 +370,7 @@ fn call(u: &mut Unstructured<'_>, s: &mut StoreData, dry_run: bool) -> Result<()
         6 => report(u, s)?,
         7 => {
             let (target, labels, annotations) = (object_ref(u)?, opt_pairs(u)?, opt_pairs(u)?);
-            let well_formed = metadata_patch(&labels, &annotations).is_ok();
+            let well_formed = metadata_patch(&labels, &annotations, None).is_ok();
             let t = target_of(&target);
             let got = actions::Host::patch_metadata(s, target, labels, annotations);
             check_action(got, dry_run, well_formed && t_ok(&t), ActionVerb::Patch, &t);
