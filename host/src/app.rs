@@ -535,15 +535,16 @@ pub async fn start(
         );
         let stopped = stopped.clone();
         move |manager: PluginManager| {
-            if let Some(p) = path {
-                let r = crate::reloader::Reloader::new(p, config, manager, plugins);
-                tokio::spawn(r.clone().watch(stopped()));
-                let _ = cell.set(r);
-            }
+            let r = crate::reloader::Reloader::new(path?, config, manager, plugins);
+            tokio::spawn(r.clone().watch(stopped()));
+            let _ = cell.set(r.clone());
+            Some(r)
         }
     };
     match standby {
-        None => new_reloader(manager),
+        None => {
+            new_reloader(manager);
+        }
         Some((mut elector, checked)) => {
             let (plugins, fatal, stopped) = (plugins.clone(), fatal.clone(), stopped.clone());
             tokio::spawn(async move {
@@ -564,7 +565,10 @@ pub async fn start(
                         }
                     }
                 }
-                new_reloader(manager);
+                // What changed in the files while it stood by applies now.
+                if let Some(r) = new_reloader(manager) {
+                    tokio::task::spawn_blocking(move || r.catch_up());
+                }
                 if let crate::scale::lease::Ended::Lost(why) = elector.renew(&mut stop).await {
                     fatal.raise(format!("lost the Lease: {why}; a standby takes over"));
                 }
@@ -579,7 +583,9 @@ pub async fn start(
                 None => r.reload_all(),
             },
             None => Err(crate::admin::ReloadError::Refused(
-                "this replica stands by: its plugins start when it takes the Lease".into(),
+                "this replica stands by: its plugins start when it takes the Lease, with the config \
+                 file and modules as they are then"
+                    .into(),
             )),
         });
         f

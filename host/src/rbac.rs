@@ -20,7 +20,9 @@ type Resource = (String, String);
 type Perms = BTreeMap<Resource, BTreeSet<&'static str>>;
 
 /// Order of verbs in a rule.
-const VERB_ORDER: [&str; 6] = ["get", "list", "watch", "create", "update", "patch"];
+const VERB_ORDER: [&str; 7] = [
+    "get", "list", "watch", "create", "update", "patch", "delete",
+];
 
 fn resource(api_version: &str, kind: &str) -> Resource {
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
@@ -101,16 +103,21 @@ pub fn generate(config: &Config, name: &str, namespace: &str) -> String {
         }
     }
     // Replicas read, create and renew their Lease where they run (unless the config names
-    // another namespace).
+    // another namespace); shard members also list the group's Leases and delete their own when
+    // they stop.
     if let Some(sh) = &config.sharding {
         let ns = sh
             .lease_namespace
             .clone()
             .unwrap_or_else(|| namespace.to_owned());
+        let verbs: &[&str] = match sh.mode {
+            crate::config::ShardingMode::Leader => &["get", "create", "update"],
+            crate::config::ShardingMode::Shards => &["get", "list", "create", "update", "delete"],
+        };
         scopes.grant(
             Some(&[ns]),
             &("coordination.k8s.io".to_owned(), "leases".to_owned()),
-            &["get", "create", "update"],
+            verbs,
         );
     }
     let mut docs = vec![format!(
@@ -210,15 +217,26 @@ mod tests {
 
     #[test]
     fn replicas_may_read_create_and_renew_leases_in_their_namespace() {
-        let c = Config::parse(
-            "source: kube\ninformers:\n  - {name: pods, apiVersion: v1, kind: Pod}\nsharding: {mode: leader}\n",
-            "wisp.yaml",
-            std::path::Path::new("."),
-        )
-        .unwrap();
-        let out = generate(&c, "wisp", "ops");
+        let role = |mode: &str| {
+            let c = Config::parse(
+                &format!("source: kube\ninformers:\n  - {{name: pods, apiVersion: v1, kind: Pod}}\nsharding: {{mode: {mode}, identity: r1}}\n"),
+                "wisp.yaml",
+                std::path::Path::new("."),
+            )
+            .unwrap();
+            generate(&c, "wisp", "ops")
+        };
+        let lease_rule = |verbs: &str| {
+            format!(
+                "kind: Role\nmetadata:\n  name: wisp\n  namespace: ops\nrules:\n  - apiGroups: [\"coordination.k8s.io\"]\n    resources: [\"leases\"]\n    verbs: [{verbs}]\n"
+            )
+        };
+        let out = role("leader");
+        assert!(out.contains(&lease_rule("get, create, update")), "{out}");
+        // Members also list the group's Leases and delete their own when they stop.
+        let out = role("shards");
         assert!(
-            out.contains("kind: Role\nmetadata:\n  name: wisp\n  namespace: ops\nrules:\n  - apiGroups: [\"coordination.k8s.io\"]\n    resources: [\"leases\"]\n    verbs: [get, create, update]\n"),
+            out.contains(&lease_rule("get, list, create, update, delete")),
             "{out}"
         );
     }

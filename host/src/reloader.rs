@@ -237,6 +237,18 @@ impl Reloader {
         Ok(actions.join("\n"))
     }
 
+    /// Applies what changed while nothing watched: the config file, as [`Self::reload_config`]
+    /// does, then every plugin's module whose content differs from what runs. A standby calls it
+    /// when it takes the Lease, so it leads with the files as they are then.
+    pub fn catch_up(&self) {
+        // A refused config is logged by `reload_config`; the plugins keep the one they started
+        // with, as a refused reload leaves a leader's.
+        let _ = self.reload_config();
+        for name in self.specs().into_keys() {
+            self.reload_if_changed(&name);
+        }
+    }
+
     /// Plugins whose module is `path`.
     fn plugins_using(&self, path: &Path) -> Vec<String> {
         let canon = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());

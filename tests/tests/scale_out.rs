@@ -133,11 +133,13 @@ impl Replica {
 
     async fn start_in(dir: &std::path::Path, name: &str, client: kube::Client, mode: &str) -> Self {
         let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+        let config = config_in_mode(dir, name, mode);
         let opts = RunOptions {
             client: Some(client),
+            config_path: Some(dir.join(format!("wisp-{name}.yaml"))),
             ..RunOptions::default()
         };
-        let host = app::start(&config_in_mode(dir, name, mode), &opts, async {
+        let host = app::start(&config, &opts, async {
             let _ = rx.await;
         })
         .await
@@ -281,6 +283,46 @@ async fn one_of_three_replicas_leads_and_a_standby_takes_over_when_it_stops() {
         (8..12).all(|i| applied[&format!("web-{i}")][0] == replicas[next].name),
         "{applied:?}"
     );
+}
+
+/// A standby keeps the config it started with (it refuses reloads), but takes the Lease with the
+/// config file as it is then: a plugin added meanwhile starts with the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_standby_takes_the_lease_with_the_config_changed_while_it_stood_by() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(2).await;
+    let mut a = Replica::start(dir.path(), "a", server.client()).await;
+    until("a leads", || a.leads() && labelled(&server) == 2).await;
+    let mut b = Replica::start(dir.path(), "b", server.client()).await;
+    until("b's cache warm", || b.host.informers[0].cache().len() == 2).await;
+
+    let path = dir.path().join("wisp-b.yaml");
+    let text = std::fs::read_to_string(&path).unwrap().replace(
+        "sharding:",
+        &format!(
+            "  - name: inventory\n    module: {}\n    informers: [pods]\nsharding:",
+            plugin_path("inventory").display()
+        ),
+    );
+    std::fs::write(&path, text).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(b.plugins(), 0, "a standby runs no plugins");
+
+    a.stop().await;
+    until("b leads with both plugins", || {
+        b.leads() && b.plugins() == 2
+    })
+    .await;
+    let names: Vec<String> = b
+        .host
+        .plugins
+        .read()
+        .unwrap()
+        .iter()
+        .map(|h| h.name().to_owned())
+        .collect();
+    assert_eq!(names, ["labeler", "inventory"]);
+    b.stop().await;
 }
 
 /// A TCP proxy to the test API server that can be frozen: while frozen, nothing it carries
