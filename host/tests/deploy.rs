@@ -1,7 +1,8 @@
 //! The manifests in `deploy/` hold together: each is Kubernetes objects, the ConfigMap carries
 //! `deploy/wisp.yaml` verbatim, the Deployment's args, mounts, ports and probes agree with that
 //! config, the image has the modules it names, and `deploy/rbac.yaml` is exactly what
-//! `wisp rbac` prints for it today.
+//! `wisp rbac` prints for it today. `deploy/shards/`, rendered by kubectl's kustomize, is the
+//! same with shards mode's config, replicas, disruption budget and Lease rights.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,12 +25,15 @@ fn read(name: &str) -> String {
 
 /// The YAML documents of `deploy/<name>`.
 fn docs(name: &str) -> Vec<Value> {
-    let text = read(name);
-    serde_yaml_ng::Deserializer::from_str(&text)
+    yaml_docs(&read(name), &format!("deploy/{name}"))
+}
+
+/// The YAML documents of `text` (from `what`).
+fn yaml_docs(text: &str, what: &str) -> Vec<Value> {
+    serde_yaml_ng::Deserializer::from_str(text)
         .enumerate()
-        .map(|(i, d)| {
-            Value::deserialize(d).unwrap_or_else(|e| panic!("deploy/{name}: document {i}: {e}"))
-        })
+        .map(|(i, d)| Value::deserialize(d).unwrap_or_else(|e| panic!("{what}: document {i}: {e}")))
+        .filter(|d| !d.is_null())
         .collect()
 }
 
@@ -58,20 +62,24 @@ fn plugin_dir() -> PathBuf {
 
 /// The module file names `deploy/wisp.yaml` expects under `/plugins/` (where the image puts them).
 fn image_modules() -> Vec<String> {
-    read("wisp.yaml")
+    read(CONFIG)
         .lines()
         .filter_map(|l| l.trim_start().strip_prefix("module: /plugins/"))
         .map(|m| m.trim().to_owned())
         .collect()
 }
 
-/// Writes `deploy/wisp.yaml` into `<dir>/deploy/wisp.yaml` with its `/plugins/X.wasm` modules
-/// pointing at the built plugins, so that it validates outside the image.
-fn config_copy(dir: &Path) {
+/// The config of `deploy/`, and that of `deploy/shards/`.
+const CONFIG: &str = "wisp.yaml";
+const SHARDS_CONFIG: &str = "shards/wisp.yaml";
+
+/// Writes `deploy/<name>` into `<dir>/deploy/<name>` with its `/plugins/X.wasm` modules pointing
+/// at the built plugins, so that it validates outside the image.
+fn config_copy(dir: &Path, name: &str) {
     let plugins = plugin_dir();
     let mut rewritten = 0;
     let mut out = String::new();
-    for line in read("wisp.yaml").split_inclusive('\n') {
+    for line in read(name).split_inclusive('\n') {
         match line.split_once("module: /plugins/") {
             Some((indent, file)) if indent.trim().is_empty() => {
                 let file = file.trim();
@@ -88,16 +96,46 @@ fn config_copy(dir: &Path) {
             _ => out.push_str(line),
         }
     }
-    assert_eq!(rewritten, 3, "deploy/wisp.yaml: the three example modules");
-    std::fs::create_dir_all(dir.join("deploy")).unwrap();
-    std::fs::write(dir.join("deploy").join("wisp.yaml"), out).unwrap();
+    assert_eq!(rewritten, 3, "deploy/{name}: the three example modules");
+    let path = dir.join("deploy").join(name);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, out).unwrap();
 }
 
-/// `deploy/wisp.yaml`, validated (modules resolved to the built plugins).
-fn config() -> Config {
+/// `deploy/<name>`, validated (modules resolved to the built plugins).
+fn load_config(name: &str) -> Config {
     let d = tempfile::tempdir().unwrap();
-    config_copy(d.path());
-    Config::load(&d.path().join("deploy").join("wisp.yaml")).unwrap_or_else(|e| panic!("{e}"))
+    config_copy(d.path(), name);
+    Config::load(&d.path().join("deploy").join(name)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `deploy/wisp.yaml`, validated.
+fn config() -> Config {
+    load_config(CONFIG)
+}
+
+/// What `wisp rbac --namespace wisp` prints for `deploy/<name>` (run from a copy at the same
+/// relative path, so the generated header names `deploy/<name>`).
+fn wisp_rbac(name: &str) -> String {
+    let d = tempfile::tempdir().unwrap();
+    config_copy(d.path(), name);
+    let out = Command::new(env!("CARGO_BIN_EXE_wisp"))
+        .current_dir(d.path())
+        .args([
+            "rbac",
+            "--config",
+            &format!("deploy/{name}"),
+            "--namespace",
+            "wisp",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "wisp rbac failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
 }
 
 const CLUSTER_SCOPED: [&str; 3] = ["Namespace", "ClusterRole", "ClusterRoleBinding"];
@@ -149,7 +187,7 @@ fn the_configmap_holds_wisp_yaml_byte_for_byte() {
     let cm = object("configmap.yaml", "ConfigMap", "wisp-config");
     let held = str_of(&cm["data"]["wisp.yaml"], "data.wisp.yaml");
     assert!(
-        held == read("wisp.yaml"),
+        held == read(CONFIG),
         "deploy/configmap.yaml's wisp.yaml differs from deploy/wisp.yaml; regenerate its data \
          with `sed 's/^/    /' deploy/wisp.yaml`"
     );
@@ -326,6 +364,9 @@ fn the_deployment_agrees_with_the_config_the_rbac_and_the_image() {
     let secret = volume(&token_mount["name"]);
     assert_eq!(secret["secret"]["secretName"], "wisp-admin-token");
     assert_eq!(secret["secret"]["optional"], true);
+    // Owner and group read (0440), as a number: YAML 1.1 (kubectl) reads `0440` as octal, YAML
+    // 1.2 as a string or decimal.
+    assert_eq!(secret["secret"]["defaultMode"], 0o440);
     assert_eq!(c["readinessProbe"]["periodSeconds"], 5);
 
     // Locked down; the module cache is the one writable place, an emptyDir.
@@ -391,26 +432,7 @@ fn the_deployment_agrees_with_the_config_the_rbac_and_the_image() {
 
 #[test]
 fn rbac_yaml_is_what_wisp_rbac_prints_for_wisp_yaml() {
-    // A copy at the same relative name, so the generated header reads `from deploy/wisp.yaml`.
-    let d = tempfile::tempdir().unwrap();
-    config_copy(d.path());
-    let out = Command::new(env!("CARGO_BIN_EXE_wisp"))
-        .current_dir(d.path())
-        .args([
-            "rbac",
-            "--config",
-            "deploy/wisp.yaml",
-            "--namespace",
-            "wisp",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "wisp rbac failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let printed = String::from_utf8(out.stdout).unwrap();
+    let printed = wisp_rbac(CONFIG);
     assert!(
         printed.starts_with("# Generated by `wisp rbac` from deploy/wisp.yaml"),
         "{printed}"
@@ -419,4 +441,112 @@ fn rbac_yaml_is_what_wisp_rbac_prints_for_wisp_yaml() {
         printed == read("rbac.yaml"),
         "deploy/rbac.yaml is stale; regenerate it as deploy/README.md says. `wisp rbac` prints:\n{printed}"
     );
+}
+
+/// `kubectl kustomize` of `deploy/<dir>` (which names files of `deploy/`), as objects; `None`
+/// when kubectl is missing outside CI (`.ci/run` installs it).
+fn kustomize(dir: &str) -> Option<Vec<Value>> {
+    let out = match Command::new("kubectl")
+        .args(["kustomize", "--load-restrictor", "LoadRestrictionsNone"])
+        .arg(repo().join("deploy").join(dir))
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "kubectl is missing: CI must have it (see .ci/run): {e}"
+            );
+            eprintln!("SKIPPED: kubectl is not installed ({e}); install it to run this test");
+            return None;
+        }
+    };
+    assert!(
+        out.status.success(),
+        "kubectl kustomize deploy/{dir}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    Some(yaml_docs(&text, &format!("kubectl kustomize deploy/{dir}")))
+}
+
+/// `objects` by kind, namespace and name.
+fn by_identity(objects: Vec<Value>) -> std::collections::BTreeMap<String, Value> {
+    objects
+        .into_iter()
+        .map(|o| {
+            let id = format!(
+                "{} {}/{}",
+                o["kind"].as_str().unwrap_or_default(),
+                o["metadata"]["namespace"].as_str().unwrap_or_default(),
+                o["metadata"]["name"].as_str().unwrap_or_default()
+            );
+            (id, o)
+        })
+        .collect()
+}
+
+#[test]
+fn the_shards_overlay_is_deploy_with_shards_config_replicas_budget_and_lease_rights() {
+    // Its config is deploy/wisp.yaml but for `sharding`, and valid.
+    let plain = |name: &str| {
+        let mut v: Value = serde_yaml_ng::from_str(&read(name)).unwrap();
+        let sharding = v.as_object_mut().unwrap().remove("sharding");
+        (v, sharding)
+    };
+    let ((base, _), (shards, sharding)) = (plain(CONFIG), plain(SHARDS_CONFIG));
+    assert_eq!(
+        shards, base,
+        "deploy/{SHARDS_CONFIG} differs from deploy/{CONFIG} beyond `sharding`"
+    );
+    assert_eq!(
+        sharding,
+        Some(serde_json::json!({"mode": "shards", "shardBy": "uid"}))
+    );
+    let cfg = load_config(SHARDS_CONFIG);
+    assert_eq!(
+        cfg.sharding.as_ref().map(|s| s.mode),
+        Some(wisp_host::config::ShardingMode::Shards)
+    );
+
+    let Some(rendered) = kustomize("shards") else {
+        return;
+    };
+    let mut rendered = by_identity(rendered);
+    let mut expected = by_identity(
+        [
+            "namespace.yaml",
+            "rbac.yaml",
+            "configmap.yaml",
+            "deployment.yaml",
+        ]
+        .into_iter()
+        .flat_map(docs)
+        .collect(),
+    );
+    assert_eq!(
+        rendered.keys().collect::<Vec<_>>(),
+        expected.keys().collect::<Vec<_>>()
+    );
+    // The RBAC is what `wisp rbac` prints for the shards config.
+    for (id, o) in by_identity(yaml_docs(&wisp_rbac(SHARDS_CONFIG), "wisp rbac")) {
+        expected.insert(id, o);
+    }
+    // The ConfigMap carries the shards config byte for byte.
+    let cm = &mut rendered.get_mut("ConfigMap wisp/wisp-config").unwrap();
+    assert!(
+        cm["data"]["wisp.yaml"] == read(SHARDS_CONFIG),
+        "the overlay's ConfigMap does not carry deploy/{SHARDS_CONFIG}"
+    );
+    expected.get_mut("ConfigMap wisp/wisp-config").unwrap()["data"]["wisp.yaml"] =
+        cm["data"]["wisp.yaml"].clone();
+    // Three members; a disruption takes one at a time (its share moves to the others).
+    let dep = expected.get_mut("Deployment wisp/wisp").unwrap();
+    dep["spec"]["replicas"] = 3.into();
+    let pdb = expected.get_mut("PodDisruptionBudget wisp/wisp").unwrap();
+    pdb["spec"].as_object_mut().unwrap().remove("minAvailable");
+    pdb["spec"]["maxUnavailable"] = 1.into();
+    for (id, want) in &expected {
+        assert_eq!(&rendered[id], want, "{id}");
+    }
 }
