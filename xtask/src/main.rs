@@ -163,15 +163,12 @@ fn wait_ready(addr: std::net::SocketAddr, timeout: std::time::Duration) -> bool 
 fn demo() -> anyhow::Result<()> {
     let root = root();
     let dist = build_plugins()?;
+    // The whole workspace, not only the `wisp` binary: the dependencies then get the features
+    // the test build gives them (the test crates turn on features of shared crates, such as
+    // tokio's test-util and the wit-parser of the SDK's bindgen), so `cargo xtask test`
+    // reuses every one of them instead of building much of the graph again.
     let mut b = cargo();
-    b.args([
-        "build",
-        "--quiet",
-        "--package",
-        "wisp-host",
-        "--bin",
-        "wisp",
-    ]);
+    b.args(["build", "--quiet", "--workspace"]);
     run(b)?;
     let work = std::env::temp_dir().join(format!("wisp-demo-{}", std::process::id()));
     let cluster = work.join("cluster");
@@ -415,6 +412,8 @@ fn main() -> anyhow::Result<()> {
                 "--release",
                 "--package",
                 "wisp-tests",
+                "--features",
+                "bench",
                 "--bin",
                 "wisp-bench",
                 "--",
