@@ -226,21 +226,16 @@ fn demo() -> anyhow::Result<()> {
     std::fs::remove_file(cluster.join("system.yaml"))?;
     std::thread::sleep(std::time::Duration::from_secs(1));
     if let Some(m) = http_get(admin, "/metrics") {
-        println!("\nxtask: what the plugins report (from /metrics):\n");
-        for l in m
-            .lines()
-            .filter(|l| l.starts_with("wisp_plugin_") && !l.starts_with('#'))
-        {
-            println!("  {l}");
-        }
+        println!("\nxtask: what the plugins did (from /metrics; counters still at 0 left out):\n");
+        print!("{}", plugin_metrics(&m));
     }
-    for (path, what) in [
-        ("/verdicts", "current policy verdicts"),
-        ("/audit", "actions the plugins asked for"),
-    ] {
-        if let Some(body) = http_get(admin, path) {
-            println!("\nxtask: {what} (from {path}):\n\n  {body}");
-        }
+    if let Some(body) = http_get(admin, "/verdicts") {
+        println!("\nxtask: current policy verdicts (from /verdicts):\n");
+        print!("{}", verdicts(&body));
+    }
+    if let Some(body) = http_get(admin, "/audit") {
+        println!("\nxtask: actions the plugins asked for (from /audit):\n");
+        print!("{}", audit(&body));
     }
     println!("\nxtask: stopping the host\n");
     // The host stops by itself at --for; ask it sooner with SIGTERM where we can.
@@ -254,6 +249,116 @@ fn demo() -> anyhow::Result<()> {
         bail!("wisp exited with {status}");
     }
     Ok(())
+}
+
+/// The `wisp_plugin_*` samples of a `/metrics` page that say something, per plugin: counters
+/// and gauges that are not 0 (without the `wisp_plugin_` prefix and the `plugin` label), and
+/// each plugin's mean call time instead of its latency histogram.
+fn plugin_metrics(page: &str) -> String {
+    let mut by_plugin: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    let mut latency: std::collections::BTreeMap<String, (f64, f64)> = Default::default();
+    for line in page.lines().filter(|l| l.starts_with("wisp_plugin_")) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(value) = value.parse::<f64>() else {
+            continue;
+        };
+        let (name, labels) = series.split_once('{').unwrap_or((series, "}"));
+        let labels: Vec<&str> = labels.trim_end_matches('}').split(',').collect();
+        let Some(plugin) = labels.iter().find_map(|l| l.strip_prefix("plugin=")) else {
+            continue;
+        };
+        let plugin = plugin.trim_matches('"').to_owned();
+        let name = name.trim_start_matches("wisp_plugin_");
+        if let Some(h) = name.strip_prefix("handle_latency_seconds_") {
+            let e = latency.entry(plugin).or_default();
+            match h {
+                "sum" => e.0 = value,
+                "count" => e.1 = value,
+                _ => {}
+            }
+            continue;
+        }
+        if value == 0.0 {
+            continue;
+        }
+        let rest: Vec<&str> = labels
+            .into_iter()
+            .filter(|l| !l.starts_with("plugin=") && !l.is_empty())
+            .collect();
+        let shown = if rest.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{name}{{{}}}", rest.join(","))
+        };
+        by_plugin
+            .entry(plugin)
+            .or_default()
+            .push(format!("{shown} {value}"));
+    }
+    let mut out = String::new();
+    for (plugin, (sum, count)) in &latency {
+        if *count > 0.0 {
+            by_plugin.entry(plugin.clone()).or_default().push(format!(
+                "mean handle time {:.2} ms over {count} calls",
+                sum / count * 1000.0
+            ));
+        }
+    }
+    for (plugin, lines) in by_plugin {
+        out.push_str(&format!("  {plugin}:\n"));
+        for l in lines {
+            out.push_str(&format!("    {l}\n"));
+        }
+    }
+    out
+}
+
+/// One line per verdict of a `/verdicts` answer.
+fn verdicts(body: &str) -> String {
+    let list: Vec<serde_json::Value> = serde_json::from_str(body).unwrap_or_default();
+    if list.is_empty() {
+        return "  none\n".into();
+    }
+    let s = |v: &serde_json::Value| v.as_str().unwrap_or("").to_owned();
+    list.iter()
+        .map(|v| {
+            format!(
+                "  {} {} {} {} {}/{}: {}\n",
+                s(&v["plugin"]),
+                s(&v["rule"]),
+                s(&v["severity"]),
+                s(&v["kind"]),
+                s(&v["namespace"]),
+                s(&v["name"]),
+                s(&v["message"])
+            )
+        })
+        .collect()
+}
+
+/// One line per entry of an `/audit` answer.
+fn audit(body: &str) -> String {
+    let list: Vec<serde_json::Value> = serde_json::from_str(body).unwrap_or_default();
+    if list.is_empty() {
+        return "  none\n".into();
+    }
+    let s = |v: &serde_json::Value| v.as_str().unwrap_or("").to_owned();
+    list.iter()
+        .map(|v| {
+            format!(
+                "  {} {} {} {}/{}: {} ({})\n",
+                s(&v["plugin"]),
+                s(&v["verb"]),
+                s(&v["kind"]),
+                s(&v["namespace"]),
+                s(&v["name"]),
+                s(&v["result"]),
+                s(&v["detail"])
+            )
+        })
+        .collect()
 }
 
 /// What one bounded fuzz run did, from libFuzzer's last status line and its exit.
@@ -455,5 +560,34 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         other => bail!("unknown task {other:?}\n\n{USAGE}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_demo_shows_what_plugins_did_not_every_zero_counter() {
+        let page = "# HELP wisp_plugin_delivered Notifications delivered.\n\
+            wisp_plugin_delivered_total{plugin=\"audit\"} 8\n\
+            wisp_plugin_failed_total{plugin=\"audit\"} 0\n\
+            wisp_plugin_handle_latency_seconds_sum{plugin=\"audit\"} 0.002\n\
+            wisp_plugin_handle_latency_seconds_count{plugin=\"audit\"} 5\n\
+            wisp_plugin_handle_latency_seconds_bucket{le=\"0.001\",plugin=\"audit\"} 5\n\
+            wisp_plugin_pods_per_node{node=\"node-a\",plugin=\"inventory\"} 2.0\n\
+            wisp_informer_objects{informer=\"pods\"} 4\n";
+        assert_eq!(
+            plugin_metrics(page),
+            "  audit:\n    delivered_total 8\n    mean handle time 0.40 ms over 5 calls\n  \
+             inventory:\n    pods_per_node{node=\"node-a\"} 2\n"
+        );
+        assert_eq!(verdicts("[]"), "  none\n");
+        assert_eq!(
+            audit(
+                r#"[{"plugin":"p","verb":"patch","kind":"Pod","namespace":"shop","name":"a","result":"applied","detail":"resourceVersion 9"}]"#
+            ),
+            "  p patch Pod shop/a: applied (resourceVersion 9)\n"
+        );
     }
 }
