@@ -18,7 +18,6 @@ use notify_debouncer_mini::notify::RecursiveMode;
 use notify_debouncer_mini::{DebounceEventResult, new_debouncer};
 use sha2::{Digest, Sha256};
 
-use crate::admin::ReloadError;
 use crate::config::Config;
 use crate::plugin::{PluginHandle, PluginManager, PluginSpec};
 
@@ -29,6 +28,15 @@ pub const DEBOUNCE: Duration = Duration::from_millis(50);
 /// How many times, and how far apart, a refused module file is looked at again.
 const RECHECKS: u32 = 5;
 const RECHECK_DELAY: Duration = Duration::from_millis(100);
+
+/// Why a reload did not happen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReloadError {
+    /// No plugin of that name.
+    UnknownPlugin(String),
+    /// The new config or module was refused; what runs is unchanged.
+    Refused(String),
+}
 
 /// Applies live changes to a running host.
 pub struct Reloader {

@@ -31,14 +31,7 @@ use crate::plugin::status::PluginCounters;
 /// plugin. Blocking (it compiles); returns what was done, or why nothing was.
 pub type ReloadFn = Arc<dyn Fn(Option<String>) -> Result<String, ReloadError> + Send + Sync>;
 
-/// Why a reload did not happen.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReloadError {
-    /// No plugin of that name.
-    UnknownPlugin(String),
-    /// The new config or module was refused; what runs is unchanged.
-    Refused(String),
-}
+pub use crate::reloader::ReloadError;
 
 /// What the admin server reports on. Plugins can come and go while the host runs.
 #[derive(Clone, Default)]

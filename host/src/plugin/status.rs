@@ -352,6 +352,36 @@ pub struct PluginStatus {
     series_bytes: AtomicU64,
 }
 
+impl crate::actions::ActionReport for PluginStatus {
+    fn version(&self) -> String {
+        self.plugin_version()
+    }
+
+    fn count(&self, what: crate::actions::Counted) {
+        use crate::actions::Counted;
+        let c = &self.counters;
+        match what {
+            Counted::RateLimited => PluginCounters::add(&c.actions_rate_limited, 1),
+            Counted::Refused => PluginCounters::add(&c.actions_refused, 1),
+            Counted::NotGranted => {
+                PluginCounters::add(&c.actions_refused, 1);
+                PluginCounters::add(&c.denied, 1);
+            }
+            Counted::DryRun => PluginCounters::add(&c.actions_dry_run, 1),
+            Counted::Applied => PluginCounters::add(&c.actions_applied, 1),
+            Counted::Failed => PluginCounters::add(&c.actions_failed, 1),
+        }
+    }
+
+    fn log(&self, line: String) {
+        self.logs.push(line);
+    }
+
+    fn last_error(&self, error: String) {
+        self.set_last_error(error);
+    }
+}
+
 impl PluginStatus {
     /// The current state.
     pub fn state(&self) -> PluginState {
