@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -26,6 +26,7 @@ use crate::source::dir::DirCluster;
 use crate::source::filter::ObjectFilter;
 use crate::source::kube::KubeSource;
 use crate::source::multi::MultiNamespace;
+use crate::sync::{lock, write};
 
 /// How often a `dir:` source rescans its directory.
 pub const DIR_RESCAN: Duration = Duration::from_millis(250);
@@ -283,18 +284,12 @@ struct Fatal {
 
 impl Fatal {
     fn raise(&self, error: String) {
-        self.error
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get_or_insert(error);
+        lock(&self.error).get_or_insert(error);
         self.raised.notify_one();
     }
 
     fn error(&self) -> Option<String> {
-        self.error
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        lock(&self.error).clone()
     }
 }
 
@@ -476,7 +471,7 @@ pub async fn start(
     let mut standby = None;
     match elector {
         None => {
-            let mut attached = plugins.write().unwrap_or_else(PoisonError::into_inner);
+            let mut attached = write(&plugins);
             for c in checked {
                 attached.push(Arc::new(manager.attach(c)?));
             }
@@ -555,10 +550,7 @@ pub async fn start(
                 }
                 for c in checked {
                     match manager.attach(c) {
-                        Ok(h) => plugins
-                            .write()
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .push(Arc::new(h)),
+                        Ok(h) => write(&plugins).push(Arc::new(h)),
                         Err(e) => {
                             fatal.raise(format!("leading, but a plugin did not start: {e:#}"));
                             return;

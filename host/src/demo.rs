@@ -2,7 +2,7 @@
 //! It lists a handful of pods, applies a scripted series of changes, and prints what a
 //! listener sees, then the cache's view.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use crate::informer::shared_informer::{InformerConfig, wait_for};
 use crate::informer::{DeletedObject, EventHandler, Object, SharedInformer, indexer};
 use crate::source::memory::MemorySource;
+use crate::sync::lock;
 
 fn pod(ns: &str, name: &str, app: &str, image: &str, node: &str) -> Value {
     json!({
@@ -27,10 +28,7 @@ struct Printer {
 impl Printer {
     fn line(&self, s: String) {
         println!("{s}");
-        self.out
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(s);
+        lock(&self.out).push(s);
     }
 }
 
@@ -131,7 +129,7 @@ pub async fn run() -> anyhow::Result<Vec<String>> {
     );
     let _ = stop_tx.send(());
     run.await??;
-    let out = lines.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let out = lock(&lines).clone();
     Ok(out)
 }
 

@@ -33,3 +33,4 @@ pub mod record;
 pub mod reloader;
 pub mod scale;
 pub mod source;
+pub mod sync;

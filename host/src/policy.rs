@@ -4,10 +4,11 @@
 //! `wisp_policy_violations` gauge read it.
 
 use std::collections::BTreeMap;
+use std::sync::RwLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{PoisonError, RwLock};
 use std::time::SystemTime;
 
+use crate::sync::{read, write};
 use serde::Serialize;
 
 /// Most violations kept per plugin (a plugin reporting more gets an error).
@@ -170,10 +171,7 @@ impl VerdictStore {
             ));
         }
         let slot: Slot = (subject.informer.clone(), subject.key(), rule.to_owned());
-        let mut by_plugin = self
-            .by_plugin
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut by_plugin = write(&self.by_plugin);
         let Some((severity, mut message)) = violation else {
             let Some(slots) = by_plugin.get_mut(plugin) else {
                 return Ok(Change::Passed);
@@ -236,10 +234,7 @@ impl VerdictStore {
         if self.is_empty() {
             return 0;
         }
-        let mut by_plugin = self
-            .by_plugin
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut by_plugin = write(&self.by_plugin);
         let Some(slots) = by_plugin.get_mut(plugin) else {
             return 0;
         };
@@ -261,10 +256,7 @@ impl VerdictStore {
 
     /// Clears every verdict of `plugin` (it was removed).
     pub fn clear_plugin(&self, plugin: &str) -> usize {
-        let mut by_plugin = self
-            .by_plugin
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut by_plugin = write(&self.by_plugin);
         let n = by_plugin.remove(plugin).map_or(0, |slots| slots.len());
         self.len.fetch_sub(n, Ordering::Relaxed);
         n
@@ -272,10 +264,7 @@ impl VerdictStore {
 
     /// Current violations matching `filter`, by plugin, informer, object and rule.
     pub fn list(&self, filter: &VerdictFilter) -> Vec<Verdict> {
-        let by_plugin = self
-            .by_plugin
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
+        let by_plugin = read(&self.by_plugin);
         by_plugin
             .iter()
             .filter(|(p, _)| filter.plugin.as_ref().is_none_or(|f| f == *p))
@@ -293,10 +282,7 @@ impl VerdictStore {
 
     /// Number of violations per (plugin, rule, severity).
     pub fn counts(&self) -> BTreeMap<(String, String, Severity), u64> {
-        let by_plugin = self
-            .by_plugin
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
+        let by_plugin = read(&self.by_plugin);
         let mut out = BTreeMap::new();
         for v in by_plugin.values().flat_map(BTreeMap::values) {
             *out.entry((v.plugin.clone(), v.rule.clone(), v.severity))

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
@@ -20,6 +20,7 @@ use crate::informer::{
 };
 use crate::plugin::PluginEngine;
 use crate::plugin::status::PluginCounters;
+use crate::sync::lock;
 
 /// One notification as a JSON line.
 pub fn to_record(informer: &str, d: &Delivery) -> Value {
@@ -111,7 +112,7 @@ impl RecordingHandler {
 
 impl EventHandler for RecordingHandler {
     fn handle(&mut self, batch: &[Delivery]) {
-        let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out = lock(&self.out);
         for d in batch {
             if let Err(e) = writeln!(out, "{}", to_record(&self.informer, d)) {
                 tracing::error!(error = %e, "cannot write the recording");

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use notify_debouncer_mini::notify::RecursiveMode;
@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 
 use crate::config::Config;
 use crate::plugin::{PluginHandle, PluginManager, PluginSpec};
+use crate::sync::{lock, read, write};
 
 /// Debounce of file events: a burst of writes is one change. A half-written module fails its
 /// check and keeps the running version; the write that completes it triggers another reload.
@@ -78,7 +79,7 @@ impl Reloader {
     }
 
     fn specs(&self) -> BTreeMap<String, PluginSpec> {
-        let cfg = self.config.lock().unwrap_or_else(PoisonError::into_inner);
+        let cfg = lock(&self.config);
         cfg.plugin_specs()
             .into_iter()
             .map(|s| (s.name.clone(), s))
@@ -86,9 +87,7 @@ impl Reloader {
     }
 
     fn handle(&self, name: &str) -> Option<Arc<PluginHandle>> {
-        self.plugins
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
+        read(&self.plugins)
             .iter()
             .find(|p| p.name() == name)
             .cloned()
@@ -96,7 +95,7 @@ impl Reloader {
 
     /// Reloads one plugin from its module file (as the config says).
     pub fn reload_plugin(&self, name: &str) -> Result<String, ReloadError> {
-        let _busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
+        let _busy = lock(&self.busy);
         let spec = self
             .specs()
             .remove(name)
@@ -130,12 +129,12 @@ impl Reloader {
 
     /// Re-reads the config file and applies plugin changes; a bad config changes nothing.
     pub fn reload_config(&self) -> Result<String, ReloadError> {
-        let _busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
+        let _busy = lock(&self.busy);
         let next = Config::load(&self.config_path).map_err(|e| {
             tracing::error!(error = %e, "config reload refused; nothing changed");
             ReloadError::Refused(format!("config reload refused, nothing changed: {e}"))
         })?;
-        let mut cfg = self.config.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut cfg = lock(&self.config);
         if cfg.executor != next.executor {
             let msg = format!(
                 "config reload refused, nothing changed: {}: executor changed; the number of workers needs a restart",
@@ -189,7 +188,7 @@ impl Reloader {
             }
         }
         // Apply: stop removed and restarted ones, attach the checked ones, reload changed ones.
-        let mut list = self.plugins.write().unwrap_or_else(PoisonError::into_inner);
+        let mut list = write(&self.plugins);
         list.retain(|h| {
             let keep = match (
                 old.get(h.name()),
@@ -274,16 +273,9 @@ impl Reloader {
         let canon = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
         if paths.iter().any(|p| canon(p) == canon(&self.config_path)) {
             let text = std::fs::read_to_string(&self.config_path).unwrap_or_default();
-            let changed = *self
-                .config_text
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                != text;
+            let changed = *lock(&self.config_text) != text;
             if changed {
-                *self
-                    .config_text
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner) = text;
+                *lock(&self.config_text) = text;
                 let _ = self.reload_config();
             }
         }
@@ -319,12 +311,7 @@ impl Reloader {
             let Some(hash) = hash_of(&module) else {
                 continue;
             };
-            let refused_before = self
-                .tried
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get(name)
-                .cloned();
+            let refused_before = lock(&self.tried).get(name).cloned();
             if hash == h.status().version().0 || refused_before.as_deref() == Some(hash.as_str()) {
                 if attempt == 0 || hash == h.status().version().0 {
                     return;
@@ -332,7 +319,7 @@ impl Reloader {
                 continue;
             }
             let ok = self.reload_plugin(name).is_ok();
-            let mut tried = self.tried.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut tried = lock(&self.tried);
             if ok {
                 tried.remove(name);
                 return;

@@ -17,12 +17,13 @@
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
 use crate::policy::rfc3339;
+use crate::sync::lock;
 
 /// Entries kept in memory per plugin for `/audit`.
 pub const AUDIT_RING: usize = 1000;
@@ -195,7 +196,7 @@ impl AuditLog {
     }
 
     fn rings(&self) -> std::sync::MutexGuard<'_, Rings> {
-        self.rings.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.rings)
     }
 
     /// Records an entry.
@@ -289,7 +290,7 @@ impl AuditLog {
         if let Some(f) = &self.file {
             let mut line = serde_json::to_string(&e).unwrap_or_default();
             line.push('\n');
-            let mut f = f.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut f = lock(f);
             if let Err(err) = f.write(line.as_bytes()) {
                 tracing::error!(error = %err, "cannot write the audit log file");
             }

@@ -2,7 +2,7 @@
 //! to send it to, a token of the plugin's rate limit; then a repeated Event becomes a count, and
 //! the action is queued (or, in dry-run, logged and audited).
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
 use super::audit::{AuditEntry, AuditResult};
@@ -14,6 +14,7 @@ use super::{
     HostServices, Sender, Target, worker,
 };
 use crate::policy::rfc3339;
+use crate::sync::lock;
 
 /// One plugin's actions: its grants, rate limit, dry-run switch and sender.
 pub struct PluginActions {
@@ -180,11 +181,7 @@ impl PluginActions {
                 ),
             ));
         }
-        let limited = self
-            .bucket
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take(Instant::now());
+        let limited = lock(&self.bucket).take(Instant::now());
         if let Err(wait) = limited {
             let why = format!(
                 "over {} actions per second (burst {}); next in {wait:?}",
@@ -201,11 +198,7 @@ impl PluginActions {
         let ActionBody::CreateEvent(mut event) = body else {
             return (target, body);
         };
-        let seen = self
-            .events
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .observe(&mut event, Instant::now());
+        let seen = lock(&self.events).observe(&mut event, Instant::now());
         match seen {
             Correlated::New => (target, ActionBody::CreateEvent(event)),
             Correlated::Repeat { name, patch } => {
@@ -264,7 +257,7 @@ impl PluginActions {
             target,
             body,
         };
-        let mut sender = self.sender.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut sender = lock(&self.sender);
         if sender.is_none() {
             *sender = self.spawn_sender();
         }

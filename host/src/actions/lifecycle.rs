@@ -2,9 +2,10 @@
 //! stops, no new action is taken, the senders send what is queued until the grace period runs
 //! out, and whatever is left then is audited as not sent (never dropped without a trace).
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
 
+use crate::sync::lock;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -69,7 +70,7 @@ impl Senders {
     }
 
     pub(crate) fn register(&self, task: JoinHandle<()>) {
-        let mut tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut tasks = lock(&self.tasks);
         tasks.retain(|t| !t.is_finished());
         tasks.push(task);
     }
@@ -83,8 +84,7 @@ impl Senders {
     /// ended (they only write audit entries once abandoned).
     pub async fn drain(&self, deadline: tokio::time::Instant) -> DrainReport {
         self.phase.send_replace(Phase::Draining);
-        let tasks: Vec<JoinHandle<()>> =
-            std::mem::take(&mut *self.tasks.lock().unwrap_or_else(PoisonError::into_inner));
+        let tasks: Vec<JoinHandle<()>> = std::mem::take(&mut *lock(&self.tasks));
         let mut all = futures::future::join_all(tasks);
         let drained = tokio::time::timeout_at(deadline, &mut all).await.is_ok();
         if !drained {

@@ -14,7 +14,7 @@
 //!   naming `admin.tokenFile`, and the host warns at start.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use axum::extract::{Request, State};
@@ -24,6 +24,7 @@ use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
 use crate::plugin::cache::constant_time_eq;
+use crate::sync::lock;
 
 /// How protected endpoints are guarded.
 #[derive(Clone, Debug, Default)]
@@ -73,7 +74,7 @@ impl TokenFile {
         let md = std::fs::metadata(&self.path)
             .map_err(|e| format!("cannot read {}: {e}", self.path.display()))?;
         let stamp = (md.modified().unwrap_or(SystemTime::UNIX_EPOCH), md.len());
-        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut seen = lock(&self.seen);
         if let Some((t, n, d)) = *seen
             && (t, n) == stamp
         {

@@ -21,11 +21,12 @@ pub use auth::AdminAuth;
 
 use std::future::Future;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, RwLock};
 
 use crate::informer::SharedInformer;
 use crate::plugin::PluginHandle;
 use crate::plugin::status::PluginCounters;
+use crate::sync::read;
 
 /// The host's reload action: `None` reloads the config and every plugin, `Some(name)` one
 /// plugin. Blocking (it compiles); returns what was done, or why nothing was.
@@ -59,10 +60,7 @@ pub type SourceErrorsFn =
 impl AdminState {
     /// The plugins as they are now (the lock is held only to clone the list).
     pub fn plugins(&self) -> Vec<Arc<PluginHandle>> {
-        self.plugins
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        read(&self.plugins).clone()
     }
 }
 

@@ -14,6 +14,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use super::indexer::Cache;
 use super::key::{deleted_object_key, object_key};
 use super::object::{DeletedObject, Object, Tombstone};
+use crate::sync::lock;
 
 /// The kind of a change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,7 +123,7 @@ impl DeltaFifo {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     /// Queues an `Added` delta.

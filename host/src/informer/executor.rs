@@ -33,9 +33,10 @@
 //! thread of their own ([`Placement::OwnThread`], the default): on the executor they would hold a
 //! worker for that long.
 
+use crate::sync::lock;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -238,10 +239,6 @@ struct Inner {
     /// Workers wait here for ready tasks (or their next timer).
     work: Condvar,
     threads: Mutex<Vec<JoinHandle<()>>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A handle on a pool of workers (cheap to clone; every clone is the same pool).

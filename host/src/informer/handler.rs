@@ -1,11 +1,12 @@
 //! What listeners receive: notifications, numbered per listener, and the handler trait that
 //! native Rust handlers (and later wasm plugins) implement.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use super::executor::Placement;
 use super::listener::{OverflowObserver, QueueBound};
 use super::object::{DeletedObject, Object};
+use crate::sync::lock;
 
 /// One notification for a listener (client-go's add / update / delete notifications).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -149,18 +150,12 @@ impl Recorder {
 
     /// Everything delivered so far.
     pub fn deliveries(&self) -> Vec<Delivery> {
-        self.seen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        lock(&self.seen).clone()
     }
 
     /// Number of deliveries so far.
     pub fn len(&self) -> usize {
-        self.seen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        lock(&self.seen).len()
     }
 
     /// Whether nothing was delivered yet.
@@ -171,9 +166,6 @@ impl Recorder {
 
 impl EventHandler for Recorder {
     fn handle(&mut self, batch: &[Delivery]) {
-        self.seen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(batch);
+        lock(&self.seen).extend_from_slice(batch);
     }
 }

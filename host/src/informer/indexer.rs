@@ -5,10 +5,11 @@
 //! clonable read handle given to listeners, plugins and the DeltaFIFO (as its known objects).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock};
 
 use super::key::{deleted_object_key, object_key};
 use super::object::{DeletedObject, Object, Tombstone};
+use crate::sync::{read, write};
 
 /// Name of the built-in index of objects by namespace.
 pub const NAMESPACE_INDEX: &str = "namespace";
@@ -155,14 +156,6 @@ impl Inner {
 }
 
 type Shared = Arc<RwLock<Inner>>;
-
-fn read(s: &Shared) -> RwLockReadGuard<'_, Inner> {
-    s.read().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn write(s: &Shared) -> RwLockWriteGuard<'_, Inner> {
-    s.write().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// The writer of the cache. Not `Clone`: one informer owns it. It derefs to [`Cache`] for reads.
 pub struct Indexer {

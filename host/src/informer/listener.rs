@@ -25,7 +25,7 @@ pub mod queue;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -33,6 +33,7 @@ use tokio::time::Instant;
 
 use super::executor::{Executor, GroupId, Placement, Ran, Task};
 use super::handler::{Delivery, EventHandler, Notification};
+use crate::sync::lock;
 use queue::Queue;
 pub use queue::{Discarded, Overflow, QueueBound};
 
@@ -132,10 +133,6 @@ pub(crate) struct Shared {
     resync: Mutex<Resync>,
     /// `None` once the listener has stopped and let it go.
     handler: Mutex<Option<Box<dyn EventHandler>>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Where the handler runs.

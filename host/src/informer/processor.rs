@@ -1,13 +1,14 @@
 //! The shared processor (client-go `sharedProcessor`): fans notifications out to every listener
 //! (or, for resyncs, to the listeners whose resync is due) without ever blocking on one.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::handler::Notification;
 use super::listener::Listener;
+use crate::sync::lock;
 
 #[derive(Default)]
 struct Inner {
@@ -25,7 +26,7 @@ pub struct SharedProcessor {
 
 impl SharedProcessor {
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.inner)
     }
 
     /// Registers a listener. As in client-go every listener starts out in the syncing set and

@@ -43,6 +43,7 @@ use super::delta_fifo::{Delta, DeltaFifo, DeltaType, FifoClosed, TransformFn};
 use super::indexer::Cache;
 use super::key::{deleted_object_key, object_key};
 use super::object::{DeletedObject, Object, Tombstone};
+use crate::sync::lock;
 
 /// Largest batch `pop_batch` hands out (client-go `defaultBatchSize`).
 pub const DEFAULT_BATCH_SIZE: usize = 1000;
@@ -306,7 +307,7 @@ impl RealFifo {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     /// client-go `checkSynced_locked`.

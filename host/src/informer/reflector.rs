@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -31,6 +31,7 @@ use super::key::object_key;
 use super::lister_watcher::{ListerWatcher, SourceError, WatchEvent, WatchOptions, WatchStream};
 use super::object::{DeletedObject, Object};
 use super::real_fifo::Queue;
+use crate::sync::lock;
 
 /// Reflector settings.
 #[derive(Clone, Debug)]
@@ -100,10 +101,7 @@ pub struct ReflectorStats {
 impl ReflectorStats {
     /// The last resourceVersion the reflector synced to.
     pub fn last_sync_resource_version(&self) -> String {
-        self.last_sync_resource_version
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        lock(&self.last_sync_resource_version).clone()
     }
 }
 
@@ -288,11 +286,7 @@ impl Reflector {
     }
 
     fn set_last_sync(&mut self, rv: String) {
-        *self
-            .stats
-            .last_sync_resource_version
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = rv.clone();
+        *lock(&self.stats.last_sync_resource_version) = rv.clone();
         self.last_sync_rv = rv;
     }
 

@@ -5,7 +5,7 @@ use std::any::Any;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -20,6 +20,7 @@ use super::object::{DeletedObject, Object};
 use super::processor::{SharedProcessor, determine_resync_period};
 use super::real_fifo::{Popped, Queue, QueueKind};
 use super::reflector::{Reflector, ReflectorConfig, ReflectorStats};
+use crate::sync::lock;
 
 /// Smallest resync period a listener may ask for (client-go `minimumResyncPeriod`).
 pub const MINIMUM_RESYNC_PERIOD: Duration = Duration::from_secs(1);
@@ -261,10 +262,6 @@ pub struct SharedInformer {
     /// Time to process one popped item (update the cache, notify the listeners): client-go's
     /// processing latency.
     processing: super::latency::LatencyHistogram,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl SharedInformer {

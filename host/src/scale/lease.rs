@@ -11,9 +11,10 @@
 //! saw that renewal, which is after it started, so with clocks that run at the same rate the
 //! old holder stops acting before a new one can start.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::sync::lock;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
@@ -84,14 +85,11 @@ struct LeaderState {
 
 impl Leadership {
     fn set(&self, f: impl FnOnce(&mut LeaderState)) {
-        f(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner));
+        f(&mut lock(&self.state));
     }
 
     fn get(&self) -> LeaderState {
-        self.state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        lock(&self.state).clone()
     }
 
     /// `Ok` while this replica holds the Lease and its last renewal is recent enough that no

@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
@@ -22,6 +22,7 @@ use serde_json::Value;
 use super::filter::{ObjectFilter, group_of};
 use super::memory::MemorySource;
 use crate::informer::Object;
+use crate::sync::lock;
 
 /// Which (group, kind) pairs are cluster-scoped: the built-in ones ([`crate::kinds::BUILTINS`])
 /// and the custom kinds of the directory's CustomResourceDefinitions with `scope: Cluster`.
@@ -353,7 +354,7 @@ impl DirCluster {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     /// A source of the objects passing `filter`, kept up to date by [`DirCluster::rescan`].

@@ -19,7 +19,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -32,6 +32,7 @@ use crate::informer::lister_watcher::{
     ListOptions, ListPage, ListerWatcher, SourceError, WatchEvent, WatchOptions, WatchStream,
 };
 use crate::informer::object::{Object, ObjectMeta, OwnerRef};
+use crate::sync::lock;
 
 /// Annotation on the bookmark that ends a streaming list's initial events.
 pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
@@ -69,10 +70,7 @@ static OVERSIZED: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
 
 /// How many list responses and watch events of each informer were refused for their size.
 pub fn oversized_responses() -> BTreeMap<String, u64> {
-    OVERSIZED
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone()
+    lock(&OVERSIZED).clone()
 }
 
 /// The resource of `api_version` / `kind` as kube derives it without discovery (the plural
@@ -175,11 +173,7 @@ impl KubeSource {
     }
 
     fn too_large(&self, what: &str, size: u64, cap: usize, setting: &'static str) -> SourceError {
-        *OVERSIZED
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(self.name.clone())
-            .or_default() += 1;
+        *lock(&OVERSIZED).entry(self.name.clone()).or_default() += 1;
         SourceError::TooLarge {
             what: format!("informer {:?} ({}): {what}", self.name, self.describe()),
             size,

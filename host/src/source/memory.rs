@@ -3,7 +3,7 @@
 //! for embedding Wisp without a cluster.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
@@ -15,6 +15,7 @@ use crate::informer::lister_watcher::{
     ListOptions, ListPage, ListerWatcher, SourceError, WatchEvent, WatchOptions, WatchStream,
 };
 use crate::informer::object::{Object, ObjectError};
+use crate::sync::lock;
 
 #[derive(Clone)]
 enum Change {
@@ -56,7 +57,7 @@ impl MemorySource {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     /// Creates or replaces the object, giving it the next resourceVersion (and a uid when new).

@@ -11,7 +11,7 @@
 //! watch event, so `wisp_informer_events` counts each server event once). A plain resourceVersion (`""`, `"0"`) applies
 //! to every namespace.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
@@ -19,6 +19,7 @@ use futures::{FutureExt, StreamExt};
 use crate::informer::lister_watcher::{
     ListOptions, ListPage, ListerWatcher, SourceError, WatchEvent, WatchOptions, WatchStream,
 };
+use crate::sync::lock;
 
 /// Prefix of a composite resourceVersion.
 const PREFIX: &str = "multi:";
@@ -95,10 +96,7 @@ impl<S: ListerWatcher + Clone> MultiNamespace<S> {
             .take_while(|x| futures::future::ready(x.is_some()))
             .flat_map(move |x| {
                 let out = match x {
-                    Some((i, item)) => state
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .step(i, item),
+                    Some((i, item)) => lock(&state).step(i, item),
                     None => Vec::new(),
                 };
                 futures::stream::iter(out)
