@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::bindings::PluginInfo;
-use super::engine::{LoadError, LoadSource, LoadedComponent, PluginEngine};
+use super::engine::{LinkError, LoadError, LoadSource, LoadedComponent, PluginEngine};
 use super::error::PluginError;
 use super::instance::{CallError, Instance};
 use super::runtime::{PluginRuntime, VersionInfo, WasmHandler};
@@ -348,13 +348,29 @@ pub fn check_bytes(
         },
     })?;
     let start = std::time::Instant::now();
-    let pre = engine
-        .instance_pre(&component)
-        .map_err(|detail| PluginError::WrongWorld {
+    let pre = engine.instance_pre(&component).map_err(|e| match e {
+        LinkError::WrongWorld(detail) => PluginError::WrongWorld {
             plugin: plugin.clone(),
             path: path.clone(),
             detail,
-        })?;
+        },
+        LinkError::Import {
+            import,
+            missing: true,
+            detail,
+        } => PluginError::MissingImport {
+            plugin: plugin.clone(),
+            path: path.clone(),
+            hint: format!("{}: {detail}", LinkError::hint(&import)),
+            import,
+        },
+        LinkError::Import { import, detail, .. } => PluginError::MismatchedImport {
+            plugin: plugin.clone(),
+            path: path.clone(),
+            import,
+            detail,
+        },
+    })?;
     let status = status.unwrap_or_default();
     let name: Arc<str> = spec.name.as_str().into();
     let actions = Arc::new(PluginActions::new(

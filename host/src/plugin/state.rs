@@ -8,6 +8,7 @@ use std::time::Duration;
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::clock::CallClock;
 use super::output::LogStream;
@@ -143,9 +144,36 @@ pub struct HostApi {
     pub verdict_events: bool,
 }
 
+/// The `wasi:http` hooks of every plugin: each outgoing request is refused with
+/// `HTTP-request-denied` before any connection is made. Plugins get no network; `wasi:http` is
+/// linked only so that components whose toolchain imports it (a default ComponentizeJS build)
+/// load.
+pub struct DenyHttp;
+
+/// What an outgoing request of a plugin gets: the future its `handle` returns.
+type SendResult = wasmtime_wasi_http::Result<(
+    http::Response<wasmtime_wasi_http::WasiBody>,
+    Box<dyn std::future::Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+)>;
+
+impl wasmtime_wasi_http::WasiHttpHooks for DenyHttp {
+    fn send_request(
+        &mut self,
+        _request: http::Request<wasmtime_wasi_http::WasiBody>,
+        _options: Option<wasmtime_wasi_http::RequestOptions>,
+        _fut: Box<dyn std::future::Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+    ) -> Box<dyn std::future::Future<Output = SendResult> + Send> {
+        Box::new(std::future::ready(Err(
+            wasmtime_wasi_http::Error::HttpRequestDenied,
+        )))
+    }
+}
+
 /// Everything a plugin's `Store` holds.
 pub struct StoreData {
     wasi: WasiCtx,
+    http: WasiHttpCtx,
+    http_hooks: DenyHttp,
     table: ResourceTable,
     /// Memory cap.
     pub limiter: MemoryLimiter,
@@ -157,7 +185,7 @@ pub struct StoreData {
 
 impl StoreData {
     /// Store data for a plugin: WASI with nothing granted (no files, env, args or sockets;
-    /// stdout/stderr to the host log), a memory budget of `memory` bytes, calls cut at
+    /// stdout/stderr to the host log; every `wasi:http` request refused), a memory budget of `memory` bytes, calls cut at
     /// `deadline`.
     pub fn new(api: HostApi, memory: u64, deadline: Duration) -> Self {
         let out = LogStream::new(api.plugin.clone(), "stdout", api.status.clone());
@@ -174,6 +202,8 @@ impl StoreData {
         table.set_max_capacity(MAX_WASI_RESOURCES);
         Self {
             wasi,
+            http: WasiHttpCtx::new(),
+            http_hooks: DenyHttp,
             table,
             limiter: MemoryLimiter::new(usize::try_from(memory).unwrap_or(usize::MAX)),
             api,
@@ -186,6 +216,16 @@ impl StoreData {
     /// The WASI resource table and the call's clock, apart.
     pub(super) fn table_and_clock(&mut self) -> (&mut ResourceTable, &mut CallClock) {
         (&mut self.table, &mut self.clock)
+    }
+}
+
+impl WasiHttpView for StoreData {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.http_hooks,
+        }
     }
 }
 
