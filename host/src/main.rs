@@ -264,10 +264,11 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
             let engine = PluginEngine::new(EngineConfig::default())?;
             let c = check_module(&engine, &module, settings_json(&settings)?)?;
             println!(
-                "ok: {} {} is a wisp:plugin/plugin@{} component",
+                "ok: {} {} is a wisp:plugin/plugin@{} component ({})",
                 c.info.name,
                 c.info.version,
-                c.abi()
+                c.abi(),
+                module.display()
             );
             if !c.info.informers.is_empty() {
                 println!("wants informers: {}", c.info.informers.join(", "));

@@ -414,7 +414,8 @@ pub fn check_bytes(
     })
 }
 
-/// Checks a module file with settings, with no informers granted (for `wisp check`).
+/// Checks a module file with settings, with no informers granted (for `wisp check`). The plugin
+/// is named as its `describe` names itself (the file's stem when it cannot say).
 pub fn check_module(
     engine: &Arc<PluginEngine>,
     module: &Path,
@@ -423,19 +424,50 @@ pub fn check_module(
     check_with_grants(engine, module, settings, Grants::default())
 }
 
-/// Checks a module file with settings and the given caches granted (for `wisp replay`).
+/// Checks a module file with settings and the given caches granted (for `wisp replay`), named as
+/// [`check_module`] names it.
 pub fn check_with_grants(
     engine: &Arc<PluginEngine>,
     module: &Path,
     settings: serde_json::Value,
     grants: Grants,
 ) -> Result<CheckedPlugin, PluginError> {
-    let name = module
+    let stem = module
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "plugin".into());
     let informers: Vec<&str> = grants.caches.keys().map(String::as_str).collect();
-    let mut spec = PluginSpec::new(name, module, &informers);
+    let mut spec = PluginSpec::new(stem, module, &informers);
     spec.settings = settings;
+    // Named as it names itself (logs and errors say what the config would call it), the file
+    // being only where it was read from. When it cannot say, the file's stem stands in and the
+    // check below tells what is wrong.
+    if let Ok(bytes) = std::fs::read(module)
+        && let Some(name) = declared_name(engine, &spec, &bytes)
+    {
+        spec.name = name;
+    }
     check_with(engine, &spec, grants)
+}
+
+/// The name the plugin gives itself in `describe`, from an instance of its own (no `init`);
+/// `None` when it cannot be loaded, instantiated or described, or gives an empty name.
+fn declared_name(engine: &Arc<PluginEngine>, spec: &PluginSpec, bytes: &[u8]) -> Option<String> {
+    let component = engine.load(bytes).ok()?.component;
+    let pre = engine.instance_pre(&component).ok()?;
+    let status = Arc::new(PluginStatus::default());
+    let name: Arc<str> = spec.name.as_str().into();
+    let grants = Grants::default();
+    let actions = Arc::new(PluginActions::new(
+        name.clone(),
+        spec.actions.clone(),
+        status.clone(),
+        grants.services.clone(),
+    ));
+    let api = PluginRuntime::api(&name, spec, &grants, &status, &actions);
+    let info = Instance::new(engine, &pre, api, &spec.limits)
+        .ok()?
+        .describe()
+        .ok()?;
+    Some(info.name).filter(|n| !n.trim().is_empty())
 }
