@@ -227,6 +227,27 @@ async fn wasi_http_is_linked_and_every_request_is_refused_before_the_network() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wasi_http_bodies_that_are_never_sent_hold_a_few_kib_of_host_memory() {
+    let r = rig(pods(1)).await;
+    let h = r
+        .manager
+        .start(spec("bodies", "test_http", json!({ "bodies": 20 })))
+        .unwrap();
+    let line = logs(&h)
+        .into_iter()
+        .find(|l| l.contains("bodies: 20 buffered"))
+        .expect("init filled the bodies");
+    let bytes: u64 = line
+        .split_whitespace()
+        .nth(4)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    // Two writes of at most MAX_HTTP_BODY_CHUNK per body (wasmtime's default: 2 x 1 MiB).
+    let chunk = wisp_host::plugin::state::MAX_HTTP_BODY_CHUNK as u64;
+    assert!(bytes > 0 && bytes <= 20 * 2 * chunk, "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_importing_what_the_host_does_not_provide_is_told_which_import() {
     let r = rig(pods(1)).await;
     let e = r

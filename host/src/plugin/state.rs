@@ -33,6 +33,13 @@ pub const MAX_WASI_RESOURCES: usize = 10_000;
 
 /// Most random bytes one `wasi:random` call may ask for (the host builds them in its memory).
 pub const MAX_RANDOM_BYTES: u64 = 1 << 20;
+/// Most bytes (wasmtime's in-memory estimate) one `wasi:http` `fields` resource may hold
+/// (wasmtime's default: 128 KiB). With the body bound below, what a plugin can make the host
+/// hold through `wasi:http` is a few KiB per resource, within [`MAX_WASI_RESOURCES`].
+pub const MAX_HTTP_FIELDS_BYTES: usize = 4 * 1024;
+/// Largest write to an outgoing `wasi:http` body, of which the host buffers at most two per
+/// body (they are never sent); wasmtime's default is 1 MiB.
+pub const MAX_HTTP_BODY_CHUNK: usize = 4 * 1024;
 
 /// One memory budget for a whole plugin instance: every linear memory it creates or grows, and
 /// every table element (at [`TABLE_ELEMENT_BYTES`] each), counted together against the
@@ -157,6 +164,14 @@ type SendResult = wasmtime_wasi_http::Result<(
 )>;
 
 impl wasmtime_wasi_http::WasiHttpHooks for DenyHttp {
+    fn p2_outgoing_body_buffer_chunks(&mut self) -> usize {
+        1
+    }
+
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        MAX_HTTP_BODY_CHUNK
+    }
+
     fn send_request(
         &mut self,
         _request: http::Request<wasmtime_wasi_http::WasiBody>,
@@ -202,7 +217,11 @@ impl StoreData {
         table.set_max_capacity(MAX_WASI_RESOURCES);
         Self {
             wasi,
-            http: WasiHttpCtx::new(),
+            http: {
+                let mut http = WasiHttpCtx::new();
+                http.set_field_size_limit(MAX_HTTP_FIELDS_BYTES);
+                http
+            },
             http_hooks: DenyHttp,
             table,
             limiter: MemoryLimiter::new(usize::try_from(memory).unwrap_or(usize::MAX)),

@@ -5,7 +5,8 @@
 //! Settings: `{"url": "http://127.0.0.1:9/"}` (authority and path of a GET; `http` scheme). It
 //! sends the request in `init` and on every notification, and logs the answer:
 //! `http GET <url>: <answer>`, counting it in `http_total{result}` (`denied`, `error`,
-//! `response`).
+//! `response`). `{"bodies": n}`: fill n request bodies (never sent) as far as the host takes
+//! writes, and log `bodies: n buffered <bytes> bytes`: what a plugin can make the host hold.
 
 use serde::Deserialize;
 use wasip2::http::outgoing_handler;
@@ -16,6 +17,9 @@ use wisp_sdk::{Context, Object, Plugin, PluginInfo, metrics};
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 struct Settings {
     url: Option<String>,
+    /// Fill this many outgoing request bodies as far as the host lets them be written, without
+    /// sending them, and log what the host buffered.
+    bodies: u32,
 }
 
 struct Http {
@@ -48,8 +52,38 @@ fn get(url: &str) -> (&'static str, String) {
     }
 }
 
+/// Writes into a new request's body until the host takes no more; the bytes written.
+fn fill_body() -> u64 {
+    let req = OutgoingRequest::new(Fields::new());
+    let Ok(body) = req.body() else { return 0 };
+    let Ok(out) = body.write() else { return 0 };
+    let chunk = vec![7u8; 1 << 20];
+    let mut written = 0u64;
+    loop {
+        match out.check_write() {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let n = (n as usize).min(chunk.len());
+                if out.write(&chunk[..n]).is_err() {
+                    break;
+                }
+                written += n as u64;
+            }
+        }
+    }
+    // Kept alive (never sent) until the instance goes.
+    std::mem::forget(out);
+    std::mem::forget(body);
+    std::mem::forget(req);
+    written
+}
+
 impl Http {
     fn try_it(&self) {
+        if self.settings.bodies > 0 {
+            let total: u64 = (0..self.settings.bodies).map(|_| fill_body()).sum();
+            wisp_sdk::info!("bodies: {} buffered {total} bytes", self.settings.bodies);
+        }
         if let Some(url) = &self.settings.url {
             let (result, detail) = get(url);
             metrics::counter_add("http_total", &[("result", result)], 1);
