@@ -393,9 +393,16 @@ fn check_and_replay_name_the_plugin_as_it_names_itself_with_the_file_as_its_path
     let copy = d.path().join("renamed.wasm");
     std::fs::copy(plugin("test_faults"), &copy).unwrap();
 
-    let o = wisp().arg("check").arg(&copy).output().unwrap();
+    let o = wisp()
+        .arg("check")
+        .arg(&copy)
+        .env("XDG_CACHE_HOME", d.path().join("cache"))
+        .output()
+        .unwrap();
     let (out, err) = text(&o);
     assert!(o.status.success(), "{err}");
+    // The load reported is the first (a compile here), not the second, from memory.
+    assert!(out.contains("loaded from Compiled in"), "{out}");
     assert!(
         out.starts_with(&format!(
             "ok: test-faults 0.1.0 is a wisp:plugin/plugin@0.2.0 component ({})",
@@ -460,6 +467,11 @@ fn check_names_an_import_the_host_does_not_provide() {
         "{err}"
     );
     assert!(!err.contains("not a wisp:plugin/plugin component"), "{err}");
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("error:")).count(),
+        1,
+        "{err}"
+    );
     // A plugin importing wasi:http (as a default JavaScript build does) loads.
     let o = wisp()
         .arg("check")

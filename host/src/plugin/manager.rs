@@ -442,19 +442,33 @@ pub fn check_with_grants(
     // Named as it names itself (logs and errors say what the config would call it), the file
     // being only where it was read from. When it cannot say, the file's stem stands in and the
     // check below tells what is wrong.
+    let mut first_load = None;
     if let Ok(bytes) = std::fs::read(module)
-        && let Some(name) = declared_name(engine, &spec, &bytes)
+        && let Ok(loaded) = engine.load(&bytes)
     {
-        spec.name = name;
+        if let Some(name) = declared_name(engine, &spec, &loaded.component) {
+            spec.name = name;
+        }
+        first_load = Some((loaded.source, loaded.elapsed));
     }
-    check_with(engine, &spec, grants)
+    let mut checked = check_with(engine, &spec, grants)?;
+    // The module was loaded for the name: report that load (a compile, or the disk cache), not
+    // the second one from memory.
+    if let Some((source, elapsed)) = first_load {
+        checked.report.source = source;
+        checked.report.load = elapsed;
+    }
+    Ok(checked)
 }
 
 /// The name the plugin gives itself in `describe`, from an instance of its own (no `init`);
-/// `None` when it cannot be loaded, instantiated or described, or gives an empty name.
-fn declared_name(engine: &Arc<PluginEngine>, spec: &PluginSpec, bytes: &[u8]) -> Option<String> {
-    let component = engine.load(bytes).ok()?.component;
-    let pre = engine.instance_pre(&component).ok()?;
+/// `None` when it cannot be linked, instantiated or described, or gives an empty name.
+fn declared_name(
+    engine: &Arc<PluginEngine>,
+    spec: &PluginSpec,
+    component: &wasmtime::component::Component,
+) -> Option<String> {
+    let pre = engine.instance_pre(component).ok()?;
     let status = Arc::new(PluginStatus::default());
     let name: Arc<str> = spec.name.as_str().into();
     let grants = Grants::default();
