@@ -22,7 +22,7 @@
 //!     informers: [pods]        # what it receives and may read
 //!     resync: 1m
 //!     settings: { denyLatest: true }
-//!     limits: { memory: 32Mi, deadline: 50ms, fuel: 100000000 }
+//!     limits: { memory: 32Mi, deadline: 50ms, deadlinePerNotification: 5ms, startupDeadline: 2s, fuel: 100000000 }
 //!     onFailure: { policy: retry, retries: 3, backoff: 100ms, quarantineAfter: 20 }
 //!     logLevel: info
 //!     batch: 64
@@ -341,8 +341,12 @@ fn yes() -> bool {
 pub struct LimitsConfig {
     /// Memory cap.
     pub memory: Option<Bytes>,
-    /// Deadline per call.
+    /// Deadline per call (of one notification).
     pub deadline: Option<Dur>,
+    /// Added to the deadline per notification of a batch after the first.
+    pub deadline_per_notification: Option<Dur>,
+    /// Limit of start-up (instantiate, describe, init, restore together).
+    pub startup_deadline: Option<Dur>,
     /// Fuel per call.
     pub fuel: Option<u64>,
 }
@@ -923,6 +927,9 @@ impl Config {
             if p.limits.deadline.is_some_and(|d| d.0.is_zero()) {
                 return Err(self.error(at("limits.deadline"), "must be more than 0"));
             }
+            if p.limits.startup_deadline.is_some_and(|d| d.0.is_zero()) {
+                return Err(self.error(at("limits.startupDeadline"), "must be more than 0"));
+            }
             if p.reload
                 .rollback_threshold
                 .is_some_and(|t| !(0.0..=1.0).contains(&t))
@@ -1064,6 +1071,14 @@ impl Config {
                 s.limits = Limits {
                     memory: p.limits.memory.map_or(d.memory, |b| b.0),
                     deadline: p.limits.deadline.map_or(d.deadline, |x| x.0),
+                    deadline_per_notification: p
+                        .limits
+                        .deadline_per_notification
+                        .map_or(d.deadline_per_notification, |x| x.0),
+                    startup_deadline: p
+                        .limits
+                        .startup_deadline
+                        .map_or(d.startup_deadline, |x| x.0),
                     fuel: p.limits.fuel,
                 };
                 let def = OnFailure::default();

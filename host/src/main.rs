@@ -53,8 +53,10 @@ Size caps (per informer): a watch event line over maxEventSize (default 16Mi) or
   API server's watch cache, so raise maxListSize for informers of over ~50,000 objects of 10 KiB.
 
 Plugin limits (per plugin, `limits:`): memory 64Mi, one budget for all of an instance's linear
-  memories and tables; deadline 50ms per call, CPU time plus time blocked in WASI (a sleep is
-  cut at the deadline), in instantiation, describe, init, handle, snapshot and restore. Fixed
+  memories and tables; deadline 50ms per call of one notification, CPU time plus time blocked in
+  WASI (a sleep is cut at the deadline), in handle and snapshot; deadlinePerNotification 5ms,
+  added for each notification of a batch after the first; startupDeadline 2s, shared by
+  instantiation, describe, init and restore (after a reload). Fixed
   bounds: log lines 8 KiB, escaped to one line, 64 KiB/s per plugin (burst 512 KiB; over it
   dropped and counted); 1,000 metric series and 256 KiB of names and labels per plugin; error
   messages 4 KiB. The host warns at start when twice the sum of the memory budgets (a reload
@@ -262,10 +264,11 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
             let engine = PluginEngine::new(EngineConfig::default())?;
             let c = check_module(&engine, &module, settings_json(&settings)?)?;
             println!(
-                "ok: {} {} is a wisp:plugin/plugin@{} component",
+                "ok: {} {} is a wisp:plugin/plugin@{} component ({})",
                 c.info.name,
                 c.info.version,
-                c.abi()
+                c.abi(),
+                module.display()
             );
             if !c.info.informers.is_empty() {
                 println!("wants informers: {}", c.info.informers.join(", "));

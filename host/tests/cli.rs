@@ -388,6 +388,100 @@ fn record_then_replay_round_trips_the_notifications() {
 }
 
 #[test]
+fn check_and_replay_name_the_plugin_as_it_names_itself_with_the_file_as_its_path() {
+    let (d, cfg) = setup();
+    let copy = d.path().join("renamed.wasm");
+    std::fs::copy(plugin("test_faults"), &copy).unwrap();
+
+    let o = wisp()
+        .arg("check")
+        .arg(&copy)
+        .env("XDG_CACHE_HOME", d.path().join("cache"))
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    // The load reported is the first (a compile here), not the second, from memory.
+    assert!(out.contains("loaded from Compiled in"), "{out}");
+    assert!(
+        out.starts_with(&format!(
+            "ok: test-faults 0.1.0 is a wisp:plugin/plugin@0.2.0 component ({})",
+            copy.display()
+        )),
+        "{out}"
+    );
+
+    // Its errors and its log lines (stderr as it panics) carry its declared name.
+    let o = wisp()
+        .arg("check")
+        .arg(&copy)
+        .args(["--settings", r#"{"panicInInit": true}"#])
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("plugin \"test-faults\": init:"), "{err}");
+    assert!(err.contains("plugin=\"test-faults\""), "{err}");
+    assert!(!err.contains("renamed\""), "{err}");
+    assert!(!err.contains("plugin=\"renamed\""), "{err}");
+
+    let events = d.path().join("events.jsonl");
+    let o = wisp()
+        .args(["record", "--config"])
+        .arg(&cfg)
+        .arg("--out")
+        .arg(&events)
+        .arg("--until-synced")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let o = wisp()
+        .args(["replay", "--plugin"])
+        .arg(&copy)
+        .arg("--events")
+        .arg(&events)
+        .args(["--settings", r#"{"mode": "trap"}"#])
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(
+        out.starts_with(&format!("plugin test-faults 0.1.0 ({})", copy.display())),
+        "{out}"
+    );
+    assert!(out.contains("-> failed"), "{out}");
+    assert!(err.contains("plugin=\"test-faults\""), "{err}");
+    assert!(!err.contains("plugin=\"renamed\""), "{err}");
+}
+
+#[test]
+fn check_names_an_import_the_host_does_not_provide() {
+    let o = wisp()
+        .arg("check")
+        .arg(plugin("test_missing_import"))
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("imports wasi:keyvalue/store@0.2.0-draft, which Wisp does not provide"),
+        "{err}"
+    );
+    assert!(!err.contains("not a wisp:plugin/plugin component"), "{err}");
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("error:")).count(),
+        1,
+        "{err}"
+    );
+    // A plugin importing wasi:http (as a default JavaScript build does) loads.
+    let o = wisp()
+        .arg("check")
+        .arg(plugin("test_http"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+}
+
+#[test]
 fn rbac_grants_exactly_list_and_watch_on_what_the_config_reads() {
     let (_d, cfg) = setup();
     let o = wisp()

@@ -9,7 +9,7 @@ mod common;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use common::rig::{counter, put_leb, rig, spec};
+use common::rig::{counter, logs, put_leb, rig, spec};
 use common::*;
 use serde_json::{Value, json};
 use wisp_host::admin::{AdminState, metrics};
@@ -30,10 +30,11 @@ fn pods(n: usize) -> Vec<Value> {
 const SLACK: Duration = Duration::from_millis(400);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_plugin_sleeping_in_init_is_cut_at_its_deadline() {
+async fn a_plugin_sleeping_in_init_is_cut_at_its_startup_deadline() {
     let r = rig(pods(1)).await;
     let mut s = hostile("sleeper", json!({"sleepInInitMs": 60_000}));
     s.limits.deadline = Duration::from_millis(50);
+    s.limits.startup_deadline = Duration::from_millis(200);
     let began = Instant::now();
     let e = r
         .manager
@@ -45,11 +46,223 @@ async fn a_plugin_sleeping_in_init_is_cut_at_its_deadline() {
         matches!(e, PluginError::Failed { phase: "init", .. }),
         "{e}"
     );
-    assert!(e.to_string().contains("deadline"), "{e}");
-    // Instantiation and describe run under the deadline too: 3 calls at most before init's.
     assert!(
-        took < Duration::from_millis(50) * 4 + SLACK,
+        e.to_string().contains("startup deadline of 200ms exceeded"),
+        "{e}"
+    );
+    // Instantiation, describe and init share the one startup deadline (not the call's 50 ms).
+    assert!(
+        took >= Duration::from_millis(200) && took < Duration::from_millis(200) + SLACK,
         "refused after {took:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_slower_than_the_call_deadline_fits_the_startup_deadline() {
+    // As an interpreted plugin (Python, JavaScript) whose instantiation alone costs ~15 ms of
+    // CPU: its start-up is measured against startupDeadline, not the per-call deadline.
+    let r = rig(pods(2)).await;
+    let mut s = spec("slow-start", "test_faults", json!({"busyInInitMs": 60}));
+    s.limits.deadline = Duration::from_millis(10);
+    let h = r
+        .manager
+        .start(s)
+        .expect("starts within its startup deadline");
+    until("both pods handled", || counter(&h, |c| &c.delivered) == 2).await;
+    assert_eq!(counter(&h, |c| &c.deadline_hits), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_spinning_in_init_is_refused_at_its_startup_deadline() {
+    let r = rig(pods(1)).await;
+    let mut s = spec("spinner", "test_faults", json!({"spinInInit": true}));
+    s.limits.deadline = Duration::from_millis(10);
+    s.limits.startup_deadline = Duration::from_millis(300);
+    let began = Instant::now();
+    let e = r.manager.start(s).err().expect("refused");
+    let took = began.elapsed();
+    assert_eq!(
+        e.to_string(),
+        "plugin \"spinner\": init: startup deadline of 300ms exceeded (instantiate, describe, init and restore together: limits.startupDeadline)"
+    );
+    // Cut at the startup deadline (CPU time is at most wall time), not at the call's 10 ms.
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_millis(300) + SLACK,
+        "refused after {took:?}"
+    );
+}
+
+/// `n` pods as added notifications, for a runtime driven directly.
+fn batch_of(n: usize) -> Vec<wisp_host::informer::Delivery> {
+    (0..n)
+        .map(|i| {
+            let mut v = pod("default", &format!("b-{i}"));
+            v["metadata"]["resourceVersion"] = json!(format!("{}", i + 1));
+            v["metadata"]["uid"] = json!(format!("uid-{i}"));
+            wisp_host::informer::Delivery {
+                seq: i as u64 + 1,
+                notification: wisp_host::informer::Notification::Add {
+                    obj: Arc::new(wisp_host::informer::Object::from_value(v, true).unwrap()),
+                    initial_list: false,
+                },
+            }
+        })
+        .collect()
+}
+
+/// The test-faults plugin as a runtime handed batches directly (as `wisp replay` does).
+fn faults_runtime(
+    settings: Value,
+    limits: impl FnOnce(&mut wisp_host::plugin::Limits),
+) -> (
+    wisp_host::plugin::runtime::PluginRuntime,
+    Arc<wisp_host::plugin::status::PluginStatus>,
+) {
+    let engine = common::rig::engine();
+    let mut s = spec("batcher", "test_faults", settings);
+    s.on_failure = OnFailure {
+        quarantine_after: 0,
+        ..OnFailure::default()
+    };
+    limits(&mut s.limits);
+    let checked = wisp_host::plugin::manager::check_with(
+        &engine,
+        &s,
+        wisp_host::plugin::state::Grants::default(),
+    )
+    .unwrap();
+    let status = checked.status().clone();
+    (checked.into_runtime(engine), status)
+}
+
+fn get(
+    status: &wisp_host::plugin::status::PluginStatus,
+    f: impl Fn(&wisp_host::plugin::status::PluginCounters) -> &std::sync::atomic::AtomicU64,
+) -> u64 {
+    wisp_host::plugin::status::PluginCounters::get(f(&status.counters))
+}
+
+#[test]
+fn a_batch_has_a_deadline_per_notification_so_a_healthy_batch_is_not_cut() {
+    // 32 notifications of ~2 ms each: 64 ms, over a call deadline of 20 ms, within the batch's
+    // 20 ms + 31 x 5 ms.
+    let (mut rt, status) = faults_runtime(json!({"mode": "busy", "busyMs": 2}), |l| {
+        l.deadline = Duration::from_millis(20);
+        l.deadline_per_notification = Duration::from_millis(5);
+    });
+    let calls0 = get(&status, |c| &c.calls);
+    rt.handle("pods", &batch_of(32));
+    assert_eq!(
+        get(&status, |c| &c.deadline_hits),
+        0,
+        "{:?}",
+        status.last_error()
+    );
+    assert_eq!(
+        get(&status, |c| &c.calls) - calls0,
+        1,
+        "one call for the batch"
+    );
+    assert_eq!(get(&status, |c| &c.delivered), 32);
+}
+
+#[test]
+fn a_spinning_plugin_is_still_cut_within_a_bound_per_batch_and_loses_no_notification() {
+    // Bound: the batch's call (20 ms + 7 x 5 ms), then each notification alone (8 x 20 ms), plus
+    // a fresh instance per cut.
+    let (mut rt, status) = faults_runtime(json!({"mode": "spin"}), |l| {
+        l.deadline = Duration::from_millis(20);
+        l.deadline_per_notification = Duration::from_millis(5);
+    });
+    let began = Instant::now();
+    rt.handle("pods", &batch_of(8));
+    let took = began.elapsed();
+    let bound = Duration::from_millis(20 + 7 * 5 + 8 * 20);
+    assert!(took < bound + SLACK * 2, "the batch took {took:?}");
+    assert_eq!(
+        get(&status, |c| &c.deadline_hits),
+        9,
+        "the batch, then each alone"
+    );
+    // Every notification is accounted for: none delivered, each failed (none lost).
+    assert_eq!(get(&status, |c| &c.delivered), 0);
+    assert_eq!(get(&status, |c| &c.failed), 8);
+    assert!(
+        status
+            .last_error()
+            .is_some_and(|e| e.contains("deadline of 20ms exceeded")),
+        "{:?}",
+        status.last_error()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wasi_http_is_linked_and_every_request_is_refused_before_the_network() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("http://{}/probe", listener.local_addr().unwrap());
+    let r = rig(pods(1)).await;
+    let h = r
+        .manager
+        .start(spec("http", "test_http", json!({ "url": url })))
+        .expect("a plugin importing wasi:http loads");
+    until("init's and the pod's requests answered", || {
+        logs(&h).iter().filter(|l| l.contains("http GET")).count() >= 2
+    })
+    .await;
+    let said: Vec<String> = logs(&h)
+        .into_iter()
+        .filter(|l| l.contains("http GET"))
+        .collect();
+    assert!(
+        said.iter()
+            .all(|l| l.ends_with(&format!("http GET {url}: denied: HttpRequestDenied"))),
+        "{said:?}"
+    );
+    assert_eq!(
+        listener.accept().err().map(|e| e.kind()),
+        Some(std::io::ErrorKind::WouldBlock),
+        "nothing connected"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wasi_http_bodies_that_are_never_sent_hold_a_few_kib_of_host_memory() {
+    let r = rig(pods(1)).await;
+    let h = r
+        .manager
+        .start(spec("bodies", "test_http", json!({ "bodies": 20 })))
+        .unwrap();
+    let line = logs(&h)
+        .into_iter()
+        .find(|l| l.contains("bodies: 20 buffered"))
+        .expect("init filled the bodies");
+    let bytes: u64 = line
+        .split_whitespace()
+        .nth(4)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    // Two writes of at most MAX_HTTP_BODY_CHUNK per body (wasmtime's default: 2 x 1 MiB).
+    let chunk = wisp_host::plugin::state::MAX_HTTP_BODY_CHUNK as u64;
+    assert!(bytes > 0 && bytes <= 20 * 2 * chunk, "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_importing_what_the_host_does_not_provide_is_told_which_import() {
+    let r = rig(pods(1)).await;
+    let e = r
+        .manager
+        .start(spec("kv", "test_missing_import", json!({})))
+        .err()
+        .expect("refused");
+    assert!(matches!(e, PluginError::MissingImport { .. }), "{e}");
+    let path = plugin_path("test_missing_import");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "plugin \"kv\": module {}: imports wasi:keyvalue/store@0.2.0-draft, which Wisp does not provide (Wisp provides WASI 0.2 (cli, clocks, io, random, with nothing granted) and wasi:http 0.2 (every request refused)): `get` is missing",
+            path.display()
+        )
     );
 }
 

@@ -66,6 +66,36 @@ fn a_good_config_maps_to_plugin_specs() {
 }
 
 #[test]
+fn startup_and_per_notification_deadlines_are_configured_and_checked() {
+    let d = dir_with_module();
+    let plain = &Config::parse(GOOD, "wisp.yaml", d.path())
+        .unwrap()
+        .plugin_specs()[0];
+    assert_eq!(plain.limits.startup_deadline, Duration::from_secs(2));
+    assert_eq!(
+        plain.limits.deadline_per_notification,
+        Duration::from_millis(5)
+    );
+    let text = GOOD.replace(
+        "deadline: 20ms",
+        "deadline: 20ms, deadlinePerNotification: 1ms, startupDeadline: 500ms",
+    );
+    let s = &Config::parse(&text, "wisp.yaml", d.path())
+        .unwrap()
+        .plugin_specs()[0];
+    assert_eq!(s.limits.startup_deadline, Duration::from_millis(500));
+    assert_eq!(s.limits.deadline_per_notification, Duration::from_millis(1));
+    // A batch of 64: 20 ms + 63 x 1 ms.
+    assert_eq!(s.limits.call_deadline(64), Duration::from_millis(83));
+    assert_eq!(s.limits.call_deadline(1), Duration::from_millis(20));
+    let e = err_of(&GOOD.replace("deadline: 20ms", "deadline: 20ms, startupDeadline: 0"));
+    assert!(
+        e.starts_with("wisp.yaml: plugins[0].limits.startupDeadline: must be more than 0"),
+        "{e}"
+    );
+}
+
+#[test]
 fn an_unknown_field_is_named_with_its_path() {
     let e = err_of(&GOOD.replace("batch: 16", "batchSize: 16"));
     assert!(

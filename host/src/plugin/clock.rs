@@ -46,13 +46,24 @@ pub struct CallClock {
 impl CallClock {
     /// The clock of calls with this deadline.
     pub fn new(deadline: Duration) -> Self {
-        Self {
+        let mut clock = Self {
             deadline,
-            wall_cap: (deadline * WALL_CAP_FACTOR).max(MIN_WALL_CAP),
+            wall_cap: MIN_WALL_CAP,
             start: None,
             blocked: Duration::ZERO,
             cut: false,
-        }
+        };
+        clock.set_deadline(deadline);
+        clock
+    }
+
+    /// Sets the deadline (and with it the wall-clock cap) of the next calls.
+    pub fn set_deadline(&mut self, deadline: Duration) {
+        self.deadline = deadline;
+        self.wall_cap = deadline
+            .checked_mul(WALL_CAP_FACTOR)
+            .unwrap_or(Duration::MAX)
+            .max(MIN_WALL_CAP);
     }
 
     /// Starts timing a call.

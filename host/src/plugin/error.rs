@@ -58,6 +58,35 @@ pub enum PluginError {
         /// What is missing or mismatched.
         detail: String,
     },
+    /// The component imports an interface (or a function or resource in it) the host does not
+    /// provide.
+    #[error(
+        "plugin {plugin:?}: module {path}: imports {import}, which Wisp does not provide{hint}"
+    )]
+    MissingImport {
+        /// Plugin name.
+        plugin: String,
+        /// Module path.
+        path: PathBuf,
+        /// The import, e.g. `wasi:keyvalue/store@0.2.0-draft`.
+        import: String,
+        /// What plugins get instead (starts with a space), and wasmtime's words.
+        hint: String,
+    },
+    /// The component imports an interface the host provides, but of another type.
+    #[error(
+        "plugin {plugin:?}: module {path}: imports {import}, which does not match what Wisp provides: {detail}"
+    )]
+    MismatchedImport {
+        /// Plugin name.
+        plugin: String,
+        /// Module path.
+        path: PathBuf,
+        /// The import.
+        import: String,
+        /// What differs.
+        detail: String,
+    },
     /// The plugin could not be attached to one of its informers.
     #[error("plugin {plugin:?}: cannot attach to informer {informer:?}: {detail}")]
     Attach {

@@ -1,5 +1,11 @@
 //! One live instance of a plugin: its own `Store`, armed with a deadline (and fuel) before every
 //! call. After any trap the store is dead and must be replaced (see `runtime`).
+//!
+//! Two limits of time, both enforced by the same epoch check (see [`deadline_check`]):
+//! - start-up (instantiation, `describe`, `init`, and `restore` after a reload) shares one
+//!   `limits.startup_deadline` until [`Instance::started`];
+//! - then each call has `limits.deadline`, plus `limits.deadline_per_notification` for every
+//!   notification of a batch after the first (see [`Limits::call_deadline`]).
 
 use std::time::Duration;
 
@@ -13,8 +19,10 @@ use super::state::{HostApi, StoreData};
 /// How a call into a plugin failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CallError {
-    /// Cut by its deadline (CPU time, or the wall-clock cap).
+    /// Cut by its deadline (CPU time, or the wall-clock cap): the deadline of that call.
     Deadline(Duration),
+    /// Start-up (instantiate, describe, init, restore) overran `limits.startup_deadline`.
+    StartupDeadline(Duration),
     /// The plugin tried to grow its memory beyond the cap.
     OutOfMemory(u64),
     /// Fuel ran out.
@@ -27,6 +35,10 @@ impl std::fmt::Display for CallError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CallError::Deadline(d) => write!(f, "deadline of {d:?} exceeded"),
+            CallError::StartupDeadline(d) => write!(
+                f,
+                "startup deadline of {d:?} exceeded (instantiate, describe, init and restore together: limits.startupDeadline)"
+            ),
             CallError::OutOfMemory(cap) => write!(f, "memory limit of {cap} bytes exceeded"),
             CallError::OutOfFuel => write!(f, "fuel exhausted"),
             CallError::Trap(t) => write!(f, "trapped: {t}"),
@@ -44,8 +56,10 @@ enum Guest {
 pub struct Instance {
     store: Store<StoreData>,
     plugin: Guest,
-    ticks: u64,
+    tick: Duration,
     limits: Limits,
+    /// While starting (until [`Instance::started`]): what is left of the startup deadline.
+    startup_left: Option<Duration>,
     fuel_engine: bool,
     /// The encoding of the batch in hand (0.2), reused from call to call.
     encoder: crate::abi::BatchEncoder,
@@ -70,14 +84,13 @@ impl Instance {
     ) -> Result<Self, CallError> {
         let mut store = Store::new(
             engine.engine(),
-            StoreData::new(api, limits.memory, limits.deadline),
+            StoreData::new(api, limits.memory, limits.startup_deadline),
         );
         store.limiter(|s| &mut s.limiter);
-        let ticks = engine.deadline_ticks(limits.deadline);
         store.epoch_deadline_callback(deadline_check(engine.tick()));
-        // Instantiation runs wasm (start functions): arm the deadline first.
+        // Instantiation runs wasm (start functions): arm the startup deadline first.
         store.data_mut().clock.start();
-        store.set_epoch_deadline(ticks);
+        store.set_epoch_deadline(engine.deadline_ticks(limits.startup_deadline));
         if engine.fuel() {
             let _ = store.set_fuel(limits.fuel.unwrap_or(u64::MAX));
         }
@@ -85,42 +98,75 @@ impl Instance {
             PluginPre::V0_2(pre) => pre.instantiate(&mut store).map(Guest::V0_2),
             PluginPre::V0_1(pre) => pre.instantiate(&mut store).map(Guest::V0_1),
         };
+        let spent = store.data().clock.used().map_or(Duration::ZERO, |(u, _)| u);
         let plugin = match plugin {
             Ok(p) => p,
-            Err(e) => return Err(classify(&store, limits, e)),
+            Err(e) => return Err(classify(&store, limits, e, None)),
         };
         Ok(Self {
             store,
             plugin,
-            ticks,
+            tick: engine.tick(),
+            startup_left: Some(limits.startup_deadline.saturating_sub(spent)),
             limits: limits.clone(),
             fuel_engine: engine.fuel(),
             encoder: crate::abi::BatchEncoder::new(),
         })
     }
 
-    fn arm(&mut self) {
-        self.store.data_mut().clock.start();
-        self.store.set_epoch_deadline(self.ticks);
+    /// Start-up is over: from now on each call has its own deadline (until then, calls share
+    /// what is left of the startup deadline).
+    pub fn started(&mut self) {
+        self.startup_left = None;
+    }
+
+    /// The deadline of the next call, of `n` notifications: what is left of the startup
+    /// deadline while starting, the call deadline for `n` after.
+    fn deadline(&self, n: usize) -> Duration {
+        match self.startup_left {
+            Some(left) => left,
+            None => self.limits.call_deadline(n),
+        }
+    }
+
+    fn arm(&mut self, deadline: Duration) {
+        let ticks = deadline
+            .as_nanos()
+            .div_ceil(self.tick.as_nanos().max(1))
+            .max(1);
+        let data = self.store.data_mut();
+        data.clock.set_deadline(deadline);
+        data.clock.start();
+        data.limiter.hit = false;
+        self.store
+            .set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX));
         if self.fuel_engine {
             let _ = self.store.set_fuel(self.limits.fuel.unwrap_or(u64::MAX));
         }
-        self.store.data_mut().limiter.hit = false;
     }
 
-    fn fail(&self, e: wasmtime::Error) -> CallError {
-        classify(&self.store, &self.limits, e)
+    fn fail(&self, e: wasmtime::Error, deadline: Duration) -> CallError {
+        let call = self.startup_left.is_none().then_some(deadline);
+        classify(&self.store, &self.limits, e, call)
     }
 
-    /// One call into the plugin: off async code, armed with its deadline (and fuel), its error
-    /// classified.
+    /// One call into the plugin of `n` notifications (1 for the others): off async code, armed
+    /// with its deadline (and fuel), its error classified. While starting, the time it used is
+    /// taken from what is left of the startup deadline.
     fn call<R: Send>(
         &mut self,
+        n: usize,
         f: impl FnOnce(&Guest, &mut Store<StoreData>) -> wasmtime::Result<R> + Send,
     ) -> Result<R, CallError> {
         off_async(|| {
-            self.arm();
-            f(&self.plugin, &mut self.store).map_err(|e| self.fail(e))
+            let deadline = self.deadline(n);
+            self.arm(deadline);
+            let r = f(&self.plugin, &mut self.store);
+            if let Some(left) = &mut self.startup_left {
+                let spent = self.store.data().clock.used().map_or(deadline, |(u, _)| u);
+                *left = left.saturating_sub(spent);
+            }
+            r.map_err(|e| self.fail(e, deadline))
         })
     }
 
@@ -138,7 +184,7 @@ impl Instance {
     }
 
     fn describe_call(&mut self) -> Result<PluginInfo, CallError> {
-        self.call(|p, s| match p {
+        self.call(1, |p, s| match p {
             Guest::V0_2(p) => p.wisp_plugin_listener().call_describe(s),
             Guest::V0_1(p) => p
                 .wisp_plugin_listener()
@@ -155,7 +201,7 @@ impl Instance {
 
     /// `init(settings)`: the inner error is the plugin refusing its settings.
     pub fn init(&mut self, settings: &str) -> Result<Result<(), String>, CallError> {
-        self.call(|p, s| match p {
+        self.call(1, |p, s| match p {
             Guest::V0_2(p) => p.wisp_plugin_listener().call_init(s, settings),
             Guest::V0_1(p) => p.wisp_plugin_listener().call_init(s, settings),
         })
@@ -187,7 +233,7 @@ impl Instance {
                 // Encoded outside the timed call (host work, not the plugin's).
                 let mut encoder = std::mem::take(&mut self.encoder);
                 let bytes = encoder.encode(informer, batch);
-                let r = self.call(|p, s| match p {
+                let r = self.call(batch.len(), |p, s| match p {
                     Guest::V0_2(p) => p.wisp_plugin_listener().call_handle(s, bytes),
                     Guest::V0_1(_) => Err(wasmtime::Error::msg("the instance changed ABI")),
                 });
@@ -195,7 +241,7 @@ impl Instance {
                 r
             }
             Guest::V0_1(_) => super::runtime::with_wit_batch(informer, batch, |wit| {
-                self.call(|p, s| match p {
+                self.call(batch.len(), |p, s| match p {
                     Guest::V0_1(p) => p.wisp_plugin_listener().call_handle(s, wit),
                     Guest::V0_2(_) => Err(wasmtime::Error::msg("the instance changed ABI")),
                 })
@@ -214,7 +260,7 @@ impl Instance {
 
     /// `snapshot()`.
     pub fn snapshot(&mut self) -> Result<Option<Vec<u8>>, CallError> {
-        self.call(|p, s| match p {
+        self.call(1, |p, s| match p {
             Guest::V0_2(p) => p.wisp_plugin_listener().call_snapshot(s),
             Guest::V0_1(p) => p.wisp_plugin_listener().call_snapshot(s),
         })
@@ -222,7 +268,7 @@ impl Instance {
 
     /// `restore(state)`.
     pub fn restore(&mut self, state: &[u8]) -> Result<Result<(), String>, CallError> {
-        self.call(|p, s| match p {
+        self.call(1, |p, s| match p {
             Guest::V0_2(p) => p.wisp_plugin_listener().call_restore(s, state),
             Guest::V0_1(p) => p.wisp_plugin_listener().call_restore(s, state),
         })
@@ -315,15 +361,26 @@ pub fn off_async<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     })
 }
 
-fn classify(store: &Store<StoreData>, limits: &Limits, e: wasmtime::Error) -> CallError {
+/// What `e` was; `call` is the call's deadline, `None` while starting (a cut is then the startup
+/// deadline's).
+fn classify(
+    store: &Store<StoreData>,
+    limits: &Limits,
+    e: wasmtime::Error,
+    call: Option<Duration>,
+) -> CallError {
+    let cut = || match call {
+        Some(d) => CallError::Deadline(d),
+        None => CallError::StartupDeadline(limits.startup_deadline),
+    };
     if store.data().limiter.hit {
         return CallError::OutOfMemory(limits.memory);
     }
     if store.data().clock.cut {
-        return CallError::Deadline(limits.deadline);
+        return cut();
     }
     match e.downcast_ref::<Trap>() {
-        Some(Trap::Interrupt) => CallError::Deadline(limits.deadline),
+        Some(Trap::Interrupt) => cut(),
         Some(Trap::OutOfFuel) => CallError::OutOfFuel,
         _ => {
             // The root cause ("wasm trap: ..."), without the wasm backtrace.

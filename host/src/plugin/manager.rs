@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::bindings::PluginInfo;
-use super::engine::{LoadError, LoadSource, LoadedComponent, PluginEngine};
+use super::engine::{LinkError, LoadError, LoadSource, LoadedComponent, PluginEngine};
 use super::error::PluginError;
 use super::instance::{CallError, Instance};
 use super::runtime::{PluginRuntime, VersionInfo, WasmHandler};
@@ -348,13 +348,29 @@ pub fn check_bytes(
         },
     })?;
     let start = std::time::Instant::now();
-    let pre = engine
-        .instance_pre(&component)
-        .map_err(|detail| PluginError::WrongWorld {
+    let pre = engine.instance_pre(&component).map_err(|e| match e {
+        LinkError::WrongWorld(detail) => PluginError::WrongWorld {
             plugin: plugin.clone(),
             path: path.clone(),
             detail,
-        })?;
+        },
+        LinkError::Import {
+            import,
+            missing: true,
+            detail,
+        } => PluginError::MissingImport {
+            plugin: plugin.clone(),
+            path: path.clone(),
+            hint: format!("{}: {detail}", LinkError::hint(&import)),
+            import,
+        },
+        LinkError::Import { import, detail, .. } => PluginError::MismatchedImport {
+            plugin: plugin.clone(),
+            path: path.clone(),
+            import,
+            detail,
+        },
+    })?;
     let status = status.unwrap_or_default();
     let name: Arc<str> = spec.name.as_str().into();
     let actions = Arc::new(PluginActions::new(
@@ -398,7 +414,8 @@ pub fn check_bytes(
     })
 }
 
-/// Checks a module file with settings, with no informers granted (for `wisp check`).
+/// Checks a module file with settings, with no informers granted (for `wisp check`). The plugin
+/// is named as its `describe` names itself (the file's stem when it cannot say).
 pub fn check_module(
     engine: &Arc<PluginEngine>,
     module: &Path,
@@ -407,19 +424,64 @@ pub fn check_module(
     check_with_grants(engine, module, settings, Grants::default())
 }
 
-/// Checks a module file with settings and the given caches granted (for `wisp replay`).
+/// Checks a module file with settings and the given caches granted (for `wisp replay`), named as
+/// [`check_module`] names it.
 pub fn check_with_grants(
     engine: &Arc<PluginEngine>,
     module: &Path,
     settings: serde_json::Value,
     grants: Grants,
 ) -> Result<CheckedPlugin, PluginError> {
-    let name = module
+    let stem = module
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "plugin".into());
     let informers: Vec<&str> = grants.caches.keys().map(String::as_str).collect();
-    let mut spec = PluginSpec::new(name, module, &informers);
+    let mut spec = PluginSpec::new(stem, module, &informers);
     spec.settings = settings;
-    check_with(engine, &spec, grants)
+    // Named as it names itself (logs and errors say what the config would call it), the file
+    // being only where it was read from. When it cannot say, the file's stem stands in and the
+    // check below tells what is wrong.
+    let mut first_load = None;
+    if let Ok(bytes) = std::fs::read(module)
+        && let Ok(loaded) = engine.load(&bytes)
+    {
+        if let Some(name) = declared_name(engine, &spec, &loaded.component) {
+            spec.name = name;
+        }
+        first_load = Some((loaded.source, loaded.elapsed));
+    }
+    let mut checked = check_with(engine, &spec, grants)?;
+    // The module was loaded for the name: report that load (a compile, or the disk cache), not
+    // the second one from memory.
+    if let Some((source, elapsed)) = first_load {
+        checked.report.source = source;
+        checked.report.load = elapsed;
+    }
+    Ok(checked)
+}
+
+/// The name the plugin gives itself in `describe`, from an instance of its own (no `init`);
+/// `None` when it cannot be linked, instantiated or described, or gives an empty name.
+fn declared_name(
+    engine: &Arc<PluginEngine>,
+    spec: &PluginSpec,
+    component: &wasmtime::component::Component,
+) -> Option<String> {
+    let pre = engine.instance_pre(component).ok()?;
+    let status = Arc::new(PluginStatus::default());
+    let name: Arc<str> = spec.name.as_str().into();
+    let grants = Grants::default();
+    let actions = Arc::new(PluginActions::new(
+        name.clone(),
+        spec.actions.clone(),
+        status.clone(),
+        grants.services.clone(),
+    ));
+    let api = PluginRuntime::api(&name, spec, &grants, &status, &actions);
+    let info = Instance::new(engine, &pre, api, &spec.limits)
+        .ok()?
+        .describe()
+        .ok()?;
+    Some(info.name).filter(|n| !n.trim().is_empty())
 }

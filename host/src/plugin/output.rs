@@ -1,5 +1,6 @@
 //! A plugin's stdout and stderr: lines go to the host log, tagged with the plugin's name,
-//! within its log budget (see [`LogRing::emit`](super::status::LogRing::emit)). Nothing reaches
+//! within its log budget (see [`LogRing::emit`](super::status::LogRing::emit)): stdout at INFO,
+//! stderr at WARN (where interpreters write tracebacks and Rust writes panics). Nothing reaches
 //! the host's own stdio.
 
 use std::pin::Pin;
@@ -36,6 +37,15 @@ impl LogStream {
         }
     }
 
+    /// The level of its lines in the host log: WARN for stderr, INFO for stdout.
+    fn level(&self) -> LogLevel {
+        if self.stream == "stderr" {
+            LogLevel::Warn
+        } else {
+            LogLevel::Info
+        }
+    }
+
     fn push(&self, bytes: &[u8]) {
         let mut buf = self.buf.lock().unwrap_or_else(PoisonError::into_inner);
         buf.extend_from_slice(bytes);
@@ -52,7 +62,7 @@ impl LogStream {
             let text = String::from_utf8_lossy(&line);
             self.status.logs.emit(
                 &self.plugin,
-                LogLevel::Info,
+                self.level(),
                 self.stream,
                 &text,
                 &self.status.counters.log_lines_dropped,
@@ -114,5 +124,60 @@ impl tokio::io::AsyncWrite for LogStream {
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the host log receives, as the fmt layer writes it.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn stderr_lines_are_logged_at_warn_and_stdout_lines_at_info() {
+        let out = Captured::default();
+        let writer = out.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let status = Arc::new(PluginStatus::default());
+        tracing::subscriber::with_default(subscriber, || {
+            let err = LogStream::new("py".into(), "stderr", status.clone());
+            let stdout = LogStream::new("py".into(), "stdout", status.clone());
+            err.push(b"Traceback (most recent call last):\n");
+            stdout.push(b"hello\n");
+        });
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        let line = |needle: &str| {
+            text.lines()
+                .find(|l| l.contains(needle))
+                .unwrap_or_else(|| panic!("no line with {needle:?} in {text}"))
+                .to_owned()
+        };
+        assert!(line("Traceback").contains("WARN"), "{text}");
+        assert!(line("hello").contains("INFO"), "{text}");
+        // The plugin's log ring keeps the stream as the tag.
+        let kept = status.logs.since(0);
+        assert_eq!(
+            kept,
+            vec![
+                "stderr: Traceback (most recent call last):".to_owned(),
+                "stdout: hello".to_owned()
+            ]
+        );
     }
 }

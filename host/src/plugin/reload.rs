@@ -138,6 +138,7 @@ impl PluginRuntime {
                 Err(e) => return Err(refused(e.to_string())),
             }
         }
+        instance.started();
         // A reload during probation settles the probation first: the version being replaced
         // becomes the one to fall back to.
         self.probation = None;

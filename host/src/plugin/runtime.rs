@@ -206,12 +206,13 @@ impl PluginRuntime {
         let super::manager::CheckedPlugin {
             spec,
             pre,
-            instance,
+            mut instance,
             status,
             grants,
             actions,
             ..
         } = checked;
+        instance.started();
         Self {
             version,
             probation: None,
@@ -266,6 +267,7 @@ impl PluginRuntime {
                 Ok(Err(msg)) => return Err(format!("init refused its settings on restart: {msg}")),
                 Err(e) => return Err(format!("init failed on restart: {e}")),
             }
+            inst.started();
             PluginCounters::add(&self.status.counters.restarts, 1);
             self.instance = Some(inst);
         }
@@ -277,7 +279,9 @@ impl PluginRuntime {
     fn record_call_error(&mut self, e: &CallError, logs_before: u64) {
         let c = &self.status.counters;
         match e {
-            CallError::Deadline(_) => PluginCounters::add(&c.deadline_hits, 1),
+            CallError::Deadline(_) | CallError::StartupDeadline(_) => {
+                PluginCounters::add(&c.deadline_hits, 1)
+            }
             CallError::OutOfMemory(_) => PluginCounters::add(&c.out_of_memory, 1),
             CallError::OutOfFuel => PluginCounters::add(&c.out_of_fuel, 1),
             CallError::Trap(_) => PluginCounters::add(&c.traps, 1),

@@ -8,6 +8,12 @@ use crate::informer::{Overflow, QueueBound};
 
 /// Default deadline of one call into a plugin (CPU time of its thread).
 pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(50);
+/// Default time added to a call's deadline for each notification of its batch after the first.
+pub const DEFAULT_DEADLINE_PER_NOTIFICATION: Duration = Duration::from_millis(5);
+/// Default limit of a plugin's start-up: instantiation, `describe`, `init` (and `restore` after
+/// a reload) together. Interpreted plugins (Python, JavaScript) spend ~15 ms of CPU just to
+/// instantiate, more than a tight call deadline.
+pub const DEFAULT_STARTUP_DEADLINE: Duration = Duration::from_secs(2);
 /// Default memory budget of a plugin instance (all its linear memories and tables).
 pub const DEFAULT_MEMORY: u64 = 64 * 1024 * 1024;
 /// Default bound of each of a plugin's queues: room for one notification per object of an
@@ -25,10 +31,16 @@ pub struct Limits {
     /// Memory budget of one instance, in bytes: all its linear memories and table elements
     /// together, from instantiation on (see `state::MemoryLimiter`).
     pub memory: u64,
-    /// Deadline of one call: CPU time of the thread running it plus time blocked in WASI calls,
-    /// checked at epoch ticks (so to one tick), with a wall-clock cap of 20 times this (at least
-    /// 1 s); see `instance::deadline_check` and `clock`.
+    /// Deadline of one call of one notification: CPU time of the thread running it plus time
+    /// blocked in WASI calls, checked at epoch ticks (so to one tick), with a wall-clock cap of
+    /// 20 times this (at least 1 s); see `instance::deadline_check` and `clock`. A call of a
+    /// batch of n notifications has [`Limits::call_deadline`]`(n)`.
     pub deadline: Duration,
+    /// Added to `deadline` for each notification of a batch after the first.
+    pub deadline_per_notification: Duration,
+    /// Limit of start-up: instantiation, `describe`, `init` and, after a reload, `restore`,
+    /// together; measured and enforced as `deadline` is.
+    pub startup_deadline: Duration,
     /// Fuel per call (instructions, roughly); `None` = unlimited. Needs an engine with fuel on.
     pub fuel: Option<u64>,
 }
@@ -38,8 +50,24 @@ impl Default for Limits {
         Self {
             memory: DEFAULT_MEMORY,
             deadline: DEFAULT_DEADLINE,
+            deadline_per_notification: DEFAULT_DEADLINE_PER_NOTIFICATION,
+            startup_deadline: DEFAULT_STARTUP_DEADLINE,
             fuel: None,
         }
+    }
+}
+
+impl Limits {
+    /// The deadline of a call of `n` notifications: `deadline + (n - 1) ×
+    /// deadline_per_notification` (`deadline` for calls of one, and for `describe`, `snapshot`
+    /// ...). A plugin that spins is still cut within that, and its batch's notifications then
+    /// go one by one, each within `deadline`.
+    pub fn call_deadline(&self, n: usize) -> Duration {
+        let more = u32::try_from(n.saturating_sub(1)).unwrap_or(u32::MAX);
+        self.deadline_per_notification
+            .checked_mul(more)
+            .and_then(|extra| self.deadline.checked_add(extra))
+            .unwrap_or(Duration::MAX)
     }
 }
 

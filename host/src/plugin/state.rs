@@ -8,6 +8,7 @@ use std::time::Duration;
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::clock::CallClock;
 use super::output::LogStream;
@@ -32,6 +33,13 @@ pub const MAX_WASI_RESOURCES: usize = 10_000;
 
 /// Most random bytes one `wasi:random` call may ask for (the host builds them in its memory).
 pub const MAX_RANDOM_BYTES: u64 = 1 << 20;
+/// Most bytes (wasmtime's in-memory estimate) one `wasi:http` `fields` resource may hold
+/// (wasmtime's default: 128 KiB). With the body bound below, what a plugin can make the host
+/// hold through `wasi:http` is a few KiB per resource, within [`MAX_WASI_RESOURCES`].
+pub const MAX_HTTP_FIELDS_BYTES: usize = 4 * 1024;
+/// Largest write to an outgoing `wasi:http` body, of which the host buffers at most two per
+/// body (they are never sent); wasmtime's default is 1 MiB.
+pub const MAX_HTTP_BODY_CHUNK: usize = 4 * 1024;
 
 /// One memory budget for a whole plugin instance: every linear memory it creates or grows, and
 /// every table element (at [`TABLE_ELEMENT_BYTES`] each), counted together against the
@@ -143,9 +151,44 @@ pub struct HostApi {
     pub verdict_events: bool,
 }
 
+/// The `wasi:http` hooks of every plugin: each outgoing request is refused with
+/// `HTTP-request-denied` before any connection is made. Plugins get no network; `wasi:http` is
+/// linked only so that components whose toolchain imports it (a default ComponentizeJS build)
+/// load.
+pub struct DenyHttp;
+
+/// What an outgoing request of a plugin gets: the future its `handle` returns.
+type SendResult = wasmtime_wasi_http::Result<(
+    http::Response<wasmtime_wasi_http::WasiBody>,
+    Box<dyn std::future::Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+)>;
+
+impl wasmtime_wasi_http::WasiHttpHooks for DenyHttp {
+    fn p2_outgoing_body_buffer_chunks(&mut self) -> usize {
+        1
+    }
+
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        MAX_HTTP_BODY_CHUNK
+    }
+
+    fn send_request(
+        &mut self,
+        _request: http::Request<wasmtime_wasi_http::WasiBody>,
+        _options: Option<wasmtime_wasi_http::RequestOptions>,
+        _fut: Box<dyn std::future::Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+    ) -> Box<dyn std::future::Future<Output = SendResult> + Send> {
+        Box::new(std::future::ready(Err(
+            wasmtime_wasi_http::Error::HttpRequestDenied,
+        )))
+    }
+}
+
 /// Everything a plugin's `Store` holds.
 pub struct StoreData {
     wasi: WasiCtx,
+    http: WasiHttpCtx,
+    http_hooks: DenyHttp,
     table: ResourceTable,
     /// Memory cap.
     pub limiter: MemoryLimiter,
@@ -157,7 +200,7 @@ pub struct StoreData {
 
 impl StoreData {
     /// Store data for a plugin: WASI with nothing granted (no files, env, args or sockets;
-    /// stdout/stderr to the host log), a memory budget of `memory` bytes, calls cut at
+    /// stdout/stderr to the host log; every `wasi:http` request refused), a memory budget of `memory` bytes, calls cut at
     /// `deadline`.
     pub fn new(api: HostApi, memory: u64, deadline: Duration) -> Self {
         let out = LogStream::new(api.plugin.clone(), "stdout", api.status.clone());
@@ -174,6 +217,12 @@ impl StoreData {
         table.set_max_capacity(MAX_WASI_RESOURCES);
         Self {
             wasi,
+            http: {
+                let mut http = WasiHttpCtx::new();
+                http.set_field_size_limit(MAX_HTTP_FIELDS_BYTES);
+                http
+            },
+            http_hooks: DenyHttp,
             table,
             limiter: MemoryLimiter::new(usize::try_from(memory).unwrap_or(usize::MAX)),
             api,
@@ -186,6 +235,16 @@ impl StoreData {
     /// The WASI resource table and the call's clock, apart.
     pub(super) fn table_and_clock(&mut self) -> (&mut ResourceTable, &mut CallClock) {
         (&mut self.table, &mut self.clock)
+    }
+}
+
+impl WasiHttpView for StoreData {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.http_hooks,
+        }
     }
 }
 

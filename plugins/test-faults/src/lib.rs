@@ -3,7 +3,8 @@
 //! `last_seq{informer}` show loss or duplication.
 //!
 //! Settings: `{"mode": "ok" | "spin" | "alloc" | "trap" | "error" | "busy" | "probe" | "actions",
-//!             "namePrefix": "bad-", "busyMs": 5, "actions": 1000, "panicInInit": false}`; the mode applies to objects
+//!             "namePrefix": "bad-", "busyMs": 5, "actions": 1000, "panicInInit": false,
+//!             "busyInInitMs": 0, "spinInInit": false}`; the mode applies to objects
 //! whose name starts with `namePrefix` (all objects when absent). `actions` asks the host to set
 //! the label `n` on the object `actions` times in a row (`"actionVerb": "apply"`: apply the
 //! ConfigMap `<name>-report` next to it; `"event"`: record an Event about it) and counts what the
@@ -59,6 +60,10 @@ struct Settings {
     target_namespace: Option<String>,
     event_message: Option<String>,
     panic_in_init: bool,
+    /// Busy (CPU) that long in `init`: a start-up slower than a call's deadline.
+    busy_in_init_ms: u64,
+    /// Spin forever in `init`.
+    spin_in_init: bool,
 }
 
 #[derive(Deserialize, Default, PartialEq)]
@@ -281,6 +286,16 @@ impl Plugin for Faults {
         let settings: Settings = wisp_sdk::parse_settings(settings)?;
         if settings.panic_in_init {
             panic!("panic in init on purpose");
+        }
+        let start = std::time::Instant::now();
+        while start.elapsed().as_millis() < u128::from(settings.busy_in_init_ms) {
+            std::hint::black_box(&settings);
+        }
+        if settings.spin_in_init {
+            // Spins until the host cuts it.
+            loop {
+                std::hint::black_box(&settings);
+            }
         }
         Ok(Self {
             settings,
