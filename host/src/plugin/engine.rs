@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
@@ -17,6 +17,7 @@ use super::bindings::{Abi, PluginPre, v01, v02};
 use super::cache::ModuleCache;
 use super::error::PluginError;
 use super::state::StoreData;
+use crate::sync::lock;
 
 /// Default epoch tick: deadlines are enforced to within one tick.
 pub const DEFAULT_EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -225,12 +226,7 @@ impl PluginEngine {
             elapsed: start.elapsed(),
             hash: hash.clone(),
         };
-        if let Some(c) = self
-            .compiled
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&key)
-        {
+        if let Some(c) = lock(&self.compiled).get(&key) {
             return Ok(done(c.clone(), LoadSource::Memory));
         }
         if let Some(cache) = &self.cache {
@@ -267,10 +263,7 @@ impl PluginEngine {
     }
 
     fn remember(&self, key: &str, c: &Component) {
-        self.compiled
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(key.to_owned(), c.clone());
+        lock(&self.compiled).insert(key.to_owned(), c.clone());
     }
 
     /// Links the component against the host in the world its exported `listener` interface

@@ -17,6 +17,7 @@ use super::status::{PluginState, PluginStatus};
 use crate::actions::{HostServices, PluginActions};
 use crate::informer::shared_informer::HandlerRegistration;
 use crate::informer::{Cache, SharedInformer};
+use crate::sync::lock;
 
 /// How a plugin was loaded: timings for the benchmarks and the log.
 #[derive(Clone, Debug)]
@@ -152,14 +153,7 @@ impl PluginHandle {
         for (inf, reg) in &self.registrations {
             inf.remove_event_handler(reg);
         }
-        let verdicts = self
-            .runtime
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .grants
-            .services
-            .verdicts
-            .clone();
+        let verdicts = lock(&self.runtime).grants.services.verdicts.clone();
         verdicts.clear_plugin(&self.name);
     }
 }

@@ -4,7 +4,7 @@
 //! the host's own stdio.
 
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -13,6 +13,7 @@ use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
 
 use super::spec::LogLevel;
 use super::status::PluginStatus;
+use crate::sync::lock;
 
 /// Longest line kept; longer output is cut into pieces of this size.
 const MAX_LINE: usize = 8 * 1024;
@@ -47,7 +48,7 @@ impl LogStream {
     }
 
     fn push(&self, bytes: &[u8]) {
-        let mut buf = self.buf.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut buf = lock(&self.buf);
         buf.extend_from_slice(bytes);
         while let Some(pos) = buf
             .iter()

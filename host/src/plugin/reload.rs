@@ -7,7 +7,7 @@
 //!   notifications; if more than the threshold of them fail, it is swapped back and those
 //!   notifications are delivered to it again, so it misses nothing.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::bindings::PluginPre;
@@ -18,6 +18,7 @@ use super::runtime::{PluginRuntime, VersionInfo};
 use super::spec::PluginSpec;
 use super::state::StoreData;
 use super::status::PluginCounters;
+use crate::sync::lock;
 
 /// The version being replaced, kept while the new one proves itself.
 pub struct Probation {
@@ -56,7 +57,7 @@ pub fn reload(
     spec: PluginSpec,
 ) -> Result<ReloadReport, PluginError> {
     let (engine, grants, status, current) = {
-        let rt = runtime.lock().unwrap_or_else(PoisonError::into_inner);
+        let rt = lock(runtime);
         (
             rt.engine.clone(),
             rt.grants.clone(),
@@ -89,7 +90,7 @@ pub fn reload(
     })?;
     let checked =
         check_bytes(&engine, &spec, &bytes, grants, Some(status.clone())).map_err(fail)?;
-    let mut rt = runtime.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut rt = lock(runtime);
     let actions = checked.actions.clone();
     rt.install(
         spec,

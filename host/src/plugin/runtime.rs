@@ -1,7 +1,7 @@
 //! A running plugin: its instance, failure policy and quarantine. Shared by the plugin's
 //! listeners (one per informer it receives), each of which hands it batches from its own queue.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::bindings::v01::{
@@ -14,6 +14,7 @@ use super::spec::{FailurePolicy, PluginSpec};
 use super::state::{Grants, HostApi, StoreData};
 use super::status::{PluginCounters, PluginState, PluginStatus};
 use crate::informer::{self, DeletedObject, EventHandler};
+use crate::sync::lock;
 
 /// The mutable heart of a plugin.
 pub struct PluginRuntime {
@@ -632,7 +633,7 @@ pub struct WasmHandler {
 
 impl WasmHandler {
     fn runtime(&self) -> std::sync::MutexGuard<'_, PluginRuntime> {
-        self.runtime.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.runtime)
     }
 }
 
