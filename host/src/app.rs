@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -21,12 +21,12 @@ use crate::informer::reflector::ReflectorConfig;
 use crate::informer::selector::LabelSelector;
 use crate::informer::shared_informer::{InformerConfig as InformerSettings, OnPanic};
 use crate::informer::{Executor, SharedInformer};
-use crate::plugin::{EngineConfig, PluginEngine, PluginHandle, PluginManager};
+use crate::plugin::{EngineConfig, PluginEngine, PluginHandle, PluginManager, PluginSet};
 use crate::source::dir::DirCluster;
 use crate::source::filter::ObjectFilter;
 use crate::source::kube::KubeSource;
 use crate::source::multi::MultiNamespace;
-use crate::sync::{lock, write};
+use crate::sync::lock;
 
 /// How often a `dir:` source rescans its directory.
 pub const DIR_RESCAN: Duration = Duration::from_millis(250);
@@ -258,7 +258,7 @@ pub struct Host {
     /// Informers by config order.
     pub informers: Vec<Arc<SharedInformer>>,
     /// Running plugins.
-    pub plugins: Arc<RwLock<Vec<Arc<PluginHandle>>>>,
+    pub plugins: PluginSet,
     /// Admin state (for an admin server).
     pub admin: AdminState,
     /// The admin server's address, when it runs.
@@ -363,7 +363,7 @@ pub async fn run(
     .await?;
     tracing::info!(
         informers = host.informers.len(),
-        plugins = host.plugins.read().map(|p| p.len()).unwrap_or(0),
+        plugins = host.plugins.len(),
         admin = %host.admin_addr.map_or_else(|| "off".to_owned(), |a| format!("http://{a}")),
         "wisp running"
     );
@@ -465,15 +465,14 @@ pub async fn start(
     for spec in specs {
         checked.push(manager.check(&spec)?);
     }
-    let plugins = Arc::new(RwLock::new(Vec::with_capacity(checked.len())));
+    let plugins = PluginSet::default();
     // Alone, the plugins are attached before the informers start; a replica attaches them
     // once it leads (its informers run meanwhile: warm caches, initial list as adds).
     let mut standby = None;
     match elector {
         None => {
-            let mut attached = write(&plugins);
             for c in checked {
-                attached.push(Arc::new(manager.attach(c)?));
+                plugins.push(Arc::new(manager.attach(c)?));
             }
         }
         Some(e) => standby = Some((e, checked)),
@@ -550,7 +549,7 @@ pub async fn start(
                 }
                 for c in checked {
                     match manager.attach(c) {
-                        Ok(h) => write(&plugins).push(Arc::new(h)),
+                        Ok(h) => plugins.push(Arc::new(h)),
                         Err(e) => {
                             fatal.raise(format!("leading, but a plugin did not start: {e:#}"));
                             return;

@@ -254,7 +254,7 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
                 }
             };
             let (host, _report) = app::run(&cfg, &opts, started, shutdown, grace).await?;
-            let plugins = host.plugins.read().map(|p| p.clone()).unwrap_or_default();
+            let plugins = host.plugins.list();
             for (name, line) in app::summary(&plugins) {
                 tracing::info!(plugin = %name, "{line}");
             }

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use notify_debouncer_mini::notify::RecursiveMode;
@@ -19,8 +19,8 @@ use notify_debouncer_mini::{DebounceEventResult, new_debouncer};
 use sha2::{Digest, Sha256};
 
 use crate::config::Config;
-use crate::plugin::{PluginHandle, PluginManager, PluginSpec};
-use crate::sync::{lock, read, write};
+use crate::plugin::{PluginHandle, PluginManager, PluginSet, PluginSpec};
+use crate::sync::lock;
 
 /// Debounce of file events: a burst of writes is one change. A half-written module fails its
 /// check and keeps the running version; the write that completes it triggers another reload.
@@ -44,7 +44,7 @@ pub struct Reloader {
     config_path: PathBuf,
     config: Mutex<Config>,
     manager: PluginManager,
-    plugins: Arc<RwLock<Vec<Arc<PluginHandle>>>>,
+    plugins: PluginSet,
     /// Serialises reloads (file events, admin calls and signals can race).
     busy: Mutex<()>,
     /// The config text last applied (file events without a change are ignored).
@@ -64,7 +64,7 @@ impl Reloader {
         config_path: PathBuf,
         config: Config,
         manager: PluginManager,
-        plugins: Arc<RwLock<Vec<Arc<PluginHandle>>>>,
+        plugins: PluginSet,
     ) -> Arc<Self> {
         let text = std::fs::read_to_string(&config_path).unwrap_or_default();
         Arc::new(Self {
@@ -87,10 +87,7 @@ impl Reloader {
     }
 
     fn handle(&self, name: &str) -> Option<Arc<PluginHandle>> {
-        read(&self.plugins)
-            .iter()
-            .find(|p| p.name() == name)
-            .cloned()
+        self.plugins.get(name)
     }
 
     /// Reloads one plugin from its module file (as the config says).
@@ -188,7 +185,7 @@ impl Reloader {
             }
         }
         // Apply: stop removed and restarted ones, attach the checked ones, reload changed ones.
-        let mut list = write(&self.plugins);
+        let mut list = self.plugins.lock();
         list.retain(|h| {
             let keep = match (
                 old.get(h.name()),

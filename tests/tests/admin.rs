@@ -4,7 +4,7 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use common::http::{Reply, get};
 use common::rig::engine;
@@ -14,7 +14,7 @@ use wisp_host::admin::{self, AdminState};
 use wisp_host::informer::SharedInformer;
 use wisp_host::plugin::status::PluginCounters;
 use wisp_host::plugin::{
-    FailurePolicy, OnFailure, PluginHandle, PluginManager, PluginSpec, PluginState,
+    FailurePolicy, OnFailure, PluginHandle, PluginManager, PluginSet, PluginSpec, PluginState,
 };
 use wisp_tests::{TestApiServer, pod};
 
@@ -66,7 +66,7 @@ impl Rig {
     fn state(&self, plugins: &[&Arc<PluginHandle>]) -> AdminState {
         AdminState {
             informers: vec![self.inf.clone()],
-            plugins: Arc::new(RwLock::new(plugins.iter().map(|p| (*p).clone()).collect())),
+            plugins: PluginSet::new(plugins.iter().map(|p| (*p).clone()).collect()),
             ..AdminState::default()
         }
     }

@@ -385,7 +385,7 @@ async fn each_plugin_fault_hurts_only_that_plugin_and_is_reported() {
     ];
     let state = AdminState {
         informers: vec![h.inf.clone()],
-        plugins: Arc::new(std::sync::RwLock::new(plugins)),
+        plugins: wisp_host::plugin::PluginSet::new(plugins),
         ..AdminState::default()
     };
     let (_stop_admin, rx) = tokio::sync::oneshot::channel::<()>();

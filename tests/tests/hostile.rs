@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::rig::{counter, logs, put_leb, rig, spec};
@@ -14,7 +14,7 @@ use common::*;
 use serde_json::{Value, json};
 use wisp_host::admin::{AdminState, metrics};
 use wisp_host::plugin::status::{LOG_BURST_BYTES, LOG_BYTES_PER_SEC, LOG_RING_BYTES, MAX_LOG_LINE};
-use wisp_host::plugin::{OnFailure, PluginError, PluginHandle, PluginSpec};
+use wisp_host::plugin::{OnFailure, PluginError, PluginHandle, PluginSet, PluginSpec};
 use wisp_tests::pod;
 
 fn hostile(name: &str, settings: Value) -> PluginSpec {
@@ -492,7 +492,7 @@ fn exposition(
 ) -> String {
     let state = AdminState {
         informers: vec![inf.clone()],
-        plugins: Arc::new(RwLock::new(plugins.iter().map(|p| (*p).clone()).collect())),
+        plugins: PluginSet::new(plugins.iter().map(|p| (*p).clone()).collect()),
         ..AdminState::default()
     };
     metrics::encode(&metrics::registry(state)).unwrap()

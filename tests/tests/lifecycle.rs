@@ -92,7 +92,7 @@ async fn started(
     })
     .await
     .unwrap();
-    let labeler = host.plugins.read().unwrap()[0].clone();
+    let labeler = host.plugins.list()[0].clone();
     until("every patch accepted", || {
         labeler.status().guest_counter("labelled_total", &[]) == PODS as u64
     })

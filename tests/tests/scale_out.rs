@@ -156,7 +156,7 @@ impl Replica {
     }
 
     fn plugins(&self) -> usize {
-        self.host.plugins.read().unwrap().len()
+        self.host.plugins.len()
     }
 
     async fn stop(&mut self) {
@@ -316,8 +316,7 @@ async fn a_standby_takes_the_lease_with_the_config_changed_while_it_stood_by() {
     let names: Vec<String> = b
         .host
         .plugins
-        .read()
-        .unwrap()
+        .list()
         .iter()
         .map(|h| h.name().to_owned())
         .collect();

@@ -20,13 +20,12 @@ pub mod routes;
 pub use auth::AdminAuth;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, RwLock};
 
 use crate::informer::SharedInformer;
-use crate::plugin::PluginHandle;
 use crate::plugin::status::PluginCounters;
-use crate::sync::read;
+use crate::plugin::{PluginHandle, PluginSet};
 
 /// The host's reload action: `None` reloads the config and every plugin, `Some(name)` one
 /// plugin. Blocking (it compiles); returns what was done, or why nothing was.
@@ -40,7 +39,7 @@ pub struct AdminState {
     /// Every informer of the host.
     pub informers: Vec<Arc<SharedInformer>>,
     /// Every running plugin.
-    pub plugins: Arc<RwLock<Vec<Arc<PluginHandle>>>>,
+    pub plugins: PluginSet,
     /// `POST /reload` and `POST /plugins/{name}/reload` (absent: those answer 404).
     pub reload: Option<ReloadFn>,
     /// Verdicts (`/verdicts`) and the audit log of actions (`/audit`).
@@ -60,7 +59,7 @@ pub type SourceErrorsFn =
 impl AdminState {
     /// The plugins as they are now (the lock is held only to clone the list).
     pub fn plugins(&self) -> Vec<Arc<PluginHandle>> {
-        read(&self.plugins).clone()
+        self.plugins.list()
     }
 }
 

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::rig::engine;
@@ -15,7 +15,7 @@ use wisp_host::actions::kube::KubeActionSink;
 use wisp_host::actions::{ActionGrant, ActionVerb, HostServices};
 use wisp_host::admin::{self, AdminState};
 use wisp_host::informer::SharedInformer;
-use wisp_host::plugin::{PluginHandle, PluginManager, PluginSpec};
+use wisp_host::plugin::{PluginHandle, PluginManager, PluginSet, PluginSpec};
 use wisp_host::policy::VerdictFilter;
 use wisp_tests::{TestApiServer, Verb, pod};
 
@@ -31,7 +31,7 @@ pub struct Rig {
     pub services: HostServices,
     pub audit_file: std::path::PathBuf,
     pub admin: std::net::SocketAddr,
-    pub plugins: Arc<RwLock<Vec<Arc<PluginHandle>>>>,
+    pub plugins: PluginSet,
     pub _dir: tempfile::TempDir,
     pub _stops: Vec<tokio::sync::oneshot::Sender<()>>,
 }
@@ -84,7 +84,7 @@ impl Rig {
         manager.set_services(services.clone());
         manager.add_informer(pods.clone());
         manager.add_informer(nss.clone());
-        let plugins = Arc::new(RwLock::new(Vec::new()));
+        let plugins = PluginSet::default();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin = listener.local_addr().unwrap();
         let state = AdminState {
@@ -114,7 +114,7 @@ impl Rig {
 
     pub fn start_plugin(&self, spec: PluginSpec) -> Arc<PluginHandle> {
         let h = Arc::new(self.manager.start(spec).unwrap());
-        self.plugins.write().unwrap().push(h.clone());
+        self.plugins.push(h.clone());
         h
     }
 

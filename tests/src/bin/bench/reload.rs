@@ -41,7 +41,7 @@ pub(crate) async fn reload_figures(a: &Args) -> anyhow::Result<()> {
         ..Default::default()
     };
     let host = wisp_host::app::start(&cfg, &opts, std::future::pending()).await?;
-    let plugin = host.plugins.read().map_err(|_| anyhow::anyhow!("lock"))?[0].clone();
+    let plugin = host.plugins.list()[0].clone();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let gen_now = || plugin.status().version().1;
     println!("\n## Hot reload ({rounds} reloads each; median / p99)\n");
