@@ -12,7 +12,7 @@ use wisp_host::informer::handler::{Delivery, EventHandler};
 use wisp_host::informer::indexer::{IndexFunc, index_by_label};
 use wisp_host::informer::listener::{Discarded, Overflow, OverflowObserver, QueueBound};
 use wisp_host::informer::shared_informer::{InformerConfig, InformerError, OnPanic, wait_for};
-use wisp_host::informer::{Object, SharedInformer};
+use wisp_host::informer::{HandlerOptions, Object, SharedInformer};
 use wisp_host::source::memory::MemorySource;
 
 const T: Duration = Duration::from_secs(10);
@@ -187,23 +187,22 @@ async fn a_panicking_overflow_observer_fails_the_informer_visibly() {
         fn handle(&mut self, _: &[Delivery]) {
             std::thread::sleep(Duration::from_millis(50));
         }
-        fn queue_bound(&self) -> QueueBound {
-            QueueBound::Bounded {
-                max: 1,
-                overflow: Overflow::DropNewest,
-            }
-        }
-        fn overflow_observer(&self) -> Option<Arc<dyn OverflowObserver>> {
-            Some(Arc::new(Panics))
-        }
     }
     let src = MemorySource::new();
     for i in 0..5 {
         src.apply(pod(&format!("p{i}"), json!({}))).unwrap();
     }
     let inf = SharedInformer::new("pods", Arc::new(src.clone()), config());
+    let options = HandlerOptions {
+        queue: QueueBound::Bounded {
+            max: 1,
+            overflow: Overflow::DropNewest,
+        },
+        overflow: Some(Arc::new(Panics)),
+        ..HandlerOptions::default()
+    };
     let reg = inf
-        .add_event_handler("slow", Box::new(Slow), Duration::ZERO)
+        .add_event_handler_with_options("slow", Box::new(Slow), options)
         .unwrap();
     let (_stop, run) = start(&inf);
     let out = tokio::time::timeout(FAIL, run).await.unwrap().unwrap();

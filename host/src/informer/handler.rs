@@ -3,8 +3,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::executor::Placement;
-use super::listener::{OverflowObserver, QueueBound};
 use super::object::{DeletedObject, Object};
 use crate::sync::lock;
 
@@ -82,33 +80,6 @@ pub trait EventHandler: Send + 'static {
     fn on_update(&mut self, _old: &Arc<Object>, _new: &Arc<Object>) {}
     /// An object was deleted; a tombstone when the deletion was missed.
     fn on_delete(&mut self, _obj: &DeletedObject) {}
-
-    /// The largest batch this handler wants at once (`None`: the informer's default).
-    fn batch_max(&self) -> Option<usize> {
-        None
-    }
-
-    /// How many notifications may wait for this handler, and what happens beyond (read once,
-    /// when the handler is registered). Unbounded by default, like client-go: a native handler
-    /// that must see everything keeps that; a handler that may fall far behind (a plugin) sets
-    /// a bound. See [`super::listener::queue`].
-    fn queue_bound(&self) -> QueueBound {
-        QueueBound::Unbounded
-    }
-
-    /// Who is told when the bounded queue drops or coalesces (read once, at registration).
-    fn overflow_observer(&self) -> Option<Arc<dyn OverflowObserver>> {
-        None
-    }
-
-    /// Where it runs (read once, at registration): a thread of its own (the default: a native
-    /// handler may block, and then delays nobody else), or the informer's shared executor, in a
-    /// group whose handlers never run at the same time (a plugin's handlers, which share one
-    /// instance). A handler on the executor must not block for long: it holds a worker while it
-    /// runs. See [`super::executor`].
-    fn placement(&self) -> Placement {
-        Placement::OwnThread
-    }
 
     /// Asked after each [`EventHandler::handle`] and [`EventHandler::resume`]: `Some(t)` when
     /// the batch is not finished and the handler wants [`EventHandler::resume`] called at `t`

@@ -152,6 +152,23 @@ pub struct Listener {
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// How a listener queues and runs its handler, fixed at registration.
+#[derive(Clone, Default)]
+pub(crate) struct ListenerOptions {
+    /// The resync period the handler asked for.
+    pub requested_resync: Duration,
+    /// The period it gets.
+    pub resync_period: Duration,
+    /// The largest batch it gets at once.
+    pub batch_max: usize,
+    /// Its queue's bound.
+    pub queue: QueueBound,
+    /// Who is told of the queue's overflow.
+    pub overflow: Option<Arc<dyn OverflowObserver>>,
+    /// Where it runs.
+    pub placement: Placement,
+}
+
 impl Listener {
     /// A listener whose handler runs on `executor` when given (in the group the handler names
     /// in its [`EventHandler::placement`]), else on a thread of its own, started here: the
@@ -159,23 +176,28 @@ impl Listener {
     pub(crate) fn new(
         name: String,
         handler: Box<dyn EventHandler>,
-        requested_resync: Duration,
-        resync_period: Duration,
-        batch_max: usize,
+        options: ListenerOptions,
         upstream_synced: Arc<dyn Fn() -> bool + Send + Sync>,
         executor: Option<Executor>,
     ) -> std::io::Result<Arc<Self>> {
-        let observer = handler.overflow_observer();
-        let group = match handler.placement() {
+        let ListenerOptions {
+            requested_resync,
+            resync_period,
+            batch_max,
+            queue,
+            overflow: observer,
+            placement,
+        } = options;
+        let group = match placement {
             Placement::Shared { group } => group,
             Placement::OwnThread => None,
         };
         let shared = Arc::new(Shared {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            batch_max: handler.batch_max().unwrap_or(batch_max).max(1),
+            batch_max: batch_max.max(1),
             group,
             queue: Mutex::new(State {
-                queue: Queue::new(handler.queue_bound()),
+                queue: Queue::new(queue),
                 delivered: 0,
                 initial_in_handler: 0,
                 in_hand: 0,
@@ -594,8 +616,6 @@ mod tests {
         open: Arc<(Mutex<bool>, Condvar)>,
         entered: Arc<AtomicBool>,
         rec: Recorder,
-        bound: QueueBound,
-        observer: Arc<Counted>,
     }
 
     impl EventHandler for Gated {
@@ -608,14 +628,6 @@ mod tests {
             }
             drop(open);
             self.rec.handle(batch);
-        }
-
-        fn queue_bound(&self) -> QueueBound {
-            self.bound
-        }
-
-        fn overflow_observer(&self) -> Option<Arc<dyn OverflowObserver>> {
-            Some(self.observer.clone())
         }
     }
 
@@ -659,12 +671,13 @@ mod tests {
                 open: open.clone(),
                 entered: entered.clone(),
                 rec: rec.clone(),
-                bound: QueueBound::bounded(3, Overflow::DropOldest),
-                observer: observer.clone(),
             }),
-            Duration::ZERO,
-            Duration::ZERO,
-            64,
+            ListenerOptions {
+                batch_max: 64,
+                queue: QueueBound::bounded(3, Overflow::DropOldest),
+                overflow: Some(observer.clone()),
+                ..ListenerOptions::default()
+            },
             Arc::new(|| true),
             None,
         )
@@ -696,9 +709,10 @@ mod tests {
         let l = Listener::new(
             "plain".into(),
             Box::new(Recorder::new()),
-            Duration::ZERO,
-            Duration::ZERO,
-            64,
+            ListenerOptions {
+                batch_max: 64,
+                ..ListenerOptions::default()
+            },
             Arc::new(|| true),
             None,
         )

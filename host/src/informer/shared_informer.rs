@@ -14,7 +14,9 @@ use super::delta_fifo::{Delta, TransformFn};
 use super::executor::{Executor, Placement};
 use super::handler::{EventHandler, Notification};
 use super::indexer::{Cache, IndexError, IndexFunc, Indexer};
-use super::listener::{DEFAULT_BATCH_MAX, Listener, ListenerStats, QueueBound};
+use super::listener::{
+    DEFAULT_BATCH_MAX, Listener, ListenerOptions, ListenerStats, OverflowObserver, QueueBound,
+};
 use super::lister_watcher::ListerWatcher;
 use super::object::{DeletedObject, Object};
 use super::processor::{SharedProcessor, determine_resync_period};
@@ -76,8 +78,9 @@ impl OnPanic {
     };
 }
 
-/// How a handler is registered (client-go `HandlerOptions`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// How a handler is registered (client-go `HandlerOptions`, and where and how its listener
+/// queues and runs it).
+#[derive(Clone, Default)]
 pub struct HandlerOptions {
     /// Resync period (0 = never; below 1 s is raised to 1 s; below the informer's check period
     /// is raised to it; an informer whose own resync is 0 never resyncs, whatever its handlers
@@ -86,6 +89,33 @@ pub struct HandlerOptions {
     /// Whether the handler receives the updates of a relist that found an object unchanged
     /// (same resourceVersion; [`Notification::is_resync`]) when its own resync is not due.
     pub relist_resyncs: RelistResyncs,
+    /// The largest batch the handler wants at once (`None`: the informer's default).
+    pub batch_max: Option<usize>,
+    /// How many notifications may wait for the handler, and what happens beyond. Unbounded by
+    /// default, like client-go: a native handler that must see everything keeps that; a handler
+    /// that may fall far behind (a plugin) sets a bound. See [`super::listener::queue`].
+    pub queue: QueueBound,
+    /// Who is told when a bounded queue drops or coalesces.
+    pub overflow: Option<Arc<dyn OverflowObserver>>,
+    /// Where the handler runs: a thread of its own (the default: a native handler may block,
+    /// and then delays nobody else), or the informer's shared executor, in a group whose
+    /// handlers never run at the same time (a plugin's handlers, which share one instance). A
+    /// handler on the executor must not block for long: it holds a worker while it runs. See
+    /// [`super::executor`].
+    pub placement: Placement,
+}
+
+impl std::fmt::Debug for HandlerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandlerOptions")
+            .field("resync", &self.resync)
+            .field("relist_resyncs", &self.relist_resyncs)
+            .field("batch_max", &self.batch_max)
+            .field("queue", &self.queue)
+            .field("overflow", &self.overflow.is_some())
+            .field("placement", &self.placement)
+            .finish()
+    }
 }
 
 /// What a handler gets of a relist's unchanged objects.
@@ -426,7 +456,7 @@ impl SharedInformer {
             handler: name.clone(),
             detail,
         };
-        let executor = match handler.placement() {
+        let executor = match options.placement {
             Placement::OwnThread => None,
             Placement::Shared { .. } => Some(match &self.config.executor {
                 Some(e) => e.clone(),
@@ -436,9 +466,16 @@ impl SharedInformer {
         let listener = Listener::new(
             name.clone(),
             handler,
-            resync,
-            period,
-            self.config.batch_max.unwrap_or(DEFAULT_BATCH_MAX),
+            ListenerOptions {
+                requested_resync: resync,
+                resync_period: period,
+                batch_max: options
+                    .batch_max
+                    .unwrap_or(self.config.batch_max.unwrap_or(DEFAULT_BATCH_MAX)),
+                queue: options.queue,
+                overflow: options.overflow.clone(),
+                placement: options.placement,
+            },
             {
                 let health = self.health.clone();
                 Arc::new(move || !health.is_failed() && fifo.has_synced())

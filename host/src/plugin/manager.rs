@@ -239,11 +239,16 @@ impl PluginManager {
     pub fn attach(&self, checked: CheckedPlugin) -> Result<PluginHandle, PluginError> {
         let version = checked.version_info();
         let name = checked.spec.name.clone();
-        let batch_max = checked.spec.batch_max.max(1);
-        let queue = checked.spec.queue;
+        let group = crate::informer::GroupId::new();
+        // Its handlers share its instance: one group on the shared executor, so they take
+        // turns; its queue is bounded as its spec says, and overflow counts in its status.
         let options = crate::informer::HandlerOptions {
             resync: checked.spec.resync,
             relist_resyncs: checked.spec.relist_resyncs,
+            batch_max: Some(checked.spec.batch_max.max(1)),
+            queue: checked.spec.queue,
+            overflow: Some(checked.status.clone()),
+            placement: crate::informer::Placement::Shared { group: Some(group) },
         };
         let informers = checked.spec.informers.clone();
         let (info, report, status) = (
@@ -256,7 +261,6 @@ impl PluginManager {
             self.engine.clone(),
             version,
         )));
-        let group = crate::informer::GroupId::new();
         let mut registrations: Vec<(Arc<SharedInformer>, HandlerRegistration)> = Vec::new();
         for inf_name in informers {
             let Some(inf) = self.informers.get(&inf_name) else {
@@ -264,13 +268,13 @@ impl PluginManager {
             };
             let handler = WasmHandler {
                 runtime: runtime.clone(),
-                group,
                 informer: inf_name.clone(),
-                batch_max,
-                queue,
-                status: status.clone(),
             };
-            match inf.add_event_handler_with_options(name.clone(), Box::new(handler), options) {
+            match inf.add_event_handler_with_options(
+                name.clone(),
+                Box::new(handler),
+                options.clone(),
+            ) {
                 Ok(reg) => registrations.push((inf.clone(), reg)),
                 Err(e) => {
                     for (inf, reg) in &registrations {

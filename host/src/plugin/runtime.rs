@@ -621,14 +621,7 @@ pub(super) fn with_panic_message(
 /// instead of holding several workers that wait on its mutex.
 pub struct WasmHandler {
     pub(crate) runtime: Arc<Mutex<PluginRuntime>>,
-    /// The plugin's handlers.
-    pub(crate) group: informer::GroupId,
     pub(crate) informer: String,
-    pub(crate) batch_max: usize,
-    /// The bound of its queue (from the spec).
-    pub(crate) queue: informer::QueueBound,
-    /// Where its queue's overflow is counted.
-    pub(crate) status: Arc<PluginStatus>,
 }
 
 impl WasmHandler {
@@ -642,12 +635,6 @@ impl EventHandler for WasmHandler {
         self.runtime().begin(&self.informer, batch);
     }
 
-    fn placement(&self) -> informer::Placement {
-        informer::Placement::Shared {
-            group: Some(self.group),
-        }
-    }
-
     /// A failed notification waiting for its retry keeps the batch in hand, off the worker.
     fn unfinished(&mut self) -> Option<Instant> {
         self.runtime().retry_at()
@@ -655,17 +642,5 @@ impl EventHandler for WasmHandler {
 
     fn resume(&mut self) {
         self.runtime().resume();
-    }
-
-    fn batch_max(&self) -> Option<usize> {
-        Some(self.batch_max)
-    }
-
-    fn queue_bound(&self) -> informer::QueueBound {
-        self.queue
-    }
-
-    fn overflow_observer(&self) -> Option<Arc<dyn informer::OverflowObserver>> {
-        Some(self.status.clone())
     }
 }

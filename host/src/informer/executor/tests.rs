@@ -2,7 +2,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize};
 
 use super::*;
 use crate::informer::handler::{Delivery, EventHandler, Notification, Recorder};
-use crate::informer::listener::Listener;
+use crate::informer::listener::{Listener, ListenerOptions};
 use crate::informer::object::test_util::obj;
 
 const T: Duration = Duration::from_secs(30);
@@ -92,14 +92,6 @@ impl EventHandler for Probe {
         self.resume_at = self.unfinished_for.map(|d| Instant::now() + d);
     }
 
-    fn placement(&self) -> Placement {
-        Placement::Shared { group: self.group }
-    }
-
-    fn batch_max(&self) -> Option<usize> {
-        self.batch_max
-    }
-
     fn unfinished(&mut self) -> Option<Instant> {
         self.resume_at
     }
@@ -111,12 +103,15 @@ impl EventHandler for Probe {
 }
 
 fn listener(exec: &Executor, name: &str, h: Probe) -> Arc<Listener> {
+    let options = ListenerOptions {
+        batch_max: h.batch_max.unwrap_or(64),
+        placement: Placement::Shared { group: h.group },
+        ..ListenerOptions::default()
+    };
     Listener::new(
         name.into(),
         Box::new(h),
-        Duration::ZERO,
-        Duration::ZERO,
-        64,
+        options,
         Arc::new(|| true),
         Some(exec.clone()),
     )
@@ -478,9 +473,10 @@ fn on_its_own_thread_an_unfinished_batch_is_resumed_and_stop_ends_the_wait() {
         Listener::new(
             "own".into(),
             Box::new(Own(probe)),
-            Duration::ZERO,
-            Duration::ZERO,
-            64,
+            ListenerOptions {
+                batch_max: 64,
+                ..ListenerOptions::default()
+            },
             Arc::new(|| true),
             None,
         )

@@ -341,6 +341,7 @@ fn relist_seen_by(
             let opts = HandlerOptions {
                 resync,
                 relist_resyncs,
+                ..HandlerOptions::default()
             };
             let reg = inf
                 .add_event_handler_with_options(name, Box::new(rec.clone()), opts)

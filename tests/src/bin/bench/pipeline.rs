@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use wisp_host::informer::shared_informer::InformerConfig;
-use wisp_host::informer::{Delivery, EventHandler, SharedInformer};
+use wisp_host::informer::{Delivery, EventHandler, HandlerOptions, SharedInformer};
 use wisp_host::plugin::runtime::PluginRuntime;
 use wisp_host::plugin::status::PluginCounters;
 use wisp_host::plugin::{PluginEngine, PluginManager, PluginSpec};
@@ -194,10 +194,6 @@ impl EventHandler for TimedWasm {
         self.rt.handle("pods", batch);
         self.clock.handled(batch);
     }
-
-    fn batch_max(&self) -> Option<usize> {
-        Some(64)
-    }
 }
 
 struct TimedNative {
@@ -236,13 +232,16 @@ async fn latency_run(
         .check(&spec)
         .map_err(|e| anyhow::anyhow!("{e}"))?
         .into_runtime(engine.clone());
-    let wasm_reg = inf.add_event_handler(
+    let wasm_reg = inf.add_event_handler_with_options(
         "healthy",
         Box::new(TimedWasm {
             rt,
             clock: wasm_clock.clone(),
         }),
-        Duration::ZERO,
+        HandlerOptions {
+            batch_max: Some(64),
+            ..HandlerOptions::default()
+        },
     )?;
     let native_reg = inf.add_event_handler(
         "native",
