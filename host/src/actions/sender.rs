@@ -191,7 +191,7 @@ impl OwnWrites {
 }
 
 /// Sends one plugin's actions in order, retrying retryable failures with doubling backoff (to
-/// 30 s), and audits each outcome. Ends when the plugin's [`PluginActions`] is dropped, or, at
+/// 30 s), and audits each outcome. Ends when the plugin's [`super::PluginActions`] is dropped, or, at
 /// shutdown, once the queue is empty; when the grace period runs out it sends nothing more and
 /// audits every action left (the one in flight included) as not sent.
 pub async fn worker(

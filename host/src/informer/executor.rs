@@ -63,7 +63,7 @@ impl GroupId {
     }
 }
 
-/// Where a listener's handler runs (its [`super::EventHandler::placement`]).
+/// Where a listener's handler runs (its registration's `HandlerOptions::placement`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Placement {
     /// A thread of its own, started when the handler is registered (client-go's goroutine per

@@ -71,7 +71,7 @@ pub struct Delivery {
 
 /// A listener's handler (client-go's `ResourceEventHandler`). Called one batch at a time, in
 /// order, from the listener's own thread or from a worker of the shared executor (its
-/// [`EventHandler::placement`]). A panic is caught by the listener: it is counted and logged,
+/// `HandlerOptions::placement`). A panic is caught by the listener: it is counted and logged,
 /// and the next notification is delivered as usual.
 pub trait EventHandler: Send + 'static {
     /// An object was added.

@@ -3,7 +3,7 @@
 //! its own resync period and its own HasSynced (the informer synced, and every initial-list
 //! notification handled).
 //!
-//! Where the handler runs is the handler's choice ([`EventHandler::placement`]): on a thread of
+//! Where the handler runs is its registration's choice (`HandlerOptions::placement`): on a thread of
 //! the listener's own (the default, like client-go's goroutine per listener: a handler that
 //! blocks delays nobody else), or on the informer's shared [`Executor`], a fixed pool of workers
 //! that takes ready listeners in turn, one batch each (plugins: a thousand of them need no
@@ -16,7 +16,7 @@
 //! [`EventHandler::resume`] then — on its own thread after a sleep that `stop` interrupts, on the
 //! executor from its timers, holding no worker meanwhile.
 //!
-//! The queue is unbounded unless the handler asks for a bound ([`EventHandler::queue_bound`]);
+//! The queue is unbounded unless its registration sets a bound (`HandlerOptions::queue`);
 //! a bounded queue drops or coalesces on overflow, counts it, tells the handler's
 //! [`OverflowObserver`] and logs a warning at most every [`OVERFLOW_WARN_EVERY`]. The policies,
 //! the coalescing rules and what sequence numbers show are described in [`queue`].
@@ -171,7 +171,7 @@ pub(crate) struct ListenerOptions {
 
 impl Listener {
     /// A listener whose handler runs on `executor` when given (in the group the handler names
-    /// in its [`EventHandler::placement`]), else on a thread of its own, started here: the
+    /// in its registration's `placement`), else on a thread of its own, started here: the
     /// error is the OS refusing the thread.
     pub(crate) fn new(
         name: String,
