@@ -315,50 +315,51 @@ fn plugin_metrics(page: &str) -> String {
     out
 }
 
-/// One line per verdict of a `/verdicts` answer.
-fn verdicts(body: &str) -> String {
+/// One indented line per entry of a JSON list answer, made by `line` from the entry's string
+/// fields (a missing one reads as empty); `none` for an empty or unreadable answer.
+fn entries(body: &str, line: impl Fn(&dyn Fn(&str) -> String) -> String) -> String {
     let list: Vec<serde_json::Value> = serde_json::from_str(body).unwrap_or_default();
     if list.is_empty() {
         return "  none\n".into();
     }
-    let s = |v: &serde_json::Value| v.as_str().unwrap_or("").to_owned();
     list.iter()
         .map(|v| {
-            format!(
-                "  {} {} {} {} {}/{}: {}\n",
-                s(&v["plugin"]),
-                s(&v["rule"]),
-                s(&v["severity"]),
-                s(&v["kind"]),
-                s(&v["namespace"]),
-                s(&v["name"]),
-                s(&v["message"])
-            )
+            let field = |k: &str| v[k].as_str().unwrap_or("").to_owned();
+            format!("  {}\n", line(&field))
         })
         .collect()
 }
 
+/// One line per verdict of a `/verdicts` answer.
+fn verdicts(body: &str) -> String {
+    entries(body, |f| {
+        format!(
+            "{} {} {} {} {}/{}: {}",
+            f("plugin"),
+            f("rule"),
+            f("severity"),
+            f("kind"),
+            f("namespace"),
+            f("name"),
+            f("message")
+        )
+    })
+}
+
 /// One line per entry of an `/audit` answer.
 fn audit(body: &str) -> String {
-    let list: Vec<serde_json::Value> = serde_json::from_str(body).unwrap_or_default();
-    if list.is_empty() {
-        return "  none\n".into();
-    }
-    let s = |v: &serde_json::Value| v.as_str().unwrap_or("").to_owned();
-    list.iter()
-        .map(|v| {
-            format!(
-                "  {} {} {} {}/{}: {} ({})\n",
-                s(&v["plugin"]),
-                s(&v["verb"]),
-                s(&v["kind"]),
-                s(&v["namespace"]),
-                s(&v["name"]),
-                s(&v["result"]),
-                s(&v["detail"])
-            )
-        })
-        .collect()
+    entries(body, |f| {
+        format!(
+            "{} {} {} {}/{}: {} ({})",
+            f("plugin"),
+            f("verb"),
+            f("kind"),
+            f("namespace"),
+            f("name"),
+            f("result"),
+            f("detail")
+        )
+    })
 }
 
 /// What one bounded fuzz run did, from libFuzzer's last status line and its exit.

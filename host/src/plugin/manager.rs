@@ -370,14 +370,7 @@ pub fn check_bytes(
         },
     })?;
     let status = status.unwrap_or_default();
-    let name: Arc<str> = spec.name.as_str().into();
-    let actions = Arc::new(PluginActions::new(
-        name.clone(),
-        spec.actions.clone(),
-        status.clone(),
-        grants.services.clone(),
-    ));
-    let api = PluginRuntime::api(&name, spec, &grants, &status, &actions);
+    let (actions, api) = host_api(spec, &grants, &status);
     let logs_before = status.logs.total();
     let failed = |phase, e: CallError| PluginError::Failed {
         plugin: plugin.clone(),
@@ -459,6 +452,23 @@ pub fn check_with_grants(
     Ok(checked)
 }
 
+/// The actions of an instance of `spec` and the state its imports work on.
+fn host_api(
+    spec: &PluginSpec,
+    grants: &Grants,
+    status: &Arc<PluginStatus>,
+) -> (Arc<PluginActions>, super::state::HostApi) {
+    let name: Arc<str> = spec.name.as_str().into();
+    let actions = Arc::new(PluginActions::new(
+        name.clone(),
+        spec.actions.clone(),
+        status.clone(),
+        grants.services.clone(),
+    ));
+    let api = PluginRuntime::api(&name, spec, grants, status, &actions);
+    (actions, api)
+}
+
 /// The name the plugin gives itself in `describe`, from an instance of its own (no `init`);
 /// `None` when it cannot be linked, instantiated or described, or gives an empty name.
 fn declared_name(
@@ -467,16 +477,7 @@ fn declared_name(
     component: &wasmtime::component::Component,
 ) -> Option<String> {
     let pre = engine.instance_pre(component).ok()?;
-    let status = Arc::new(PluginStatus::default());
-    let name: Arc<str> = spec.name.as_str().into();
-    let grants = Grants::default();
-    let actions = Arc::new(PluginActions::new(
-        name.clone(),
-        spec.actions.clone(),
-        status.clone(),
-        grants.services.clone(),
-    ));
-    let api = PluginRuntime::api(&name, spec, &grants, &status, &actions);
+    let (_, api) = host_api(spec, &Grants::default(), &Arc::default());
     let info = Instance::new(engine, &pre, api, &spec.limits)
         .ok()?
         .describe()
