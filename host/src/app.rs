@@ -418,20 +418,25 @@ pub async fn start(
     let mut elector = None;
     let mut membership = None;
     let mut leadership = None;
+    // A shard member's reports carry its identity (one settings for its membership and them).
+    let lease_settings = config.sharding.as_ref().map(|sh| sh.lease());
+    let mut report_identity = None;
     if let (Some(sh), Some(client)) = (&config.sharding, &client) {
         let owns = match &shard_view {
             None => {
-                let e = crate::scale::lease::Elector::new(client.clone(), sh.lease());
+                let e = crate::scale::lease::Elector::new(
+                    client.clone(),
+                    lease_settings.clone().unwrap_or_else(|| sh.lease()),
+                );
                 leadership = Some(e.leadership());
                 elector = Some(e);
                 None
             }
             Some(view) => {
-                let m = crate::scale::members::Membership::new(
-                    client.clone(),
-                    sh.lease(),
-                    view.clone(),
-                );
+                let settings = lease_settings.clone().unwrap_or_else(|| sh.lease());
+                report_identity = Some(settings.identity.clone());
+                let m =
+                    crate::scale::members::Membership::new(client.clone(), settings, view.clone());
                 leadership = Some(m.freshness());
                 membership = Some(m);
                 Some(crate::scale::owner_check(config, &informers, view.clone()))
@@ -519,6 +524,24 @@ pub async fn start(
     }
     if let Some(m) = membership {
         tokio::spawn(m.run(stopped()));
+    }
+    // Policy reports: written by the host, fenced as the actions are.
+    if let (Some(pr), Some(client)) = (&config.policy_reports, &client) {
+        let settings = crate::reports::ReportSettings::new(pr, report_identity.as_deref());
+        tracing::info!(
+            group = %settings.group.api_version(),
+            name = %settings.name,
+            interval = ?settings.interval,
+            "writing policy reports"
+        );
+        let writer = crate::reports::ReportWriter::new(
+            client.clone(),
+            services.verdicts.clone(),
+            settings,
+            leadership.clone(),
+            services.reports.clone(),
+        );
+        tokio::spawn(writer.run(stopped()));
     }
     let reloader_cell: Arc<std::sync::OnceLock<Arc<crate::reloader::Reloader>>> = Arc::default();
     let new_reloader = {

@@ -1,0 +1,276 @@
+//! Policy reports end to end: a host started from a config with `policyReports`, the image
+//! policy plugin over pods in two namespaces, and the report CRDs installed in the test API
+//! server (tests/fixtures/policy-report-crds.yaml); the host writes the reports with its real
+//! `kube::Client`, and the tests read them from the server.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+use wisp_host::app::{self, RunOptions};
+use wisp_host::config::Config;
+use wisp_tests::{TestApiServer, pod};
+
+const CRDS: &str = include_str!("../fixtures/policy-report-crds.yaml");
+
+fn pod_image(ns: &str, name: &str, image: &str) -> Value {
+    let mut p = pod(ns, name);
+    for c in p["spec"]["containers"].as_array_mut().unwrap() {
+        c["image"] = json!(image);
+    }
+    p
+}
+
+/// A server with the report CRDs of both groups and `pods`.
+async fn server(pods: Vec<Value>) -> TestApiServer {
+    let server = TestApiServer::start().await.unwrap();
+    for doc in serde_yaml_ng::Deserializer::from_str(CRDS) {
+        let crd: Value = serde::Deserialize::deserialize(doc).unwrap();
+        server.create(crd).unwrap();
+    }
+    for p in pods {
+        server.create(p).unwrap();
+    }
+    server
+}
+
+struct Host {
+    host: app::Host,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Host {
+    /// A host with the image policy (latest tags only) on every pod; `reports` is the
+    /// `policyReports` section (`None`: none).
+    async fn start(server: &TestApiServer, reports: Option<&str>) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = format!(
+            r#"source: kube
+informers:
+  - {{name: pods, apiVersion: v1, kind: Pod}}
+plugins:
+  - name: policy
+    module: {module}
+    informers: [pods]
+    settings: {{requireLimits: false}}
+admin: {{listen: ""}}
+"#,
+            module = plugin_path("image_policy").display(),
+        );
+        if let Some(r) = reports {
+            config.push_str(&format!("policyReports: {r}\n"));
+        }
+        let path = dir.path().join("wisp.yaml");
+        std::fs::write(&path, config).unwrap();
+        let config = Config::load(&path).unwrap();
+        let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+        let opts = RunOptions {
+            client: Some(server.client()),
+            ..RunOptions::default()
+        };
+        let host = app::start(&config, &opts, async {
+            let _ = rx.await;
+        })
+        .await
+        .unwrap();
+        Self {
+            host,
+            stop: Some(stop),
+            _dir: dir,
+        }
+    }
+
+    fn violations(&self) -> usize {
+        self.host.admin.services.verdicts.len()
+    }
+
+    async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        self.host
+            .finish(tokio::time::Instant::now() + Duration::from_secs(5))
+            .await;
+    }
+}
+
+fn report(server: &TestApiServer, ns: &str) -> Option<Value> {
+    server.get("openreports.io/v1alpha1", "Report", Some(ns), "wisp-policy")
+}
+
+/// (severity, result, pod name) of each result, in order.
+fn results(r: &Value) -> Vec<(String, String, String)> {
+    r["results"]
+        .as_array()
+        .map(|rs| {
+            rs.iter()
+                .map(|x| {
+                    (
+                        x["severity"].as_str().unwrap_or("").to_owned(),
+                        x["result"].as_str().unwrap_or("").to_owned(),
+                        x["resources"][0]["name"].as_str().unwrap_or("").to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn high(name: &str) -> (String, String, String) {
+    ("high".into(), "fail".into(), name.into())
+}
+
+#[tokio::test]
+async fn reports_per_namespace_follow_the_verdicts_and_go_when_they_clear() {
+    let server = server(vec![
+        pod_image("shop", "bad-1", "nginx:latest"),
+        pod_image("shop", "bad-2", "nginx"),
+        pod_image("shop", "good-1", "nginx:1.27"),
+        pod_image("ops", "bad-3", "nginx:latest"),
+    ])
+    .await;
+    let host = Host::start(&server, Some("{interval: 100ms}")).await;
+    until("a report in shop and in ops", || {
+        report(&server, "shop").is_some_and(|r| results(&r) == vec![high("bad-1"), high("bad-2")])
+            && report(&server, "ops").is_some_and(|r| results(&r) == vec![high("bad-3")])
+    })
+    .await;
+
+    let shop = report(&server, "shop").unwrap();
+    assert_eq!(
+        shop["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "wisp"
+    );
+    assert_eq!(
+        shop["summary"],
+        json!({"pass": 0, "fail": 2, "warn": 0, "error": 0, "skip": 0})
+    );
+    let r = &shop["results"][0];
+    let uid = server.get("v1", "Pod", Some("shop"), "bad-1").unwrap()["metadata"]["uid"].clone();
+    assert_eq!(
+        r["resources"],
+        json!([{"apiVersion": "v1", "kind": "Pod", "namespace": "shop", "name": "bad-1", "uid": uid}])
+    );
+    assert_eq!(
+        (r["source"].as_str(), r["policy"].as_str(), r["rule"].as_str()),
+        (Some("policy"), Some("policy"), Some("latest-tag"))
+    );
+    assert!(
+        r["message"].as_str().unwrap().contains("nginx:latest"),
+        "{r}"
+    );
+    assert!(r["timestamp"]["seconds"].as_i64().unwrap() > 1_700_000_000, "{r}");
+    let managers: Vec<&str> = shop["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["manager"].as_str())
+        .collect();
+    assert_eq!(managers, ["wisp"], "written by the host's own field manager");
+    assert!(
+        server
+            .objects("openreports.io/v1alpha1", "ClusterReport")
+            .is_empty(),
+        "no cluster-scoped violations"
+    );
+
+    // Fixing a pod updates its namespace's report.
+    server
+        .update(pod_image("shop", "bad-1", "nginx:1.27"))
+        .unwrap();
+    until("shop's report updated", || {
+        report(&server, "shop").is_some_and(|r| {
+            results(&r) == vec![high("bad-2")] && r["summary"]["fail"] == 1
+        })
+    })
+    .await;
+
+    // Clearing every violation of a namespace deletes its report; the other stays.
+    server
+        .update(pod_image("ops", "bad-3", "nginx:1.27"))
+        .unwrap();
+    until("ops's report deleted", || report(&server, "ops").is_none()).await;
+    assert!(report(&server, "shop").is_some());
+    let status = host.host.admin.services.reports.clone();
+    until("one report counted", || {
+        status.written.load(std::sync::atomic::Ordering::Relaxed) == 1
+    })
+    .await;
+    assert_eq!(
+        status.write_errors.load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "{:?}",
+        status.last_error()
+    );
+    host.stop().await;
+}
+
+#[tokio::test]
+async fn the_wgpolicy_group_and_max_results_cut_the_results_but_not_the_summary() {
+    let pods = (0..5)
+        .map(|i| pod_image("shop", &format!("bad-{i}"), "nginx:latest"))
+        .collect();
+    let server = server(pods).await;
+    let host = Host::start(
+        &server,
+        Some("{apiGroup: wgpolicyk8s.io, interval: 100ms, maxResults: 2}"),
+    )
+    .await;
+    let get = || server.get("wgpolicyk8s.io/v1alpha2", "PolicyReport", Some("shop"), "wisp-policy");
+    until("a PolicyReport with every violation counted", || {
+        get().is_some_and(|r| r["summary"]["fail"] == 5)
+    })
+    .await;
+    let r = get().unwrap();
+    assert_eq!(results(&r), vec![high("bad-0"), high("bad-1")], "{r}");
+    assert_eq!(r["metadata"]["annotations"]["wisp.io/results-omitted"], "3");
+    assert!(report(&server, "shop").is_none(), "nothing in openreports.io");
+
+    // Below the bound again: all results, no annotation.
+    for i in 2..5 {
+        server
+            .update(pod_image("shop", &format!("bad-{i}"), "nginx:1.27"))
+            .unwrap();
+    }
+    until("not cut any more", || {
+        get().is_some_and(|r| {
+            r["summary"]["fail"] == 2
+                && r["metadata"]["annotations"]
+                    .get("wisp.io/results-omitted")
+                    .is_none()
+        })
+    })
+    .await;
+    host.stop().await;
+}
+
+#[tokio::test]
+async fn a_host_without_policy_reports_writes_none() {
+    let server = server(vec![
+        pod_image("shop", "bad-1", "nginx:latest"),
+        pod_image("ops", "bad-2", "nginx:latest"),
+    ])
+    .await;
+    let host = Host::start(&server, None).await;
+    until("two violations", || host.violations() == 2).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for (v, k) in [
+        ("openreports.io/v1alpha1", "Report"),
+        ("openreports.io/v1alpha1", "ClusterReport"),
+        ("wgpolicyk8s.io/v1alpha2", "PolicyReport"),
+        ("wgpolicyk8s.io/v1alpha2", "ClusterPolicyReport"),
+    ] {
+        assert!(server.objects(v, k).is_empty(), "{k}");
+    }
+    assert!(
+        !server
+            .requests()
+            .iter()
+            .any(|r| r.path.contains("openreports.io") || r.path.contains("wgpolicyk8s.io")),
+        "no request for reports"
+    );
+    host.stop().await;
+}
