@@ -3,8 +3,10 @@
 //! apply, which creates a missing object; `create` for Events, verdict Events included, which
 //! need that grant) — through a Role (and RoleBinding) in each namespace when the informer or grant
 //! is limited to namespaces, however many, and through a ClusterRole only when it is not (all
-//! namespaces, or cluster-scoped kinds). An informer on several namespaces lists and watches in
-//! each of them (`source::multi`), so a Role per namespace is all it needs.
+//! namespaces, or cluster-scoped kinds); with `policyReports`, a ClusterRole on the reports of
+//! the chosen group (get, list, create, patch, delete: a report goes wherever violations are).
+//! An informer on several namespaces lists and watches in each of them (`source::multi`), so a
+//! Role per namespace is all it needs.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -224,6 +226,47 @@ mod tests {
             );
         }
         assert_eq!(y.matches("\nkind: Role\n").count(), 2, "{y}");
+    }
+
+    #[test]
+    fn policy_reports_get_a_cluster_role_on_the_reports_of_their_group() {
+        let generated = |reports: &str| {
+            let c = Config::parse(
+                &format!("source: kube\ninformers:\n  - {{name: pods, apiVersion: v1, kind: Pod, namespaces: [shop]}}\n{reports}"),
+                "wisp.yaml",
+                std::path::Path::new("."),
+            )
+            .unwrap();
+            generate(&c, "wisp", "ops")
+        };
+        let y = generated("");
+        assert!(
+            !y.contains("reports") && !y.contains("kind: ClusterRole"),
+            "{y}"
+        );
+        let cluster_rule = |group: &str, resources: &str| {
+            format!(
+                "kind: ClusterRole\nmetadata:\n  name: wisp\nrules:\n  - apiGroups: [\"{group}\"]\n    resources: [{resources}]\n    verbs: [get, list, create, patch, delete]\n"
+            )
+        };
+        let y = generated("policyReports: {}\n");
+        assert!(
+            y.contains(&cluster_rule(
+                "openreports.io",
+                "\"clusterreports\", \"reports\""
+            )),
+            "{y}"
+        );
+        assert!(y.contains("kind: ClusterRoleBinding\n"), "{y}");
+        let y = generated("policyReports: {apiGroup: wgpolicyk8s.io}\n");
+        assert!(
+            y.contains(&cluster_rule(
+                "wgpolicyk8s.io",
+                "\"clusterpolicyreports\", \"policyreports\""
+            )),
+            "{y}"
+        );
+        assert!(!y.contains("openreports.io"), "{y}");
     }
 
     #[test]

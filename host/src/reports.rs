@@ -33,7 +33,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::actions::kube::path_segment;
-use crate::policy::{Severity, VerdictFilter, VerdictStore, Verdict};
+use crate::policy::{Severity, Verdict, VerdictFilter, VerdictStore};
 use crate::sync::lock;
 
 /// Label on every report the host writes.
@@ -375,7 +375,8 @@ impl ReportWriter {
     }
 
     async fn send(&self, req: http::Request<Vec<u8>>) -> Result<String, (Option<u16>, String)> {
-        self.allowed().map_err(|why| (None, format!("fenced: {why}")))?;
+        self.allowed()
+            .map_err(|why| (None, format!("fenced: {why}")))?;
         self.client.request_text(req).await.map_err(|e| match e {
             kube::Error::Api(s) => (Some(s.code), format!("HTTP {}: {}", s.code, s.message)),
             e => (None, e.to_string()),
@@ -401,10 +402,7 @@ impl ReportWriter {
     async fn delete(&self, scope: &Scope) -> Result<(), String> {
         let req = self
             .collection(scope, false)
-            .delete(
-                &path_segment(&self.settings.name),
-                &DeleteParams::default(),
-            )
+            .delete(&path_segment(&self.settings.name), &DeleteParams::default())
             .map_err(|e| format!("{}: {e}", self.where_(scope)))?;
         match self.send(req).await {
             Ok(_) | Err((Some(404), _)) => Ok(()),
@@ -452,8 +450,12 @@ mod tests {
             rule: rule.into(),
             subject: Subject {
                 informer: "i".into(),
-                api_version: if ns.is_some() { "v1" } else { "rbac.authorization.k8s.io/v1" }
-                    .into(),
+                api_version: if ns.is_some() {
+                    "v1"
+                } else {
+                    "rbac.authorization.k8s.io/v1"
+                }
+                .into(),
                 kind: if ns.is_some() { "Pod" } else { "ClusterRole" }.into(),
                 namespace: ns.map(Into::into),
                 name: name.into(),
@@ -515,17 +517,27 @@ mod tests {
             })
         );
         assert_eq!(
-            (shop["results"][1]["result"].as_str(), shop["results"][1]["severity"].as_str()),
+            (
+                shop["results"][1]["result"].as_str(),
+                shop["results"][1]["severity"].as_str()
+            ),
             (Some("warn"), Some("info"))
         );
         let cluster = &r[&None];
         assert_eq!(cluster["kind"], "ClusterReport");
         assert!(cluster["metadata"].get("namespace").is_none());
-        assert!(cluster["results"][0]["resources"][0].get("namespace").is_none());
+        assert!(
+            cluster["results"][0]["resources"][0]
+                .get("namespace")
+                .is_none()
+        );
         assert_eq!(cluster["results"][0]["severity"], "critical");
 
         let w = build(&vs, &settings(ReportGroup::WgPolicy, 10));
-        assert_eq!(w[&Some("ops".into())]["apiVersion"], "wgpolicyk8s.io/v1alpha2");
+        assert_eq!(
+            w[&Some("ops".into())]["apiVersion"],
+            "wgpolicyk8s.io/v1alpha2"
+        );
         assert_eq!(w[&Some("ops".into())]["kind"], "PolicyReport");
         assert_eq!(w[&None]["kind"], "ClusterPolicyReport");
     }
@@ -596,11 +608,19 @@ mod tests {
         assert_eq!(build(&a, &s), build(&b, &s));
         assert!(build(&[], &s).is_empty());
         let cfg = crate::config::PolicyReportsConfig::default();
-        assert_eq!(ReportSettings::new(&cfg, Some("r-1")).name, "wisp-policy-r-1");
+        assert_eq!(
+            ReportSettings::new(&cfg, Some("r-1")).name,
+            "wisp-policy-r-1"
+        );
         let s = ReportSettings::new(&cfg, None);
         assert_eq!(
             (s.name.as_str(), s.max_results, s.interval, s.group),
-            ("wisp-policy", 1000, Duration::from_secs(10), ReportGroup::OpenReports)
+            (
+                "wisp-policy",
+                1000,
+                Duration::from_secs(10),
+                ReportGroup::OpenReports
+            )
         );
     }
 }

@@ -155,21 +155,32 @@ async fn reports_per_namespace_follow_the_verdicts_and_go_when_they_clear() {
         json!([{"apiVersion": "v1", "kind": "Pod", "namespace": "shop", "name": "bad-1", "uid": uid}])
     );
     assert_eq!(
-        (r["source"].as_str(), r["policy"].as_str(), r["rule"].as_str()),
+        (
+            r["source"].as_str(),
+            r["policy"].as_str(),
+            r["rule"].as_str()
+        ),
         (Some("policy"), Some("policy"), Some("latest-tag"))
     );
     assert!(
         r["message"].as_str().unwrap().contains("nginx:latest"),
         "{r}"
     );
-    assert!(r["timestamp"]["seconds"].as_i64().unwrap() > 1_700_000_000, "{r}");
+    assert!(
+        r["timestamp"]["seconds"].as_i64().unwrap() > 1_700_000_000,
+        "{r}"
+    );
     let managers: Vec<&str> = shop["metadata"]["managedFields"]
         .as_array()
         .unwrap()
         .iter()
         .filter_map(|m| m["manager"].as_str())
         .collect();
-    assert_eq!(managers, ["wisp"], "written by the host's own field manager");
+    assert_eq!(
+        managers,
+        ["wisp"],
+        "written by the host's own field manager"
+    );
     assert!(
         server
             .objects("openreports.io/v1alpha1", "ClusterReport")
@@ -182,9 +193,8 @@ async fn reports_per_namespace_follow_the_verdicts_and_go_when_they_clear() {
         .update(pod_image("shop", "bad-1", "nginx:1.27"))
         .unwrap();
     until("shop's report updated", || {
-        report(&server, "shop").is_some_and(|r| {
-            results(&r) == vec![high("bad-2")] && r["summary"]["fail"] == 1
-        })
+        report(&server, "shop")
+            .is_some_and(|r| results(&r) == vec![high("bad-2")] && r["summary"]["fail"] == 1)
     })
     .await;
 
@@ -200,7 +210,9 @@ async fn reports_per_namespace_follow_the_verdicts_and_go_when_they_clear() {
     })
     .await;
     assert_eq!(
-        status.write_errors.load(std::sync::atomic::Ordering::Relaxed),
+        status
+            .write_errors
+            .load(std::sync::atomic::Ordering::Relaxed),
         0,
         "{:?}",
         status.last_error()
@@ -219,7 +231,14 @@ async fn the_wgpolicy_group_and_max_results_cut_the_results_but_not_the_summary(
         Some("{apiGroup: wgpolicyk8s.io, interval: 100ms, maxResults: 2}"),
     )
     .await;
-    let get = || server.get("wgpolicyk8s.io/v1alpha2", "PolicyReport", Some("shop"), "wisp-policy");
+    let get = || {
+        server.get(
+            "wgpolicyk8s.io/v1alpha2",
+            "PolicyReport",
+            Some("shop"),
+            "wisp-policy",
+        )
+    };
     until("a PolicyReport with every violation counted", || {
         get().is_some_and(|r| r["summary"]["fail"] == 5)
     })
@@ -227,7 +246,10 @@ async fn the_wgpolicy_group_and_max_results_cut_the_results_but_not_the_summary(
     let r = get().unwrap();
     assert_eq!(results(&r), vec![high("bad-0"), high("bad-1")], "{r}");
     assert_eq!(r["metadata"]["annotations"]["wisp.io/results-omitted"], "3");
-    assert!(report(&server, "shop").is_none(), "nothing in openreports.io");
+    assert!(
+        report(&server, "shop").is_none(),
+        "nothing in openreports.io"
+    );
 
     // Below the bound again: all results, no annotation.
     for i in 2..5 {

@@ -242,7 +242,10 @@ impl Collector for Live {
             out.gauge(
                 "policy_reports",
                 "Policy reports this host has written and not deleted (policyReports).",
-                [(none, reports.written.load(std::sync::atomic::Ordering::Relaxed))],
+                [(
+                    none,
+                    reports.written.load(std::sync::atomic::Ordering::Relaxed),
+                )],
             )?;
             out.counter(
                 "policy_reports_write_errors",
