@@ -46,6 +46,11 @@ impl Host {
     /// A host with the image policy (latest tags only) on every pod; `reports` is the
     /// `policyReports` section (`None`: none).
     async fn start(server: &TestApiServer, reports: Option<&str>) -> Self {
+        Self::start_with(server, reports, "").await
+    }
+
+    /// [`Host::start`], `extra` appended to the config.
+    async fn start_with(server: &TestApiServer, reports: Option<&str>, extra: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut config = format!(
             r#"source: kube
@@ -63,6 +68,7 @@ admin: {{listen: ""}}
         if let Some(r) = reports {
             config.push_str(&format!("policyReports: {r}\n"));
         }
+        config.push_str(extra);
         let path = dir.path().join("wisp.yaml");
         std::fs::write(&path, config).unwrap();
         let config = Config::load(&path).unwrap();
@@ -294,5 +300,85 @@ async fn a_host_without_policy_reports_writes_none() {
             .any(|r| r.path.contains("openreports.io") || r.path.contains("wgpolicyk8s.io")),
         "no request for reports"
     );
+    host.stop().await;
+}
+
+fn report_requests(server: &TestApiServer) -> usize {
+    server
+        .requests()
+        .iter()
+        .filter(|r| r.path.contains("/apis/openreports.io/"))
+        .count()
+}
+
+/// `sharding: {mode: leader}`: a standby sends nothing for reports; once it leads it writes its
+/// reports and deletes the one the previous leader left in a namespace with no violation now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_writes_no_report_and_a_new_leader_deletes_the_old_leaders_leftovers() {
+    let server = server(vec![pod_image("shop", "bad-1", "nginx:latest")]).await;
+    server
+        .create(
+            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "wisp", "namespace": "default"},
+            "spec": {"holderIdentity": "other", "leaseDurationSeconds": 3600}}),
+        )
+        .unwrap();
+    server
+        .create(
+            json!({"apiVersion": "openreports.io/v1alpha1", "kind": "Report",
+            "metadata": {"name": "wisp-policy", "namespace": "old",
+                         "labels": {"app.kubernetes.io/managed-by": "wisp"}},
+            "summary": {"pass": 0, "fail": 1, "warn": 0, "error": 0, "skip": 0},
+            "results": [{"policy": "policy", "rule": "latest-tag", "result": "fail"}]}),
+        )
+        .unwrap();
+    let host = Host::start_with(
+        &server,
+        Some("{interval: 100ms}"),
+        "sharding: {mode: leader, identity: a, leaseNamespace: default, leaseDuration: 2s, \
+         renewDeadline: 1500ms, retryPeriod: 300ms}\n",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(report_requests(&server), 0, "a standby sends nothing");
+    assert!(report(&server, "shop").is_none());
+
+    // The other holder lets go: this replica leads, runs the plugin and writes.
+    let mut lease = server
+        .get("coordination.k8s.io/v1", "Lease", Some("default"), "wisp")
+        .unwrap();
+    lease["spec"]["holderIdentity"] = json!("");
+    server.update(lease).unwrap();
+    until("shop's report written and the leftover deleted", || {
+        report(&server, "shop").is_some_and(|r| results(&r) == vec![high("bad-1")])
+            && report(&server, "old").is_none()
+    })
+    .await;
+    host.stop().await;
+}
+
+/// `sharding: {mode: shards}`: a member's reports carry its identity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_member_names_its_reports_with_its_identity() {
+    let server = server(vec![pod_image("shop", "bad-1", "nginx:latest")]).await;
+    let host = Host::start_with(
+        &server,
+        Some("{interval: 100ms}"),
+        "sharding: {mode: shards, identity: m1, leaseNamespace: default, leaseDuration: 4s, \
+         renewDeadline: 3s, retryPeriod: 300ms}\n",
+    )
+    .await;
+    until("the member's report", || {
+        server
+            .get(
+                "openreports.io/v1alpha1",
+                "Report",
+                Some("shop"),
+                "wisp-policy-m1",
+            )
+            .is_some_and(|r| results(&r) == vec![high("bad-1")])
+    })
+    .await;
+    assert!(report(&server, "shop").is_none(), "not the unsharded name");
     host.stop().await;
 }
