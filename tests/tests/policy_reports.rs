@@ -11,7 +11,7 @@ use common::*;
 use serde_json::{Value, json};
 use wisp_host::app::{self, RunOptions};
 use wisp_host::config::Config;
-use wisp_tests::{TestApiServer, pod};
+use wisp_tests::{TestApiServer, Verb, pod};
 
 const CRDS: &str = include_str!("../fixtures/policy-report-crds.yaml");
 
@@ -61,7 +61,7 @@ plugins:
     module: {module}
     informers: [pods]
     settings: {{requireLimits: false}}
-admin: {{listen: ""}}
+admin: {{listen: "127.0.0.1:0"}}
 "#,
             module = plugin_path("image_policy").display(),
         );
@@ -87,6 +87,10 @@ admin: {{listen: ""}}
             stop: Some(stop),
             _dir: dir,
         }
+    }
+
+    async fn metrics(&self) -> common::http::Reply {
+        common::http::get(self.host.admin_addr.unwrap(), "/metrics").await
     }
 
     fn violations(&self) -> usize {
@@ -300,6 +304,8 @@ async fn a_host_without_policy_reports_writes_none() {
             .any(|r| r.path.contains("openreports.io") || r.path.contains("wgpolicyk8s.io")),
         "no request for reports"
     );
+    let m = host.metrics().await;
+    assert!(!m.body.contains("wisp_policy_reports"), "{}", m.body);
     host.stop().await;
 }
 
@@ -380,5 +386,45 @@ async fn a_shard_member_names_its_reports_with_its_identity() {
     })
     .await;
     assert!(report(&server, "shop").is_none(), "not the unsharded name");
+    host.stop().await;
+}
+
+/// A write the server refuses is counted and sent again at the next interval.
+#[tokio::test]
+async fn failed_writes_are_counted_and_retried_at_the_next_interval() {
+    let server = server(vec![pod_image("shop", "bad-1", "nginx:latest")]).await;
+    let host = Host::start(&server, Some("{interval: 100ms}")).await;
+    // From now on (discovery done, the informer not listed yet), the host's only requests of
+    // this class are the report's applies (the plugin has no actions).
+    server.faults().fail_next(Verb::Other, 403, None, 2);
+    until("written after two refusals", || {
+        report(&server, "shop").is_some_and(|r| results(&r) == vec![high("bad-1")])
+    })
+    .await;
+    let status = host.host.admin.services.reports.clone();
+    assert_eq!(
+        status
+            .write_errors
+            .load(std::sync::atomic::Ordering::Relaxed),
+        2
+    );
+    let last = status.last_error().unwrap();
+    assert!(
+        last.contains("apply Report shop/wisp-policy") && last.contains("403"),
+        "{last}"
+    );
+    let m = host.metrics().await;
+    assert_eq!(
+        m.sample("wisp_policy_reports_write_errors_total"),
+        Some(2.0),
+        "{}",
+        m.body
+    );
+    let applies = server
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PATCH" && r.path.contains("/reports/wisp-policy"))
+        .count();
+    assert_eq!(applies, 3, "two refused, one taken, none since (unchanged)");
     host.stop().await;
 }
