@@ -170,6 +170,18 @@ fn result(v: &Verdict) -> Value {
     })
 }
 
+/// Where a result goes in its report: severity (critical first), then object and rule.
+fn order(v: &Verdict) -> (std::cmp::Reverse<Severity>, &str, &str, &str, &str, &str) {
+    (
+        std::cmp::Reverse(v.severity),
+        &v.subject.name,
+        &v.subject.kind,
+        &v.subject.api_version,
+        &v.plugin,
+        &v.rule,
+    )
+}
+
 /// The reports `verdicts` make, by scope: results ordered by severity (critical first), then
 /// object (namespace, name, kind, apiVersion), plugin and rule; at most `max_results`, the rest
 /// counted in [`OMITTED_ANNOTATION`]; the summary counts all.
@@ -185,19 +197,7 @@ pub fn build(verdicts: &[Verdict], settings: &ReportSettings) -> BTreeMap<Scope,
     by_scope
         .into_iter()
         .map(|(scope, mut vs)| {
-            vs.sort_by(|a, b| {
-                let key = |v: &Verdict| {
-                    (
-                        std::cmp::Reverse(v.severity),
-                        v.subject.name.clone(),
-                        v.subject.kind.clone(),
-                        v.subject.api_version.clone(),
-                        v.plugin.clone(),
-                        v.rule.clone(),
-                    )
-                };
-                key(a).cmp(&key(b))
-            });
+            vs.sort_by(|a, b| order(a).cmp(&order(b)));
             let warn = vs.iter().filter(|v| v.severity == Severity::Info).count();
             let fail = vs.len() - warn;
             let omitted = vs.len().saturating_sub(settings.max_results);
@@ -331,10 +331,16 @@ impl ReportWriter {
                 Err(e) => return self.status.failed(e),
             }
         }
-        let desired = build(
-            &self.verdicts.list(&VerdictFilter::default()),
-            &self.settings,
-        );
+        // Off the async workers: with many violations, building takes a while.
+        let (verdicts, settings) = (self.verdicts.clone(), self.settings.clone());
+        let desired = match tokio::task::spawn_blocking(move || {
+            build(&verdicts.list(&VerdictFilter::default()), &settings)
+        })
+        .await
+        {
+            Ok(d) => d,
+            Err(e) => return self.status.failed(format!("building the reports: {e}")),
+        };
         for (scope, report) in &desired {
             if self.written.get(scope) == Some(report) {
                 continue;
