@@ -38,6 +38,7 @@ async fn server(pods: Vec<Value>) -> TestApiServer {
 
 struct Host {
     host: app::Host,
+    path: std::path::PathBuf,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     _dir: tempfile::TempDir,
 }
@@ -75,6 +76,7 @@ admin: {{listen: "127.0.0.1:0"}}
         let (stop, rx) = tokio::sync::oneshot::channel::<()>();
         let opts = RunOptions {
             client: Some(server.client()),
+            config_path: Some(path.clone()),
             ..RunOptions::default()
         };
         let host = app::start(&config, &opts, async {
@@ -84,6 +86,7 @@ admin: {{listen: "127.0.0.1:0"}}
         .unwrap();
         Self {
             host,
+            path,
             stop: Some(stop),
             _dir: dir,
         }
@@ -226,6 +229,32 @@ async fn reports_per_namespace_follow_the_verdicts_and_go_when_they_clear() {
         0,
         "{:?}",
         status.last_error()
+    );
+    let m = host.metrics().await;
+    assert_eq!(m.sample("wisp_policy_reports"), Some(1.0), "{}", m.body);
+    assert_eq!(
+        m.sample("wisp_policy_reports_write_errors_total"),
+        Some(0.0),
+        "{}",
+        m.body
+    );
+    // The writer's settings are read at start: a reload that changes them is refused.
+    let text = std::fs::read_to_string(&host.path).unwrap();
+    std::fs::write(
+        &host.path,
+        text.replace("{interval: 100ms}", "{interval: 100ms, maxResults: 5}"),
+    )
+    .unwrap();
+    let refused = host
+        .host
+        .reloader
+        .as_ref()
+        .unwrap()
+        .reload_config()
+        .unwrap_err();
+    assert!(
+        format!("{refused:?}").contains("policyReports changed"),
+        "{refused:?}"
     );
     host.stop().await;
 }
