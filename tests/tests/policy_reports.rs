@@ -457,3 +457,60 @@ async fn failed_writes_are_counted_and_retried_at_the_next_interval() {
     assert_eq!(applies, 3, "two refused, one taken, none since (unchanged)");
     host.stop().await;
 }
+
+/// A verdict on a cluster-scoped object (put in the host's store as a plugin's would be: the
+/// image policy only judges pods) goes to the ClusterReport, and its pass deletes it.
+#[tokio::test]
+async fn a_cluster_scoped_violation_goes_to_the_cluster_report() {
+    use wisp_host::policy::{Severity, Subject};
+    let server = server(vec![]).await;
+    let host = Host::start(&server, Some("{interval: 100ms}")).await;
+    let ns = server.get("v1", "Namespace", None, "default").unwrap();
+    let subject = Subject {
+        informer: "namespaces".into(),
+        api_version: "v1".into(),
+        kind: "Namespace".into(),
+        namespace: None,
+        name: "default".into(),
+        uid: ns["metadata"]["uid"].as_str().unwrap().into(),
+        resource_version: ns["metadata"]["resourceVersion"].as_str().unwrap().into(),
+    };
+    let verdicts = host.host.admin.services.verdicts.clone();
+    let note = Some((Severity::Info, "no team label".to_owned()));
+    verdicts
+        .report("labels", "1", "team-label", subject.clone(), note)
+        .unwrap();
+    let get = || {
+        server.get(
+            "openreports.io/v1alpha1",
+            "ClusterReport",
+            None,
+            "wisp-policy",
+        )
+    };
+    until("the cluster report", || get().is_some()).await;
+    let r = get().unwrap();
+    assert_eq!(
+        r["summary"],
+        json!({"pass": 0, "fail": 0, "warn": 1, "error": 0, "skip": 0})
+    );
+    assert_eq!(
+        results(&r),
+        vec![("info".into(), "warn".into(), "default".into())]
+    );
+    assert_eq!(
+        r["results"][0]["resources"],
+        json!([{"apiVersion": "v1", "kind": "Namespace", "name": "default", "uid": ns["metadata"]["uid"]}])
+    );
+    assert!(
+        server
+            .objects("openreports.io/v1alpha1", "Report")
+            .is_empty()
+    );
+
+    verdicts
+        .report("labels", "1", "team-label", subject, None)
+        .unwrap();
+    until("the cluster report deleted", || get().is_none()).await;
+    host.stop().await;
+}
