@@ -418,25 +418,21 @@ pub async fn start(
     let mut elector = None;
     let mut membership = None;
     let mut leadership = None;
-    // A shard member's reports carry its identity (one settings for its membership and them).
-    let lease_settings = config.sharding.as_ref().map(|sh| sh.lease());
+    // A shard member's policy reports carry its identity.
     let mut report_identity = None;
     if let (Some(sh), Some(client)) = (&config.sharding, &client) {
+        // Once: without an identity in the config or $POD_NAME, each call picks a new one.
+        let lease = sh.lease();
         let owns = match &shard_view {
             None => {
-                let e = crate::scale::lease::Elector::new(
-                    client.clone(),
-                    lease_settings.clone().unwrap_or_else(|| sh.lease()),
-                );
+                let e = crate::scale::lease::Elector::new(client.clone(), lease);
                 leadership = Some(e.leadership());
                 elector = Some(e);
                 None
             }
             Some(view) => {
-                let settings = lease_settings.clone().unwrap_or_else(|| sh.lease());
-                report_identity = Some(settings.identity.clone());
-                let m =
-                    crate::scale::members::Membership::new(client.clone(), settings, view.clone());
+                report_identity = Some(lease.identity.clone());
+                let m = crate::scale::members::Membership::new(client.clone(), lease, view.clone());
                 leadership = Some(m.freshness());
                 membership = Some(m);
                 Some(crate::scale::owner_check(config, &informers, view.clone()))

@@ -183,7 +183,7 @@ fn order(v: &Verdict) -> (std::cmp::Reverse<Severity>, &str, &str, &str, &str, &
 }
 
 /// The reports `verdicts` make, by scope: results ordered by severity (critical first), then
-/// object (namespace, name, kind, apiVersion), plugin and rule; at most `max_results`, the rest
+/// object (name, kind, apiVersion), plugin and rule; at most `max_results`, the rest
 /// counted in [`OMITTED_ANNOTATION`]; the summary counts all.
 pub fn build(verdicts: &[Verdict], settings: &ReportSettings) -> BTreeMap<Scope, Value> {
     let mut by_scope: BTreeMap<Scope, Vec<&Verdict>> = BTreeMap::new();
