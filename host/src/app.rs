@@ -418,20 +418,21 @@ pub async fn start(
     let mut elector = None;
     let mut membership = None;
     let mut leadership = None;
+    // A shard member's policy reports carry its identity.
+    let mut report_identity = None;
     if let (Some(sh), Some(client)) = (&config.sharding, &client) {
+        // Once: without an identity in the config or $POD_NAME, each call picks a new one.
+        let lease = sh.lease();
         let owns = match &shard_view {
             None => {
-                let e = crate::scale::lease::Elector::new(client.clone(), sh.lease());
+                let e = crate::scale::lease::Elector::new(client.clone(), lease);
                 leadership = Some(e.leadership());
                 elector = Some(e);
                 None
             }
             Some(view) => {
-                let m = crate::scale::members::Membership::new(
-                    client.clone(),
-                    sh.lease(),
-                    view.clone(),
-                );
+                report_identity = Some(lease.identity.clone());
+                let m = crate::scale::members::Membership::new(client.clone(), lease, view.clone());
                 leadership = Some(m.freshness());
                 membership = Some(m);
                 Some(crate::scale::owner_check(config, &informers, view.clone()))
@@ -518,6 +519,24 @@ pub async fn start(
     }
     if let Some(m) = membership {
         tokio::spawn(m.run(stopped()));
+    }
+    // Policy reports: written by the host, fenced as the actions are.
+    if let (Some(pr), Some(client)) = (&config.policy_reports, &client) {
+        let settings = crate::reports::ReportSettings::new(pr, report_identity.as_deref());
+        tracing::info!(
+            group = %settings.group.api_version(),
+            name = %settings.name,
+            interval = ?settings.interval,
+            "writing policy reports"
+        );
+        let writer = crate::reports::ReportWriter::new(
+            client.clone(),
+            services.verdicts.clone(),
+            settings,
+            leadership.clone(),
+            services.reports.clone(),
+        );
+        tokio::spawn(writer.run(stopped()));
     }
     let reloader_cell: Arc<std::sync::OnceLock<Arc<crate::reloader::Reloader>>> = Arc::default();
     let new_reloader = {

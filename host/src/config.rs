@@ -43,7 +43,14 @@
 //! engine: { cacheDir: /var/cache/wisp, epochTick: 10ms, fuel: false }
 //! executor: { workers: 4 }     # threads that run the plugins (default: one per core)
 //! audit: { file: /var/log/wisp/audit.jsonl }   # actions also go to the log and to /audit
+//! policyReports: { apiGroup: openreports.io, interval: 10s, maxResults: 1000 }   # kube only
 //! ```
+//!
+//! `policyReports` (off when omitted; `source: kube` only) writes the plugins' current
+//! violations as policy reports: one per namespace, one for cluster-scoped objects, written by
+//! the host (no plugin grant) every `interval` when they changed, at most `maxResults` results
+//! each (1 to 10000). `apiGroup` is `openreports.io` (Report, ClusterReport v1alpha1) or
+//! `wgpolicyk8s.io` (PolicyReport, ClusterPolicyReport v1alpha2). See docs/policy-reports.md.
 //!
 //! `executor.workers` is the number of threads that run every plugin's listeners, however many
 //! plugins there are (1 to 1024; default the number of cores). Each worker takes a plugin with
@@ -230,6 +237,9 @@ pub struct Config {
     /// Several replicas over Leases (see [`crate::scale`]); omitted: this host is alone.
     #[serde(default)]
     pub sharding: Option<ShardingConfig>,
+    /// Verdicts also written as PolicyReports (see [`crate::reports`]); omitted: none.
+    #[serde(default)]
+    pub policy_reports: Option<PolicyReportsConfig>,
     /// Directory of the config file (module and dir paths are relative to it).
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -570,6 +580,42 @@ impl ShardingConfig {
     }
 }
 
+/// `policyReports:`: the verdicts also written as policy reports, one per namespace and one for
+/// cluster-scoped objects (see [`crate::reports`]).
+#[derive(Debug, Deserialize, Clone, Default, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PolicyReportsConfig {
+    /// `openreports.io` (default: `Report`, `ClusterReport` in v1alpha1) or `wgpolicyk8s.io`
+    /// (`PolicyReport`, `ClusterPolicyReport` in v1alpha2).
+    #[serde(default)]
+    pub api_group: crate::reports::ReportGroup,
+    /// How often changed reports are written (default 10s).
+    #[serde(default)]
+    pub interval: Option<Dur>,
+    /// Most results per report (default 1000, at most 10000); the summary counts them all.
+    #[serde(default)]
+    pub max_results: Option<usize>,
+}
+
+impl PolicyReportsConfig {
+    /// Default `interval`.
+    pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
+    /// Default `maxResults`.
+    pub const DEFAULT_MAX_RESULTS: usize = 1000;
+    /// Largest `maxResults`.
+    pub const MAX_RESULTS: usize = 10_000;
+
+    /// `interval` in force.
+    pub fn interval(&self) -> Duration {
+        self.interval.map_or(Self::DEFAULT_INTERVAL, |d| d.0)
+    }
+
+    /// `maxResults` in force.
+    pub fn max_results(&self) -> usize {
+        self.max_results.unwrap_or(Self::DEFAULT_MAX_RESULTS)
+    }
+}
+
 /// The audit log of actions.
 #[derive(Debug, Deserialize, Clone, Default, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -824,6 +870,28 @@ impl Config {
                     format!(
                         "{:?}: with mode shards, `<leaseName>-<identity>` names a Lease and must be a DNS subdomain (lower case letters, digits, '-', '.')",
                         lease.identity
+                    ),
+                ));
+            }
+        }
+        if let Some(pr) = &self.policy_reports {
+            if self.source_kind()? != SourceKind::Kube {
+                return Err(self.error(
+                    "policyReports",
+                    "needs `source: kube` (reports are written to an API server)",
+                ));
+            }
+            if pr.interval.is_some_and(|d| d.0.is_zero()) {
+                return Err(self.error("policyReports.interval", "must be more than 0"));
+            }
+            if let Some(n) = pr.max_results
+                && !(1..=PolicyReportsConfig::MAX_RESULTS).contains(&n)
+            {
+                return Err(self.error(
+                    "policyReports.maxResults",
+                    format!(
+                        "{n} is out of range: 1 to {} results per report (the summary counts them all)",
+                        PolicyReportsConfig::MAX_RESULTS
                     ),
                 ));
             }

@@ -31,6 +31,7 @@ pub mod policy;
 pub mod rbac;
 pub mod record;
 pub mod reloader;
+pub mod reports;
 pub mod scale;
 pub mod source;
 pub mod sync;

@@ -61,6 +61,15 @@ Plugin limits (per plugin, `limits:`): memory 64Mi, one budget for all of an ins
   dropped and counted); 1,000 metric series and 256 KiB of names and labels per plugin; error
   messages 4 KiB. The host warns at start when twice the sum of the memory budgets (a reload
   holds two instances) is over the container's memory limit. See SECURITY.md.
+
+Policy reports (policyReports, source: kube only; off when omitted): the plugins' current
+  violations also written as one report per namespace and one cluster report, named
+  wisp-policy (wisp-policy-IDENTITY with sharding mode shards), labelled
+  app.kubernetes.io/managed-by=wisp. apiGroup openreports.io (default; Report, ClusterReport
+  v1alpha1) or wgpolicyk8s.io (PolicyReport, ClusterPolicyReport v1alpha2); interval 10s
+  (changed reports written then, by server-side apply as field manager wisp); maxResults 1000
+  per report (1 to 10000; the rest counted in the wisp.io/results-omitted annotation, the
+  summary counts all). `wisp rbac` grants the verbs. See docs/policy-reports.md.
 ";
 
 #[derive(Subcommand)]

@@ -140,6 +140,14 @@ impl Reloader {
             tracing::error!("{msg}");
             return Err(ReloadError::Refused(msg));
         }
+        if cfg.policy_reports != next.policy_reports {
+            let msg = format!(
+                "config reload refused, nothing changed: {}: policyReports changed; the report writer's settings need a restart",
+                next.file
+            );
+            tracing::error!("{msg}");
+            return Err(ReloadError::Refused(msg));
+        }
         if !same_config(&cfg, &next) {
             let msg = format!(
                 "config reload refused, nothing changed: {}: informers changed; informer changes need a restart",

@@ -87,6 +87,8 @@ pub struct HostServices {
     pub runtime: Option<tokio::runtime::Handle>,
     /// The sender tasks and their phase (drained at shutdown).
     pub senders: Arc<lifecycle::Senders>,
+    /// What the policy report writer did (with `policyReports`).
+    pub reports: Arc<crate::reports::ReportStatus>,
 }
 
 impl Default for HostServices {
@@ -98,6 +100,7 @@ impl Default for HostServices {
             audit: Arc::new(AuditLog::memory()),
             runtime: tokio::runtime::Handle::try_current().ok(),
             senders: Arc::default(),
+            reports: Arc::default(),
         }
     }
 }

@@ -236,6 +236,23 @@ impl Collector for Live {
                 )
             }),
         )?;
+        let reports = &self.state.services.reports;
+        if reports.enabled.load(std::sync::atomic::Ordering::Relaxed) {
+            let none: [(&str, &str); 0] = [];
+            out.gauge(
+                "policy_reports",
+                "Policy reports this host has written and not deleted (policyReports).",
+                [(
+                    none,
+                    reports.written.load(std::sync::atomic::Ordering::Relaxed),
+                )],
+            )?;
+            out.counter(
+                "policy_reports_write_errors",
+                "Policy report writes (apply, delete, list) that failed; retried at the next interval.",
+                [(none, reports.write_errors.load(std::sync::atomic::Ordering::Relaxed))],
+            )?;
+        }
         out.informer_latency(&self.state.informers)?;
         out.latency(&plugins)?;
         out.guest(&plugins)

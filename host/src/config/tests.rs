@@ -501,3 +501,60 @@ fn sharding_takes_client_go_lease_timings_and_refuses_what_cannot_work() {
         crate::scale::shards::ShardField::Namespace
     );
 }
+
+#[test]
+fn policy_reports_default_to_openreports_every_10s_and_are_checked() {
+    let kube = "source: kube\ninformers:\n  - {name: pods, apiVersion: v1, kind: Pod}\n";
+    assert_eq!(
+        parse(kube).unwrap().policy_reports,
+        None,
+        "off when omitted"
+    );
+    let c = parse(&format!("{kube}policyReports: {{}}\n")).unwrap();
+    let pr = c.policy_reports.unwrap();
+    assert_eq!(
+        (pr.api_group, pr.interval(), pr.max_results()),
+        (
+            crate::reports::ReportGroup::OpenReports,
+            std::time::Duration::from_secs(10),
+            1000
+        )
+    );
+    let c = parse(&format!(
+        "{kube}policyReports: {{apiGroup: wgpolicyk8s.io, interval: 1m, maxResults: 10000}}\n"
+    ))
+    .unwrap();
+    let pr = c.policy_reports.unwrap();
+    assert_eq!(
+        (pr.api_group.api_version(), pr.interval(), pr.max_results()),
+        (
+            "wgpolicyk8s.io/v1alpha2".to_owned(),
+            std::time::Duration::from_secs(60),
+            10_000
+        )
+    );
+    let e = err_of(&GOOD.replace("admin:", "policyReports: {}\nadmin:"));
+    assert!(
+        e.contains("wisp.yaml: policyReports: needs `source: kube`"),
+        "{e}"
+    );
+    let e = err_of(&format!("{kube}policyReports: {{interval: 0}}\n"));
+    assert!(
+        e.contains("policyReports.interval: must be more than 0"),
+        "{e}"
+    );
+    for n in [0, 10_001] {
+        let e = err_of(&format!("{kube}policyReports: {{maxResults: {n}}}\n"));
+        assert!(
+            e.contains("policyReports.maxResults:") && e.contains("1 to 10000"),
+            "{e}"
+        );
+    }
+    let e = err_of(&format!(
+        "{kube}policyReports: {{apiGroup: reports.x-k8s.io}}\n"
+    ));
+    assert!(
+        e.contains("openreports.io") && e.contains("wgpolicyk8s.io"),
+        "{e}"
+    );
+}
