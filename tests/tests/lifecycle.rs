@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::{Value, json};
-use wisp_host::app::{self, RunOptions};
+use wisp_host::app::{self};
 use wisp_host::config::Config;
 use wisp_tests::{TestApiServer, Verb, pod};
 
@@ -82,16 +82,7 @@ async fn started(
     server: &TestApiServer,
     config: &Config,
 ) -> (app::Host, tokio::sync::oneshot::Sender<()>) {
-    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
-    let opts = RunOptions {
-        client: Some(server.client_no_retry()),
-        ..RunOptions::default()
-    };
-    let host = app::start(config, &opts, async {
-        let _ = rx.await;
-    })
-    .await
-    .unwrap();
+    let (host, stop) = start_host(config, server.client_no_retry(), None).await;
     let labeler = host.plugins.list()[0].clone();
     until("every patch accepted", || {
         labeler.status().guest_counter("labelled_total", &[]) == PODS as u64

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::{Value, json};
-use wisp_host::app::{self, RunOptions};
+use wisp_host::app::{self};
 use wisp_host::config::Config;
 use wisp_tests::{TestApiServer, Verb, pod};
 
@@ -73,17 +73,7 @@ admin: {{listen: "127.0.0.1:0"}}
         let path = dir.path().join("wisp.yaml");
         std::fs::write(&path, config).unwrap();
         let config = Config::load(&path).unwrap();
-        let (stop, rx) = tokio::sync::oneshot::channel::<()>();
-        let opts = RunOptions {
-            client: Some(server.client()),
-            config_path: Some(path.clone()),
-            ..RunOptions::default()
-        };
-        let host = app::start(&config, &opts, async {
-            let _ = rx.await;
-        })
-        .await
-        .unwrap();
+        let (host, stop) = start_host(&config, server.client(), Some(path.clone())).await;
         Self {
             host,
             path,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::{Value, json};
-use wisp_host::app::{self, RunOptions};
+use wisp_host::app::{self};
 use wisp_host::config::Config;
 use wisp_tests::{TestApiServer, pod};
 
@@ -132,18 +132,9 @@ impl Replica {
     }
 
     async fn start_in(dir: &std::path::Path, name: &str, client: kube::Client, mode: &str) -> Self {
-        let (stop, rx) = tokio::sync::oneshot::channel::<()>();
         let config = config_in_mode(dir, name, mode);
-        let opts = RunOptions {
-            client: Some(client),
-            config_path: Some(dir.join(format!("wisp-{name}.yaml"))),
-            ..RunOptions::default()
-        };
-        let host = app::start(&config, &opts, async {
-            let _ = rx.await;
-        })
-        .await
-        .unwrap();
+        let path = dir.join(format!("wisp-{name}.yaml"));
+        let (host, stop) = start_host(&config, client, Some(path)).await;
         Self {
             name: name.to_owned(),
             host,

@@ -343,3 +343,24 @@ pub fn plugin_path(name: &str) -> std::path::PathBuf {
     p
 }
 pub mod rig;
+
+/// Starts a host on `config` with `client` (and `config_path` for live reloads, when given), as
+/// `wisp run` does; it runs until the returned sender is sent to or dropped.
+pub async fn start_host(
+    config: &wisp_host::config::Config,
+    client: kube::Client,
+    config_path: Option<std::path::PathBuf>,
+) -> (wisp_host::app::Host, tokio::sync::oneshot::Sender<()>) {
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let opts = wisp_host::app::RunOptions {
+        client: Some(client),
+        config_path,
+        ..wisp_host::app::RunOptions::default()
+    };
+    let host = wisp_host::app::start(config, &opts, async {
+        let _ = rx.await;
+    })
+    .await
+    .expect("the host starts");
+    (host, stop)
+}
