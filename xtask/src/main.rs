@@ -99,8 +99,32 @@ fn build_plugins() -> anyhow::Result<PathBuf> {
     Ok(dist)
 }
 
+/// A cargo command, without what `cargo run` told xtask about itself. Build scripts (ring's,
+/// through the `cc` crate) ask to rerun when `CARGO_PKG_NAME`, `CARGO_MANIFEST_DIR` and the like
+/// change, and cargo reads those from its own environment: left in, every crate of such a build
+/// script's chain (ring, rustls, kube-client, ...) built by `cargo xtask ...` would be built
+/// again by a plain `cargo test`, and back.
 fn cargo() -> Command {
-    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    for (k, _) in std::env::vars_os() {
+        if k.to_str().is_some_and(cargo_run_var) {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+/// A variable `cargo run` sets for the program it runs (not one a user sets for cargo).
+fn cargo_run_var(name: &str) -> bool {
+    [
+        "CARGO_PKG_",
+        "CARGO_MANIFEST_",
+        "CARGO_BIN_",
+        "CARGO_CRATE_",
+    ]
+    .iter()
+    .any(|p| name.starts_with(p))
+        || ["CARGO_PRIMARY_PACKAGE", "OUT_DIR"].contains(&name)
 }
 
 fn run(mut cmd: Command) -> anyhow::Result<()> {
@@ -567,6 +591,27 @@ fn main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cargo_runs_without_what_cargo_run_told_xtask() {
+        for v in [
+            "CARGO_PKG_NAME",
+            "CARGO_MANIFEST_DIR",
+            "CARGO_MANIFEST_LINKS",
+            "OUT_DIR",
+        ] {
+            assert!(cargo_run_var(v), "{v}");
+        }
+        for v in [
+            "CARGO",
+            "CARGO_TARGET_DIR",
+            "CARGO_HOME",
+            "CARGO_INCREMENTAL",
+            "CC",
+        ] {
+            assert!(!cargo_run_var(v), "{v}");
+        }
+    }
 
     #[test]
     fn the_demo_shows_what_plugins_did_not_every_zero_counter() {
