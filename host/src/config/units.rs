@@ -1,0 +1,117 @@
+//! The config's units: durations (`50ms`, `1m30s`) and byte quantities (`64Mi`).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// A duration written `50ms`, `30s`, `5m`, `1h`, `1m30s` (or `0` for none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Dur(pub Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = serde_yaml_ng::Value::deserialize(d)?;
+        let text = match &s {
+            serde_yaml_ng::Value::String(t) => t.clone(),
+            serde_yaml_ng::Value::Number(n) if n.as_u64() == Some(0) => "0".into(),
+            other => {
+                return Err(serde::de::Error::custom(format!(
+                    "invalid duration {other:?}: expected e.g. 50ms, 30s, 5m, 1h"
+                )));
+            }
+        };
+        parse_duration(&text)
+            .map(Dur)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// Longest duration: Go's (and so Kubernetes'), 2^63-1 ns, about 292 years. Longer ones would
+/// overflow where the host adds them to an instant or doubles a backoff.
+pub const MAX_DURATION: Duration = Duration::new(9_223_372_036, 854_775_807);
+
+/// Parses `50ms`, `30s`, `5m`, `1h`, `1m30s`, `0` (at most [`MAX_DURATION`]).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let bad = || format!("invalid duration {s:?}: expected e.g. 50ms, 30s, 5m, 1h");
+    let too_long = || format!("duration {s:?} is too long: at most 292 years (2^63-1 ns)");
+    let t = s.trim();
+    if t == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = t;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        if digits == 0 {
+            return Err(bad());
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let d = match &rest[..unit_len] {
+            "ms" => Some(Duration::from_millis(n)),
+            "s" => Some(Duration::from_secs(n)),
+            "m" => n.checked_mul(60).map(Duration::from_secs),
+            "h" => n.checked_mul(3600).map(Duration::from_secs),
+            _ => return Err(bad()),
+        };
+        total = d
+            .and_then(|d| total.checked_add(d))
+            .filter(|t| *t <= MAX_DURATION)
+            .ok_or_else(too_long)?;
+        rest = &rest[unit_len..];
+    }
+    Ok(total)
+}
+
+/// A byte quantity written `64Mi`, `1Gi`, `512Ki`, `100M` or a plain number of bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bytes(pub u64);
+
+impl<'de> Deserialize<'de> for Bytes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = serde_yaml_ng::Value::deserialize(d)?;
+        match &v {
+            serde_yaml_ng::Value::Number(n) => n
+                .as_u64()
+                .map(Bytes)
+                .ok_or_else(|| serde::de::Error::custom("expected a positive number of bytes")),
+            serde_yaml_ng::Value::String(s) => {
+                parse_bytes(s).map(Bytes).map_err(serde::de::Error::custom)
+            }
+            other => Err(serde::de::Error::custom(format!(
+                "invalid size {other:?}: expected e.g. 64Mi"
+            ))),
+        }
+    }
+}
+
+/// Parses `64Mi`, `1Gi`, `512Ki`, `100M`, `1G`, `4096`.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let n: u64 = t[..split]
+        .parse()
+        .map_err(|_| format!("invalid size {s:?}: expected e.g. 64Mi"))?;
+    let mult: u64 = match &t[split..] {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "k" | "K" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        _ => {
+            return Err(format!(
+                "invalid size {s:?}: expected e.g. 64Mi (units Ki, Mi, Gi, k, M, G)"
+            ));
+        }
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size {s:?} is too large"))
+}

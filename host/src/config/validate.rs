@@ -1,0 +1,290 @@
+//! The checks a config passes after it is read, each failure one [`ConfigError`] naming the
+//! field.
+
+use super::*;
+
+impl Config {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if let SourceKind::Dir(d) = self.source_kind()?
+            && !d.is_dir()
+        {
+            return Err(self.error(
+                "source",
+                format!("directory {} does not exist", d.display()),
+            ));
+        }
+        if self.informers.is_empty() {
+            return Err(self.error("informers", "at least one informer is needed"));
+        }
+        if let Some(sh) = &self.sharding {
+            if self.source_kind()? != SourceKind::Kube {
+                return Err(self.error(
+                    "sharding",
+                    "needs `source: kube` (replicas share Leases on an API server)",
+                ));
+            }
+            let lease = sh.lease();
+            lease.check().map_err(|e| self.error("sharding", e))?;
+            if sh.mode == ShardingMode::Shards
+                && !crate::kinds::is_dns1123_subdomain(&format!(
+                    "{}-{}",
+                    lease.name, lease.identity
+                ))
+            {
+                return Err(self.error(
+                    "sharding.identity",
+                    format!(
+                        "{:?}: with mode shards, `<leaseName>-<identity>` names a Lease and must be a DNS subdomain (lower case letters, digits, '-', '.')",
+                        lease.identity
+                    ),
+                ));
+            }
+        }
+        if let Some(pr) = &self.policy_reports {
+            if self.source_kind()? != SourceKind::Kube {
+                return Err(self.error(
+                    "policyReports",
+                    "needs `source: kube` (reports are written to an API server)",
+                ));
+            }
+            if pr.interval.is_some_and(|d| d.0.is_zero()) {
+                return Err(self.error("policyReports.interval", "must be more than 0"));
+            }
+            if let Some(n) = pr.max_results
+                && !(1..=PolicyReportsConfig::MAX_RESULTS).contains(&n)
+            {
+                return Err(self.error(
+                    "policyReports.maxResults",
+                    format!(
+                        "{n} is out of range: 1 to {} results per report (the summary counts them all)",
+                        PolicyReportsConfig::MAX_RESULTS
+                    ),
+                ));
+            }
+        }
+        let mut names = BTreeSet::new();
+        for (i, inf) in self.informers.iter().enumerate() {
+            let at = |f: &str| format!("informers[{i}].{f}");
+            if inf.name.is_empty() {
+                return Err(self.error(at("name"), "must not be empty"));
+            }
+            if !names.insert(inf.name.as_str()) {
+                return Err(self.error(
+                    at("name"),
+                    format!("duplicate informer name {:?}", inf.name),
+                ));
+            }
+            self.check_kind(&at, &inf.api_version, &inf.kind)?;
+            for (field, v) in [
+                ("maxEventSize", &inf.max_event_size),
+                ("maxListSize", &inf.max_list_size),
+            ] {
+                if v.as_ref().is_some_and(|b| b.0 < 4096) {
+                    return Err(self.error(
+                        at(field),
+                        "must be at least 4Ki (one object and its envelope)",
+                    ));
+                }
+            }
+            if let Some(ns) = &inf.namespaces
+                && ns.is_empty()
+            {
+                return Err(self.error(
+                    at("namespaces"),
+                    "an empty list watches nothing; omit it to watch all namespaces",
+                ));
+            }
+            if let Some(sel) = &inf.label_selector {
+                LabelSelector::parse(sel)
+                    .map_err(|e| self.error(at("labelSelector"), e.to_string()))?;
+            }
+            for (j, ix) in inf.indexes.iter().enumerate() {
+                let spec = IndexSpec::parse(ix)
+                    .map_err(|e| self.error(at(&format!("indexes[{j}]")), e))?;
+                if let IndexSpec::Field(path) = spec
+                    && inf.metadata_only
+                    && !path.starts_with("metadata.")
+                {
+                    return Err(self.error(
+                        at(&format!("indexes[{j}]")),
+                        format!("{path} is not kept by metadataOnly: index a metadata.* field, or drop metadataOnly"),
+                    ));
+                }
+            }
+            if inf.metadata_only && inf.fields.is_some() {
+                return Err(self.error(
+                    at("fields"),
+                    "metadataOnly keeps metadata alone: drop fields, or metadataOnly",
+                ));
+            }
+            if let Some(fields) = &inf.fields {
+                for (j, f) in fields.iter().enumerate() {
+                    crate::informer::mask::FieldMask::parse(std::slice::from_ref(f))
+                        .map_err(|e| self.error(at(&format!("fields[{j}]")), e))?;
+                }
+            }
+        }
+        let mut plugin_names = BTreeSet::new();
+        for (i, p) in self.plugins.iter().enumerate() {
+            let at = |f: &str| format!("plugins[{i}].{f}");
+            if p.name.is_empty() {
+                return Err(self.error(at("name"), "must not be empty"));
+            }
+            if !plugin_names.insert(p.name.as_str()) {
+                return Err(self.error(at("name"), format!("duplicate plugin name {:?}", p.name)));
+            }
+            let module = self.resolve(&p.module);
+            if !module.is_file() {
+                return Err(self.error(
+                    at("module"),
+                    format!(
+                        "{} does not exist (build the plugins with `cargo xtask plugins`)",
+                        module.display()
+                    ),
+                ));
+            }
+            if p.informers.is_empty() {
+                return Err(self.error(at("informers"), "a plugin needs at least one informer"));
+            }
+            for (j, name) in p.informers.iter().enumerate() {
+                if !names.contains(name.as_str()) {
+                    let known: Vec<&str> = names.iter().copied().collect();
+                    return Err(self.error(
+                        at(&format!("informers[{j}]")),
+                        format!("unknown informer {name:?} (defined: {})", known.join(", ")),
+                    ));
+                }
+            }
+            if p.limits.fuel.is_some() && !self.engine.fuel {
+                return Err(self.error(at("limits.fuel"), "needs `engine: { fuel: true }`"));
+            }
+            if p.limits.deadline.is_some_and(|d| d.0.is_zero()) {
+                return Err(self.error(at("limits.deadline"), "must be more than 0"));
+            }
+            if p.limits.startup_deadline.is_some_and(|d| d.0.is_zero()) {
+                return Err(self.error(at("limits.startupDeadline"), "must be more than 0"));
+            }
+            if p.reload
+                .rollback_threshold
+                .is_some_and(|t| !(0.0..=1.0).contains(&t))
+            {
+                return Err(self.error(at("reload.rollbackThreshold"), "must be between 0 and 1"));
+            }
+            if p.batch == Some(0) {
+                return Err(self.error(at("batch"), "must be at least 1"));
+            }
+            self.validate_actions(&p.actions, &at)?;
+            let events_granted = p.actions.grants.iter().any(|g| {
+                g.verbs.contains(&ActionVerb::Create) && g.kind == "Event" && g.api_version == "v1"
+            });
+            if p.verdicts.events && !events_granted {
+                return Err(self.error(
+                    at("verdicts.events"),
+                    "verdict Events are the plugin's own actions: add the grant {verbs: [create], apiVersion: v1, kind: Event} to actions.grants",
+                ));
+            }
+            if p.queue.max == Some(0) {
+                return Err(self.error(
+                    at("queue.max"),
+                    "must be at least 1 (a count of notifications per informer)",
+                ));
+            }
+        }
+        if let Some(w) = self.executor.workers {
+            let max = crate::informer::executor::MAX_WORKERS;
+            if w == 0 {
+                return Err(self.error(
+                    "executor.workers",
+                    "must be at least 1 (omit it for one worker per core)",
+                ));
+            }
+            if w > max {
+                return Err(self.error(
+                    "executor.workers",
+                    format!(
+                        "{w} is too many: at most {max} (each worker is a thread; the default is \
+                         one per core, and more than the cores only helps plugins that wait)"
+                    ),
+                ));
+            }
+        }
+        for (field, addr) in [
+            ("admin.listen", Some(&self.admin.listen)),
+            ("admin.metricsAddress", self.admin.metrics_address.as_ref()),
+        ] {
+            if let Some(a) = addr.filter(|a| !a.is_empty())
+                && a.parse::<std::net::SocketAddr>().is_err()
+            {
+                return Err(self.error(
+                    field,
+                    format!("invalid address {a:?}: expected host:port, e.g. 127.0.0.1:9090"),
+                ));
+            }
+        }
+        if self.admin.token_file.as_deref() == Some("") {
+            return Err(self.error(
+                "admin.tokenFile",
+                "must not be empty (omit it for no token: loopback-only admin)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `apiVersion` is `v1` or `group/v1`; `kind` is not empty.
+    fn check_kind(
+        &self,
+        at: &dyn Fn(&str) -> String,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<(), ConfigError> {
+        if api_version.is_empty() || api_version.split('/').count() > 2 {
+            return Err(self.error(
+                at("apiVersion"),
+                format!("invalid apiVersion {api_version:?}: expected e.g. v1 or apps/v1"),
+            ));
+        }
+        if kind.is_empty() {
+            return Err(self.error(at("kind"), "must not be empty"));
+        }
+        Ok(())
+    }
+
+    fn validate_actions(
+        &self,
+        a: &ActionsConfig,
+        at: &dyn Fn(&str) -> String,
+    ) -> Result<(), ConfigError> {
+        for (j, g) in a.grants.iter().enumerate() {
+            let gat = |f: &str| at(&format!("actions.grants[{j}].{f}"));
+            if g.verbs.is_empty() {
+                return Err(self.error(gat("verbs"), "at least one of patch, apply, create"));
+            }
+            self.check_kind(&gat, &g.api_version, &g.kind)?;
+            if g.verbs.contains(&ActionVerb::Create) && (g.kind != "Event" || g.api_version != "v1")
+            {
+                return Err(self.error(
+                    gat("verbs"),
+                    "`create` is only for Events (apiVersion: v1, kind: Event)",
+                ));
+            }
+            if g.namespaces.as_ref().is_some_and(Vec::is_empty) {
+                return Err(self.error(
+                    gat("namespaces"),
+                    "an empty list grants nothing; omit it to grant all namespaces",
+                ));
+            }
+        }
+        if let Some(r) = &a.rate_limit {
+            if !(r.per_second > 0.0 && r.per_second.is_finite()) {
+                return Err(self.error(at("actions.rateLimit.perSecond"), "must be more than 0"));
+            }
+            if r.burst == 0 {
+                return Err(self.error(at("actions.rateLimit.burst"), "must be at least 1"));
+            }
+        }
+        if a.queue == Some(0) {
+            return Err(self.error(at("actions.queue"), "must be at least 1"));
+        }
+        Ok(())
+    }
+}
