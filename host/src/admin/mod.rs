@@ -160,7 +160,7 @@ pub const PLUGIN_COUNTERS: &[CounterField] = &[
     CounterField {
         metric: "deadline_hits",
         json: "deadlineHits",
-        help: "Calls cut by the deadline.",
+        help: "Calls cut by their deadline, and starts cut by the startup deadline.",
         get: |c| &c.deadline_hits,
     },
     CounterField {

@@ -237,7 +237,7 @@ pub struct PluginCounters {
     pub delivered: AtomicU64,
     /// Notifications that failed for good (after retries).
     pub failed: AtomicU64,
-    /// Calls cut by the deadline.
+    /// Calls cut by their deadline, and starts cut by the startup deadline.
     pub deadline_hits: AtomicU64,
     /// Calls that hit the memory cap.
     pub out_of_memory: AtomicU64,
