@@ -32,7 +32,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::actions::kube::path_segment;
+use crate::actions::kube::{collection_at, path_segment};
 use crate::policy::{Severity, Verdict, VerdictFilter, VerdictStore};
 use crate::sync::lock;
 
@@ -307,14 +307,8 @@ impl ReportWriter {
 
     fn collection(&self, scope: &Scope, all_namespaces: bool) -> kube::core::Request {
         let g = self.settings.group;
-        let mut path = format!("/apis/{}/{}", g.group(), g.version());
-        if let Some(ns) = scope.as_ref().filter(|_| !all_namespaces) {
-            path.push_str("/namespaces/");
-            path.push_str(&path_segment(ns));
-        }
-        path.push('/');
-        path.push_str(g.plural(scope.is_some()));
-        kube::core::Request::new(path)
+        let ns = scope.as_deref().filter(|_| !all_namespaces);
+        collection_at(g.group(), g.version(), ns, g.plural(scope.is_some()))
     }
 
     /// One round: the reports that changed are applied, those no longer needed deleted.

@@ -48,25 +48,31 @@ pub fn path_segment(segment: &str) -> String {
     out
 }
 
-/// The collection of `t`: `/api/{version}` or `/apis/{group}/{version}`, then
-/// `namespaces/{namespace}` when namespaced, then the plural; every segment encoded.
+/// The collection of `t`.
 fn collection(t: &Target) -> kube::core::Request {
     let ar = crate::source::kube::api_resource(&t.api_version, &t.kind);
-    let mut path = if ar.group.is_empty() {
-        format!("/api/{}", path_segment(&ar.version))
+    collection_at(&ar.group, &ar.version, t.namespace.as_deref(), &ar.plural)
+}
+
+/// A collection: `/api/{version}` (core group) or `/apis/{group}/{version}`, then
+/// `namespaces/{namespace}` when given, then `plural`; every segment encoded.
+pub fn collection_at(
+    group: &str,
+    version: &str,
+    namespace: Option<&str>,
+    plural: &str,
+) -> kube::core::Request {
+    let mut path = if group.is_empty() {
+        format!("/api/{}", path_segment(version))
     } else {
-        format!(
-            "/apis/{}/{}",
-            path_segment(&ar.group),
-            path_segment(&ar.version)
-        )
+        format!("/apis/{}/{}", path_segment(group), path_segment(version))
     };
-    if let Some(ns) = &t.namespace {
+    if let Some(ns) = namespace {
         path.push_str("/namespaces/");
         path.push_str(&path_segment(ns));
     }
     path.push('/');
-    path.push_str(&path_segment(&ar.plural));
+    path.push_str(&path_segment(plural));
     kube::core::Request::new(path)
 }
 
