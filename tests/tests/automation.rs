@@ -257,12 +257,16 @@ async fn an_ungranted_action_is_refused_and_nothing_reaches_the_server() {
         ),
     ];
     let h = r.start_plugin(s);
-    until("refused", || counter(&h, |c| &c.actions_refused) >= 1).await;
-    assert_eq!(
-        h.status()
-            .guest_counter("refused_total", &[("reason", "not-granted")]),
-        counter(&h, |c| &c.actions_refused)
-    );
+    // The host counts a refusal inside the call; the plugin counts the answer it got after the
+    // call returns: wait until both have.
+    until("refused, and the plugin told so", || {
+        let host = counter(&h, |c| &c.actions_refused);
+        host >= 1
+            && h.status()
+                .guest_counter("refused_total", &[("reason", "not-granted")])
+                == host
+    })
+    .await;
     assert!(counter(&h, |c| &c.denied) >= 1);
     let audit = r.services.audit.entries(Some("labeler"));
     assert_eq!(audit[0].result, AuditResult::Refused);
