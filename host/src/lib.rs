@@ -24,6 +24,7 @@ pub mod admin;
 pub mod app;
 pub mod config;
 pub mod demo;
+pub mod fixture;
 pub mod informer;
 pub mod kinds;
 pub mod plugin;

@@ -117,6 +117,17 @@ enum Command {
         #[arg(long, default_value = "{}")]
         settings: String,
     },
+    /// Run fixture files (objects in; expected outcomes, verdicts, actions, logs, counters) against
+    /// a plugin, offline: a fresh instance per case; actions are audited, never sent. Fails when
+    /// any case does. The format is in docs/plugins/testing.md.
+    Test {
+        /// The component (.wasm).
+        #[arg(long)]
+        plugin: PathBuf,
+        /// Fixture files (YAML).
+        #[arg(required = true)]
+        fixtures: Vec<PathBuf>,
+    },
     /// Save the informers' notifications (JSON Lines) for `wisp replay`. Plugins in the config
     /// are not run.
     Record {
@@ -213,8 +224,14 @@ fn settings_json(s: &str) -> anyhow::Result<serde_json::Value> {
 #[tokio::main]
 async fn main() {
     let cli = Cli::parse();
+    // `wisp test` prints what the plugin logged under each failed case; the host's own log of
+    // those lines would only repeat them (RUST_LOG still says otherwise).
+    let default = match cli.command {
+        Command::Test { .. } => "info,wisp::plugin=off",
+        _ => "info",
+    };
     let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into());
     use std::io::IsTerminal;
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -313,6 +330,20 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
             )?;
             if s.failed > 0 {
                 anyhow::bail!("{} of {} notifications failed", s.failed, s.notifications);
+            }
+            Ok(())
+        }
+        Command::Test { plugin, fixtures } => {
+            let engine = PluginEngine::new(EngineConfig::default())?;
+            let mut out = std::io::stdout().lock();
+            let (mut cases, mut passed) = (0, 0);
+            for f in &fixtures {
+                let s = wisp_host::fixture::run(&engine, &plugin, f, &mut out)?;
+                cases += s.cases;
+                passed += s.passed;
+            }
+            if passed < cases {
+                anyhow::bail!("{} of {cases} cases failed", cases - passed);
             }
             Ok(())
         }

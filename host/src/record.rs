@@ -19,7 +19,8 @@ use crate::informer::{
     DeletedObject, Delivery, EventHandler, Indexer, Notification, Object, key::object_key,
 };
 use crate::plugin::PluginEngine;
-use crate::plugin::status::PluginCounters;
+use crate::plugin::runtime::PluginRuntime;
+use crate::plugin::status::{PluginCounters, PluginStatus};
 use crate::sync::lock;
 
 /// One notification as a JSON line.
@@ -179,35 +180,24 @@ pub fn replay(
     let status = checked.status().clone();
     let mut rt = checked.into_runtime(engine.clone());
     let mut summary = ReplaySummary::default();
-    let c = &status.counters;
     for (inf, d) in parsed {
-        if let Some(ix) = caches.get(&inf) {
-            match &d.notification {
-                Notification::Add { obj, .. } => ix.add(obj.clone()),
-                Notification::Update { new, .. } => ix.update(new.clone()),
-                Notification::Delete { obj } => ix.delete(obj),
+        let (outcome, logs) = feed(&mut rt, &status, caches.get(&inf), &inf, &d);
+        let outcome = match outcome {
+            Fed::Ok => {
+                summary.ok += 1;
+                "ok".to_owned()
             }
-        }
-        let (ok0, failed0, logs0) = (
-            PluginCounters::get(&c.delivered),
-            PluginCounters::get(&c.failed),
-            status.logs.total(),
-        );
-        rt.handle(&inf, std::slice::from_ref(&d));
+            Fed::Failed(e) => {
+                summary.failed += 1;
+                format!("failed: {e}")
+            }
+            Fed::Dropped => "dropped (quarantined)".to_owned(),
+        };
         let o = d.notification.object();
         let event = match &d.notification {
             Notification::Add { .. } => "added",
             Notification::Update { .. } => "updated",
             Notification::Delete { .. } => "deleted",
-        };
-        let outcome = if PluginCounters::get(&c.delivered) > ok0 {
-            summary.ok += 1;
-            "ok".to_owned()
-        } else if PluginCounters::get(&c.failed) > failed0 {
-            summary.failed += 1;
-            format!("failed: {}", status.last_error().unwrap_or_default())
-        } else {
-            "dropped (quarantined)".to_owned()
         };
         summary.notifications += 1;
         writeln!(
@@ -217,7 +207,7 @@ pub fn replay(
             object_key(o),
             o.resource_version()
         )?;
-        for l in status.logs.since(logs0) {
+        for l in logs {
             writeln!(out, "    {l}")?;
         }
     }
@@ -233,6 +223,50 @@ pub fn replay(
         writeln!(out, "gauge {name}{} = {v}", fmt_labels(&labels))?;
     }
     Ok(summary)
+}
+
+/// What became of one notification handed to a plugin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Fed {
+    /// Handled.
+    Ok,
+    /// Failed, with the plugin's last error.
+    Failed(String),
+    /// Not handed over: the plugin is quarantined.
+    Dropped,
+}
+
+/// Updates `cache` as the informer would before delivering, then hands `d` alone to the plugin.
+/// Returns what became of it and the lines the plugin logged meanwhile.
+pub(crate) fn feed(
+    rt: &mut PluginRuntime,
+    status: &PluginStatus,
+    cache: Option<&Indexer>,
+    informer: &str,
+    d: &Delivery,
+) -> (Fed, Vec<String>) {
+    if let Some(ix) = cache {
+        match &d.notification {
+            Notification::Add { obj, .. } => ix.add(obj.clone()),
+            Notification::Update { new, .. } => ix.update(new.clone()),
+            Notification::Delete { obj } => ix.delete(obj),
+        }
+    }
+    let c = &status.counters;
+    let (ok0, failed0, logs0) = (
+        PluginCounters::get(&c.delivered),
+        PluginCounters::get(&c.failed),
+        status.logs.total(),
+    );
+    rt.handle(informer, std::slice::from_ref(d));
+    let fed = if PluginCounters::get(&c.delivered) > ok0 {
+        Fed::Ok
+    } else if PluginCounters::get(&c.failed) > failed0 {
+        Fed::Failed(status.last_error().unwrap_or_default())
+    } else {
+        Fed::Dropped
+    };
+    (fed, status.logs.since(logs0))
 }
 
 fn fmt_labels(l: &[(String, String)]) -> String {

@@ -502,7 +502,7 @@ fn rbac_grants_exactly_list_and_watch_on_what_the_config_reads() {
 fn help_explains_each_command() {
     let o = wisp().arg("--help").output().unwrap();
     let out = text(&o).0;
-    for cmd in ["run", "check", "replay", "record", "rbac", "demo"] {
+    for cmd in ["run", "check", "replay", "test", "record", "rbac", "demo"] {
         assert!(
             out.lines().any(|l| l.trim_start().starts_with(cmd)),
             "{cmd} missing from --help:\n{out}"
@@ -665,4 +665,129 @@ fn log_format_json_writes_one_json_object_per_line() {
         lines.iter().any(|l| l.contains("informer started")),
         "{err}"
     );
+}
+
+/// The example plugins ship fixture files (`plugins/NAME/fixtures.yaml`); `wisp test` runs each
+/// against its built module.
+#[test]
+fn the_example_plugins_pass_their_fixtures() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins");
+    let mut ran = Vec::new();
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let dir = entry.unwrap().path();
+        let fixtures = dir.join("fixtures.yaml");
+        if !fixtures.is_file() {
+            continue;
+        }
+        let name = dir.file_name().unwrap().to_string_lossy().replace('-', "_");
+        let o = wisp()
+            .args(["test", "--plugin"])
+            .arg(plugin(&name))
+            .arg(&fixtures)
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{name}:\n{out}\n{err}");
+        let last = out.lines().last().unwrap_or_default().to_owned();
+        assert!(
+            last.ends_with("failed") && last.contains(" 0 failed"),
+            "{out}"
+        );
+        ran.push(name);
+    }
+    ran.sort();
+    assert_eq!(ran, ["audit_log", "image_policy", "team_labeler"]);
+}
+
+/// A case that does not hold fails the command, and the output says what differs: outcomes,
+/// verdicts, actions, logs and counters, each against what the plugin did.
+#[test]
+fn test_names_what_differs_and_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("wrong.yaml");
+    std::fs::write(
+        &f,
+        r#"
+informer: pods
+cases:
+  - name: right
+    steps:
+      - add: {apiVersion: v1, kind: Pod, metadata: {name: a, namespace: ns, uid: u1, resourceVersion: "1"}, spec: {containers: [{name: c, image: "x:1", resources: {limits: {cpu: "1", memory: 1Gi}}}]}}
+    expect: {verdicts: []}
+  - name: wrong
+    steps:
+      - add: {apiVersion: v1, kind: Pod, metadata: {name: b, namespace: ns, uid: u2, resourceVersion: "2"}, spec: {containers: [{name: c, image: "x"}]}}
+      - add: {apiVersion: v1, kind: Pod, metadata: {name: c, namespace: ns, uid: u3, resourceVersion: "3"}, spec: "not a pod spec"}
+    expect:
+      outcomes: [ok, ok]
+      verdicts: [{rule: latest-tag, object: ns/b, severity: low}]
+      actions: [{verb: patch, kind: Pod, object: ns/b}]
+      logs: ["no such line"]
+      counters: {'policy_violations_total{rule="latest-tag"}': 2}
+  - name: init
+    settings: {denyLatest: 3}
+    expect: {init: "something else"}
+"#,
+    )
+    .unwrap();
+    let o = wisp()
+        .args(["test", "--plugin"])
+        .arg(plugin("image_policy"))
+        .arg(&f)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(!o.status.success(), "{out}");
+    assert!(err.contains("2 of 3 cases failed"), "{err}");
+    assert!(out.contains("ok   right\nFAIL wrong\n"), "{out}");
+    for want in [
+        // The second pod's spec does not parse: its outcome is the plugin's error.
+        "outcomes: expected",
+        "error: ",
+        // The severity is high, not low; both rules' violations are listed.
+        "verdicts: expected",
+        "latest-tag ns/b high: container c uses image \"x\" without a pinned tag",
+        "missing-limits ns/b medium",
+        "actions: expected",
+        "logs: no line containing \"no such line\"",
+        "counter policy_violations_total{rule=\"latest-tag\"}: expected 2, got 1",
+        "FAIL init",
+        "init: expected a refusal containing \"something else\", got \"settings.denyLatest: invalid type",
+    ] {
+        assert!(out.contains(want), "{want:?} not in:\n{out}");
+    }
+}
+
+/// A fixture that cannot be run is one error naming the file, the case and what is wrong.
+#[test]
+fn test_refuses_a_bad_fixture_naming_where() {
+    let dir = tempfile::tempdir().unwrap();
+    for (fixture, want) in [
+        (
+            "cases:\n  - name: x\n    stpes: []\n",
+            "unknown field `stpes`",
+        ),
+        ("cases: []\n", "no cases"),
+        (
+            "cases:\n  - name: upd\n    steps:\n      - update: {apiVersion: v1, kind: Pod, metadata: {name: a, namespace: n}}\n",
+            "case 1 (\"upd\"): step 1: n/a is not in the cache",
+        ),
+        (
+            "cases:\n  - name: f\n    steps:\n      - add: {file: missing.yaml}\n",
+            "missing.yaml",
+        ),
+    ] {
+        let f = dir.path().join("bad.yaml");
+        std::fs::write(&f, fixture).unwrap();
+        let o = wisp()
+            .args(["test", "--plugin"])
+            .arg(plugin("audit_log"))
+            .arg(&f)
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert!(!o.status.success(), "{fixture}: {out}");
+        assert!(err.contains("bad.yaml"), "{fixture}: {err}");
+        assert!(err.contains(want), "{want:?} not in {err}");
+    }
 }

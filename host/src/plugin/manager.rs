@@ -423,18 +423,28 @@ pub fn check_with_grants(
     settings: serde_json::Value,
     grants: Grants,
 ) -> Result<CheckedPlugin, PluginError> {
-    let stem = module
+    let informers: Vec<&str> = grants.caches.keys().map(String::as_str).collect();
+    let mut spec = PluginSpec::new("", module, &informers);
+    spec.settings = settings;
+    check_file(engine, spec, grants)
+}
+
+/// Checks `spec.module`, a file, with `spec`'s settings and actions and `grants` (for `wisp
+/// replay` and `wisp test`). The plugin is named as it names itself (logs and errors say what
+/// the config would call it), the file being only where it was read from; when it cannot say,
+/// the file's stem stands in and the check tells what is wrong.
+pub fn check_file(
+    engine: &Arc<PluginEngine>,
+    mut spec: PluginSpec,
+    grants: Grants,
+) -> Result<CheckedPlugin, PluginError> {
+    let module = spec.module.clone();
+    spec.name = module
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "plugin".into());
-    let informers: Vec<&str> = grants.caches.keys().map(String::as_str).collect();
-    let mut spec = PluginSpec::new(stem, module, &informers);
-    spec.settings = settings;
-    // Named as it names itself (logs and errors say what the config would call it), the file
-    // being only where it was read from. When it cannot say, the file's stem stands in and the
-    // check below tells what is wrong.
     let mut first_load = None;
-    if let Ok(bytes) = std::fs::read(module)
+    if let Ok(bytes) = std::fs::read(&module)
         && let Ok(loaded) = engine.load(&bytes)
     {
         if let Some(name) = declared_name(engine, &spec, &loaded.component) {

@@ -1,0 +1,545 @@
+//! `wisp test`: fixture files run against a plugin module, offline.
+//!
+//! A fixture file (YAML) holds cases. Each case starts a fresh instance of the plugin with its
+//! settings, seeds the informers' caches, feeds notifications one at a time, then compares what
+//! the plugin did with what the case expects:
+//!
+//! ```yaml
+//! settings: {denyLatest: true}      # for every case (a case may override); default {}
+//! informer: pods                    # informer of the steps; default: the plugin's first
+//! actions:                          # grants, as in the config; actions are audited, never sent
+//!   grants: [{verbs: [patch], apiVersion: v1, kind: Pod}]
+//! cases:
+//!   - name: a pod on latest violates latest-tag
+//!     cache: {pods: [OBJECT, ...]}  # cached before the first step, not delivered
+//!     steps:
+//!       - add: OBJECT               # also: list (an add of the initial list), update, resync,
+//!       - update: OBJECT            #   delete (OBJECT or "namespace/name"), each with an
+//!       - delete: shop/db-0         #   optional `informer:` (and `finalStateUnknown: true`
+//!                                   #   for a delete the informer missed)
+//!     expect:
+//!       init: "substring"           # init refuses the settings with this message
+//!       outcomes: [ok, "error: substring"]   # per step; default: every step ok
+//!       verdicts:                   # exactly these violations are current at the end
+//!         - {rule: latest-tag, object: shop/db-0, severity: high, message: "..."}
+//!       actions:                    # exactly these actions were asked for, in order
+//!         - {verb: patch, kind: Pod, object: shop/db-0, result: dry-run, body: {...}}
+//!       logs: ["warn: violation"]   # in this order, each within a later line
+//!       counters: {'policy_violations_total{rule="latest-tag"}': 1}
+//! ```
+//!
+//! An OBJECT is the object itself or `{file: path}`, a YAML or JSON manifest (relative to the
+//! fixture file). The update of an object has the cached one as its old version.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context as _, bail};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::actions::{ActionGrant, ActionSpec, HostServices};
+use crate::informer::object::Tombstone;
+use crate::informer::{DeletedObject, Delivery, Indexer, Notification, Object, key::object_key};
+use crate::plugin::state::Grants;
+use crate::plugin::{PluginEngine, PluginSpec};
+use crate::policy::VerdictFilter;
+use crate::record::{Fed, feed};
+
+/// A fixture file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    settings: Option<Value>,
+    #[serde(default)]
+    informer: Option<String>,
+    #[serde(default)]
+    actions: Option<Actions>,
+    cases: Vec<Case>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Actions {
+    #[serde(default)]
+    grants: Vec<ActionGrant>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Case {
+    name: String,
+    #[serde(default)]
+    settings: Option<Value>,
+    #[serde(default)]
+    cache: BTreeMap<String, Vec<Value>>,
+    #[serde(default)]
+    steps: Vec<Step>,
+    #[serde(default)]
+    expect: Expect,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Step {
+    #[serde(default)]
+    informer: Option<String>,
+    /// A `delete` the informer missed (a tombstone: the last state known).
+    #[serde(default, rename = "finalStateUnknown")]
+    final_state_unknown: bool,
+    #[serde(flatten)]
+    event: Event,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Event {
+    Add(Value),
+    List(Value),
+    Update(Value),
+    Resync(Value),
+    Delete(Value),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Expect {
+    #[serde(default)]
+    init: Option<String>,
+    #[serde(default)]
+    outcomes: Option<Vec<String>>,
+    #[serde(default)]
+    verdicts: Option<Vec<ExpectVerdict>>,
+    #[serde(default)]
+    actions: Option<Vec<ExpectAction>>,
+    #[serde(default)]
+    logs: Vec<String>,
+    #[serde(default)]
+    counters: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExpectVerdict {
+    rule: String,
+    object: String,
+    #[serde(default)]
+    severity: Option<String>,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExpectAction {
+    verb: String,
+    kind: String,
+    object: String,
+    #[serde(default)]
+    result: Option<String>,
+    #[serde(default)]
+    body: Option<Value>,
+    #[serde(default)]
+    detail: Option<String>,
+}
+
+/// What `wisp test` found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct TestSummary {
+    /// Cases run.
+    pub cases: usize,
+    /// Cases whose expectations all held.
+    pub passed: usize,
+}
+
+/// Runs every case of the fixture file `fixtures` against `module`, writing one line per case
+/// (and what differed) to `out`. An error is a fixture that cannot be read or a module that
+/// cannot be loaded; failed expectations are counted in the summary.
+pub fn run(
+    engine: &Arc<PluginEngine>,
+    module: &Path,
+    fixtures: &Path,
+    out: &mut dyn Write,
+) -> anyhow::Result<TestSummary> {
+    let text = std::fs::read_to_string(fixtures)
+        .with_context(|| format!("fixture file {}", fixtures.display()))?;
+    let file: File = serde_yaml_ng::from_str(&text)
+        .with_context(|| format!("fixture file {}", fixtures.display()))?;
+    if file.cases.is_empty() {
+        bail!("fixture file {}: no cases", fixtures.display());
+    }
+    let base = fixtures.parent().unwrap_or(Path::new("."));
+    let mut summary = TestSummary::default();
+    writeln!(out, "{} ({})", fixtures.display(), module.display())?;
+    for (i, case) in file.cases.iter().enumerate() {
+        let at = format!("{}: case {} ({:?})", fixtures.display(), i + 1, case.name);
+        let failures = run_case(engine, module, &file, case, base).with_context(|| at.clone())?;
+        summary.cases += 1;
+        if failures.is_empty() {
+            summary.passed += 1;
+            writeln!(out, "ok   {}", case.name)?;
+        } else {
+            writeln!(out, "FAIL {}", case.name)?;
+            for f in failures {
+                for line in f.lines() {
+                    writeln!(out, "     {line}")?;
+                }
+            }
+        }
+    }
+    writeln!(
+        out,
+        "{} cases: {} passed, {} failed",
+        summary.cases,
+        summary.passed,
+        summary.cases - summary.passed
+    )?;
+    Ok(summary)
+}
+
+/// An object of the fixture: inline, or `{file: path}` relative to the fixture file.
+fn object(v: &Value, base: &Path) -> anyhow::Result<Arc<Object>> {
+    let v = match v.as_object().and_then(|o| o.get("file")) {
+        Some(Value::String(f)) => {
+            let path: PathBuf = base.join(f);
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("object file {}", path.display()))?;
+            serde_yaml_ng::from_str::<Value>(&text)
+                .with_context(|| format!("object file {}", path.display()))?
+        }
+        _ => v.clone(),
+    };
+    Object::from_value(v, false)
+        .map(Arc::new)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// The cached object a step names: `"namespace/name"`, or an object (its key).
+fn cached(ix: &Indexer, v: &Value, base: &Path) -> anyhow::Result<Arc<Object>> {
+    let key = match v {
+        Value::String(k) => k.clone(),
+        _ => object_key(&*object(v, base)?),
+    };
+    ix.get_by_key(&key)
+        .with_context(|| format!("{key} is not in the cache (add it in a step or under cache)"))
+}
+
+fn run_case(
+    engine: &Arc<PluginEngine>,
+    module: &Path,
+    file: &File,
+    case: &Case,
+    base: &Path,
+) -> anyhow::Result<Vec<String>> {
+    // The informers: the file's, each step's, and (from the module) the plugin's own.
+    let mut spec = PluginSpec::new("", module, &[]);
+    spec.settings = case
+        .settings
+        .clone()
+        .or_else(|| file.settings.clone())
+        .unwrap_or_else(|| serde_json::json!({}));
+    spec.actions = ActionSpec {
+        grants: file
+            .actions
+            .as_ref()
+            .map(|a| a.grants.clone())
+            .unwrap_or_default(),
+        dry_run: true,
+        // A fixture's actions are compared, not paced.
+        per_second: f64::MAX,
+        burst: u32::MAX,
+        ..ActionSpec::default()
+    };
+    let default_informer = match &file.informer {
+        Some(i) => i.clone(),
+        None => crate::plugin::manager::check_module(engine, module, spec.settings.clone())
+            .ok()
+            .and_then(|c| c.info.informers.first().cloned())
+            .unwrap_or_else(|| "objects".into()),
+    };
+    let mut caches: BTreeMap<String, Indexer> = BTreeMap::new();
+    caches.entry(default_informer.clone()).or_default();
+    for s in &case.steps {
+        if let Some(i) = &s.informer {
+            caches.entry(i.clone()).or_default();
+        }
+    }
+    for (inf, objects) in &case.cache {
+        let ix = caches.entry(inf.clone()).or_default();
+        for o in objects {
+            ix.add(object(o, base).with_context(|| format!("cache.{inf}"))?);
+        }
+    }
+    spec.informers = caches.keys().cloned().collect();
+    let services = HostServices::default();
+    let grants = Grants {
+        caches: Arc::new(caches.iter().map(|(k, v)| (k.clone(), v.cache())).collect()),
+        services: services.clone(),
+    };
+    let mut failures = Vec::new();
+    let checked = match crate::plugin::manager::check_file(engine, spec, grants) {
+        Ok(c) => c,
+        Err(crate::plugin::PluginError::SettingsRejected { message, .. }) => {
+            match &case.expect.init {
+                Some(want) if message.contains(want.as_str()) => {}
+                Some(want) => failures.push(format!(
+                    "init: expected a refusal containing {want:?}, got {message:?}"
+                )),
+                None => failures.push(format!("init refused the settings: {message}")),
+            }
+            return Ok(failures);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(want) = &case.expect.init {
+        failures.push(format!(
+            "init: expected a refusal containing {want:?}, but init accepted the settings"
+        ));
+        return Ok(failures);
+    }
+    let plugin = checked.info.name.clone();
+    let status = checked.status().clone();
+    let mut rt = checked.into_runtime(engine.clone());
+    let (mut outcomes, mut logs) = (Vec::new(), Vec::new());
+    for (n, step) in case.steps.iter().enumerate() {
+        let inf = step.informer.as_deref().unwrap_or(&default_informer);
+        let ix = &caches[inf];
+        let at = || format!("step {}", n + 1);
+        let notification = match &step.event {
+            Event::Add(v) | Event::List(v) => Notification::Add {
+                obj: object(v, base).with_context(at)?,
+                initial_list: matches!(step.event, Event::List(_)),
+            },
+            Event::Update(v) => {
+                let new = object(v, base).with_context(at)?;
+                let old = ix.get(&new).with_context(|| {
+                    format!("{}: {} is not in the cache", at(), object_key(&new))
+                })?;
+                Notification::Update { old, new }
+            }
+            Event::Resync(v) => {
+                let o = cached(ix, v, base).with_context(at)?;
+                Notification::Update {
+                    old: o.clone(),
+                    new: o,
+                }
+            }
+            Event::Delete(v) => {
+                let o = cached(ix, v, base).with_context(at)?;
+                let obj = if step.final_state_unknown {
+                    DeletedObject::Tombstone(Tombstone {
+                        key: object_key(&o),
+                        obj: o,
+                    })
+                } else {
+                    DeletedObject::Object(o)
+                };
+                Notification::Delete { obj }
+            }
+        };
+        let d = Delivery {
+            seq: n as u64 + 1,
+            notification,
+        };
+        let (fed, lines) = feed(&mut rt, &status, Some(ix), inf, &d);
+        outcomes.push(match fed {
+            Fed::Ok => "ok".to_owned(),
+            Fed::Failed(e) => format!("error: {e}"),
+            Fed::Dropped => "dropped (quarantined)".to_owned(),
+        });
+        logs.extend(lines);
+    }
+    let expect = &case.expect;
+    check_outcomes(expect.outcomes.as_deref(), &outcomes, &mut failures);
+    check_logs(&expect.logs, &logs, &mut failures);
+    if let Some(want) = &expect.verdicts {
+        let got = services.verdicts.list(&VerdictFilter {
+            plugin: Some(plugin.clone()),
+            ..VerdictFilter::default()
+        });
+        let got: Vec<String> = got
+            .iter()
+            .map(|v| {
+                format!(
+                    "{} {} {}: {}",
+                    v.rule,
+                    v.subject.key(),
+                    v.severity.as_str(),
+                    v.message
+                )
+            })
+            .collect();
+        let matches = |w: &ExpectVerdict, g: &String| {
+            let head = format!("{} {} ", w.rule, w.object);
+            g.starts_with(&head)
+                && w.severity
+                    .as_ref()
+                    .is_none_or(|s| g[head.len()..].starts_with(&format!("{s}:")))
+                && w.message
+                    .as_ref()
+                    .is_none_or(|m| g.ends_with(&format!(": {m}")))
+        };
+        if !exactly(want, &got, matches) {
+            failures.push(format!(
+                "verdicts: expected\n{}got\n{}",
+                list(want.iter().map(|w| format!("{w:?}"))),
+                list(got.iter().cloned())
+            ));
+        }
+    }
+    if let Some(want) = &expect.actions {
+        let got = services.audit.entries(Some(&plugin));
+        let shown: Vec<String> = got
+            .iter()
+            .map(|e| {
+                let result = serde_json::to_value(e.result).unwrap_or_default();
+                format!(
+                    "{} {} {}: {} {}",
+                    e.verb,
+                    e.kind,
+                    crate::informer::key::key_for(e.namespace.as_deref(), &e.name),
+                    result.as_str().unwrap_or_default(),
+                    e.detail
+                )
+            })
+            .collect();
+        let ok = want.len() == got.len()
+            && want.iter().zip(&got).all(|(w, e)| {
+                let result = serde_json::to_value(e.result).unwrap_or_default();
+                let sent: Option<Value> = e
+                    .detail
+                    .strip_prefix("would send ")
+                    .and_then(|b| serde_json::from_str(b).ok());
+                w.verb == e.verb
+                    && w.kind == e.kind
+                    && w.object == crate::informer::key::key_for(e.namespace.as_deref(), &e.name)
+                    && w.result.as_ref().is_none_or(|r| result == *r.as_str())
+                    && w.body.as_ref().is_none_or(|b| sent.as_ref() == Some(b))
+                    && w.detail
+                        .as_ref()
+                        .is_none_or(|d| e.detail.contains(d.as_str()))
+            });
+        if !ok {
+            failures.push(format!(
+                "actions: expected\n{}got\n{}",
+                list(want.iter().map(|w| format!("{w:?}"))),
+                list(shown.into_iter())
+            ));
+        }
+    }
+    let counters: Vec<(String, u64)> = status
+        .guest_counters()
+        .into_iter()
+        .map(|((name, labels), v)| (series_name(&name, &labels), v))
+        .collect();
+    for (series, want) in &expect.counters {
+        let wanted = normal_series(series);
+        let got = counters
+            .iter()
+            .find(|(s, _)| normal_series(s) == wanted)
+            .map_or(0, |(_, v)| *v);
+        if got != *want {
+            failures.push(format!(
+                "counter {series}: expected {want}, got {got}; the plugin's counters:\n{}",
+                list(counters.iter().map(|(s, v)| format!("{s} = {v}")))
+            ));
+        }
+    }
+    Ok(failures)
+}
+
+/// `name{k="v",...}`, as Prometheus writes a series.
+fn series_name(name: &str, labels: &[(String, String)]) -> String {
+    if labels.is_empty() {
+        return name.to_owned();
+    }
+    let inner: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+    format!("{name}{{{}}}", inner.join(","))
+}
+
+/// A series with its labels in order, however the fixture wrote them.
+fn normal_series(s: &str) -> (String, Vec<String>) {
+    match s.split_once('{') {
+        Some((name, rest)) => {
+            let mut labels: Vec<String> = rest
+                .trim_end_matches('}')
+                .split(',')
+                .map(|l| l.trim().to_owned())
+                .filter(|l| !l.is_empty())
+                .collect();
+            labels.sort();
+            (name.trim().to_owned(), labels)
+        }
+        None => (s.trim().to_owned(), Vec::new()),
+    }
+}
+
+fn list(items: impl Iterator<Item = String>) -> String {
+    let mut s = String::new();
+    let mut any = false;
+    for i in items {
+        any = true;
+        let _ = writeln!(s, "  {i}");
+    }
+    if !any {
+        s.push_str("  (none)\n");
+    }
+    s
+}
+
+/// Whether each of `want` matches a different one of `got`, and nothing is left over.
+fn exactly<W>(want: &[W], got: &[String], matches: impl Fn(&W, &String) -> bool) -> bool {
+    if want.len() != got.len() {
+        return false;
+    }
+    let mut used = vec![false; got.len()];
+    want.iter().all(|w| {
+        let found = got
+            .iter()
+            .enumerate()
+            .find(|(i, g)| !used[*i] && matches(w, g));
+        found.map(|(i, _)| used[i] = true).is_some()
+    })
+}
+
+fn check_outcomes(want: Option<&[String]>, got: &[String], failures: &mut Vec<String>) {
+    let ok = match want {
+        None => got.iter().all(|g| g == "ok"),
+        Some(w) => {
+            w.len() == got.len()
+                && w.iter().zip(got).all(|(w, g)| {
+                    w == g
+                        || (w.starts_with("error: ")
+                            && g.starts_with("error: ")
+                            && g.contains(&w[7..]))
+                })
+        }
+    };
+    if !ok {
+        let want = match want {
+            Some(w) => list(w.iter().cloned()),
+            None => "  every step ok\n".into(),
+        };
+        failures.push(format!(
+            "outcomes: expected\n{want}got\n{}",
+            list(got.iter().cloned())
+        ));
+    }
+}
+
+fn check_logs(want: &[String], got: &[String], failures: &mut Vec<String>) {
+    let mut lines = got.iter();
+    for w in want {
+        if !lines.any(|l| l.contains(w.as_str())) {
+            failures.push(format!(
+                "logs: no line containing {w:?} (in order); the plugin logged\n{}",
+                list(got.iter().cloned())
+            ));
+            return;
+        }
+    }
+}
