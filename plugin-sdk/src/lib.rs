@@ -35,6 +35,8 @@
 //! - [`policy`]: verdicts on cached objects; [`actions`]: changes to the cluster through the
 //!   host, within the grants of the host's config.
 //! - Logging macros ([`info!`], [`warn!`], ...) skip formatting when the level is off.
+//! - [`testing`] (native builds only): run the plugin under `cargo test` against a fake host
+//!   (cache fixtures, captured logs, metrics, verdicts and actions).
 //!
 //! The generated bindings hold the only `unsafe` (the ABI glue wit-bindgen writes).
 #![deny(unsafe_code)]
@@ -52,6 +54,9 @@ pub mod bindings {
 }
 
 pub mod abi;
+mod sys;
+#[cfg(not(target_family = "wasm"))]
+pub mod testing;
 
 /// The guest allocator chosen by a feature (see `Cargo.toml`).
 #[cfg(all(target_family = "wasm", feature = "alloc-dlmalloc"))]
@@ -70,7 +75,6 @@ static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_all
 use serde::de::DeserializeOwned;
 
 pub use abi::{Object, ObjectList, OwnerRef};
-use bindings::wisp::plugin::host;
 pub use bindings::wisp::plugin::types::{Level, PluginInfo};
 
 /// Where a notification comes from.
@@ -168,12 +172,12 @@ pub fn parse_settings<T: DeserializeOwned>(json: &str) -> Result<T, String> {
 
 /// Logs at `level` (use the macros, which skip formatting when the level is off).
 pub fn log(level: Level, message: &str) {
-    host::log(level, message);
+    sys::log(level, message);
 }
 
 /// Whether the host keeps messages at `level`.
 pub fn log_enabled(level: Level) -> bool {
-    host::log_enabled(level)
+    sys::log_enabled(level)
 }
 
 /// Logs with `format!` syntax at a level, formatting only when the host keeps that level.
@@ -208,7 +212,7 @@ macro_rules! error { ($($arg:tt)+) => { $crate::log!($crate::Level::Error, $($ar
 /// read as they are used (see [`Object`]).
 pub mod cache {
     use super::bindings::wisp::plugin::types::CacheError;
-    use super::{Object, ObjectList, host};
+    use super::{Object, ObjectList, sys};
 
     /// Why a cache read gave nothing.
     #[derive(Clone, Debug, PartialEq, Eq)]
@@ -256,7 +260,7 @@ pub mod cache {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Option<Object<'static>>, Error> {
-        match host::cache_get(informer, namespace, name)? {
+        match sys::cache_get(informer, namespace, name)? {
             Some(b) => Object::decode_owned(b)
                 .map(Some)
                 .map_err(|e| Error::Malformed(e.to_string())),
@@ -270,12 +274,12 @@ pub mod cache {
         namespace: Option<&str>,
         label_selector: Option<&str>,
     ) -> Result<ObjectList, Error> {
-        decode_list(host::cache_list(informer, namespace, label_selector))
+        decode_list(sys::cache_list(informer, namespace, label_selector))
     }
 
     /// Cached objects of `informer` whose index `index` holds `value`.
     pub fn by_index(informer: &str, index: &str, value: &str) -> Result<ObjectList, Error> {
-        decode_list(host::cache_by_index(informer, index, value))
+        decode_list(sys::cache_by_index(informer, index, value))
     }
 }
 
@@ -285,7 +289,6 @@ pub mod cache {
 /// clears it.
 pub mod policy {
     use super::Object;
-    use super::bindings::wisp::plugin::policy as wit;
     pub use super::bindings::wisp::plugin::policy::VerdictError;
     pub use super::bindings::wisp::plugin::types::Severity;
 
@@ -297,16 +300,16 @@ pub mod policy {
         severity: Severity,
         message: &str,
     ) -> Result<(), VerdictError> {
-        let v = wit::Violation {
+        let v = super::bindings::wisp::plugin::policy::Violation {
             severity,
             message: message.to_owned(),
         };
-        wit::report(informer, obj.namespace(), obj.name(), rule, Some(&v))
+        super::sys::report(informer, obj.namespace(), obj.name(), rule, Some(&v))
     }
 
     /// Reports that `obj` passes `rule` (clearing an earlier violation).
     pub fn pass(informer: &str, obj: &Object<'_>, rule: &str) -> Result<(), VerdictError> {
-        wit::report(informer, obj.namespace(), obj.name(), rule, None)
+        super::sys::report(informer, obj.namespace(), obj.name(), rule, None)
     }
 }
 
@@ -315,7 +318,6 @@ pub mod policy {
 /// call returns and their effect comes back through the informers.
 pub mod actions {
     use super::Object;
-    use super::bindings::wisp::plugin::actions as wit;
     pub use super::bindings::wisp::plugin::actions::{Accepted, ActionError, EventType};
     pub use super::bindings::wisp::plugin::types::ObjectRef;
 
@@ -345,13 +347,13 @@ pub mod actions {
         labels: &[(&str, Option<&str>)],
         annotations: &[(&str, Option<&str>)],
     ) -> Result<Accepted, ActionError> {
-        wit::patch_metadata(target, &owned(labels), &owned(annotations))
+        super::sys::patch_metadata(target, &owned(labels), &owned(annotations))
     }
 
     /// Server-side apply of `manifest` with the plugin's field manager (never forced). Needs
     /// verb `apply` on the manifest's kind.
     pub fn apply(manifest: &serde_json::Value) -> Result<Accepted, ActionError> {
-        wit::apply(&manifest.to_string())
+        super::sys::apply(&manifest.to_string())
     }
 
     /// Records a Kubernetes Event about `regarding`. Needs verb `create` on kind `Event`.
@@ -361,13 +363,13 @@ pub mod actions {
         reason: &str,
         message: &str,
     ) -> Result<Accepted, ActionError> {
-        wit::create_event(regarding, event_type, reason, message)
+        super::sys::create_event(regarding, event_type, reason, message)
     }
 }
 
 /// Counters and gauges the host exports under the plugin's name.
 pub mod metrics {
-    use super::host;
+    use super::sys;
 
     fn owned(labels: &[(&str, &str)]) -> Vec<(String, String)> {
         labels
@@ -378,12 +380,12 @@ pub mod metrics {
 
     /// Adds `value` to a counter.
     pub fn counter_add(name: &str, labels: &[(&str, &str)], value: u64) {
-        host::counter_add(name, &owned(labels), value);
+        sys::counter_add(name, &owned(labels), value);
     }
 
     /// Sets a gauge.
     pub fn gauge_set(name: &str, labels: &[(&str, &str)], value: f64) {
-        host::gauge_set(name, &owned(labels), value);
+        sys::gauge_set(name, &owned(labels), value);
     }
 }
 

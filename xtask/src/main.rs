@@ -17,9 +17,10 @@ const USAGE: &str = "usage: cargo xtask <demo|plugins|test|bench|fuzz> [args]
            editing manifests while it runs; no cluster needed
   plugins  build the plugins (plugins/*) for wasm32-wasip2 into plugins/dist/
   test     build the plugins, then run the whole test suite (unit and integration tests),
-           then the informer suites again over the other queues (WISP_TEST_QUEUE=deltaFIFO,
+           the example plugins' own tests (native, against wisp_sdk::testing), then the
+           informer suites again over the other queues (WISP_TEST_QUEUE=deltaFIFO,
            realFIFONonAtomic);
-           further args go to cargo test (and skip the second pass)
+           further args go to cargo test (and skip the rest)
   bench    build the plugins, then run the benchmark harness (release); `--quick` for a short run,
            `--only pipeline,latency` for some sections (see `cargo xtask bench -- --help`)
   fuzz     run the fuzz targets (tests/fuzz: watch_event, config, host_api) one after the other,
@@ -57,6 +58,9 @@ fn root() -> PathBuf {
 
 /// Builds every plugin crate in release mode for wasm32-wasip2 and copies the components to
 /// `plugins/dist/<crate>.wasm`.
+/// The example plugins, whose unit tests run natively (`cargo xtask test`, `.ci/run`'s lints).
+const EXAMPLE_PLUGINS: [&str; 4] = ["audit-log", "image-policy", "inventory", "team-labeler"];
+
 fn build_plugins() -> anyhow::Result<PathBuf> {
     let root = root();
     // The target is a rustup component: add it when rustup is there (a no-op when installed).
@@ -559,6 +563,15 @@ fn main() -> anyhow::Result<()> {
                 .args(rest.iter().skip_while(|a| *a == "--"));
             run(c)?;
             if rest.is_empty() {
+                // The example plugins' own tests, natively, against the SDK's fake host
+                // (`wisp_sdk::testing`): what a plugin author runs with `cargo test`.
+                println!("== the example plugins' tests (native, wisp_sdk::testing)");
+                let mut c = cargo();
+                c.current_dir(root().join("plugins")).arg("test");
+                for p in EXAMPLE_PLUGINS {
+                    c.args(["-p", p]);
+                }
+                run(c)?;
                 // The informer suites again over the other queues (the first pass ran them
                 // over the default, client-go 1.36's atomic RealFIFO).
                 for (queue, suites) in [

@@ -190,3 +190,81 @@ impl Plugin for ImagePolicy {
 }
 
 wisp_sdk::export_plugin!(ImagePolicy);
+
+/// Run natively with `cargo test -p image-policy` (in `plugins/`), against the SDK's fake host.
+#[cfg(all(test, not(target_family = "wasm")))]
+mod tests {
+    use serde_json::{Value, json};
+    use wisp_sdk::testing::{Harness, Outcome, Severity};
+
+    use super::*;
+
+    fn pod(name: &str, image: &str, limits: bool) -> Value {
+        let mut c = json!({"name": "app", "image": image});
+        if limits {
+            c["resources"] = json!({"limits": {"cpu": "1", "memory": "1Gi"}});
+        }
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "shop", "resourceVersion": "1"},
+            "spec": {"containers": [c]}})
+    }
+
+    fn policy(settings: &str) -> Harness<ImagePolicy> {
+        let mut h = Harness::<ImagePolicy>::new();
+        h.init(settings).unwrap();
+        h
+    }
+
+    #[test]
+    fn latest_is_a_high_violation_until_pinned() {
+        let mut h = policy(r#"{"requireLimits": false}"#);
+        assert_eq!(h.add("pods", pod("a", "nginx", true)), Outcome::Ok);
+        let v = h.verdicts();
+        assert_eq!(v.len(), 1);
+        assert_eq!(
+            (v[0].rule.as_str(), v[0].severity),
+            (LATEST, Severity::High)
+        );
+        assert_eq!(
+            v[0].message,
+            "container app uses image \"nginx\" without a pinned tag"
+        );
+        assert_eq!(h.counter("policy_violations_total", &[("rule", LATEST)]), 1);
+        assert_eq!(
+            h.gauge("policy_violating_pods", &[("rule", LATEST)]),
+            Some(1.0)
+        );
+        h.update("pods", pod("a", "nginx:1.27", true));
+        assert!(h.verdicts().is_empty());
+        assert_eq!(
+            h.gauge("policy_violating_pods", &[("rule", LATEST)]),
+            Some(0.0)
+        );
+        // A violation counts once, however often it is seen.
+        h.add("pods", pod("b", "redis:latest", true));
+        h.resync("pods", "shop/b");
+        assert_eq!(h.counter("policy_violations_total", &[("rule", LATEST)]), 2);
+    }
+
+    #[test]
+    fn a_deleted_pod_stops_counting() {
+        let mut h = policy("{}");
+        h.add("pods", pod("a", "nginx", false));
+        assert_eq!(h.verdicts().len(), 2);
+        h.delete("pods", "shop/a");
+        assert!(h.verdicts().is_empty());
+        assert_eq!(
+            h.gauge("policy_violating_pods", &[("rule", LIMITS)]),
+            Some(0.0)
+        );
+    }
+
+    #[test]
+    fn settings_that_check_nothing_are_refused() {
+        let mut h = Harness::<ImagePolicy>::new();
+        let e = h
+            .init(r#"{"denyLatest": false, "requireLimits": false}"#)
+            .unwrap_err();
+        assert!(e.contains("nothing to check"), "{e}");
+    }
+}

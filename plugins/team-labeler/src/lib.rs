@@ -178,3 +178,76 @@ impl Plugin for Labeler {
 }
 
 wisp_sdk::export_plugin!(Labeler);
+
+/// Run natively with `cargo test -p team-labeler` (in `plugins/`), against the SDK's fake host.
+#[cfg(all(test, not(target_family = "wasm")))]
+mod tests {
+    use serde_json::{Value, json};
+    use wisp_sdk::testing::{Accepted, Action, ActionError, Harness, Outcome};
+
+    use super::*;
+
+    fn ns(name: &str, team: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "labels": {"team": team}}})
+    }
+
+    fn pod(name: &str, labels: Value, rv: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "shop", "labels": labels, "resourceVersion": rv}})
+    }
+
+    /// Each patch: the pod's key and the labels set or removed.
+    type Patched = (String, Vec<(String, Option<String>)>);
+
+    fn patched(h: &Harness<Labeler>) -> Vec<Patched> {
+        h.actions()
+            .into_iter()
+            .map(|a| match a {
+                Action::PatchMetadata { target, labels, .. } => (target.key(), labels),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_pod_is_labelled_once_while_its_patch_is_on_its_way() {
+        let mut h = Harness::<Labeler>::new();
+        h.cache("namespaces", ns("shop", "pay"));
+        h.init("{}").unwrap();
+        assert_eq!(h.add("pods", pod("a", json!({}), "1")), Outcome::Ok);
+        // An unrelated update before the patch's effect arrives: not asked twice.
+        h.update("pods", pod("a", json!({"x": "y"}), "2"));
+        let want = vec![("team".to_owned(), Some("pay".to_owned()))];
+        assert_eq!(patched(&h), [("shop/a".to_owned(), want)]);
+        assert_eq!(h.counter("labelled_total", &[]), 1);
+        // The effect arrives: nothing more to do.
+        h.update("pods", pod("a", json!({"team": "pay"}), "3"));
+        assert_eq!(h.actions().len(), 1);
+    }
+
+    #[test]
+    fn a_refused_patch_is_counted_and_tried_again_at_the_next_update() {
+        let mut h = Harness::<Labeler>::new();
+        h.cache("namespaces", ns("shop", "pay"));
+        h.init("{}").unwrap();
+        h.on_action(|_| Err(ActionError::RateLimited("wait".into())));
+        h.add("pods", pod("a", json!({}), "1"));
+        assert_eq!(h.counter("refused_total", &[("reason", "rate-limited")]), 1);
+        h.on_action(|_| Ok(Accepted::Queued));
+        h.update("pods", pod("a", json!({}), "2"));
+        assert_eq!(h.actions().len(), 2);
+        assert_eq!(h.counter("labelled_total", &[]), 1);
+    }
+
+    #[test]
+    fn a_namespace_label_change_reaches_its_cached_pods() {
+        let mut h = Harness::<Labeler>::new();
+        h.cache("pods", pod("a", json!({"team": "old"}), "1"));
+        h.cache("pods", pod("b", json!({"team": "new"}), "1"));
+        h.init("{}").unwrap();
+        h.add("namespaces", ns("shop", "new"));
+        let want = vec![("team".to_owned(), Some("new".to_owned()))];
+        assert_eq!(patched(&h), [("shop/a".to_owned(), want)]);
+    }
+}
