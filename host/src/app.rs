@@ -13,9 +13,7 @@ use crate::actions::audit::AuditLog;
 use crate::actions::kube::KubeActionSink;
 use crate::admin::AdminState;
 use crate::config::{Config, IndexSpec, InformerConfig, OnPanicName, SourceKind};
-use crate::informer::indexer::{
-    IndexFunc, index_by_json_pointer, index_by_label, index_by_owner_uid,
-};
+use crate::informer::indexer::IndexFunc;
 use crate::informer::lister_watcher::ListerWatcher;
 use crate::informer::reflector::ReflectorConfig;
 use crate::informer::selector::LabelSelector;
@@ -49,16 +47,10 @@ pub struct RunOptions {
 pub fn index_funcs(inf: &InformerConfig) -> Vec<(String, IndexFunc)> {
     inf.indexes
         .iter()
-        .filter_map(|s| IndexSpec::parse(s).ok().map(|spec| (s.clone(), spec)))
-        .map(|(name, spec)| {
-            let f = match spec {
-                IndexSpec::Label(k) => index_by_label(k),
-                IndexSpec::OwnerUid => index_by_owner_uid(),
-                IndexSpec::Field(path) => {
-                    index_by_json_pointer(format!("/{}", path.replace('.', "/")))
-                }
-            };
-            (name, f)
+        .filter_map(|s| {
+            IndexSpec::parse(s)
+                .ok()
+                .map(|spec| (s.clone(), spec.func()))
         })
         .collect()
 }

@@ -651,6 +651,16 @@ impl IndexSpec {
             "invalid index {s:?}: expected label:KEY, ownerUid or field:a.b.c"
         ))
     }
+
+    /// The values an object has in this index.
+    pub fn func(self) -> crate::informer::IndexFunc {
+        use crate::informer::indexer::{index_by_json_pointer, index_by_label, index_by_owner_uid};
+        match self {
+            IndexSpec::Label(k) => index_by_label(k),
+            IndexSpec::OwnerUid => index_by_owner_uid(),
+            IndexSpec::Field(path) => index_by_json_pointer(format!("/{}", path.replace('.', "/"))),
+        }
+    }
 }
 
 impl Config {

@@ -7,6 +7,7 @@
 //! ```yaml
 //! settings: {denyLatest: true}      # for every case (a case may override); default {}
 //! informer: pods                    # informer of the steps; default: the plugin's first
+//! indexes: {pods: [field:spec.nodeName, ownerUid]}   # as the config's informers declare them
 //! actions:                          # grants, as in the config; actions are audited, never sent
 //!   grants: [{verbs: [patch], apiVersion: v1, kind: Pod}]
 //! cases:
@@ -26,6 +27,7 @@
 //!         - {verb: patch, kind: Pod, object: shop/db-0, result: dry-run, body: {...}}
 //!       logs: ["warn: violation"]   # in this order, each within a later line
 //!       counters: {'policy_violations_total{rule="latest-tag"}': 1}
+//!       gauges: {'pods_per_node{node="n1"}': 2}
 //! ```
 //!
 //! An OBJECT is the object itself or `{file: path}`, a YAML or JSON manifest (relative to the
@@ -59,6 +61,10 @@ struct File {
     informer: Option<String>,
     #[serde(default)]
     actions: Option<Actions>,
+    /// Per informer, its indexes as the config writes them (`label:KEY`, `ownerUid`,
+    /// `field:a.b.c`).
+    #[serde(default)]
+    indexes: BTreeMap<String, Vec<String>>,
     cases: Vec<Case>,
 }
 
@@ -120,6 +126,8 @@ struct Expect {
     logs: Vec<String>,
     #[serde(default)]
     counters: BTreeMap<String, u64>,
+    #[serde(default)]
+    gauges: BTreeMap<String, f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -267,6 +275,19 @@ fn run_case(
         if let Some(i) = &s.informer {
             caches.entry(i.clone()).or_default();
         }
+    }
+    for (inf, names) in &file.indexes {
+        let mut funcs = Vec::new();
+        for n in names {
+            let spec = crate::config::IndexSpec::parse(n)
+                .map_err(|e| anyhow::anyhow!("indexes.{inf}: {e}"))?;
+            funcs.push((n.clone(), spec.func()));
+        }
+        caches
+            .entry(inf.clone())
+            .or_default()
+            .add_indexers(funcs)
+            .map_err(|e| anyhow::anyhow!("indexes.{inf}: {e}"))?;
     }
     for (inf, objects) in &case.cache {
         let ix = caches.entry(inf.clone()).or_default();
@@ -431,25 +452,46 @@ fn run_case(
             ));
         }
     }
-    let counters: Vec<(String, u64)> = status
-        .guest_counters()
+    compare_series(
+        "counter",
+        &expect.counters,
+        status.guest_counters(),
+        &mut failures,
+    );
+    compare_series(
+        "gauge",
+        &expect.gauges,
+        status.guest_gauges(),
+        &mut failures,
+    );
+    Ok(failures)
+}
+
+/// Compares the expected series of a kind (counters, gauges) with the plugin's; a series never
+/// written reads 0.
+fn compare_series<V: Copy + Default + PartialEq + std::fmt::Display>(
+    what: &str,
+    want: &BTreeMap<String, V>,
+    got: BTreeMap<(String, Vec<(String, String)>), V>,
+    failures: &mut Vec<String>,
+) {
+    let got: Vec<(String, V)> = got
         .into_iter()
         .map(|((name, labels), v)| (series_name(&name, &labels), v))
         .collect();
-    for (series, want) in &expect.counters {
+    for (series, want) in want {
         let wanted = normal_series(series);
-        let got = counters
+        let value = got
             .iter()
             .find(|(s, _)| normal_series(s) == wanted)
-            .map_or(0, |(_, v)| *v);
-        if got != *want {
+            .map_or_else(V::default, |(_, v)| *v);
+        if value != *want {
             failures.push(format!(
-                "counter {series}: expected {want}, got {got}; the plugin's counters:\n{}",
-                list(counters.iter().map(|(s, v)| format!("{s} = {v}")))
+                "{what} {series}: expected {want}, got {value}; the plugin's {what}s:\n{}",
+                list(got.iter().map(|(s, v)| format!("{s} = {v}")))
             ));
         }
     }
-    Ok(failures)
 }
 
 /// `name{k="v",...}`, as Prometheus writes a series.

@@ -696,7 +696,10 @@ fn the_example_plugins_pass_their_fixtures() {
         ran.push(name);
     }
     ran.sort();
-    assert_eq!(ran, ["audit_log", "image_policy", "team_labeler"]);
+    assert_eq!(
+        ran,
+        ["audit_log", "image_policy", "inventory", "team_labeler"]
+    );
 }
 
 /// A case that does not hold fails the command, and the output says what differs: outcomes,
