@@ -11,6 +11,7 @@ use common::*;
 use serde_json::{Value, json};
 use wisp_host::app::{self};
 use wisp_host::config::Config;
+use wisp_host::informer::shared_informer::wait_for;
 use wisp_tests::{TestApiServer, Verb, pod};
 
 const CRDS: &str = include_str!("../fixtures/policy-report-crds.yaml");
@@ -393,7 +394,7 @@ async fn a_shard_member_names_its_reports_with_its_identity() {
          renewDeadline: 3s, retryPeriod: 300ms}\n",
     )
     .await;
-    until("the member's report", || {
+    let written = wait_for(T, || {
         server
             .get(
                 "openreports.io/v1alpha1",
@@ -404,6 +405,20 @@ async fn a_shard_member_names_its_reports_with_its_identity() {
             .is_some_and(|r| results(&r) == vec![high("bad-1")])
     })
     .await;
+    // This once timed out in a loaded local run (never in CI): say what the writer saw.
+    let status = &host.host.admin.services.reports;
+    assert!(
+        written,
+        "no member report after {T:?}: last write error {:?}, verdicts {}, server requests {:?}",
+        status.last_error(),
+        host.host.admin.services.verdicts.len(),
+        server
+            .requests()
+            .iter()
+            .filter(|r| r.path.contains("reports") || r.path.contains("leases"))
+            .map(|r| format!("{} {}", r.method, r.path))
+            .collect::<Vec<_>>()
+    );
     assert!(report(&server, "shop").is_none(), "not the unsharded name");
     host.stop().await;
 }
