@@ -12,12 +12,12 @@ use crate::actions::HostServices;
 use crate::actions::audit::AuditLog;
 use crate::actions::kube::KubeActionSink;
 use crate::admin::AdminState;
-use crate::config::{Config, IndexSpec, InformerConfig, OnPanicName, SourceKind};
+use crate::config::{Config, IndexSpec, InformerConfig, SourceKind};
 use crate::informer::indexer::IndexFunc;
 use crate::informer::lister_watcher::ListerWatcher;
 use crate::informer::reflector::ReflectorConfig;
 use crate::informer::selector::LabelSelector;
-use crate::informer::shared_informer::{InformerConfig as InformerSettings, OnPanic};
+use crate::informer::shared_informer::InformerConfig as InformerSettings;
 use crate::informer::{Executor, SharedInformer};
 use crate::plugin::{EngineConfig, PluginEngine, PluginHandle, PluginManager, PluginSet};
 use crate::source::dir::DirCluster;
@@ -196,10 +196,7 @@ pub async fn build_sharded_informers(
                 None => None,
             },
             queue: inf.queue,
-            on_panic: match inf.on_panic {
-                OnPanicName::Restart => OnPanic::RESTART,
-                OnPanicName::Exit => OnPanic::Stop,
-            },
+            on_panic: inf.on_panic,
             ..InformerSettings::default()
         };
         let informer = SharedInformer::new(inf.name.clone(), lw, settings);

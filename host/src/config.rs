@@ -86,8 +86,9 @@ use serde::Deserialize;
 
 use crate::actions::{ActionGrant, ActionSpec, ActionVerb};
 use crate::informer::selector::LabelSelector;
+use crate::informer::shared_informer::OnPanic;
 use crate::informer::{Overflow, QueueBound, RelistResyncs};
-use crate::plugin::spec::{DEFAULT_OVERFLOW, DEFAULT_QUEUE_MAX};
+use crate::plugin::spec::{DEFAULT_BATCH_MAX, DEFAULT_OVERFLOW, DEFAULT_QUEUE_MAX};
 use crate::plugin::{FailurePolicy, Limits, LogLevel, OnFailure, PluginSpec};
 
 /// A configuration error: file, field path, problem.
@@ -203,24 +204,13 @@ pub struct InformerConfig {
     /// What a panic in the informer's own pipeline (an index function, the field mask) does:
     /// `restart` (default: a new list after a backoff of 1 s doubling to 1 min) or `exit` (the
     /// host shuts down with an error, for a supervisor to restart).
-    #[serde(default)]
-    pub on_panic: OnPanicName,
+    #[serde(default = "restart")]
+    pub on_panic: OnPanic,
     /// With `sharding: {mode: shards}`: whether this informer holds only this replica's share
     /// (default true); `false` keeps all of it on every replica (e.g. Namespaces a plugin
     /// looks up).
     #[serde(default = "yes")]
     pub shard: bool,
-}
-
-/// What a panic in an informer's pipeline does.
-#[derive(Debug, Deserialize, Clone, Copy, Default, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub enum OnPanicName {
-    /// restart
-    #[default]
-    Restart,
-    /// exit
-    Exit,
 }
 
 impl InformerConfig {
@@ -240,6 +230,10 @@ impl InformerConfig {
 
 fn yes() -> bool {
     true
+}
+
+fn restart() -> OnPanic {
+    OnPanic::RESTART
 }
 
 /// Limits of a plugin.
@@ -284,34 +278,6 @@ pub struct OnFailureConfig {
     pub quarantine_after: Option<u32>,
 }
 
-/// What a plugin gets of a relist's unchanged objects.
-#[derive(Debug, Deserialize, Clone, Copy, Default, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub enum RelistResyncsName {
-    /// deliver
-    #[default]
-    Deliver,
-    /// skip
-    Skip,
-}
-
-/// Log level of a plugin.
-#[derive(Debug, Deserialize, Clone, Copy, Default, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum LevelName {
-    /// trace
-    Trace,
-    /// debug
-    Debug,
-    /// info
-    #[default]
-    Info,
-    /// warn
-    Warn,
-    /// error
-    Error,
-}
-
 /// One plugin.
 #[derive(Debug, Deserialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -328,7 +294,7 @@ pub struct PluginConfig {
     /// Whether a relist's unchanged objects reach it as resync updates while its own resync is
     /// not due: `deliver` (default, as client-go) or `skip`.
     #[serde(default)]
-    pub relist_resyncs: RelistResyncsName,
+    pub relist_resyncs: RelistResyncs,
     /// Settings for its `init` (any YAML, passed as JSON).
     #[serde(default)]
     pub settings: Option<serde_json::Value>,
@@ -340,7 +306,7 @@ pub struct PluginConfig {
     pub on_failure: OnFailureConfig,
     /// Lowest level of its logs kept.
     #[serde(default)]
-    pub log_level: LevelName,
+    pub log_level: LogLevel,
     /// Largest batch per call (default 64).
     #[serde(default)]
     pub batch: Option<usize>,
@@ -528,19 +494,7 @@ pub struct QueueConfig {
     /// Most notifications waiting per informer (default 100000).
     pub max: Option<usize>,
     /// `coalesce` (default), `dropOldest` or `dropNewest`.
-    pub overflow: Option<OverflowName>,
-}
-
-/// Overflow policy name.
-#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub enum OverflowName {
-    /// Merge per object once full.
-    Coalesce,
-    /// Drop the oldest waiting notification.
-    DropOldest,
-    /// Drop the incoming notification.
-    DropNewest,
+    pub overflow: Option<Overflow>,
 }
 
 /// How a reloaded version is judged.

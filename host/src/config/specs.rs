@@ -12,10 +12,7 @@ impl Config {
                 let mut s = PluginSpec::new(p.name.clone(), self.resolve(&p.module), &informers);
                 s.settings = p.settings.clone().unwrap_or_else(|| serde_json::json!({}));
                 s.resync = p.resync.0;
-                s.relist_resyncs = match p.relist_resyncs {
-                    RelistResyncsName::Deliver => RelistResyncs::Deliver,
-                    RelistResyncsName::Skip => RelistResyncs::Skip,
-                };
+                s.relist_resyncs = p.relist_resyncs;
                 let d = Limits::default();
                 s.limits = Limits {
                     memory: p.limits.memory.map_or(d.memory, |b| b.0),
@@ -47,22 +44,11 @@ impl Config {
                         .quarantine_after
                         .unwrap_or(def.quarantine_after),
                 };
-                s.log_level = match p.log_level {
-                    LevelName::Trace => LogLevel::Trace,
-                    LevelName::Debug => LogLevel::Debug,
-                    LevelName::Info => LogLevel::Info,
-                    LevelName::Warn => LogLevel::Warn,
-                    LevelName::Error => LogLevel::Error,
-                };
-                s.batch_max = p.batch.unwrap_or(64);
+                s.log_level = p.log_level;
+                s.batch_max = p.batch.unwrap_or(DEFAULT_BATCH_MAX);
                 s.queue = QueueBound::bounded(
                     p.queue.max.unwrap_or(DEFAULT_QUEUE_MAX),
-                    match p.queue.overflow {
-                        None => DEFAULT_OVERFLOW,
-                        Some(OverflowName::Coalesce) => Overflow::Coalesce,
-                        Some(OverflowName::DropOldest) => Overflow::DropOldest,
-                        Some(OverflowName::DropNewest) => Overflow::DropNewest,
-                    },
+                    p.queue.overflow.unwrap_or(DEFAULT_OVERFLOW),
                 );
                 s.reload_probation = p.reload.probation.unwrap_or(s.reload_probation);
                 s.rollback_threshold = p.reload.rollback_threshold.unwrap_or(s.rollback_threshold);

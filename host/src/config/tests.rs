@@ -421,10 +421,10 @@ fn relist_resyncs_defaults_to_deliver_and_skip_is_named_or_refused() {
 fn on_panic_defaults_to_restart_and_exit_is_named_or_refused() {
     let d = dir_with_module();
     let c = Config::parse(GOOD, "wisp.yaml", d.path()).unwrap();
-    assert_eq!(c.informers[0].on_panic, OnPanicName::Restart);
+    assert_eq!(c.informers[0].on_panic, OnPanic::RESTART);
     let exit = GOOD.replace("    resync: 5m", "    resync: 5m\n    onPanic: exit");
     let c = Config::parse(&exit, "wisp.yaml", d.path()).unwrap();
-    assert_eq!(c.informers[0].on_panic, OnPanicName::Exit);
+    assert_eq!(c.informers[0].on_panic, OnPanic::Stop);
     let e = err_of(&GOOD.replace("    resync: 5m", "    resync: 5m\n    onPanic: ignore"));
     assert!(e.contains("informers[0].onPanic"), "{e}");
 }

@@ -78,6 +78,23 @@ impl OnPanic {
     };
 }
 
+/// In the config: `restart` ([`OnPanic::RESTART`]) or `exit` ([`OnPanic::Stop`]: the host
+/// shuts down with an error).
+impl<'de> serde::Deserialize<'de> for OnPanic {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        enum Name {
+            Restart,
+            Exit,
+        }
+        Ok(match Name::deserialize(d)? {
+            Name::Restart => OnPanic::RESTART,
+            Name::Exit => OnPanic::Stop,
+        })
+    }
+}
+
 /// How a handler is registered (client-go `HandlerOptions`, and where and how its listener
 /// queues and runs it).
 #[derive(Clone, Default)]
@@ -118,8 +135,9 @@ impl std::fmt::Debug for HandlerOptions {
     }
 }
 
-/// What a handler gets of a relist's unchanged objects.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What a handler gets of a relist's unchanged objects (in the config: `deliver`, `skip`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum RelistResyncs {
     /// As client-go: every handler is in the syncing set until the informer's first resync
     /// check (never, when the informer does not resync), so a relist's unchanged objects reach

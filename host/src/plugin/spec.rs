@@ -25,6 +25,9 @@ pub const DEFAULT_QUEUE_MAX: usize = 100_000;
 /// falls behind gets the latest state of each object, not a random subset of events).
 pub const DEFAULT_OVERFLOW: Overflow = Overflow::Coalesce;
 
+/// The largest batch a plugin gets per call unless its config says otherwise.
+pub const DEFAULT_BATCH_MAX: usize = 64;
+
 /// Resource limits of one plugin instance.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
@@ -103,14 +106,16 @@ impl Default for OnFailure {
     }
 }
 
-/// Log levels a plugin may log at.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// Log levels a plugin may log at (in the config: `trace` ... `error`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum LogLevel {
     /// Very detailed.
     Trace,
     /// Debugging.
     Debug,
     /// Normal.
+    #[default]
     Info,
     /// Something looks wrong.
     Warn,
@@ -184,8 +189,8 @@ impl PluginSpec {
             relist_resyncs: crate::informer::RelistResyncs::Deliver,
             limits: Limits::default(),
             on_failure: OnFailure::default(),
-            log_level: LogLevel::Info,
-            batch_max: 64,
+            log_level: LogLevel::default(),
+            batch_max: DEFAULT_BATCH_MAX,
             queue: QueueBound::bounded(DEFAULT_QUEUE_MAX, DEFAULT_OVERFLOW),
             reload_probation: 20,
             rollback_threshold: 0.5,

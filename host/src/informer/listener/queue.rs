@@ -68,16 +68,18 @@ use std::collections::{HashMap, VecDeque};
 use super::super::handler::{Delivery, Notification};
 use super::super::key::{deleted_object_key, object_key};
 
-/// What a bounded queue does when it is full (see the [module docs](self)).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What a bounded queue does when it is full (see the [module docs](self)); in the config
+/// `coalesce`, `dropOldest`, `dropNewest`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum Overflow {
+    /// Merge notifications per object once full; drop only when `max` distinct objects wait.
+    #[default]
+    Coalesce,
     /// Drop the oldest queued notification.
     DropOldest,
     /// Drop the incoming notification.
     DropNewest,
-    /// Merge notifications per object once full; drop only when `max` distinct objects wait.
-    #[default]
-    Coalesce,
 }
 
 /// How many notifications a listener's queue may hold.
