@@ -264,7 +264,7 @@ fn run_case(
     };
     let default_informer = match &file.informer {
         Some(i) => i.clone(),
-        None => crate::plugin::manager::check_module(engine, module, spec.settings.clone())
+        None => crate::plugin::loader::check_module(engine, module, spec.settings.clone())
             .ok()
             .and_then(|c| c.info.informers.first().cloned())
             .unwrap_or_else(|| "objects".into()),
@@ -302,7 +302,7 @@ fn run_case(
         services: services.clone(),
     };
     let mut failures = Vec::new();
-    let checked = match crate::plugin::manager::check_file(engine, spec, grants) {
+    let checked = match crate::plugin::loader::check_file(engine, spec, grants) {
         Ok(c) => c,
         Err(crate::plugin::PluginError::SettingsRejected { message, .. }) => {
             match &case.expect.init {

@@ -164,7 +164,7 @@ pub fn replay(
     }
     let grants: BTreeMap<String, crate::informer::Cache> =
         caches.iter().map(|(k, v)| (k.clone(), v.cache())).collect();
-    let checked = crate::plugin::manager::check_with_grants(
+    let checked = crate::plugin::loader::check_with_grants(
         engine,
         module,
         settings,

@@ -125,10 +125,11 @@ fn faults_runtime(
         ..OnFailure::default()
     };
     limits(&mut s.limits);
-    let checked = wisp_host::plugin::manager::check_with(
+    let checked = wisp_host::plugin::loader::check_with(
         &engine,
         &s,
         wisp_host::plugin::state::Grants::default(),
+        None,
     )
     .unwrap();
     let status = checked.status().clone();

@@ -8,7 +8,10 @@
 //!   grants, metrics); [`output`]: stdout/stderr to the log.
 //! - [`instance`]: one store + instance with deadline, memory cap and fuel.
 //! - [`runtime`]: failure policy, fresh instances, quarantine; the informer handler.
-//! - [`manager`]: load, check and attach plugins.
+//! - [`loader`]: read, compile, link, instantiate, `describe` and `init` a module, the one way
+//!   every module enters the host (start, reload, `wisp check`/`replay`/`test`).
+//! - [`manager`]: attach checked plugins to their informers; [`reload`]: swap a new version in;
+//!   [`probation`]: keep the old one until the new one proves itself, roll back if it does not.
 //! - [`spec`] / [`status`] / [`error`]: what to run, what can be read, what went wrong.
 //!
 //! Nothing here knows about HTTP or kube.
@@ -22,8 +25,10 @@ pub mod engine;
 pub mod error;
 pub mod host_api;
 pub mod instance;
+pub mod loader;
 pub mod manager;
 pub mod output;
+pub mod probation;
 pub mod reload;
 pub mod runtime;
 pub mod set;
@@ -33,7 +38,8 @@ pub mod status;
 
 pub use engine::{EngineConfig, LoadSource, PluginEngine};
 pub use error::PluginError;
-pub use manager::{CheckedPlugin, LoadReport, PluginHandle, PluginManager, check_module};
+pub use loader::{CheckedPlugin, LoadReport, check_module};
+pub use manager::{PluginHandle, PluginManager};
 pub use set::PluginSet;
 pub use spec::{FailurePolicy, Limits, LogLevel, OnFailure, PluginSpec};
 pub use status::{PluginState, PluginStatus};

@@ -3,9 +3,7 @@
 //! notifications queued meanwhile go to the new version and none is lost or delivered twice.
 //!
 //! - State hand-off: the old instance's `snapshot` is given to the new one's `restore`.
-//! - Probation: the previous version (and its live instance) is kept for the new version's first
-//!   notifications; if more than the threshold of them fail, it is swapped back and those
-//!   notifications are delivered to it again, so it misses nothing.
+//! - The version replaced goes on probation ([`super::probation`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -13,27 +11,12 @@ use std::time::Instant;
 use super::bindings::PluginPre;
 use super::error::PluginError;
 use super::instance::Instance;
-use super::manager::{LoadReport, check_bytes};
+use super::loader::{LoadReport, check_with};
 use super::runtime::{PluginRuntime, VersionInfo};
 use super::spec::PluginSpec;
 use super::state::StoreData;
 use super::status::PluginCounters;
 use crate::sync::lock;
-
-/// The version being replaced, kept while the new one proves itself.
-pub struct Probation {
-    spec: PluginSpec,
-    settings: String,
-    pre: PluginPre<StoreData>,
-    instance: Option<Instance>,
-    version: VersionInfo,
-    actions: Arc<crate::actions::PluginActions>,
-    /// Notifications the new version handled so far, and how many of them failed.
-    seen: u32,
-    failed: u32,
-    /// Those notifications (with their informer), to give to the previous version on a rollback.
-    buffer: Vec<(String, crate::informer::Delivery)>,
-}
 
 /// What a reload did.
 #[derive(Clone, Debug)]
@@ -81,15 +64,7 @@ pub fn reload(
             detail: "its informers changed; remove and add the plugin instead".into(),
         }));
     }
-    let bytes = std::fs::read(&spec.module).map_err(|source| {
-        fail(PluginError::Read {
-            plugin: spec.name.clone(),
-            path: spec.module.clone(),
-            source,
-        })
-    })?;
-    let checked =
-        check_bytes(&engine, &spec, &bytes, grants, Some(status.clone())).map_err(fail)?;
+    let checked = check_with(&engine, &spec, grants, Some(status.clone())).map_err(fail)?;
     let mut rt = lock(runtime);
     let actions = checked.actions.clone();
     rt.install(
@@ -151,7 +126,7 @@ impl PluginRuntime {
             abi: pre.abi(),
         };
         let settings = spec.settings.to_string();
-        let old = Probation {
+        let old = super::probation::Probation {
             spec: std::mem::replace(&mut self.spec, spec),
             settings: std::mem::replace(&mut self.settings, settings),
             pre: std::mem::replace(&mut self.pre, pre),
@@ -183,62 +158,5 @@ impl PluginRuntime {
             swapped_at: Instant::now(),
             replay,
         })
-    }
-
-    /// Counts a batch handled on probation; commits or rolls back when the verdict is in.
-    pub(super) fn after_probation_batch(
-        &mut self,
-        informer: &str,
-        batch: &[crate::informer::Delivery],
-        failed: u64,
-    ) {
-        let (limit, threshold) = (self.spec.reload_probation, self.spec.rollback_threshold);
-        let Some(p) = self.probation.as_mut() else {
-            return;
-        };
-        p.seen += batch.len() as u32;
-        p.failed += failed as u32;
-        p.buffer
-            .extend(batch.iter().map(|d| (informer.to_owned(), d.clone())));
-        let too_many = f64::from(p.failed) > threshold * f64::from(limit);
-        if too_many {
-            let reason = format!("{} of its first {} notifications failed", p.failed, p.seen);
-            self.rollback(reason);
-        } else if p.seen >= limit {
-            let failed = p.failed;
-            self.probation = None;
-            tracing::info!(plugin = %self.name, generation = self.version.generation, failed, "new version passed its probation");
-        }
-    }
-
-    fn rollback(&mut self, reason: String) {
-        let Some(p) = self.probation.take() else {
-            return;
-        };
-        let from = self.version.generation;
-        self.spec = p.spec;
-        self.settings = p.settings;
-        self.pre = p.pre;
-        self.instance = p.instance;
-        self.actions = p.actions;
-        let generation = from + 1;
-        self.version = VersionInfo {
-            generation,
-            ..p.version
-        };
-        self.consecutive_failures = 0;
-        self.status.set_state(super::status::PluginState::Running);
-        PluginCounters::add(&self.status.counters.rollbacks, 1);
-        self.version.publish(&self.spec.module, &self.status);
-        let msg = format!(
-            "rolled back to the previous version (now generation {generation}): the new one failed: {reason}"
-        );
-        tracing::error!(plugin = %self.name, %reason, "new version rolled back to the previous one");
-        self.status.set_last_error(msg.clone());
-        self.status.logs.push(format!("host: {msg}"));
-        // The previous version missed what the new one was given: deliver it again.
-        for (informer, d) in p.buffer {
-            self.deliver(&informer, std::slice::from_ref(&d));
-        }
     }
 }

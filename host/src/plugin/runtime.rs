@@ -33,7 +33,7 @@ pub struct PluginRuntime {
     /// What the running version said about itself, and its module hash.
     pub(super) version: VersionInfo,
     /// The previous version, kept while a newly loaded one proves itself.
-    pub(super) probation: Option<super::reload::Probation>,
+    pub(super) probation: Option<super::probation::Probation>,
     /// While set (during [`PluginRuntime::begin`]'s delivery), a failed notification under the
     /// retry policy is queued in `retries` instead of retried on the spot.
     pub(super) defer_retries: bool,
@@ -200,11 +200,11 @@ pub(super) fn with_wit_batch<R>(
 impl PluginRuntime {
     /// A runtime around an already checked first instance.
     pub(crate) fn new(
-        checked: super::manager::CheckedPlugin,
+        checked: super::loader::CheckedPlugin,
         engine: Arc<PluginEngine>,
         version: VersionInfo,
     ) -> Self {
-        let super::manager::CheckedPlugin {
+        let super::loader::CheckedPlugin {
             spec,
             pre,
             mut instance,
