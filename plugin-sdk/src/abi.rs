@@ -12,20 +12,22 @@ use serde::de::DeserializeOwned;
 
 /// The layout version this decoder reads (the first byte of every encoding).
 pub const LAYOUT_VERSION: u8 = 1;
-const ABSENT: u32 = u32::MAX;
+pub(crate) const ABSENT: u32 = u32::MAX;
 
-const API_VERSION: usize = 0;
-const KIND: usize = 1;
-const NAMESPACE: usize = 2;
-const NAME: usize = 3;
-const UID: usize = 4;
-const RESOURCE_VERSION: usize = 5;
-const GENERATION: usize = 6;
-const DELETION_TIMESTAMP: usize = 7;
-const LABELS: usize = 8;
-const ANNOTATIONS: usize = 9;
-const OWNER_REFERENCES: usize = 10;
-const JSON: usize = 11;
+pub(crate) const API_VERSION: usize = 0;
+pub(crate) const KIND: usize = 1;
+pub(crate) const NAMESPACE: usize = 2;
+pub(crate) const NAME: usize = 3;
+pub(crate) const UID: usize = 4;
+pub(crate) const RESOURCE_VERSION: usize = 5;
+pub(crate) const GENERATION: usize = 6;
+pub(crate) const DELETION_TIMESTAMP: usize = 7;
+pub(crate) const LABELS: usize = 8;
+pub(crate) const ANNOTATIONS: usize = 9;
+pub(crate) const OWNER_REFERENCES: usize = 10;
+pub(crate) const JSON: usize = 11;
+/// Bytes of an owner reference entry in this layout (more may follow in a later one).
+pub(crate) const OWNER_ENTRY: usize = 36;
 
 /// Bytes that are not a valid encoding.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -147,8 +149,10 @@ impl<'a> Object<'a> {
         };
         let (first, size, spans) = if table == OWNER_REFERENCES {
             let size = u32_at(t, 4).unwrap_or(0) as usize;
-            if size < 36 {
-                return err(format!("owner entries of {size} bytes (at least 36)"));
+            if size < OWNER_ENTRY {
+                return err(format!(
+                    "owner entries of {size} bytes (at least {OWNER_ENTRY})"
+                ));
             }
             (8, size, 4)
         } else {
@@ -286,10 +290,10 @@ impl<'a> Object<'a> {
         } else {
             None
         };
-        let (n, size) = base.map_or((0, 36), |o| {
+        let (n, size) = base.map_or((0, OWNER_ENTRY as u32), |o| {
             (
                 u32_at(&self.b, o as usize).unwrap_or(0),
-                u32_at(&self.b, o as usize + 4).unwrap_or(36),
+                u32_at(&self.b, o as usize + 4).unwrap_or(OWNER_ENTRY as u32),
             )
         });
         OwnerRefs {
@@ -736,4 +740,4 @@ impl<'a> IntoIterator for &'a ObjectList {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

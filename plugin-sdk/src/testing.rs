@@ -45,10 +45,12 @@ use crate::{Plugin, PluginInfo};
 
 // ---- The ABI's encoding (docs/abi.md), as the host writes it ----
 
-const LAYOUT_VERSION: u8 = 1;
-const ABSENT: u32 = u32::MAX;
-const FIELDS: usize = 12;
-const OWNER_ENTRY: usize = 36;
+use crate::abi::{
+    ABSENT, ANNOTATIONS, API_VERSION, DELETION_TIMESTAMP, GENERATION, JSON, KIND, LABELS,
+    LAYOUT_VERSION, NAME, NAMESPACE, OWNER_ENTRY, OWNER_REFERENCES, RESOURCE_VERSION, UID,
+};
+
+const FIELDS: usize = JSON + 1;
 const BATCH_HEADER: usize = 24;
 const BATCH_ENTRY: usize = 32;
 const LIST_HEADER: usize = 8;
@@ -210,24 +212,24 @@ fn encode_parts(m: &Meta, json: &str) -> Vec<u8> {
     buf.extend_from_slice(&(FIELDS as u16).to_le_bytes());
     reserve(&mut buf, FIELDS * 8);
     let mut spans = [(ABSENT, 0); FIELDS];
-    spans[0] = append(&mut buf, m.api_version.as_bytes());
-    spans[1] = append(&mut buf, m.kind.as_bytes());
+    spans[API_VERSION] = append(&mut buf, m.api_version.as_bytes());
+    spans[KIND] = append(&mut buf, m.kind.as_bytes());
     if let Some(ns) = &m.namespace {
-        spans[2] = append(&mut buf, ns.as_bytes());
+        spans[NAMESPACE] = append(&mut buf, ns.as_bytes());
     }
-    spans[3] = append(&mut buf, m.name.as_bytes());
-    spans[4] = append(&mut buf, m.uid.as_bytes());
-    spans[5] = append(&mut buf, m.resource_version.as_bytes());
+    spans[NAME] = append(&mut buf, m.name.as_bytes());
+    spans[UID] = append(&mut buf, m.uid.as_bytes());
+    spans[RESOURCE_VERSION] = append(&mut buf, m.resource_version.as_bytes());
     if let Some(g) = m.generation {
-        spans[6] = append(&mut buf, &g.to_le_bytes());
+        spans[GENERATION] = append(&mut buf, &g.to_le_bytes());
     }
     if let Some(ts) = &m.deletion_timestamp {
-        spans[7] = append(&mut buf, ts.as_bytes());
+        spans[DELETION_TIMESTAMP] = append(&mut buf, ts.as_bytes());
     }
-    spans[8] = pair_table(&mut buf, &m.labels);
-    spans[9] = pair_table(&mut buf, &m.annotations);
-    spans[10] = owner_table(&mut buf, &m.owners);
-    spans[11] = append(&mut buf, json.as_bytes());
+    spans[LABELS] = pair_table(&mut buf, &m.labels);
+    spans[ANNOTATIONS] = pair_table(&mut buf, &m.annotations);
+    spans[OWNER_REFERENCES] = owner_table(&mut buf, &m.owners);
+    spans[JSON] = append(&mut buf, json.as_bytes());
     for (i, s) in spans.into_iter().enumerate() {
         put_span(&mut buf, 4 + i * 8, s);
     }

@@ -5,9 +5,9 @@ use serde_json::{Value, json};
 
 use super::*;
 
-const VECTORS: &str = include_str!("../../../wit/abi-vectors.json");
+pub(crate) const VECTORS: &str = include_str!("../../../wit/abi-vectors.json");
 
-fn unhex(s: &str) -> Vec<u8> {
+pub(crate) fn unhex(s: &str) -> Vec<u8> {
     (0..s.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))

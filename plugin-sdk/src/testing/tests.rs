@@ -3,17 +3,9 @@
 use serde_json::{Value, json};
 
 use super::*;
+use crate::abi::tests::{VECTORS, unhex};
 use crate::actions::{self, ObjectRef};
 use crate::{Context, cache, metrics, policy};
-
-const VECTORS: &str = include_str!("../../../wit/abi-vectors.json");
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
-        .collect()
-}
 
 fn parsed(expect: &Value) -> Value {
     serde_json::from_str(expect["json"].as_str().expect("json")).expect("the object's JSON")
