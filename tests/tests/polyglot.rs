@@ -220,7 +220,7 @@ fn recording() -> Vec<Value> {
                 "shop",
                 "odd-0",
                 7,
-                vec![container("w", "wé\"ird\\img\t", true)],
+                vec![container("w", "wé\"ird\\img\t\u{1}", true)],
             ),
             false,
         ),
@@ -369,6 +369,11 @@ fn batched(module: &Path, settings: &Value, events: &[Value], size: usize) -> Ru
         wisp_host::plugin::manager::check_with_grants(&engine(), module, settings.clone(), grants)
             .unwrap_or_else(|e| panic!("{}: {e:#}", module.display()));
     let status = checked.status().clone();
+    let report = (
+        checked.report.source,
+        checked.report.load,
+        checked.report.instantiate,
+    );
     let mut rt = checked.into_runtime(engine());
     let mut i = 0;
     while i < parsed.len() {
@@ -388,6 +393,17 @@ fn batched(module: &Path, settings: &Value, events: &[Value], size: usize) -> Ru
         rt.handle(&inf, &batch);
     }
     let what = module.display();
+    // What it cost (shown with --nocapture; docs/plugins/ quotes it).
+    eprintln!(
+        "cost {}: load {:?} ({:?}), instantiate + describe + init {:?}, {} calls, \
+         {:.3} ms per notification in handle",
+        module.file_name().unwrap().to_string_lossy(),
+        report.1,
+        report.0,
+        report.2,
+        get(&status, |c| &c.calls),
+        get(&status, |c| &c.handle_nanos) as f64 / 1e6 / parsed.len() as f64,
+    );
     assert_eq!(
         get(&status, |c| &c.deadline_hits),
         0,
