@@ -475,7 +475,11 @@ fn churn() -> Vec<Value> {
             ["shop", "kube-system", "web"][i % 3],
             &format!("p-{i}"),
             (i * 10 + rev) as u64,
-            vec![container("c", images[(i + rev) % 4], (i + rev) % 3 != 0)],
+            vec![container(
+                "c",
+                images[(i + rev) % 4],
+                !(i + rev).is_multiple_of(3),
+            )],
         )
     };
     let mut out = Vec::new();
@@ -496,8 +500,10 @@ fn churn() -> Vec<Value> {
     for i in 0..128 {
         push(json!({"event": "updated", "old": spec(i, 0), "object": spec(i, 1)}));
     }
-    for i in 0..64 {
-        push(json!({"event": "deleted", "finalStateUnknown": i % 2 == 0, "object": spec(i, 1)}));
+    for i in 0..64_usize {
+        push(
+            json!({"event": "deleted", "finalStateUnknown": i.is_multiple_of(2), "object": spec(i, 1)}),
+        );
     }
     out
 }
