@@ -98,6 +98,18 @@ test('a metadata-only object says why it cannot be parsed', () => {
   assert.throws(() => n.object.value(), /metadata-only/);
 });
 
+test('owner flags are read bit by bit', () => {
+  // The vectors set controller and blockOwnerDeletion together: flip them apart.
+  const b = unhex(vectors().objects[0].hex);
+  const v = new DataView(b.buffer);
+  const flags = v.getUint32(4 + 10 * 8, true) + 8 + 32; // the first owner's flags
+  for (const [value, want] of [[1, [true, false]], [2, [false, true]], [0, [false, false]]]) {
+    v.setUint32(flags, value, true);
+    const o = new WispObject(b).ownerRefs[0];
+    assert.deepEqual([o.controller, o.blockOwnerDeletion], want, String(value));
+  }
+});
+
 test('the JSON parses on demand', () => {
   const o = new WispObject(unhex(vectors().objects[0].hex));
   assert.equal(o.value().spec.containers[0].image, 'nginx:1.27');

@@ -105,6 +105,16 @@ class Vectors(unittest.TestCase):
             n.object.value()
         self.assertIn("metadata-only", str(e.exception))
 
+    def test_owner_flags_are_read_bit_by_bit(self):
+        # The vectors set controller and blockOwnerDeletion together: flip them apart.
+        b = bytearray(bytes.fromhex(vectors()["objects"][0]["hex"]))
+        base = int.from_bytes(b[4 + 10 * 8:4 + 10 * 8 + 4], "little")
+        flags = base + 8 + 32  # the first owner's flags
+        for value, want in [(1, (True, False)), (2, (False, True)), (0, (False, False))]:
+            b[flags:flags + 4] = value.to_bytes(4, "little")
+            o = abi.Object(b).owner_refs[0]
+            self.assertEqual((o.controller, o.block_owner_deletion), want, value)
+
     def test_the_json_parses_on_demand(self):
         o = abi.Object(bytes.fromhex(vectors()["objects"][0]["hex"]))
         self.assertEqual(o.value()["spec"]["containers"][0]["image"], "nginx:1.27")
