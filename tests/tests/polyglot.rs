@@ -535,3 +535,45 @@ fn python_examples_in_batches_of_64_match_rust_under_the_default_limits() {
 fn js_examples_in_batches_of_64_match_rust_under_the_default_limits() {
     batches_like_rust("js");
 }
+
+/// The smallest memory cap (in MiB, of those tried) under which `module` starts, if any.
+fn smallest_cap(module: &Path, caps: &[u64]) -> Option<u64> {
+    caps.iter().copied().find(|mib| {
+        let mut s = wisp_host::plugin::PluginSpec::new("sizing", module, &["pods"]);
+        s.limits.memory = mib * 1024 * 1024;
+        wisp_host::plugin::manager::check_with(
+            &engine(),
+            &s,
+            wisp_host::plugin::state::Grants::default(),
+        )
+        .is_ok()
+    })
+}
+
+/// The memory sizing docs/plugins/ gives (printed with --nocapture): the interpreted plugins
+/// start under a cap of at most half the default `limits.memory`.
+#[test]
+fn the_default_memory_cap_is_at_least_twice_what_the_interpreted_examples_start_in() {
+    let caps: Vec<u64> = (8..=32).collect();
+    let default_mib = wisp_host::plugin::spec::DEFAULT_MEMORY / 1024 / 1024;
+    for name in [
+        "audit-log-py",
+        "image-policy-py",
+        "audit-log-js",
+        "image-policy-js",
+    ] {
+        let Some(p) = component(name) else { return };
+        let mib = smallest_cap(&p, &caps).unwrap_or_else(|| panic!("{name}: none of {caps:?}"));
+        eprintln!(
+            "cost {name}: starts under a memory cap of {mib} MiB, not {} MiB",
+            mib - 1
+        );
+        assert!(mib * 2 <= default_mib, "{name}: {mib} MiB");
+        assert!(
+            mib > 4,
+            "{name}: {mib} MiB: the interpreter needs more than a Rust plugin"
+        );
+    }
+    let rust = smallest_cap(&common::plugin_path("image_policy"), &[1, 2, 4, 8]);
+    eprintln!("cost image_policy.wasm: starts under a memory cap of {rust:?} MiB");
+}
