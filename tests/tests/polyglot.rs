@@ -55,13 +55,40 @@ fn component(name: &str) -> Option<PathBuf> {
     }
 }
 
+/// What the module cache's artifacts were compiled from: the components in `dist`, by name,
+/// size and modification time.
+fn cache_key(dist: &Path) -> String {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dist)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.retain(|p| p.extension().is_some_and(|x| x == "wasm"));
+    files.sort();
+    files
+        .iter()
+        .map(|p| {
+            let m = std::fs::metadata(p).ok();
+            let mtime = m.as_ref().and_then(|m| m.modified().ok());
+            format!("{} {:?} {mtime:?}\n", p.display(), m.map(|m| m.len()))
+        })
+        .collect()
+}
+
 /// One engine for the binary, on a module cache kept between runs (in the target dir's test
-/// tmpdir): a debug host spends ~20 s compiling each interpreted component, once.
+/// tmpdir): a debug host spends ~20-60 s compiling each interpreted component, once. The cache
+/// is emptied when a component changed, so stale ~37 MB artifacts do not pile up (the host's
+/// cache keeps every artifact it wrote).
 fn engine() -> Arc<PluginEngine> {
     static ENGINE: std::sync::OnceLock<Arc<PluginEngine>> = std::sync::OnceLock::new();
     ENGINE
         .get_or_init(|| {
-            let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("polyglot-modules");
+            let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+            let dir = tmp.join("polyglot-modules");
+            let stamp = tmp.join("polyglot-modules.from");
+            let key = cache_key(common::plugin_path("audit_log").parent().expect("dist"));
+            if std::fs::read_to_string(&stamp).ok().as_deref() != Some(key.as_str()) {
+                let _ = std::fs::remove_dir_all(&dir);
+                std::fs::write(&stamp, &key).unwrap();
+            }
             std::fs::create_dir_all(&dir).unwrap();
             PluginEngine::new(EngineConfig {
                 cache_dir: Some(dir),
