@@ -11,11 +11,15 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
+mod polyglot;
+
 const USAGE: &str = "usage: cargo xtask <demo|plugins|test|bench|fuzz> [args]
 
   demo     the host on the bundled demo cluster (deploy/demo) with the example plugins,
            editing manifests while it runs; no cluster needed
-  plugins  build the plugins (plugins/*) for wasm32-wasip2 into plugins/dist/
+  plugins  build the plugins (plugins/*) for wasm32-wasip2 into plugins/dist/, and the Python
+           and JavaScript ones (plugins/python/*, plugins/js/*) with componentize-py and
+           componentize-js, installed when missing into ~/.cache/wisp-toolchains/
   test     build the plugins, then run the whole test suite (unit and integration tests),
            the example plugins' own tests (native, against wisp_sdk::testing), then the
            informer suites again over the other queues (WISP_TEST_QUEUE=deltaFIFO,
@@ -56,12 +60,13 @@ fn root() -> PathBuf {
         .unwrap_or_default()
 }
 
-/// Builds every plugin crate in release mode for wasm32-wasip2 and copies the components to
-/// `plugins/dist/<crate>.wasm`.
 /// The example plugins, whose unit tests run natively (`cargo xtask test`, `.ci/run`'s lints).
 const EXAMPLE_PLUGINS: [&str; 4] = ["audit-log", "image-policy", "inventory", "team-labeler"];
 
-fn build_plugins() -> anyhow::Result<PathBuf> {
+/// Builds every plugin crate in release mode for wasm32-wasip2 and copies the components to
+/// `plugins/dist/<crate>.wasm`; with `polyglot`, the Python and JavaScript plugins too
+/// (`plugins/dist/<name>-py.wasm`, `<name>-js.wasm`; see `polyglot.rs`).
+fn build_plugins(polyglot: bool) -> anyhow::Result<PathBuf> {
     let root = root();
     // The target is a rustup component: add it when rustup is there (a no-op when installed).
     if let Ok(out) = Command::new("rustup")
@@ -100,6 +105,9 @@ fn build_plugins() -> anyhow::Result<PathBuf> {
         }
     }
     println!("xtask: {n} plugins in {}", dist.display());
+    if polyglot {
+        polyglot::build(&root, &dist)?;
+    }
     Ok(dist)
 }
 
@@ -190,7 +198,9 @@ fn wait_ready(addr: std::net::SocketAddr, timeout: std::time::Duration) -> bool 
 /// task creates, edits and deletes manifests so the plugins see live changes.
 fn demo() -> anyhow::Result<()> {
     let root = root();
-    let dist = build_plugins()?;
+    // Only the Rust plugins: the demo's config runs no other, and installing the Python and
+    // JavaScript toolchains and building their plugins would add minutes to a cold demo.
+    let dist = build_plugins(false)?;
     // The whole workspace, not only the `wisp` binary: the dependencies then get the features
     // the test build gives them (the test crates turn on features of shared crates, such as
     // tokio's test-util and the wit-parser of the SDK's bindgen), so `cargo xtask test`
@@ -536,9 +546,9 @@ fn main() -> anyhow::Result<()> {
     };
     match task {
         "demo" => demo(),
-        "plugins" => build_plugins().map(|_| ()),
+        "plugins" => build_plugins(true).map(|_| ()),
         "bench" => {
-            let dist = build_plugins()?;
+            let dist = build_plugins(false)?;
             let mut c = cargo();
             c.env("WISP_PLUGIN_DIR", dist);
             c.args([
@@ -556,7 +566,7 @@ fn main() -> anyhow::Result<()> {
             run(c)
         }
         "test" => {
-            let dist = build_plugins()?;
+            let dist = build_plugins(true)?;
             let mut c = cargo();
             c.env("WISP_PLUGIN_DIR", &dist);
             c.args(["test", "--workspace"])

@@ -1,0 +1,296 @@
+//! The Python and JavaScript plugins (`plugins/python/*`, `plugins/js/*`), built with their
+//! pinned toolchains into `plugins/dist/<name>-py.wasm` / `<name>-js.wasm`.
+//!
+//! The toolchains are installed from PyPI and npm, when missing, into a cache outside the clone
+//! (`$WISP_TOOLCHAINS`, default `~/.cache/wisp-toolchains/`), one directory per pinned version.
+//! A component is built again only when its sources (the plugin's directory, the SDK, the WIT)
+//! or the toolchain's version changed: its stamp (`<name>.wasm.stamp`) holds their hash, since a
+//! build costs 20-60 s and up to 800 MB of memory.
+//!
+//! Without python3 or node (or with an install that fails), these plugins are skipped with a
+//! warning, and the tests that need them skip too, except under `CI=true`, where both fail.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+/// componentize-py, from PyPI.
+pub const COMPONENTIZE_PY: &str = "0.25.1";
+/// @bytecodealliance/componentize-js, from npm.
+pub const COMPONENTIZE_JS: &str = "0.23.0";
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Lang {
+    Python,
+    Js,
+}
+
+impl Lang {
+    fn dir(self) -> &'static str {
+        match self {
+            Lang::Python => "python",
+            Lang::Js => "js",
+        }
+    }
+
+    fn suffix(self) -> &'static str {
+        match self {
+            Lang::Python => "py",
+            Lang::Js => "js",
+        }
+    }
+
+    fn version(self) -> &'static str {
+        match self {
+            Lang::Python => COMPONENTIZE_PY,
+            Lang::Js => COMPONENTIZE_JS,
+        }
+    }
+}
+
+fn toolchains_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("WISP_TOOLCHAINS") {
+        return d.into();
+    }
+    let home = std::env::var_os("HOME").map_or_else(std::env::temp_dir, PathBuf::from);
+    home.join(".cache").join("wisp-toolchains")
+}
+
+fn quiet(mut cmd: Command) -> anyhow::Result<()> {
+    let shown = format!("{cmd:?}");
+    let out = cmd
+        .output()
+        .with_context(|| format!("could not start {shown}"))?;
+    if !out.status.success() {
+        bail!(
+            "{shown} failed with {}:\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// The toolchain's command, installed first when missing.
+fn toolchain(lang: Lang) -> anyhow::Result<PathBuf> {
+    let dir = toolchains_dir().join(format!("{}-{}", lang.suffix(), lang.version()));
+    let bin = match lang {
+        Lang::Python => dir.join("bin").join("componentize-py"),
+        Lang::Js => dir
+            .join("node_modules")
+            .join(".bin")
+            .join("componentize-js"),
+    };
+    // Marked complete once installed: an interrupted install is not taken for a finished one.
+    let complete = dir.join(".wisp-complete");
+    if bin.is_file() && complete.is_file() {
+        return Ok(bin);
+    }
+    println!(
+        "xtask: installing the {} toolchain {} into {}",
+        lang.dir(),
+        lang.version(),
+        dir.display()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    match lang {
+        Lang::Python => {
+            let mut venv = Command::new("python3");
+            venv.args(["-m", "venv"]).arg(&dir);
+            quiet(venv).context("python3 -m venv (is python3 >= 3.10 with venv installed?)")?;
+            let mut pip = Command::new(dir.join("bin").join("pip"));
+            pip.args([
+                "install",
+                "--quiet",
+                &format!("componentize-py=={COMPONENTIZE_PY}"),
+            ]);
+            quiet(pip)?;
+        }
+        Lang::Js => {
+            let mut npm = Command::new("npm");
+            npm.arg("install")
+                .arg("--prefix")
+                .arg(&dir)
+                .args(["--no-audit", "--no-fund", "--silent"])
+                .arg(format!(
+                    "@bytecodealliance/componentize-js@{COMPONENTIZE_JS}"
+                ));
+            quiet(npm).context("npm install (is node >= 18 with npm installed?)")?;
+        }
+    }
+    if !bin.is_file() {
+        bail!("{} is missing after the install", bin.display());
+    }
+    std::fs::write(&complete, "")?;
+    Ok(bin)
+}
+
+/// FNV-1a over the relative paths and contents of the files under `dirs` (skipping caches and
+/// tests), and `extra`.
+fn sources_hash(root: &Path, dirs: &[PathBuf], extra: &str) -> anyhow::Result<String> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+        for e in std::fs::read_dir(dir)? {
+            let p = e?.path();
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            if ["__pycache__", "node_modules", "tests", "test"].contains(&name.as_ref()) {
+                continue;
+            }
+            if p.is_dir() {
+                walk(&p, out)?;
+            } else {
+                out.push(p);
+            }
+        }
+        Ok(())
+    }
+    let mut files = Vec::new();
+    for d in dirs {
+        if d.is_dir() {
+            walk(d, &mut files)?;
+        } else {
+            files.push(d.clone());
+        }
+    }
+    files.sort();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |b: &[u8]| {
+        for x in b {
+            h ^= u64::from(*x);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    eat(extra.as_bytes());
+    for f in files {
+        eat(f
+            .strip_prefix(root)
+            .unwrap_or(&f)
+            .to_string_lossy()
+            .as_bytes());
+        eat(&[0]);
+        eat(&std::fs::read(&f).with_context(|| format!("reading {}", f.display()))?);
+        eat(&[0]);
+    }
+    Ok(format!("{h:016x}"))
+}
+
+/// Builds one language's plugins into `dist` (skipping those whose stamp matches).
+fn build_lang(root: &Path, dist: &Path, lang: Lang) -> anyhow::Result<usize> {
+    let plugins = root.join("plugins").join(lang.dir());
+    let mut names: Vec<String> = std::fs::read_dir(&plugins)
+        .with_context(|| format!("reading {}", plugins.display()))?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let sdk = root.join("plugin-sdk").join(lang.dir());
+    let wit = root.join("wit");
+    let mut tool = None;
+    let mut built = 0;
+    for name in names {
+        let src = plugins.join(&name);
+        let out = dist.join(format!("{name}-{}.wasm", lang.suffix()));
+        let stamp = out.with_extension("wasm.stamp");
+        let hash = sources_hash(
+            root,
+            &[src.clone(), sdk.clone(), wit.join("wisp.wit")],
+            lang.version(),
+        )?;
+        if out.is_file() && std::fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == hash) {
+            continue;
+        }
+        let bin = match &tool {
+            Some(b) => b,
+            None => tool.insert(toolchain(lang)?),
+        };
+        println!("xtask: building {}", out.display());
+        let started = std::time::Instant::now();
+        let tmp = out.with_extension("wasm.partial");
+        let mut c = Command::new(bin);
+        c.current_dir(root);
+        match lang {
+            Lang::Python => {
+                c.args(["-d", "wit", "-w", "plugin", "componentize", "-p"])
+                    .arg(&src)
+                    .arg("-p")
+                    .arg(&sdk)
+                    .args(["app", "-o"])
+                    .arg(&tmp);
+            }
+            Lang::Js => {
+                // Without `-d http -d fetch-event` the component would import wasi:http's
+                // incoming handler types, which a plugin has no use for.
+                c.arg(src.join("app.js").strip_prefix(root).unwrap_or(&src))
+                    .args([
+                        "--wit",
+                        "wit",
+                        "--world-name",
+                        "plugin",
+                        "-d",
+                        "http",
+                        "-d",
+                        "fetch-event",
+                        "-o",
+                    ])
+                    .arg(&tmp);
+            }
+        }
+        quiet(c).with_context(|| format!("building {}", out.display()))?;
+        std::fs::rename(&tmp, &out)?;
+        std::fs::write(&stamp, format!("{hash}\n"))?;
+        println!(
+            "xtask: built {} in {:.0} s",
+            out.display(),
+            started.elapsed().as_secs_f64()
+        );
+        built += 1;
+    }
+    Ok(built)
+}
+
+/// Builds the Python and JavaScript plugins into `dist`. A missing or failing toolchain is a
+/// warning (these plugins and their tests are then skipped), and an error under `CI=true`.
+pub fn build(root: &Path, dist: &Path) -> anyhow::Result<()> {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    for lang in [Lang::Python, Lang::Js] {
+        match build_lang(root, dist, lang) {
+            Ok(n) => {
+                if n > 0 {
+                    println!("xtask: {n} {} plugins built", lang.dir());
+                }
+            }
+            Err(e) if !ci => {
+                eprintln!(
+                    "xtask: warning: the {} plugins are not built (their tests will skip): {e:#}",
+                    lang.dir()
+                );
+            }
+            Err(e) => return Err(e.context(format!("the {} plugins", lang.dir()))),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stamp_changes_with_the_sources_and_the_toolchain() {
+        let d = std::env::temp_dir().join(format!("xtask-hash-{}", std::process::id()));
+        std::fs::create_dir_all(d.join("p/__pycache__")).unwrap();
+        std::fs::write(d.join("p/app.py"), "a").unwrap();
+        std::fs::write(d.join("p/__pycache__/app.pyc"), "x").unwrap();
+        let h = |v: &str| sources_hash(&d, &[d.join("p")], v).unwrap();
+        let first = h("1");
+        std::fs::write(d.join("p/__pycache__/app.pyc"), "y").unwrap();
+        assert_eq!(h("1"), first, "caches do not count");
+        assert_ne!(h("2"), first, "the toolchain's version counts");
+        std::fs::write(d.join("p/app.py"), "b").unwrap();
+        assert_ne!(h("1"), first, "the sources count");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
