@@ -403,7 +403,7 @@ impl Reloader {
 }
 
 impl Reloader {
-    /// `oci.poll` of the current config (zero when no module is a tag).
+    /// `oci.poll` of the current config (zero when no module is a tag, or `oci.poll` is 0).
     pub fn oci_poll_interval(&self) -> Duration {
         let cfg = lock(&self.config);
         if cfg.oci_pulled.values().all(|p| !p.reference.is_tag()) {

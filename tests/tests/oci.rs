@@ -786,6 +786,15 @@ async fn a_moved_tag_is_reloaded_and_a_bad_one_leaves_the_running_module() {
     .await;
     assert_eq!(h.running().generation, 2);
     assert_eq!(format!("sha256:{}", h.running().hash), sha256(&m2));
+    let metrics =
+        wisp_host::admin::metrics::encode(&wisp_host::admin::metrics::registry(host.admin.clone()))
+            .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("wisp_oci_tags_moved_total ") && !l.ends_with(" 0")),
+        "{metrics}"
+    );
 
     // The tag moves to something that is not a plugin: refused, the running version stays.
     let reload_failures_before = h

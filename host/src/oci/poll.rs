@@ -17,23 +17,25 @@ pub static TAGS_MOVED: AtomicU64 = AtomicU64::new(0);
 /// Looks tags up every `interval` of the reloader's config (`oci.poll`; 0: never) until
 /// `shutdown`.
 pub async fn run(reloader: Arc<Reloader>, shutdown: impl std::future::Future<Output = ()>) {
-    let interval = reloader.oci_poll_interval();
-    if interval.is_zero() {
-        return shutdown.await;
-    }
     tokio::pin!(shutdown);
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        // Read again each round: a config reload can add tags, or change `oci.poll`.
+        let interval = reloader.oci_poll_interval();
+        let wait = if interval.is_zero() { IDLE } else { interval };
         tokio::select! {
             _ = &mut shutdown => return,
-            _ = tick.tick() => {
-                let r = reloader.clone();
-                let _ = tokio::task::spawn_blocking(move || r.poll_oci()).await;
+            _ = tokio::time::sleep(wait) => {
+                if !interval.is_zero() {
+                    let r = reloader.clone();
+                    let _ = tokio::task::spawn_blocking(move || r.poll_oci()).await;
+                }
             }
         }
     }
 }
+
+/// How often a host with no tag to look up checks whether a config reload brought one.
+const IDLE: Duration = Duration::from_secs(10);
 
 /// Counts a failure.
 pub fn failed() {
