@@ -314,7 +314,7 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
                 ..Default::default()
             };
             let cwd = std::env::current_dir()?;
-            let settings = wisp_host::oci::Settings::from_config(&cfg, &cwd)
+            let settings = wisp_host::oci::Settings::from_config(&cfg, &cwd, None)
                 .map_err(|(field, e)| anyhow::anyhow!("{}: {e}", field.replace("oci.", "--")))?;
             if let Some(k) = &sign
                 && !k.is_file()

@@ -417,7 +417,7 @@ impl Reloader {
     pub fn poll_oci(&self) {
         let (settings, tags) = {
             let cfg = lock(&self.config);
-            let settings = match crate::oci::Settings::from_config(&cfg.oci, &cfg.base_dir) {
+            let settings = match cfg.oci_settings() {
                 Ok(s) => s,
                 Err((field, e)) => {
                     crate::oci::poll::failed();

@@ -125,7 +125,7 @@ impl Config {
             }
         }
         if self.oci != OciConfig::default() {
-            crate::oci::Settings::from_config(&self.oci, &self.base_dir)
+            self.oci_settings()
                 .map_err(|(field, e)| self.error(field, e))?;
         }
         let mut plugin_names = BTreeSet::new();

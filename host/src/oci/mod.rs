@@ -77,9 +77,15 @@ pub fn default_cache_dir() -> PathBuf {
 }
 
 impl Settings {
-    /// Settings from the config's `oci` section; paths relative to `base`. An error names the
-    /// field (`oci.keys[0]`) and the problem.
-    pub fn from_config(c: &OciConfig, base: &Path) -> Result<Self, (String, String)> {
+    /// Settings from the config's `oci` section; paths relative to `base`. Without
+    /// `oci.cacheDir`, the cache is `oci` beside `engine.cacheDir` (when given: a directory the
+    /// deployment made writable), else [`default_cache_dir`]. An error names the field
+    /// (`oci.keys[0]`) and the problem.
+    pub fn from_config(
+        c: &OciConfig,
+        base: &Path,
+        engine_cache_dir: Option<&Path>,
+    ) -> Result<Self, (String, String)> {
         let resolve = |p: &Path| {
             if p.is_absolute() {
                 p.to_path_buf()
@@ -109,21 +115,31 @@ impl Settings {
                 format!("{} does not exist", ca.display()),
             ));
         }
+        let default_cache = match engine_cache_dir {
+            Some(d) => resolve(d)
+                .parent()
+                .map_or_else(default_cache_dir, |p| p.join("oci")),
+            None => default_cache_dir(),
+        };
         Ok(Self {
             insecure: c.insecure.clone(),
             ca_file,
             credentials,
             keys,
             max_module_size: c.max_module_size.map_or(DEFAULT_MAX_MODULE_SIZE, |b| b.0),
-            cache_dir: c
-                .cache_dir
-                .as_deref()
-                .map_or_else(default_cache_dir, resolve),
+            cache_dir: c.cache_dir.as_deref().map_or(default_cache, resolve),
         })
     }
 
     fn shared(&self) -> Arc<Self> {
         Arc::new(self.clone())
+    }
+}
+
+impl Config {
+    /// The settings of the `oci` section (see [`Settings::from_config`]).
+    pub fn oci_settings(&self) -> Result<Settings, (String, String)> {
+        Settings::from_config(&self.oci, &self.base_dir, self.engine.cache_dir.as_deref())
     }
 }
 
@@ -176,7 +192,8 @@ pub fn block_on<T: Send>(f: impl std::future::Future<Output = T> + Send) -> Resu
 /// Pulls every `oci://` module of `config` it has not pulled yet (`config.oci_pulled`), keeping
 /// what it had for modules still configured. Blocking. An error names the plugin.
 pub fn pull_config(config: &mut Config, previous: Option<&Config>) -> Result<(), String> {
-    let settings = Settings::from_config(&config.oci, &config.base_dir)
+    let settings = config
+        .oci_settings()
         .map_err(|(field, e)| format!("{}: {field}: {e}", config.file))?;
     let mut pulled = BTreeMap::new();
     for (i, p) in config.plugins.iter().enumerate() {
