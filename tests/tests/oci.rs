@@ -826,3 +826,127 @@ async fn a_moved_tag_is_reloaded_and_a_bad_one_leaves_the_running_module() {
     );
     let _ = stop.send(());
 }
+
+/// A token service for distribution's `auth: token` (what Docker Hub, GHCR and most registries
+/// do): checks Basic credentials, answers `{"token": JWT}` granting the scope asked for, the JWT
+/// signed RS256 by the `openssl` CLI with its certificate in `x5c`. The registry is the real one
+/// and verifies the token itself.
+const TOKEN_SERVICE: &str = r#"
+import base64, json, subprocess, sys, time, http.server, urllib.parse
+crt, key, user, password = sys.argv[1:5]
+der = subprocess.check_output(['openssl', 'x509', '-in', crt, '-outform', 'DER'])
+def b64(b):
+    return base64.urlsafe_b64encode(b).rstrip(b'=').decode()
+class H(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+    def do_GET(self):
+        want = 'Basic ' + base64.b64encode((user + ':' + password).encode()).decode()
+        if self.headers.get('Authorization') != want:
+            self.send_response(401)
+            self.end_headers()
+            return
+        q = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
+        access = []
+        for s in ' '.join(q.get('scope', [])).split():
+            kind, rest = s.split(':', 1)
+            name, actions = rest.rsplit(':', 1)
+            access.append({'type': kind, 'name': name, 'actions': actions.split(',')})
+        now = int(time.time())
+        header = {'typ': 'JWT', 'alg': 'RS256', 'x5c': [base64.b64encode(der).decode()]}
+        claims = {'iss': 'wisp-test-issuer', 'sub': user, 'aud': q.get('service', [''])[0],
+                  'exp': now + 300, 'nbf': now - 10, 'iat': now, 'jti': str(time.time_ns()),
+                  'access': access}
+        signing = b64(json.dumps(header).encode()) + '.' + b64(json.dumps(claims).encode())
+        sig = subprocess.run(['openssl', 'dgst', '-sha256', '-sign', key], input=signing.encode(),
+                             capture_output=True, check=True).stdout
+        body = json.dumps({'token': signing + '.' + b64(sig)}).encode()
+        self.send_response(200)
+        self.send_header('Content-Type', 'application/json')
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+s = http.server.ThreadingHTTPServer(('127.0.0.1', 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_with_token_auth_is_reached_through_the_bearer_flow() {
+    if !tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let p = |n: &str| d.join(n).to_str().unwrap().to_owned();
+    run(Command::new("openssl").args([
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        &p("token.key"),
+        "-out",
+        &p("token.crt"),
+        "-days",
+        "2",
+        "-subj",
+        "/CN=wisp-test-token",
+    ]));
+    let mut service = Command::new("python3")
+        .args([
+            "-c",
+            TOKEN_SERVICE,
+            &p("token.crt"),
+            &p("token.key"),
+            "alice",
+            "s3cret",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let port = {
+        use std::io::BufRead;
+        let mut line = String::new();
+        std::io::BufReader::new(service.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        line.trim().to_owned()
+    };
+    let extra = format!(
+        "auth:\n  token:\n    realm: http://127.0.0.1:{port}/token\n    service: wisp-test\n    issuer: wisp-test-issuer\n    rootcertbundle: {}\n",
+        p("token.crt")
+    );
+    let reg = Registry::start_with(&d.join("reg"), &extra, false);
+    let r = reg.reference("private/faults:v1");
+    let module = faults();
+    let mut settings = reg.settings(&d.join("oci"));
+    use base64::Engine as _;
+    let docker_config = |pass: &str| {
+        let auth = base64::engine::general_purpose::STANDARD.encode(format!("alice:{pass}"));
+        serde_json::json!({"auths": {reg.host.clone(): {"auth": auth}}}).to_string()
+    };
+    // Anonymous: the token service refuses, and the error says no credentials were configured.
+    let e = oci::push::push(&settings, &module, &r, None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("token from") && e.contains("no credentials"),
+        "{e}"
+    );
+    settings.credentials = oci::auth::parse_docker_config(&docker_config("nope")).unwrap();
+    let e = oci::push::push(&settings, &module, &r, None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("credentials refused"), "{e}");
+    settings.credentials = oci::auth::parse_docker_config(&docker_config("s3cret")).unwrap();
+    let pushed = oci::push::push(&settings, &module, &r, None).await.unwrap();
+    let pulled = oci::pull::pull(&settings, &r).await.unwrap();
+    assert_eq!(pulled.digest, pushed.digest);
+    assert_eq!(std::fs::read(&pulled.path).unwrap(), module);
+    let _ = service.kill();
+    let _ = service.wait();
+}
