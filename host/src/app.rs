@@ -384,6 +384,23 @@ pub async fn start(
     opts: &RunOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<Host> {
+    // OCI modules are pulled (and their signatures checked) before anything starts.
+    let pulled;
+    let config = if config
+        .plugins
+        .iter()
+        .any(|p| p.module.to_str().is_some_and(crate::oci::is_oci))
+    {
+        let mut c = config.clone();
+        pulled =
+            tokio::task::spawn_blocking(move || crate::oci::pull_config(&mut c, None).map(|()| c))
+                .await
+                .context("pulling OCI modules")?
+                .map_err(anyhow::Error::msg)?;
+        &pulled
+    } else {
+        config
+    };
     let workers = config.executor.workers();
     let executor = Executor::new(workers).with_context(|| {
         format!("executor: cannot start {workers} worker threads for the plugins")
@@ -539,6 +556,7 @@ pub async fn start(
         move |manager: PluginManager| {
             let r = crate::reloader::Reloader::new(path?, config, manager, plugins);
             tokio::spawn(r.clone().watch(stopped()));
+            tokio::spawn(crate::oci::poll::run(r.clone(), stopped()));
             let _ = cell.set(r.clone());
             Some(r)
         }

@@ -18,7 +18,7 @@
 //!     maxListSize: 512Mi       # longest list response read (default)
 //! plugins:
 //!   - name: image-policy
-//!     module: plugins/dist/image_policy.wasm   # relative to this file
+//!     module: plugins/dist/image_policy.wasm   # relative to this file, or oci://REG/REPO:TAG
 //!     informers: [pods]        # what it receives and may read
 //!     resync: 1m
 //!     settings: { denyLatest: true }
@@ -39,6 +39,7 @@
 //!       retries: 5
 //!       backoff: 200ms
 //!       queue: 1000
+//! oci: { dockerConfig: /var/run/secrets/wisp/registry/.dockerconfigjson, keys: [cosign.pub], poll: 5m }
 //! admin: { listen: 127.0.0.1:9090, tokenFile: /var/run/secrets/wisp/token, metricsAddress: 0.0.0.0:9091 }
 //! engine: { cacheDir: /var/cache/wisp, epochTick: 10ms, fuel: false }
 //! executor: { workers: 4 }     # threads that run the plugins (default: one per core)
@@ -138,6 +139,13 @@ pub struct Config {
     /// Verdicts also written as PolicyReports (see [`crate::reports`]); omitted: none.
     #[serde(default)]
     pub policy_reports: Option<PolicyReportsConfig>,
+    /// Modules from OCI registries: credentials, trust, signature keys, cache, tag polling.
+    #[serde(default)]
+    pub oci: OciConfig,
+    /// The `oci://` modules pulled, by the module string as configured (filled by
+    /// [`crate::oci::pull_config`], not read from the file).
+    #[serde(skip)]
+    pub oci_pulled: std::collections::BTreeMap<String, crate::oci::Pulled>,
     /// Directory of the config file (module and dir paths are relative to it).
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -278,13 +286,43 @@ pub struct OnFailureConfig {
     pub quarantine_after: Option<u32>,
 }
 
+/// Plugin modules from OCI registries (`module: oci://...`); see docs/oci.md.
+#[derive(Debug, Deserialize, Clone, Default, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct OciConfig {
+    /// A docker config JSON (`auths`), e.g. a `kubernetes.io/dockerconfigjson` pull secret
+    /// mounted as a file; without it registries are asked anonymously.
+    #[serde(default)]
+    pub docker_config: Option<PathBuf>,
+    /// Registries (`host:port`) reached over plain http; every other one over https.
+    #[serde(default)]
+    pub insecure: Vec<String>,
+    /// PEM CA certificates trusted besides the system's (a private registry's CA).
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// Public keys (PEM, ECDSA P-256, as `cosign.pub`); when any, every OCI module must carry a
+    /// cosign-style signature that verifies under one of them, or it is refused.
+    #[serde(default)]
+    pub keys: Vec<PathBuf>,
+    /// How often tags are looked up again (default 5m; 0 = never).
+    #[serde(default)]
+    pub poll: Option<Dur>,
+    /// Largest module downloaded (default 64Mi).
+    #[serde(default)]
+    pub max_module_size: Option<Bytes>,
+    /// The cache of pulled content by digest (default `~/.cache/wisp/oci`).
+    #[serde(default)]
+    pub cache_dir: Option<PathBuf>,
+}
+
 /// One plugin.
 #[derive(Debug, Deserialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PluginConfig {
     /// Unique name.
     pub name: String,
-    /// Component file, relative to the config file.
+    /// Component file, relative to the config file, or `oci://REGISTRY/REPO:TAG` /
+    /// `oci://REGISTRY/REPO@sha256:DIGEST` (see [`crate::oci`]).
     pub module: PathBuf,
     /// Informers it receives and may read.
     pub informers: Vec<String>,

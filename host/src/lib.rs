@@ -10,6 +10,7 @@
 //! - [`admin`]: the admin HTTP server (health, readiness, metrics, plugin status).
 //! - [`config`]: the YAML config file and its validation.
 //! - [`demo`]: the built-in demo on an in-memory cluster.
+//! - [`oci`]: plugin modules pulled from (and pushed to) OCI registries, signatures checked.
 //! - [`plugin`]: wasm plugins (wasmtime): engine, sandbox, host API, failure policy.
 //! - [`policy`]: plugins' current verdicts on cached objects.
 //! - [`record`]: recorded notifications (record / replay).
@@ -27,6 +28,7 @@ pub mod demo;
 pub mod fixture;
 pub mod informer;
 pub mod kinds;
+pub mod oci;
 pub mod plugin;
 pub mod policy;
 pub mod rbac;

@@ -162,6 +162,28 @@ enum Command {
         #[arg(long, default_value = "wisp")]
         namespace: String,
     },
+    /// Publish a plugin module to an OCI registry (config application/vnd.wasm.config.v0+json,
+    /// one application/wasm layer, an OCI image manifest) and print its digest; with --sign,
+    /// also a cosign-style signature at tag sha256-HEX.sig.
+    Push {
+        /// The component (.wasm).
+        module: PathBuf,
+        /// Where: oci://REGISTRY/REPOSITORY:TAG.
+        reference: String,
+        /// Sign with this PEM PKCS#8 ECDSA P-256 private key
+        /// (`openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out key.pem`).
+        #[arg(long, value_name = "KEY.pem")]
+        sign: Option<PathBuf>,
+        /// Docker config JSON with the registry's credentials (`auths`).
+        #[arg(long, value_name = "FILE")]
+        docker_config: Option<PathBuf>,
+        /// PEM CA certificates to trust besides the system's.
+        #[arg(long, value_name = "FILE")]
+        ca_file: Option<PathBuf>,
+        /// Reach the registry over plain http.
+        #[arg(long)]
+        insecure: bool,
+    },
     /// Run the informer pipeline on a small embedded in-memory cluster (no cluster, no
     /// plugins): list pods, apply changes, print what a listener sees.
     Demo,
@@ -283,6 +305,43 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
             let plugins = host.plugins.list();
             for (name, line) in app::summary(&plugins) {
                 tracing::info!(plugin = %name, "{line}");
+            }
+            Ok(())
+        }
+        Command::Push {
+            module,
+            reference,
+            sign,
+            docker_config,
+            ca_file,
+            insecure,
+        } => {
+            let r = wisp_host::oci::Reference::parse(&reference)
+                .map_err(|e| anyhow::anyhow!("reference: {e}"))?;
+            let bytes =
+                std::fs::read(&module).with_context(|| format!("module {}", module.display()))?;
+            let cfg = wisp_host::config::OciConfig {
+                docker_config,
+                ca_file,
+                insecure: if insecure {
+                    vec![r.registry.clone()]
+                } else {
+                    Vec::new()
+                },
+                ..Default::default()
+            };
+            let cwd = std::env::current_dir()?;
+            let settings = wisp_host::oci::Settings::from_config(&cfg, &cwd, None)
+                .map_err(|(field, e)| anyhow::anyhow!("{}: {e}", field.replace("oci.", "--")))?;
+            if let Some(k) = &sign
+                && !k.is_file()
+            {
+                anyhow::bail!("--sign: key file {} does not exist", k.display());
+            }
+            let pushed = wisp_host::oci::push::push(&settings, &bytes, &r, sign.as_deref()).await?;
+            println!("pushed {r}@{}", pushed.digest);
+            if let Some(t) = pushed.signature_tag {
+                println!("signed: {}:{t}", r.repo_path());
             }
             Ok(())
         }

@@ -127,11 +127,18 @@ impl Reloader {
     /// Re-reads the config file and applies plugin changes; a bad config changes nothing.
     pub fn reload_config(&self) -> Result<String, ReloadError> {
         let _busy = lock(&self.busy);
-        let next = Config::load(&self.config_path).map_err(|e| {
+        let mut next = Config::load(&self.config_path).map_err(|e| {
             tracing::error!(error = %e, "config reload refused; nothing changed");
             ReloadError::Refused(format!("config reload refused, nothing changed: {e}"))
         })?;
         let mut cfg = lock(&self.config);
+        // OCI modules already pulled stay as they are (a moved tag is the poller's business);
+        // new references are pulled now. Changed `oci` settings pull everything again.
+        let previous = (cfg.oci == next.oci).then_some(&*cfg);
+        crate::oci::pull_config(&mut next, previous).map_err(|e| {
+            tracing::error!(error = %e, "config reload refused; nothing changed");
+            ReloadError::Refused(format!("config reload refused, nothing changed: {e}"))
+        })?;
         if cfg.executor != next.executor {
             let msg = format!(
                 "config reload refused, nothing changed: {}: executor changed; the number of workers needs a restart",
@@ -338,6 +345,7 @@ impl Reloader {
         let mut dirs: Vec<PathBuf> = self
             .specs()
             .values()
+            .filter(|s| s.origin.is_none())
             .map(|s| s.module.clone())
             .chain(std::iter::once(self.config_path.clone()))
             .filter_map(|p| {
@@ -388,6 +396,91 @@ impl Reloader {
                     let me = self.clone();
                     let _ = tokio::task::spawn_blocking(move || me.on_changed(&paths)).await;
                     rewatch(&mut debouncer, self.watched_dirs());
+                }
+            }
+        }
+    }
+}
+
+impl Reloader {
+    /// `oci.poll` of the current config (zero when no module is a tag, or `oci.poll` is 0).
+    pub fn oci_poll_interval(&self) -> Duration {
+        let cfg = lock(&self.config);
+        if cfg.oci_pulled.values().all(|p| !p.reference.is_tag()) {
+            return Duration::ZERO;
+        }
+        cfg.oci.poll.map_or(crate::oci::poll::DEFAULT_POLL, |d| d.0)
+    }
+
+    /// Looks up every tag of the config once; a tag that moved is pulled and its plugins
+    /// reloaded (checked, then on probation). Failures keep what runs and are logged and counted.
+    pub fn poll_oci(&self) {
+        let (settings, tags) = {
+            let cfg = lock(&self.config);
+            let settings = match cfg.oci_settings() {
+                Ok(s) => s,
+                Err((field, e)) => {
+                    crate::oci::poll::failed();
+                    tracing::error!("OCI tags not looked up: {}: {field}: {e}", cfg.file);
+                    return;
+                }
+            };
+            let tags: Vec<(String, crate::oci::Pulled)> = cfg
+                .oci_pulled
+                .iter()
+                .filter(|(_, p)| p.reference.is_tag())
+                .map(|(m, p)| (m.clone(), p.clone()))
+                .collect();
+            (settings, tags)
+        };
+        for (module, old) in tags {
+            let r = &old.reference;
+            let digest = match crate::oci::block_on(crate::oci::pull::resolve(&settings, r)) {
+                Ok(Ok(d)) => d,
+                Ok(Err(e)) => {
+                    crate::oci::poll::failed();
+                    tracing::warn!(reference = %r, error = %e, "tag look-up failed; the running module stays");
+                    continue;
+                }
+                Err(e) => {
+                    crate::oci::poll::failed();
+                    tracing::warn!(reference = %r, error = %e, "tag look-up failed; the running module stays");
+                    continue;
+                }
+            };
+            if digest == old.digest {
+                continue;
+            }
+            let pulled = match crate::oci::block_on(crate::oci::pull::pull(&settings, r)) {
+                Ok(Ok(p)) => p,
+                Ok(Err(e)) => {
+                    crate::oci::poll::failed();
+                    tracing::error!(reference = %r, from = %old.digest, to = %digest, error = %e, "the tag moved, but its new module was refused; the running module stays");
+                    continue;
+                }
+                Err(e) => {
+                    crate::oci::poll::failed();
+                    tracing::error!(reference = %r, error = %e, "the tag moved, but pulling failed; the running module stays");
+                    continue;
+                }
+            };
+            crate::oci::poll::moved();
+            tracing::info!(reference = %r, from = %old.digest, to = %pulled.digest, "tag moved; reloading its plugins");
+            let names: Vec<String> = {
+                let mut cfg = lock(&self.config);
+                cfg.oci_pulled.insert(module.clone(), pulled);
+                cfg.plugins
+                    .iter()
+                    .filter(|p| p.module.to_str() == Some(module.as_str()))
+                    .map(|p| p.name.clone())
+                    .collect()
+            };
+            for n in names {
+                match self.reload_plugin(&n) {
+                    Ok(m) => tracing::info!("{m}"),
+                    Err(e) => {
+                        tracing::error!(plugin = %n, error = ?e, "the moved tag's module was refused; the running version stays")
+                    }
                 }
             }
         }

@@ -502,7 +502,9 @@ fn rbac_grants_exactly_list_and_watch_on_what_the_config_reads() {
 fn help_explains_each_command() {
     let o = wisp().arg("--help").output().unwrap();
     let out = text(&o).0;
-    for cmd in ["run", "check", "replay", "test", "record", "rbac", "demo"] {
+    for cmd in [
+        "run", "check", "replay", "test", "record", "rbac", "push", "demo",
+    ] {
         assert!(
             out.lines().any(|l| l.trim_start().starts_with(cmd)),
             "{cmd} missing from --help:\n{out}"
@@ -792,5 +794,113 @@ fn test_refuses_a_bad_fixture_naming_where() {
         assert!(!o.status.success(), "{fixture}: {out}");
         assert!(err.contains("bad.yaml"), "{fixture}: {err}");
         assert!(err.contains(want), "{want:?} not in {err}");
+    }
+}
+
+/// `wisp push` through the binary: bad input gets one clear error; against a real
+/// `docker-registry` (skipped when it is missing, except under `CI=true`), it publishes and
+/// prints the digest, which the registry then serves (tests/tests/oci.rs covers the rest).
+#[test]
+fn push_names_bad_input_and_publishes_to_a_real_registry() {
+    let d = tempfile::tempdir().unwrap();
+    let module = d.path().join("m.wasm");
+    std::fs::write(&module, b"\0asm\x01\0\0\0").unwrap();
+    let m = module.to_str().unwrap();
+    for (args, want) in [
+        (
+            vec![m, "oci://localhost:5000/acme/m"],
+            "no tag and no digest",
+        ),
+        (
+            vec!["missing.wasm", "oci://localhost:5000/acme/m:v1"],
+            "missing.wasm",
+        ),
+        (
+            vec![m, "oci://localhost:5000/acme/m:v1", "--sign", "nokey.pem"],
+            "--sign: key file nokey.pem does not exist",
+        ),
+        (
+            vec![m, "oci://127.0.0.1:9/acme/m:v1", "--insecure"],
+            "http://127.0.0.1:9/v2/acme/m/blobs/",
+        ),
+    ] {
+        let o = wisp().arg("push").args(&args).output().unwrap();
+        let (_, err) = text(&o);
+        assert!(!o.status.success() && err.contains(want), "{args:?}: {err}");
+    }
+    if Command::new("docker-registry")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "docker-registry is missing: CI must have it (see .ci/run)"
+        );
+        eprintln!("skipped the registry part: docker-registry is missing");
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cfg = d.path().join("registry.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+            d.path().join("storage").display()
+        ),
+    )
+    .unwrap();
+    let mut registry = Command::new("docker-registry")
+        .args(["serve", cfg.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let t0 = Instant::now();
+    while TcpStream::connect(addr).is_err() && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let key = d.path().join("key.pem");
+    let signing = Command::new("openssl")
+        .args([
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-out",
+        ])
+        .arg(&key)
+        .status()
+        .is_ok_and(|s| s.success());
+    let mut cmd = wisp();
+    cmd.args([
+        "push",
+        m,
+        &format!("oci://127.0.0.1:{port}/acme/m:v1"),
+        "--insecure",
+    ]);
+    if signing {
+        cmd.arg("--sign").arg(&key);
+    }
+    let o = cmd.output().unwrap();
+    let (out, err) = text(&o);
+    let _ = registry.kill();
+    let _ = registry.wait();
+    assert!(o.status.success(), "{out}{err}");
+    let digest = out
+        .split('@')
+        .nth(1)
+        .and_then(|s| s.lines().next())
+        .unwrap_or_else(|| panic!("no digest printed: {out}"));
+    assert!(digest.starts_with("sha256:") && digest.len() == 71, "{out}");
+    if signing {
+        let sig = format!("sha256-{}.sig", &digest[7..]);
+        assert!(out.contains(&sig), "{out}");
     }
 }

@@ -104,6 +104,19 @@ impl Collector for Live {
             "Restarts after a panic.",
             by_informer(|s| s.restarts),
         )?;
+        let relaxed = std::sync::atomic::Ordering::Relaxed;
+        let unlabelled: [(&str, &str); 0] = [];
+        out.counter(
+            "oci_poll_failures",
+            "OCI tag look-ups, and pulls of moved tags, that failed (registry unreachable or \
+             refusing, content or signature refused); the running modules stayed.",
+            [(unlabelled, crate::oci::poll::POLL_FAILURES.load(relaxed))],
+        )?;
+        out.counter(
+            "oci_tags_moved",
+            "OCI tags found pointing at a new manifest, whose module was then pulled and checked.",
+            [(unlabelled, crate::oci::poll::TAGS_MOVED.load(relaxed))],
+        )?;
         out.gauge(
             "informer_cache_size",
             "Objects in the cache.",

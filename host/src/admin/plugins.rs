@@ -21,6 +21,10 @@ pub struct PluginView {
     pub name: String,
     /// Path of the module file.
     pub module: String,
+    /// The OCI reference, the manifest digest it resolved to and the signing key, when the
+    /// module came from a registry (left out otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oci: Option<crate::plugin::spec::ModuleOrigin>,
     /// The version the plugin reports.
     pub version: String,
     /// The name the plugin reports for itself.
@@ -95,6 +99,7 @@ pub fn view(h: &PluginHandle) -> PluginView {
     PluginView {
         name: h.name().to_owned(),
         module: running.module.display().to_string(),
+        oci: running.origin,
         version: running.version,
         plugin_name: running.plugin_name,
         hash: running.hash,

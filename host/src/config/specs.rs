@@ -9,7 +9,13 @@ impl Config {
             .iter()
             .map(|p| {
                 let informers: Vec<&str> = p.informers.iter().map(String::as_str).collect();
-                let mut s = PluginSpec::new(p.name.clone(), self.resolve(&p.module), &informers);
+                let pulled = p.module.to_str().and_then(|m| self.oci_pulled.get(m));
+                let module = match pulled {
+                    Some(x) => x.path.clone(),
+                    None => self.resolve(&p.module),
+                };
+                let mut s = PluginSpec::new(p.name.clone(), module, &informers);
+                s.origin = pulled.map(crate::oci::Pulled::origin);
                 s.settings = p.settings.clone().unwrap_or_else(|| serde_json::json!({}));
                 s.resync = p.resync.0;
                 s.relist_resyncs = p.relist_resyncs;

@@ -558,3 +558,36 @@ fn policy_reports_default_to_openreports_every_10s_and_are_checked() {
         "{e}"
     );
 }
+
+#[test]
+fn oci_modules_and_settings_are_checked_at_load() {
+    let oci = GOOD.replace("module: p.wasm", "module: oci://localhost:5000/acme/audit");
+    let e = err_of(&oci);
+    assert!(
+        e.contains("plugins[0].module") && e.contains("no tag and no digest"),
+        "{e}"
+    );
+    let e = err_of(&GOOD.replace("module: p.wasm", "module: oci://localhost:5000/Acme:v1"));
+    assert!(
+        e.contains("plugins[0].module") && e.contains("repository"),
+        "{e}"
+    );
+    let ok = GOOD.replace(
+        "module: p.wasm",
+        "module: oci://localhost:5000/acme/audit:v1",
+    );
+    let c = parse(&ok).unwrap();
+    assert!(c.oci_pulled.is_empty(), "nothing is pulled at load");
+    let e = err_of(&format!("{ok}oci: {{ keys: [missing.pub] }}\n"));
+    assert!(
+        e.contains("oci.keys[0]") && e.contains("missing.pub"),
+        "{e}"
+    );
+    let e = err_of(&format!("{ok}oci: {{ dockerConfig: nope.json }}\n"));
+    assert!(
+        e.contains("oci.dockerConfig") && e.contains("nope.json"),
+        "{e}"
+    );
+    let e = err_of(&format!("{ok}oci: {{ caFile: ca.pem }}\n"));
+    assert!(e.contains("oci.caFile") && e.contains("ca.pem"), "{e}");
+}

@@ -124,6 +124,10 @@ impl Config {
                 }
             }
         }
+        if self.oci != OciConfig::default() {
+            self.oci_settings()
+                .map_err(|(field, e)| self.error(field, e))?;
+        }
         let mut plugin_names = BTreeSet::new();
         for (i, p) in self.plugins.iter().enumerate() {
             let at = |f: &str| format!("plugins[{i}].{f}");
@@ -133,8 +137,10 @@ impl Config {
             if !plugin_names.insert(p.name.as_str()) {
                 return Err(self.error(at("name"), format!("duplicate plugin name {:?}", p.name)));
             }
-            let module = self.resolve(&p.module);
-            if !module.is_file() {
+            if let Some(m) = p.module.to_str().filter(|m| crate::oci::is_oci(m)) {
+                crate::oci::Reference::parse(m).map_err(|e| self.error(at("module"), e))?;
+            } else if !self.resolve(&p.module).is_file() {
+                let module = self.resolve(&p.module);
                 return Err(self.error(
                     at("module"),
                     format!(

@@ -74,7 +74,7 @@ impl CheckedPlugin {
             generation: 1,
             abi: self.pre.abi(),
         };
-        v.publish(&self.spec.module, &self.status);
+        v.publish(&self.spec, &self.status);
         v
     }
 }

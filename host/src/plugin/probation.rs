@@ -71,7 +71,7 @@ impl PluginRuntime {
         self.consecutive_failures = 0;
         self.status.set_state(super::status::PluginState::Running);
         PluginCounters::add(&self.status.counters.rollbacks, 1);
-        self.version.publish(&self.spec.module, &self.status);
+        self.version.publish(&self.spec, &self.status);
         let msg = format!(
             "rolled back to the previous version (now generation {generation}): the new one failed: {reason}"
         );

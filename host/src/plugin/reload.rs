@@ -143,7 +143,7 @@ impl PluginRuntime {
         self.consecutive_failures = 0;
         let c = &self.status.counters;
         PluginCounters::add(&c.reloads, 1);
-        self.version.publish(&self.spec.module, &self.status);
+        self.version.publish(&self.spec, &self.status);
         self.status.set_state(super::status::PluginState::Running);
         self.status.logs.push(format!(
             "host: reloaded: generation {generation}, {} {}",

@@ -88,12 +88,13 @@ pub struct VersionInfo {
 }
 
 impl VersionInfo {
-    /// Publishes this version, loaded from `module`, in the plugin's status.
-    pub(super) fn publish(&self, module: &std::path::Path, status: &PluginStatus) {
+    /// Publishes this version, loaded from `spec`'s module, in the plugin's status.
+    pub(super) fn publish(&self, spec: &super::PluginSpec, status: &PluginStatus) {
         status.set_running(super::status::Running {
             plugin_name: self.info.name.clone(),
             version: self.info.version.clone(),
-            module: module.to_path_buf(),
+            module: spec.module.clone(),
+            origin: spec.origin.clone(),
             hash: self.hash.clone(),
             generation: self.generation,
             abi: self.abi.version(),

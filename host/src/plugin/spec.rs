@@ -173,6 +173,21 @@ pub struct PluginSpec {
     pub actions: crate::actions::ActionSpec,
     /// Also record each new or changed violation as a Kubernetes Event on the object.
     pub verdict_events: bool,
+    /// Where the module came from when it is not a local file (an OCI registry).
+    pub origin: Option<ModuleOrigin>,
+}
+
+/// A module pulled from an OCI registry: what `/plugins` and the logs show of it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModuleOrigin {
+    /// The reference as configured (`oci://REGISTRY/REPO:TAG`).
+    pub reference: String,
+    /// The manifest digest it resolved to.
+    pub digest: String,
+    /// The key file its signature verified under (`None`: signatures not required).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signed_by: Option<String>,
 }
 
 impl PluginSpec {
@@ -197,6 +212,7 @@ impl PluginSpec {
             replay_on_reload: false,
             actions: crate::actions::ActionSpec::default(),
             verdict_events: false,
+            origin: None,
         }
     }
 }

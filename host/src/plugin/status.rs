@@ -322,6 +322,8 @@ pub struct Running {
     pub version: String,
     /// The module file it was loaded from.
     pub module: std::path::PathBuf,
+    /// Where that file came from, when pulled from an OCI registry.
+    pub origin: Option<super::spec::ModuleOrigin>,
     /// SHA-256 of the module.
     pub hash: String,
     /// 1 for the first load, +1 per reload or rollback.

@@ -1,0 +1,380 @@
+//! The registry's HTTP API (OCI distribution spec): manifests and blobs by reference, uploads,
+//! with the auth dance (anonymous, Basic, Bearer tokens) and every body read under a bound.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, StatusCode, Uri, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use super::auth::{Challenge, Credentials, parse_challenge};
+use super::{OciError, Settings};
+
+/// Longest answer the host reads that is not a module: manifests, tokens, error bodies,
+/// signature payloads.
+pub const SMALL_BODY: usize = 4 * 1024 * 1024;
+/// Redirects followed (blob downloads are often redirected to storage).
+const MAX_REDIRECTS: usize = 5;
+/// Longest a single request may take.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// An answer: status, headers, body.
+pub struct Answer {
+    /// Status.
+    pub status: StatusCode,
+    /// Headers.
+    pub headers: HeaderMap,
+    /// The body (within the bound asked for).
+    pub body: Bytes,
+}
+
+/// HTTP(S) to registries, with this host's trust roots and credentials.
+#[derive(Clone)]
+pub struct Transport {
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    settings: Arc<Settings>,
+}
+
+impl Transport {
+    /// A transport with the native trust roots plus `settings.ca_file`.
+    pub fn new(settings: Arc<Settings>) -> Result<Self, String> {
+        let mut roots = rustls::RootCertStore::empty();
+        let native = rustls_native_certs::load_native_certs();
+        for c in native.certs {
+            let _ = roots.add(c);
+        }
+        if let Some(ca) = &settings.ca_file {
+            use rustls::pki_types::CertificateDer;
+            use rustls::pki_types::pem::PemObject;
+            let certs: Vec<_> = CertificateDer::pem_file_iter(ca)
+                .map_err(|e| format!("oci.caFile {}: cannot read: {e}", ca.display()))?
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("oci.caFile {}: not PEM certificates: {e}", ca.display()))?;
+            if certs.is_empty() {
+                return Err(format!(
+                    "oci.caFile {}: no certificate in the file",
+                    ca.display()
+                ));
+            }
+            for c in certs {
+                roots
+                    .add(c)
+                    .map_err(|e| format!("oci.caFile {}: {e}", ca.display()))?;
+            }
+        }
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .build();
+        Ok(Self {
+            client: Client::builder(TokioExecutor::new()).build(https),
+            settings,
+        })
+    }
+
+    /// The base URL of `registry`: https, or http when `oci.insecure` lists it.
+    pub fn base(&self, registry: &str) -> String {
+        let scheme = if self.settings.insecure.iter().any(|r| r == registry) {
+            "http"
+        } else {
+            "https"
+        };
+        format!("{scheme}://{registry}")
+    }
+
+    fn credentials(&self, registry: &str) -> Option<&Credentials> {
+        self.settings.credentials.get(registry)
+    }
+
+    async fn send_once(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &BTreeMap<&'static str, String>,
+        auth: Option<&str>,
+        body: Bytes,
+        limit: usize,
+    ) -> Result<Answer, String> {
+        let mut req = Request::builder().method(method.clone()).uri(uri.clone());
+        for (k, v) in headers {
+            req = req.header(*k, v);
+        }
+        if let Some(a) = auth {
+            req = req.header(header::AUTHORIZATION, a);
+        }
+        let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
+        let fut = async {
+            let resp = self
+                .client
+                .request(req)
+                .await
+                .map_err(|e| describe_hyper_error(&e))?;
+            let (parts, body) = resp.into_parts();
+            let body = Limited::new(body, limit)
+                .collect()
+                .await
+                .map_err(|e| {
+                    if e.is::<http_body_util::LengthLimitError>() {
+                        format!("answer longer than the limit of {limit} bytes")
+                    } else {
+                        format!("reading the answer: {e}")
+                    }
+                })?
+                .to_bytes();
+            Ok::<_, String>(Answer {
+                status: parts.status,
+                headers: parts.headers,
+                body,
+            })
+        };
+        tokio::time::timeout(REQUEST_TIMEOUT, fut)
+            .await
+            .map_err(|_| format!("no answer within {REQUEST_TIMEOUT:?}"))?
+    }
+}
+
+fn describe_hyper_error(e: &hyper_util::client::legacy::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(x) = src {
+        s.push_str(": ");
+        s.push_str(&x.to_string());
+        src = x.source();
+    }
+    s
+}
+
+/// Talks to one repository of one registry, keeping the authorization it earned.
+pub struct Session {
+    transport: Transport,
+    registry: String,
+    repository: String,
+    /// The Authorization header value that worked last (Basic or a Bearer token).
+    auth: Option<String>,
+    /// What is pulled or pushed, for error messages.
+    what: String,
+}
+
+/// Percent-encodes a query value.
+fn encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl Session {
+    /// A session for `registry`/`repository`; `what` names it in errors.
+    pub fn new(transport: Transport, registry: &str, repository: &str, what: String) -> Self {
+        Self {
+            transport,
+            registry: registry.to_owned(),
+            repository: repository.to_owned(),
+            auth: None,
+            what,
+        }
+    }
+
+    /// An error about this session's reference.
+    pub fn err(&self, problem: impl Into<String>) -> OciError {
+        OciError {
+            reference: self.what.clone(),
+            problem: problem.into(),
+        }
+    }
+
+    /// `/v2/REPO/SUFFIX` on this registry.
+    pub fn url(&self, suffix: &str) -> String {
+        format!(
+            "{}/v2/{}/{suffix}",
+            self.transport.base(&self.registry),
+            self.repository
+        )
+    }
+
+    /// Sends a request, answering a 401 challenge once and following redirects; the body of
+    /// the answer is read up to `limit` bytes.
+    pub async fn send(
+        &mut self,
+        method: Method,
+        url: &str,
+        headers: BTreeMap<&'static str, String>,
+        body: Bytes,
+        limit: usize,
+    ) -> Result<Answer, OciError> {
+        let mut uri: Uri = url
+            .parse()
+            .map_err(|e| self.err(format!("bad URL {url}: {e}")))?;
+        let origin = uri.authority().map(|a| a.to_string());
+        let mut challenged = false;
+        for _ in 0..=MAX_REDIRECTS {
+            // Credentials go only to the registry itself, never to where it redirects.
+            let same_host = uri.authority().map(|a| a.to_string()) == origin;
+            let auth = if same_host { self.auth.clone() } else { None };
+            let a = self
+                .transport
+                .send_once(
+                    &method,
+                    &uri,
+                    &headers,
+                    auth.as_deref(),
+                    body.clone(),
+                    limit,
+                )
+                .await
+                .map_err(|e| self.err(format!("{method} {uri}: {e}")))?;
+            if a.status == StatusCode::UNAUTHORIZED && same_host && !challenged {
+                challenged = true;
+                let h = a
+                    .headers
+                    .get(header::WWW_AUTHENTICATE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_owned();
+                self.auth = Some(self.answer_challenge(&h).await?);
+                continue;
+            }
+            if a.status.is_redirection()
+                && let Some(loc) = a
+                    .headers
+                    .get(header::LOCATION)
+                    .and_then(|v| v.to_str().ok())
+            {
+                uri = resolve_location(&uri, loc)
+                    .ok_or_else(|| self.err(format!("{method} {uri}: bad redirect {loc:?}")))?;
+                continue;
+            }
+            return Ok(a);
+        }
+        Err(self.err(format!(
+            "{method} {url}: more than {MAX_REDIRECTS} redirects"
+        )))
+    }
+
+    async fn answer_challenge(&mut self, header_value: &str) -> Result<String, OciError> {
+        let creds = self.transport.credentials(&self.registry).cloned();
+        match parse_challenge(header_value) {
+            Some(Challenge::Basic) => creds.map(|c| c.basic()).ok_or_else(|| {
+                self.err(format!(
+                    "registry {} wants credentials (Basic): no credentials for this registry in oci.dockerConfig",
+                    self.registry
+                ))
+            }),
+            Some(Challenge::Bearer {
+                realm,
+                service,
+                scope,
+            }) => {
+                let mut url = realm.clone();
+                let mut sep = if url.contains('?') { '&' } else { '?' };
+                for (k, v) in [("service", service), ("scope", scope)] {
+                    if let Some(v) = v {
+                        url.push_str(&format!("{sep}{k}={}", encode(&v)));
+                        sep = '&';
+                    }
+                }
+                let uri: Uri = url
+                    .parse()
+                    .map_err(|e| self.err(format!("token realm {realm:?}: {e}")))?;
+                let auth = creds.as_ref().map(Credentials::basic);
+                let a = self
+                    .transport
+                    .send_once(
+                        &Method::GET,
+                        &uri,
+                        &BTreeMap::new(),
+                        auth.as_deref(),
+                        Bytes::new(),
+                        SMALL_BODY,
+                    )
+                    .await
+                    .map_err(|e| self.err(format!("token from {realm}: {e}")))?;
+                if !a.status.is_success() {
+                    return Err(self.err(format!(
+                        "token from {realm}: {}{}",
+                        a.status,
+                        if creds.is_none() {
+                            " (no credentials for this registry in oci.dockerConfig)"
+                        } else {
+                            " (credentials refused)"
+                        }
+                    )));
+                }
+                let v: serde_json::Value = serde_json::from_slice(&a.body)
+                    .map_err(|e| self.err(format!("token from {realm}: not JSON: {e}")))?;
+                let token = v
+                    .get("token")
+                    .or_else(|| v.get("access_token"))
+                    .and_then(|t| t.as_str())
+                    .ok_or_else(|| self.err(format!("token from {realm}: no token in the answer")))?;
+                Ok(format!("Bearer {token}"))
+            }
+            None => Err(self.err(format!(
+                "registry {} answered 401 with an unknown challenge {header_value:?}",
+                self.registry
+            ))),
+        }
+    }
+
+    /// Turns an unexpected answer into an error naming the request and the registry's message.
+    pub fn unexpected(&self, what: &str, a: &Answer) -> OciError {
+        let msg = String::from_utf8_lossy(&a.body[..a.body.len().min(300)]).into_owned();
+        let hint = match a.status {
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                if self.transport.credentials(&self.registry).is_some() {
+                    " (the credentials of oci.dockerConfig were refused)"
+                } else {
+                    " (no credentials for this registry in oci.dockerConfig)"
+                }
+            }
+            _ => "",
+        };
+        self.err(format!("{what}: {}{hint}: {}", a.status, msg.trim()))
+    }
+}
+
+/// An absolute redirect target.
+fn resolve_location(base: &Uri, loc: &str) -> Option<Uri> {
+    if loc.starts_with("http://") || loc.starts_with("https://") {
+        return loc.parse().ok();
+    }
+    let scheme = base.scheme_str()?;
+    let auth = base.authority()?;
+    format!("{scheme}://{auth}{loc}").parse().ok()
+}
+
+/// `sha256:HEX` of `bytes`.
+pub fn sha256_digest(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(bytes);
+    let mut s = String::with_capacity(71);
+    s.push_str("sha256:");
+    for b in d {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+/// Base64 (standard, padded).
+pub fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}

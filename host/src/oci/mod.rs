@@ -1,0 +1,233 @@
+//! Plugin modules from OCI registries: `module: oci://REGISTRY/REPO:TAG` or `@sha256:DIGEST`.
+//!
+//! - [`reference`]: parsing references; [`manifest`]: media types of both wasm conventions;
+//! - [`client`]: the registry HTTP API with auth ([`auth`]: docker config, challenges);
+//! - [`pull`]: manifest, layer, signature, all digests checked; [`store`]: the cache by digest;
+//! - [`sign`]: cosign-style signatures (ECDSA P-256) checked and made; [`push`]: `wisp push`;
+//! - [`poll`]: tags looked up again, a moved tag reloaded through the usual check and probation.
+//!
+//! The plugin runtime knows nothing of this: a pulled module is a file in the cache, and the
+//! plugin spec points at it (with its origin, shown in `/plugins`).
+
+pub mod auth;
+pub mod client;
+pub mod manifest;
+pub mod poll;
+pub mod pull;
+pub mod push;
+pub mod reference;
+pub mod sign;
+pub mod store;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use reference::{Reference, is_oci};
+
+use crate::config::{Config, OciConfig};
+
+/// Default bound of a module download (`oci.maxModuleSize`).
+pub const DEFAULT_MAX_MODULE_SIZE: u64 = 64 * 1024 * 1024;
+
+/// A failure about one reference: which, and what went wrong.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[error("{reference}: {problem}")]
+pub struct OciError {
+    /// The reference (or registry) concerned.
+    pub reference: String,
+    /// What is wrong.
+    pub problem: String,
+}
+
+impl OciError {
+    /// An error about `reference`.
+    pub fn new(reference: &Reference, problem: impl Into<String>) -> Self {
+        Self {
+            reference: reference.to_string(),
+            problem: problem.into(),
+        }
+    }
+}
+
+/// What pulling needs, read from the `oci` section of the config.
+#[derive(Clone, Debug, Default)]
+pub struct Settings {
+    /// Registries reached over plain http.
+    pub insecure: Vec<String>,
+    /// A PEM file of CA certificates trusted besides the system's.
+    pub ca_file: Option<PathBuf>,
+    /// Credentials per registry host.
+    pub credentials: BTreeMap<String, auth::Credentials>,
+    /// Signature keys; when any, every module must carry a valid signature by one of them.
+    pub keys: Vec<sign::PublicKey>,
+    /// Largest module layer downloaded.
+    pub max_module_size: u64,
+    /// The cache of pulled content.
+    pub cache_dir: PathBuf,
+}
+
+/// `$XDG_CACHE_HOME/wisp/oci` or `$HOME/.cache/wisp/oci`.
+pub fn default_cache_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("wisp").join("oci")
+}
+
+impl Settings {
+    /// Settings from the config's `oci` section; paths relative to `base`. Without
+    /// `oci.cacheDir`, the cache is `oci` beside `engine.cacheDir` (when given: a directory the
+    /// deployment made writable), else [`default_cache_dir`]. An error names the field
+    /// (`oci.keys[0]`) and the problem.
+    pub fn from_config(
+        c: &OciConfig,
+        base: &Path,
+        engine_cache_dir: Option<&Path>,
+    ) -> Result<Self, (String, String)> {
+        let resolve = |p: &Path| {
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                base.join(p)
+            }
+        };
+        let credentials = match &c.docker_config {
+            Some(p) => auth::read_docker_config(&resolve(p))
+                .map_err(|e| ("oci.dockerConfig".to_owned(), e))?,
+            None => BTreeMap::new(),
+        };
+        let keys = c
+            .keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                sign::PublicKey::load(&resolve(k)).map_err(|e| (format!("oci.keys[{i}]"), e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let ca_file = c.ca_file.as_deref().map(resolve);
+        if let Some(ca) = &ca_file
+            && !ca.is_file()
+        {
+            return Err((
+                "oci.caFile".into(),
+                format!("{} does not exist", ca.display()),
+            ));
+        }
+        let default_cache = match engine_cache_dir {
+            Some(d) => resolve(d)
+                .parent()
+                .map_or_else(default_cache_dir, |p| p.join("oci")),
+            None => default_cache_dir(),
+        };
+        Ok(Self {
+            insecure: c.insecure.clone(),
+            ca_file,
+            credentials,
+            keys,
+            max_module_size: c.max_module_size.map_or(DEFAULT_MAX_MODULE_SIZE, |b| b.0),
+            cache_dir: c.cache_dir.as_deref().map_or(default_cache, resolve),
+        })
+    }
+
+    fn shared(&self) -> Arc<Self> {
+        Arc::new(self.clone())
+    }
+}
+
+impl Config {
+    /// The settings of the `oci` section (see [`Settings::from_config`]).
+    pub fn oci_settings(&self) -> Result<Settings, (String, String)> {
+        Settings::from_config(&self.oci, &self.base_dir, self.engine.cache_dir.as_deref())
+    }
+}
+
+/// A module pulled: where it came from and where it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pulled {
+    /// The reference as configured.
+    pub reference: Reference,
+    /// The manifest digest it resolved to.
+    pub digest: String,
+    /// The digest of the wasm layer (the module file's SHA-256).
+    pub layer_digest: String,
+    /// The layer's media type (which convention).
+    pub media_type: String,
+    /// The module file in the cache.
+    pub path: PathBuf,
+    /// The key file its signature verified under (`None`: no keys configured).
+    pub signed_by: Option<String>,
+    /// Nothing was fetched: manifest and module came from the cache.
+    pub from_cache: bool,
+}
+
+impl Pulled {
+    /// How the plugin spec and `/plugins` show it.
+    pub fn origin(&self) -> crate::plugin::spec::ModuleOrigin {
+        crate::plugin::spec::ModuleOrigin {
+            reference: self.reference.to_string(),
+            digest: self.digest.clone(),
+            signed_by: self.signed_by.clone(),
+        }
+    }
+}
+
+/// Runs `f` to completion on a runtime of its own, on a thread of its own: callable from
+/// blocking code and from inside another runtime alike.
+pub fn block_on<T: Send>(f: impl std::future::Future<Output = T> + Send) -> Result<T, String> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map(|rt| rt.block_on(f))
+                .map_err(|e| format!("cannot start a runtime for OCI requests: {e}"))
+        })
+        .join()
+        .unwrap_or_else(|_| Err("OCI request thread panicked".into()))
+    })
+}
+
+/// Pulls every `oci://` module of `config` it has not pulled yet (`config.oci_pulled`), keeping
+/// what it had for modules still configured. Blocking. An error names the plugin.
+pub fn pull_config(config: &mut Config, previous: Option<&Config>) -> Result<(), String> {
+    let settings = config
+        .oci_settings()
+        .map_err(|(field, e)| format!("{}: {field}: {e}", config.file))?;
+    let mut pulled = BTreeMap::new();
+    for (i, p) in config.plugins.iter().enumerate() {
+        let Some(m) = p.module.to_str().filter(|m| is_oci(m)) else {
+            continue;
+        };
+        if pulled.contains_key(m) {
+            continue;
+        }
+        if let Some(prev) = previous.and_then(|c| c.oci_pulled.get(m)) {
+            pulled.insert(m.to_owned(), prev.clone());
+            continue;
+        }
+        let r = Reference::parse(m)
+            .map_err(|e| format!("{}: plugins[{i}].module: {e}", config.file))?;
+        let got = block_on(pull::pull(&settings, &r))
+            .and_then(|x| x.map_err(|e| e.to_string()))
+            .map_err(|e| {
+                format!(
+                    "{}: plugins[{i}].module: plugin {:?}: {e}",
+                    config.file, p.name
+                )
+            })?;
+        tracing::info!(
+            plugin = %p.name,
+            reference = %got.reference,
+            digest = %got.digest,
+            media_type = %got.media_type,
+            signed_by = got.signed_by.as_deref().unwrap_or("-"),
+            cached = got.from_cache,
+            "module pulled"
+        );
+        pulled.insert(m.to_owned(), got);
+    }
+    config.oci_pulled = pulled;
+    Ok(())
+}

@@ -1,0 +1,247 @@
+//! `wisp push`: a module published in the current wasm convention (CNCF TAG Runtime "wasm OCI
+//! artifact"): config `application/vnd.wasm.config.v0+json`, one `application/wasm` layer, an
+//! OCI image manifest; optionally signed cosign-style.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use bytes::Bytes;
+use http::{Method, StatusCode, header};
+
+use super::client::{SMALL_BODY, Session, Transport, sha256_digest};
+use super::manifest::{self, Descriptor, Manifest};
+use super::reference::Reference;
+use super::{OciError, Settings, sign};
+
+/// What a push made.
+#[derive(Clone, Debug)]
+pub struct Pushed {
+    /// The manifest's digest.
+    pub digest: String,
+    /// The signature's tag, when signed.
+    pub signature_tag: Option<String>,
+}
+
+async fn put_blob(s: &mut Session, bytes: &[u8], what: &str) -> Result<String, OciError> {
+    let digest = sha256_digest(bytes);
+    let url = s.url(&format!("blobs/{digest}"));
+    let a = s
+        .send(
+            Method::HEAD,
+            &url,
+            BTreeMap::new(),
+            Bytes::new(),
+            SMALL_BODY,
+        )
+        .await?;
+    if a.status.is_success() {
+        return Ok(digest);
+    }
+    let url = s.url("blobs/uploads/");
+    let a = s
+        .send(
+            Method::POST,
+            &url,
+            BTreeMap::new(),
+            Bytes::new(),
+            SMALL_BODY,
+        )
+        .await?;
+    if a.status != StatusCode::ACCEPTED {
+        return Err(s.unexpected(&format!("starting the upload of the {what}"), &a));
+    }
+    let loc = a
+        .headers
+        .get(header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| s.err(format!("upload of the {what}: no Location in the answer")))?;
+    let mut target = if loc.starts_with("http://") || loc.starts_with("https://") {
+        loc.to_owned()
+    } else {
+        let base = s.url("");
+        let root = base.split("/v2/").next().unwrap_or(&base).to_owned();
+        format!("{root}{loc}")
+    };
+    target.push(if target.contains('?') { '&' } else { '?' });
+    target.push_str(&format!("digest={}", digest.replace(':', "%3A")));
+    let mut h = BTreeMap::new();
+    h.insert("content-type", "application/octet-stream".to_owned());
+    let a = s
+        .send(
+            Method::PUT,
+            &target,
+            h,
+            Bytes::copy_from_slice(bytes),
+            SMALL_BODY,
+        )
+        .await?;
+    if a.status != StatusCode::CREATED {
+        return Err(s.unexpected(&format!("uploading the {what}"), &a));
+    }
+    Ok(digest)
+}
+
+async fn put_manifest(s: &mut Session, m: &Manifest, tag: &str) -> Result<String, OciError> {
+    let body = serde_json::to_vec(m).map_err(|e| s.err(e.to_string()))?;
+    let digest = sha256_digest(&body);
+    let mut h = BTreeMap::new();
+    h.insert("content-type", manifest::OCI_MANIFEST.to_owned());
+    let url = s.url(&format!("manifests/{tag}"));
+    let a = s
+        .send(Method::PUT, &url, h, Bytes::from(body), SMALL_BODY)
+        .await?;
+    if a.status != StatusCode::CREATED {
+        return Err(s.unexpected(&format!("putting the manifest at {tag}"), &a));
+    }
+    Ok(digest)
+}
+
+/// RFC 3339 UTC of now (the config's `created`).
+fn now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Publishes `module` at `reference` (a tag), signing it with `sign_key` if given.
+pub async fn push(
+    settings: &Settings,
+    module: &[u8],
+    reference: &Reference,
+    sign_key: Option<&Path>,
+) -> Result<Pushed, OciError> {
+    let Some(tag) = reference.tag.clone().filter(|_| reference.digest.is_none()) else {
+        return Err(OciError::new(
+            reference,
+            "push needs a tag (oci://REGISTRY/REPO:TAG), not a digest",
+        ));
+    };
+    if !module.starts_with(b"\0asm") {
+        return Err(OciError::new(
+            reference,
+            "the file is not WebAssembly (no \\0asm header)",
+        ));
+    }
+    // A component's layer byte: 0x0d 0x00 0x01 0x00 after the magic; a core module is wasip1.
+    let os = if module.get(4..8) == Some(&[0x0d, 0x00, 0x01, 0x00]) {
+        "wasip2"
+    } else {
+        "wasip1"
+    };
+    let t = Transport::new(settings.shared()).map_err(|e| OciError::new(reference, e))?;
+    let mut s = Session::new(
+        t,
+        &reference.registry,
+        &reference.repository,
+        reference.to_string(),
+    );
+    let layer_digest = put_blob(&mut s, module, "module").await?;
+    let config = serde_json::to_vec(&serde_json::json!({
+        "created": now_rfc3339(),
+        "architecture": "wasm",
+        "os": os,
+        "layerDigests": [layer_digest],
+    }))
+    .map_err(|e| s.err(e.to_string()))?;
+    let config_digest = put_blob(&mut s, &config, "config").await?;
+    let m = Manifest {
+        schema_version: 2,
+        media_type: Some(manifest::OCI_MANIFEST.into()),
+        artifact_type: None,
+        config: Descriptor {
+            media_type: manifest::WASM_CONFIG_V0.into(),
+            digest: config_digest,
+            size: config.len() as u64,
+            annotations: BTreeMap::new(),
+        },
+        layers: vec![Descriptor {
+            media_type: manifest::WASM_LAYER.into(),
+            digest: layer_digest,
+            size: module.len() as u64,
+            annotations: BTreeMap::new(),
+        }],
+        annotations: BTreeMap::new(),
+    };
+    let digest = put_manifest(&mut s, &m, &tag).await?;
+    let signature_tag = match sign_key {
+        None => None,
+        Some(key) => Some(push_signature(&mut s, reference, &digest, key).await?),
+    };
+    Ok(Pushed {
+        digest,
+        signature_tag,
+    })
+}
+
+/// Uploads a cosign simple-signing signature of `digest` at tag `sha256-HEX.sig`.
+async fn push_signature(
+    s: &mut Session,
+    reference: &Reference,
+    digest: &str,
+    key: &Path,
+) -> Result<String, OciError> {
+    let payload = sign::payload(&reference.repo_path(), digest);
+    let signature = sign::sign(key, &payload).map_err(|e| s.err(e))?;
+    let payload_digest = put_blob(s, &payload, "signature payload").await?;
+    // The config cosign writes for its signature manifests.
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "",
+        "created": "0001-01-01T00:00:00Z",
+        "history": [{ "created": "0001-01-01T00:00:00Z" }],
+        "os": "",
+        "rootfs": { "type": "layers", "diff_ids": [payload_digest] },
+        "config": {},
+    }))
+    .map_err(|e| s.err(e.to_string()))?;
+    let config_digest = put_blob(s, &config, "signature config").await?;
+    let mut annotations = BTreeMap::new();
+    annotations.insert(manifest::COSIGN_SIGNATURE_ANNOTATION.to_owned(), signature);
+    let m = Manifest {
+        schema_version: 2,
+        media_type: Some(manifest::OCI_MANIFEST.into()),
+        artifact_type: None,
+        config: Descriptor {
+            media_type: manifest::OCI_CONFIG.into(),
+            digest: config_digest,
+            size: config.len() as u64,
+            annotations: BTreeMap::new(),
+        },
+        layers: vec![Descriptor {
+            media_type: manifest::COSIGN_LAYER.into(),
+            digest: payload_digest,
+            size: payload.len() as u64,
+            annotations,
+        }],
+        annotations: BTreeMap::new(),
+    };
+    let tag = format!("sha256-{}.sig", &digest["sha256:".len()..]);
+    put_manifest(s, &m, &tag).await?;
+    Ok(tag)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn created_is_rfc3339() {
+        let s = super::now_rfc3339();
+        assert_eq!(s.len(), 20, "{s}");
+        assert!(s.starts_with("20") && s.ends_with('Z'), "{s}");
+    }
+}

@@ -1,0 +1,158 @@
+//! cosign-style "simple signing" signatures, checked and made with ring (ECDSA P-256, SHA-256).
+//!
+//! The signature of the manifest `sha256:HEX` of `REGISTRY/REPO` is the manifest tagged
+//! `sha256-HEX.sig` in the same repository. Each of its layers of media type
+//! `application/vnd.dev.cosign.simplesigning.v1+json` is a payload:
+//!
+//! ```json
+//! {"critical":{"identity":{"docker-reference":"REGISTRY/REPO"},
+//!              "image":{"docker-manifest-digest":"sha256:HEX"},
+//!              "type":"cosign container image signature"},"optional":null}
+//! ```
+//!
+//! and the annotation `dev.cosignproject.cosign/signature` holds the base64 of an ASN.1 DER
+//! ECDSA P-256 SHA-256 signature over the payload bytes. A module is accepted when one layer's
+//! blob has its digest, its payload names the module's manifest digest, and its signature
+//! verifies under one of the configured public keys.
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use ring::signature::{ECDSA_P256_SHA256_ASN1, UnparsedPublicKey};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{PrivatePkcs8KeyDer, SubjectPublicKeyInfoDer};
+
+/// The `type` of a cosign signature payload.
+pub const COSIGN_TYPE: &str = "cosign container image signature";
+
+/// DER prefix of a SubjectPublicKeyInfo of an uncompressed P-256 key (id-ecPublicKey,
+/// prime256v1, BIT STRING of 66 bytes); the 65-byte point follows.
+const P256_SPKI_PREFIX: [u8; 26] = [
+    0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a,
+    0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
+];
+
+/// A public key signatures are checked against.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PublicKey {
+    /// The file it was read from (named in errors and logs).
+    pub file: PathBuf,
+    /// The uncompressed EC point.
+    point: Vec<u8>,
+}
+
+impl PublicKey {
+    /// Reads a PEM `PUBLIC KEY` (SubjectPublicKeyInfo) of an ECDSA P-256 key, as
+    /// `cosign generate-key-pair` writes `cosign.pub` and `openssl pkey -pubout` writes.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let der = SubjectPublicKeyInfoDer::from_pem_file(path).map_err(|e| {
+            format!(
+                "signature key {}: not a PEM PUBLIC KEY: {e}",
+                path.display()
+            )
+        })?;
+        let der = der.as_ref();
+        match der.strip_prefix(&P256_SPKI_PREFIX[..]) {
+            Some(point) if point.len() == 65 && point[0] == 4 => Ok(Self {
+                file: path.to_owned(),
+                point: point.to_vec(),
+            }),
+            _ => Err(format!(
+                "signature key {}: not an ECDSA P-256 public key (the only kind verified)",
+                path.display()
+            )),
+        }
+    }
+
+    fn verifies(&self, payload: &[u8], signature: &[u8]) -> bool {
+        UnparsedPublicKey::new(&ECDSA_P256_SHA256_ASN1, &self.point)
+            .verify(payload, signature)
+            .is_ok()
+    }
+}
+
+/// The payload signed for `manifest_digest` of `repo_path` (`REGISTRY/REPO`).
+pub fn payload(repo_path: &str, manifest_digest: &str) -> Vec<u8> {
+    serde_json::json!({
+        "critical": {
+            "identity": { "docker-reference": repo_path },
+            "image": { "docker-manifest-digest": manifest_digest },
+            "type": COSIGN_TYPE,
+        },
+        "optional": null,
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// Checks one signature layer: its payload (already checked against its blob digest) names
+/// `manifest_digest`, and `signature_b64` verifies under one of `keys`. Returns the key file that
+/// verified it.
+pub fn verify(
+    keys: &[PublicKey],
+    payload: &[u8],
+    signature_b64: &str,
+    manifest_digest: &str,
+) -> Result<PathBuf, String> {
+    let v: serde_json::Value =
+        serde_json::from_slice(payload).map_err(|e| format!("payload is not JSON: {e}"))?;
+    let critical = &v["critical"];
+    if critical["type"].as_str() != Some(COSIGN_TYPE) {
+        return Err(format!(
+            "payload type is {}, not {COSIGN_TYPE:?}",
+            critical["type"]
+        ));
+    }
+    let named = critical["image"]["docker-manifest-digest"]
+        .as_str()
+        .unwrap_or("");
+    if named != manifest_digest {
+        return Err(format!(
+            "payload signs manifest {named:?}, not this module's {manifest_digest}"
+        ));
+    }
+    let sig = STANDARD
+        .decode(signature_b64.trim())
+        .map_err(|e| format!("signature annotation is not base64: {e}"))?;
+    keys.iter()
+        .find(|k| k.verifies(payload, &sig))
+        .map(|k| k.file.clone())
+        .ok_or_else(|| {
+            format!(
+                "signature does not verify under any configured key ({})",
+                keys.iter()
+                    .map(|k| k.file.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+}
+
+/// Signs `payload` with a PEM PKCS#8 ECDSA P-256 private key (`openssl genpkey -algorithm EC
+/// -pkeyopt ec_paramgen_curve:P-256`); returns the base64 DER signature.
+pub fn sign(key_file: &Path, payload: &[u8]) -> Result<String, String> {
+    use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair};
+    let der = PrivatePkcs8KeyDer::from_pem_file(key_file).map_err(|e| {
+        format!(
+            "signing key {}: not a PEM PRIVATE KEY (PKCS#8; encrypted cosign keys are not read): {e}",
+            key_file.display()
+        )
+    })?;
+    let rng = ring::rand::SystemRandom::new();
+    let pair = EcdsaKeyPair::from_pkcs8(
+        &ECDSA_P256_SHA256_ASN1_SIGNING,
+        der.secret_pkcs8_der(),
+        &rng,
+    )
+    .map_err(|e| {
+        format!(
+            "signing key {}: not an ECDSA P-256 key: {e}",
+            key_file.display()
+        )
+    })?;
+    let sig = pair
+        .sign(&rng, payload)
+        .map_err(|e| format!("signing: {e}"))?;
+    Ok(STANDARD.encode(sig.as_ref()))
+}
