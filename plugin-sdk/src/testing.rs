@@ -36,7 +36,6 @@ use std::rc::Rc;
 
 use serde_json::Value;
 
-use crate::abi::Object;
 pub use crate::bindings::wisp::plugin::actions::{Accepted, ActionError, EventType};
 pub use crate::bindings::wisp::plugin::policy::VerdictError;
 use crate::bindings::wisp::plugin::types::Outcome as WitOutcome;
@@ -369,8 +368,11 @@ pub enum Action {
 type IndexFn = Box<dyn Fn(&Value) -> Vec<String>>;
 type Answer = Box<dyn FnMut(&Action) -> Result<Accepted, ActionError>>;
 
+/// A cached object and its encoding.
+type Cached = (Value, Vec<u8>);
+
 struct Informer {
-    objects: BTreeMap<String, (Value, Vec<u8>)>,
+    objects: BTreeMap<String, Cached>,
     indexes: BTreeMap<String, IndexFn>,
 }
 
@@ -736,12 +738,7 @@ impl<P: Plugin> Harness<P> {
     /// # Panics
     /// When the object has no `apiVersion`, `kind` or `metadata.name`.
     pub fn cache(&mut self, informer: &str, object: Value) -> &mut Self {
-        let (key, bytes) = encoded(&object);
-        self.state
-            .borrow_mut()
-            .informer(informer)
-            .objects
-            .insert(key, (object, bytes));
+        self.store(informer, &object);
         self
     }
 
@@ -814,7 +811,7 @@ impl<P: Plugin> Harness<P> {
         }
     }
 
-    fn cached(&self, informer: &str, key: &str) -> (Value, Vec<u8>) {
+    fn cached(&self, informer: &str, key: &str) -> Cached {
         self.state
             .borrow()
             .informers
@@ -824,25 +821,27 @@ impl<P: Plugin> Harness<P> {
             .unwrap_or_else(|| panic!("{key} is not in the cache of {informer:?}"))
     }
 
-    fn store(&mut self, informer: &str, object: &Value) -> Vec<u8> {
+    /// Caches `object`: its encoding, and the cached entry of its key it replaced.
+    fn store(&mut self, informer: &str, object: &Value) -> (Vec<u8>, Option<Cached>) {
         let (key, bytes) = encoded(object);
-        self.state
+        let replaced = self
+            .state
             .borrow_mut()
             .informer(informer)
             .objects
             .insert(key, (object.clone(), bytes.clone()));
-        bytes
+        (bytes, replaced)
     }
 
     /// Delivers `object` as added (not part of the initial list), caching it first.
     pub fn add(&mut self, informer: &str, object: Value) -> Outcome {
-        let bytes = self.store(informer, &object);
+        let (bytes, _) = self.store(informer, &object);
         self.deliver(informer, 0, 0, &bytes, None)
     }
 
     /// Delivers `object` as added by the initial list (or a late-join replay).
     pub fn list(&mut self, informer: &str, object: Value) -> Outcome {
-        let bytes = self.store(informer, &object);
+        let (bytes, _) = self.store(informer, &object);
         self.deliver(informer, 0, 1, &bytes, None)
     }
 
@@ -851,12 +850,13 @@ impl<P: Plugin> Harness<P> {
     /// # Panics
     /// When no object of its key is cached.
     pub fn update(&mut self, informer: &str, object: Value) -> Outcome {
-        let (_, old) = self.cached(informer, &encoded(&object).0);
-        let new = self.store(informer, &object);
-        let resync = Meta::of(&object).map(|m| m.resource_version).ok()
-            == Object::decode(&old)
-                .ok()
-                .map(|o| o.resource_version().to_owned());
+        let (new, replaced) = self.store(informer, &object);
+        let (old_value, old) = replaced.unwrap_or_else(|| {
+            let key = encoded(&object).0;
+            panic!("{key} is not in the cache of {informer:?}")
+        });
+        let rv = |v: &Value| v.pointer("/metadata/resourceVersion").cloned();
+        let resync = rv(&object) == rv(&old_value);
         self.deliver(informer, 1, if resync { 2 } else { 0 }, &new, Some(&old))
     }
 

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::abi::tests::{VECTORS, unhex};
 use crate::actions::{self, ObjectRef};
-use crate::{Context, cache, metrics, policy};
+use crate::{Context, Object, cache, metrics, policy};
 
 fn parsed(expect: &Value) -> Value {
     serde_json::from_str(expect["json"].as_str().expect("json")).expect("the object's JSON")
