@@ -181,11 +181,19 @@ pub fn run(
         bail!("fixture file {}: no cases", fixtures.display());
     }
     let base = fixtures.parent().unwrap_or(Path::new("."));
+    // The steps' informer: the file's, else the first the plugin asks for (once per file).
+    let default_informer = match &file.informer {
+        Some(i) => i.clone(),
+        None => crate::plugin::loader::describe_file(engine, module)
+            .and_then(|info| info.informers.into_iter().next())
+            .unwrap_or_else(|| "objects".into()),
+    };
     let mut summary = TestSummary::default();
     writeln!(out, "{} ({})", fixtures.display(), module.display())?;
     for (i, case) in file.cases.iter().enumerate() {
         let at = format!("{}: case {} ({:?})", fixtures.display(), i + 1, case.name);
-        let failures = run_case(engine, module, &file, case, base).with_context(|| at.clone())?;
+        let failures = run_case(engine, module, &file, &default_informer, case, base)
+            .with_context(|| at.clone())?;
         summary.cases += 1;
         if failures.is_empty() {
             summary.passed += 1;
@@ -240,6 +248,7 @@ fn run_case(
     engine: &Arc<PluginEngine>,
     module: &Path,
     file: &File,
+    default_informer: &str,
     case: &Case,
     base: &Path,
 ) -> anyhow::Result<Vec<String>> {
@@ -262,15 +271,8 @@ fn run_case(
         burst: u32::MAX,
         ..ActionSpec::default()
     };
-    let default_informer = match &file.informer {
-        Some(i) => i.clone(),
-        None => crate::plugin::loader::check_module(engine, module, spec.settings.clone())
-            .ok()
-            .and_then(|c| c.info.informers.first().cloned())
-            .unwrap_or_else(|| "objects".into()),
-    };
     let mut caches: BTreeMap<String, Indexer> = BTreeMap::new();
-    caches.entry(default_informer.clone()).or_default();
+    caches.entry(default_informer.to_owned()).or_default();
     for s in &case.steps {
         if let Some(i) = &s.informer {
             caches.entry(i.clone()).or_default();
@@ -327,7 +329,7 @@ fn run_case(
     let mut rt = checked.into_runtime(engine.clone());
     let (mut outcomes, mut logs) = (Vec::new(), Vec::new());
     for (n, step) in case.steps.iter().enumerate() {
-        let inf = step.informer.as_deref().unwrap_or(&default_informer);
+        let inf = step.informer.as_deref().unwrap_or(default_informer);
         let ix = &caches[inf];
         let at = || format!("step {}", n + 1);
         let notification = match &step.event {
@@ -496,11 +498,7 @@ fn compare_series<V: Copy + Default + PartialEq + std::fmt::Display>(
 
 /// `name{k="v",...}`, as Prometheus writes a series.
 fn series_name(name: &str, labels: &[(String, String)]) -> String {
-    if labels.is_empty() {
-        return name.to_owned();
-    }
-    let inner: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
-    format!("{name}{{{}}}", inner.join(","))
+    format!("{name}{}", crate::record::fmt_labels(labels))
 }
 
 /// A series with its labels in order, however the fixture wrote them.

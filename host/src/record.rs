@@ -269,7 +269,8 @@ pub(crate) fn feed(
     (fed, status.logs.since(logs0))
 }
 
-fn fmt_labels(l: &[(String, String)]) -> String {
+/// `{k="v",...}` (nothing for no labels), as Prometheus writes a series' labels.
+pub(crate) fn fmt_labels(l: &[(String, String)]) -> String {
     if l.is_empty() {
         return String::new();
     }

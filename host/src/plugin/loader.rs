@@ -268,11 +268,27 @@ fn declared_name(
     spec: &PluginSpec,
     component: &wasmtime::component::Component,
 ) -> Option<String> {
+    let info = describe_component(engine, spec, component)?;
+    Some(info.name).filter(|n| !n.trim().is_empty())
+}
+
+/// What the module file says of itself in `describe`, from an instance of its own under the
+/// default limits (no settings, no `init`); `None` when it cannot be read, compiled, linked,
+/// instantiated or described (checking it says why).
+pub fn describe_file(engine: &Arc<PluginEngine>, module: &Path) -> Option<PluginInfo> {
+    let loaded = engine.load(&std::fs::read(module).ok()?).ok()?;
+    describe_component(engine, &PluginSpec::new("", module, &[]), &loaded.component)
+}
+
+fn describe_component(
+    engine: &Arc<PluginEngine>,
+    spec: &PluginSpec,
+    component: &wasmtime::component::Component,
+) -> Option<PluginInfo> {
     let pre = engine.instance_pre(component).ok()?;
     let (_, api) = host_api(spec, &Grants::default(), &Arc::default());
-    let info = Instance::new(engine, &pre, api, &spec.limits)
+    Instance::new(engine, &pre, api, &spec.limits)
         .ok()?
         .describe()
-        .ok()?;
-    Some(info.name).filter(|n| !n.trim().is_empty())
+        .ok()
 }
