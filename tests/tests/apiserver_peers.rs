@@ -6,16 +6,13 @@
 //! (`$WISP_PYTHON`, else `python3`); `.ci/run` installs the Python client (pinned) in a venv.
 //! A missing peer skips its tests with a message, except under `CI=true`, where it fails them.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::{Value, json};
 use wisp_tests::{TestApiServer, pod};
-
-/// Whether tests must fail rather than skip when a peer is missing.
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
 
 /// `None` (after saying why) when the peer is missing outside CI; panics in CI.
 fn peer(program: &str, probe: &[&str], what: &str) -> Option<String> {
@@ -26,11 +23,9 @@ fn peer(program: &str, probe: &[&str], what: &str) -> Option<String> {
     if found {
         return Some(program.to_string());
     }
-    assert!(
-        !in_ci(),
-        "{what} ({program}) is missing: CI must have it (see .ci/run)"
-    );
-    eprintln!("SKIPPED: {what} ({program}) is not installed; install it to run this test");
+    common::skip_unless_ci(&format!(
+        "{what} ({program}) is not installed; install it to run this test"
+    ));
     None
 }
 

@@ -13,14 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::plugin_path;
 use common::rig::variant;
+use common::{plugin_path, skip_unless_ci};
 use wisp_host::config::Config;
 use wisp_host::oci::{self, Reference, Settings};
-
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
 
 /// The program's path, or `None` (after saying why) when it is missing outside CI.
 fn tool(program: &str, probe: &[&str]) -> Option<String> {
@@ -33,13 +29,9 @@ fn tool(program: &str, probe: &[&str]) -> Option<String> {
     if ok {
         return Some(program.to_owned());
     }
-    assert!(
-        !in_ci(),
-        "{program} is missing: CI must have it (see .ci/run)"
-    );
-    eprintln!(
-        "skipped: {program} is missing (apt-get install docker-registry apache2-utils openssl)"
-    );
+    skip_unless_ci(&format!(
+        "{program} is missing (apt-get install docker-registry apache2-utils openssl)"
+    ));
     None
 }
 
@@ -338,12 +330,11 @@ fn faults() -> Vec<u8> {
     std::fs::read(plugin_path("test_faults")).unwrap()
 }
 
-async fn until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !cond() {
-        assert!(t0.elapsed() < timeout, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+async fn until(what: &str, timeout: Duration, cond: impl FnMut() -> bool) {
+    assert!(
+        wisp_host::informer::shared_informer::wait_for(timeout, cond).await,
+        "timed out waiting for {what}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -364,3 +364,16 @@ pub async fn start_host(
     .expect("the host starts");
     (host, stop)
 }
+
+/// Whether a test must fail rather than skip when a peer it needs (kubectl, docker-registry,
+/// python3, node, a built component) is missing: under `CI=true`, `.ci/run` installs them all.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Says why a test skips (a peer is missing), or fails it under `CI=true`, where nothing may
+/// be skipped.
+pub fn skip_unless_ci(why: &str) {
+    assert!(!in_ci(), "{why}: CI must have it (see .ci/run)");
+    eprintln!("skipped: {why}");
+}
