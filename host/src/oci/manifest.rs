@@ -50,6 +50,18 @@ pub struct Descriptor {
     pub annotations: BTreeMap<String, String>,
 }
 
+impl Descriptor {
+    /// A descriptor of `size` bytes of `media_type` at `digest`, without annotations.
+    pub fn new(media_type: &str, digest: String, size: usize) -> Self {
+        Self {
+            media_type: media_type.to_owned(),
+            digest,
+            size: size as u64,
+            annotations: BTreeMap::new(),
+        }
+    }
+}
+
 /// An image manifest (OCI or Docker v2 schema 2: the same fields).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]

@@ -149,7 +149,7 @@ async fn verify_signature(
     reference: &Reference,
     manifest_digest: &str,
 ) -> Result<String, OciError> {
-    let tag = format!("sha256-{}.sig", &manifest_digest["sha256:".len()..]);
+    let tag = sign::signature_tag(manifest_digest);
     let cached = store
         .signature_of(manifest_digest)
         .and_then(|d| store.manifest(&d).map(|m| (d, m)));

@@ -161,24 +161,10 @@ pub async fn push(
     }))
     .map_err(|e| s.err(e.to_string()))?;
     let config_digest = put_blob(&mut s, &config, "config").await?;
-    let m = Manifest {
-        schema_version: 2,
-        media_type: Some(manifest::OCI_MANIFEST.into()),
-        artifact_type: None,
-        config: Descriptor {
-            media_type: manifest::WASM_CONFIG_V0.into(),
-            digest: config_digest,
-            size: config.len() as u64,
-            annotations: BTreeMap::new(),
-        },
-        layers: vec![Descriptor {
-            media_type: manifest::WASM_LAYER.into(),
-            digest: layer_digest,
-            size: module.len() as u64,
-            annotations: BTreeMap::new(),
-        }],
-        annotations: BTreeMap::new(),
-    };
+    let m = one_layer(
+        Descriptor::new(manifest::WASM_CONFIG_V0, config_digest, config.len()),
+        Descriptor::new(manifest::WASM_LAYER, layer_digest, module.len()),
+    );
     let digest = put_manifest(&mut s, &m, &tag).await?;
     let signature_tag = match sign_key {
         None => None,
@@ -188,6 +174,18 @@ pub async fn push(
         digest,
         signature_tag,
     })
+}
+
+/// An OCI image manifest of one config and one layer (a module, or a signature).
+fn one_layer(config: Descriptor, layer: Descriptor) -> Manifest {
+    Manifest {
+        schema_version: 2,
+        media_type: Some(manifest::OCI_MANIFEST.into()),
+        artifact_type: None,
+        config,
+        layers: vec![layer],
+        annotations: BTreeMap::new(),
+    }
 }
 
 /// Uploads a cosign simple-signing signature of `digest` at tag `sha256-HEX.sig`.
@@ -211,27 +209,15 @@ async fn push_signature(
     }))
     .map_err(|e| s.err(e.to_string()))?;
     let config_digest = put_blob(s, &config, "signature config").await?;
-    let mut annotations = BTreeMap::new();
-    annotations.insert(manifest::COSIGN_SIGNATURE_ANNOTATION.to_owned(), signature);
-    let m = Manifest {
-        schema_version: 2,
-        media_type: Some(manifest::OCI_MANIFEST.into()),
-        artifact_type: None,
-        config: Descriptor {
-            media_type: manifest::OCI_CONFIG.into(),
-            digest: config_digest,
-            size: config.len() as u64,
-            annotations: BTreeMap::new(),
-        },
-        layers: vec![Descriptor {
-            media_type: manifest::COSIGN_LAYER.into(),
-            digest: payload_digest,
-            size: payload.len() as u64,
-            annotations,
-        }],
-        annotations: BTreeMap::new(),
-    };
-    let tag = format!("sha256-{}.sig", &digest["sha256:".len()..]);
+    let mut layer = Descriptor::new(manifest::COSIGN_LAYER, payload_digest, payload.len());
+    layer
+        .annotations
+        .insert(manifest::COSIGN_SIGNATURE_ANNOTATION.to_owned(), signature);
+    let m = one_layer(
+        Descriptor::new(manifest::OCI_CONFIG, config_digest, config.len()),
+        layer,
+    );
+    let tag = sign::signature_tag(digest);
     put_manifest(s, &m, &tag).await?;
     Ok(tag)
 }

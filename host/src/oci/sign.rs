@@ -72,6 +72,15 @@ impl PublicKey {
     }
 }
 
+/// The tag cosign keeps the signature of `manifest_digest` (`sha256:HEX`) under:
+/// `sha256-HEX.sig`, in the same repository.
+pub fn signature_tag(manifest_digest: &str) -> String {
+    let hex = manifest_digest
+        .strip_prefix("sha256:")
+        .unwrap_or(manifest_digest);
+    format!("sha256-{hex}.sig")
+}
+
 /// The payload signed for `manifest_digest` of `repo_path` (`REGISTRY/REPO`).
 pub fn payload(repo_path: &str, manifest_digest: &str) -> Vec<u8> {
     serde_json::json!({
