@@ -3,7 +3,10 @@
 //! (no half-done invariants across a call that can panic), so the next holder takes the data as
 //! it is instead of panicking in turn. Use these rather than `.lock().unwrap()`.
 
-use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{
+    Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
+use std::time::Duration;
 
 /// Locks `m`, poisoned or not.
 pub fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -18,6 +21,18 @@ pub fn read<T: ?Sized>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
 /// Write-locks `l`, poisoned or not.
 pub fn write<T: ?Sized>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Waits on `c` with `g`, poisoned or not.
+pub fn wait<'a, T>(c: &Condvar, g: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    c.wait(g).unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Waits on `c` with `g` for at most `d`, poisoned or not.
+pub fn wait_timeout<'a, T>(c: &Condvar, g: MutexGuard<'a, T>, d: Duration) -> MutexGuard<'a, T> {
+    c.wait_timeout(g, d)
+        .unwrap_or_else(PoisonError::into_inner)
+        .0
 }
 
 #[cfg(test)]

@@ -34,9 +34,6 @@ const USAGE: &str = "usage: cargo xtask <demo|plugins|test|bench|fuzz> [args]
 /// The fuzz targets of `tests/fuzz`, in the order `cargo xtask fuzz` runs them.
 const FUZZ_TARGETS: &[&str] = &["watch_event", "config", "host_api"];
 
-/// The workspace root: found from the current directory (`cargo xtask` runs from anywhere in the
-/// workspace), else where xtask was compiled. A target dir shared by several checkouts can hold
-/// an xtask binary compiled in another checkout, so the compile-time path comes last.
 /// Test binaries that exercise the informer pipeline end to end; `cargo xtask test` runs them
 /// over both queues.
 const INFORMER_SUITES: [&str; 4] = [
@@ -46,6 +43,9 @@ const INFORMER_SUITES: [&str; 4] = [
     "faults",
 ];
 
+/// The workspace root: found from the current directory (`cargo xtask` runs from anywhere in the
+/// workspace), else where xtask was compiled. A target dir shared by several checkouts can hold
+/// an xtask binary compiled in another checkout, so the compile-time path comes last.
 fn root() -> PathBuf {
     let is_root =
         |d: &Path| d.join("xtask").join("Cargo.toml").is_file() && d.join("plugins").is_dir();
@@ -60,13 +60,25 @@ fn root() -> PathBuf {
         .unwrap_or_default()
 }
 
-/// The example plugins, whose unit tests run natively (`cargo xtask test`, `.ci/run`'s lints).
+/// The example plugins: the demo's, and those whose unit tests run natively (`cargo xtask test`,
+/// `.ci/run`'s lints).
 const EXAMPLE_PLUGINS: [&str; 4] = ["audit-log", "image-policy", "inventory", "team-labeler"];
 
-/// Builds every plugin crate in release mode for wasm32-wasip2 and copies the components to
-/// `plugins/dist/<crate>.wasm`; with `polyglot`, the Python and JavaScript plugins too
+/// Which plugins `build_plugins` builds.
+#[derive(Clone, Copy, PartialEq)]
+enum Plugins {
+    /// The example plugins alone (the demo's).
+    Examples,
+    /// Every Rust plugin crate: the examples, the benchmarks' and the tests' own.
+    Rust,
+    /// Every Rust plugin, and the Python and JavaScript ones.
+    All,
+}
+
+/// Builds plugin crates in release mode for wasm32-wasip2 and copies the components to
+/// `plugins/dist/<crate>.wasm`; with `Plugins::All`, the Python and JavaScript plugins too
 /// (`plugins/dist/<name>-py.wasm`, `<name>-js.wasm`; see `polyglot.rs`).
-fn build_plugins(polyglot: bool) -> anyhow::Result<PathBuf> {
+fn build_plugins(which: Plugins) -> anyhow::Result<PathBuf> {
     let root = root();
     // The target is a rustup component: add it when rustup is there (a no-op when installed).
     if let Ok(out) = Command::new("rustup")
@@ -83,6 +95,9 @@ fn build_plugins(polyglot: bool) -> anyhow::Result<PathBuf> {
     let mut c = cargo();
     c.current_dir(root.join("plugins"))
         .args(["build", "--release", "--target", "wasm32-wasip2"]);
+    if which == Plugins::Examples {
+        c.args(EXAMPLE_PLUGINS.iter().flat_map(|p| ["-p", p]));
+    }
     run(c).context(
         "building the plugins (is the target installed? `rustup target add wasm32-wasip2`)",
     )?;
@@ -105,7 +120,7 @@ fn build_plugins(polyglot: bool) -> anyhow::Result<PathBuf> {
         }
     }
     println!("xtask: {n} plugins in {}", dist.display());
-    if polyglot {
+    if which == Plugins::All {
         polyglot::build(&root, &dist)?;
     }
     Ok(dist)
@@ -198,15 +213,17 @@ fn wait_ready(addr: std::net::SocketAddr, timeout: std::time::Duration) -> bool 
 /// task creates, edits and deletes manifests so the plugins see live changes.
 fn demo() -> anyhow::Result<()> {
     let root = root();
-    // Only the Rust plugins: the demo's config runs no other, and installing the Python and
-    // JavaScript toolchains and building their plugins would add minutes to a cold demo.
-    let dist = build_plugins(false)?;
-    // The whole workspace, not only the `wisp` binary: the dependencies then get the features
-    // the test build gives them (the test crates turn on features of shared crates, such as
-    // tokio's test-util and the wit-parser of the SDK's bindgen), so `cargo xtask test`
-    // reuses every one of them instead of building much of the graph again.
+    // Only the example plugins: the demo's config runs no other. The benchmarks' and the tests'
+    // plugins, and installing the Python and JavaScript toolchains to build theirs, would add to
+    // a cold demo what only `cargo xtask test` needs.
+    let dist = build_plugins(Plugins::Examples)?;
+    // The `wisp` binary alone, but with the features the whole workspace gives its dependencies
+    // (`--workspace` selects every member for feature resolution; `--bin` builds only what the
+    // binary needs). The test crates turn on features of shared crates (tokio's, kube's), so
+    // `cargo xtask test` then reuses every crate built here instead of building much of the
+    // graph again, and builds only what the tests alone need (the SDK natively, its bindgen).
     let mut b = cargo();
-    b.args(["build", "--quiet", "--workspace"]);
+    b.args(["build", "--quiet", "--workspace", "--bin", "wisp"]);
     run(b)?;
     let work = std::env::temp_dir().join(format!("wisp-demo-{}", std::process::id()));
     let cluster = work.join("cluster");
@@ -546,9 +563,9 @@ fn main() -> anyhow::Result<()> {
     };
     match task {
         "demo" => demo(),
-        "plugins" => build_plugins(true).map(|_| ()),
+        "plugins" => build_plugins(Plugins::All).map(|_| ()),
         "bench" => {
-            let dist = build_plugins(false)?;
+            let dist = build_plugins(Plugins::Rust)?;
             let mut c = cargo();
             c.env("WISP_PLUGIN_DIR", dist);
             c.args([
@@ -566,7 +583,7 @@ fn main() -> anyhow::Result<()> {
             run(c)
         }
         "test" => {
-            let dist = build_plugins(true)?;
+            let dist = build_plugins(Plugins::All)?;
             let mut c = cargo();
             c.env("WISP_PLUGIN_DIR", &dist);
             c.args(["test", "--workspace"])

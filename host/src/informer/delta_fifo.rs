@@ -9,12 +9,12 @@
 //!   so a concurrent `replace` never sees a popped key that has not reached the indexer yet.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::indexer::Cache;
 use super::key::{deleted_object_key, object_key};
 use super::object::{DeletedObject, Object, Tombstone};
-use crate::sync::lock;
+use crate::sync::{lock, wait};
 
 /// The kind of a change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -265,7 +265,7 @@ impl DeltaFifo {
                 if st.closed {
                     return Err(FifoClosed);
                 }
-                st = self.cond.wait(st).unwrap_or_else(PoisonError::into_inner);
+                st = wait(&self.cond, st);
             }
             let in_initial_list = !(st.populated && st.initial_population_count == 0);
             let Some(key) = st.queue.pop_front() else {

@@ -33,10 +33,10 @@
 //! thread of their own ([`Placement::OwnThread`], the default): on the executor they would hold a
 //! worker for that long.
 
-use crate::sync::lock;
+use crate::sync::{lock, wait, wait_timeout};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -399,14 +399,8 @@ fn worker(inner: &Inner) {
         let next_timer = s.due_timers(Instant::now());
         let Some(task) = s.next() else {
             s = match next_timer {
-                Some(d) => {
-                    inner
-                        .work
-                        .wait_timeout(s, d)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0
-                }
-                None => inner.work.wait(s).unwrap_or_else(PoisonError::into_inner),
+                Some(d) => wait_timeout(&inner.work, s, d),
+                None => wait(&inner.work, s),
             };
             continue;
         };

@@ -25,7 +25,7 @@ pub mod queue;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -33,7 +33,7 @@ use tokio::time::Instant;
 
 use super::executor::{Executor, GroupId, Placement, Ran, Task};
 use super::handler::{Delivery, EventHandler, Notification};
-use crate::sync::lock;
+use crate::sync::{lock, wait, wait_timeout};
 use queue::Queue;
 pub use queue::{Discarded, Overflow, QueueBound};
 
@@ -375,11 +375,7 @@ impl Listener {
             Runner::Pool(_) => {
                 let mut st = lock(&self.shared.queue);
                 while st.run == Run::Running {
-                    st = self
-                        .shared
-                        .cond
-                        .wait(st)
-                        .unwrap_or_else(PoisonError::into_inner);
+                    st = wait(&self.shared.cond, st);
                 }
                 let closed = st.closed;
                 drop(st);
@@ -579,17 +575,13 @@ fn run_thread(shared: &Shared) {
                         st.run = Run::Running;
                         break Some(Work::Resume);
                     }
-                    st = shared
-                        .cond
-                        .wait_timeout(st, at - now)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0;
+                    st = wait_timeout(&shared.cond, st, at - now);
                     continue;
                 }
                 if let Some(w) = shared.take(&mut st, &mut batch) {
                     break Some(w);
                 }
-                st = shared.cond.wait(st).unwrap_or_else(PoisonError::into_inner);
+                st = wait(&shared.cond, st);
             }
         };
         let Some(work) = work else {
@@ -624,7 +616,7 @@ mod tests {
             let (m, c) = &*self.open;
             let mut open = lock(m);
             while !*open {
-                open = c.wait(open).unwrap_or_else(PoisonError::into_inner);
+                open = wait(c, open);
             }
             drop(open);
             self.rec.handle(batch);

@@ -35,7 +35,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use serde::Deserialize;
 
@@ -43,7 +43,7 @@ use super::delta_fifo::{Delta, DeltaFifo, DeltaType, FifoClosed, TransformFn};
 use super::indexer::Cache;
 use super::key::{deleted_object_key, object_key};
 use super::object::{DeletedObject, Object, Tombstone};
-use crate::sync::lock;
+use crate::sync::{lock, wait};
 
 /// Largest batch `pop_batch` hands out (client-go `defaultBatchSize`).
 pub const DEFAULT_BATCH_SIZE: usize = 1000;
@@ -482,7 +482,7 @@ impl RealFifo {
             if st.closed {
                 return Err(FifoClosed);
             }
-            st = self.cond.wait(st).unwrap_or_else(PoisonError::into_inner);
+            st = wait(&self.cond, st);
         }
         Ok(st)
     }

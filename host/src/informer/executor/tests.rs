@@ -24,7 +24,7 @@ impl Gate {
         let (m, c) = &*self.0;
         let mut open = lock(m);
         while !*open {
-            open = c.wait(open).unwrap_or_else(PoisonError::into_inner);
+            open = wait(c, open);
         }
     }
 
