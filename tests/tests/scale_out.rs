@@ -629,3 +629,54 @@ async fn a_sharded_replica_cut_off_stops_acting_before_the_others_take_its_part(
         r.stop().await;
     }
 }
+
+/// A watch continues its list: when a replica's shard ranges change between the two (here
+/// from nothing to everything, as when it first joins), the watch ends at once with
+/// `Reselected` so the reflector lists again. Before, the watch went on serving the ranges it
+/// read itself, and the objects newly in range, listed under the old ranges, were never seen:
+/// a member that joined during that gap served nothing (`policy_reports.rs` caught it).
+#[tokio::test]
+async fn a_watch_after_the_shard_ranges_changed_since_the_list_relists() {
+    use futures::StreamExt;
+    use wisp_host::informer::lister_watcher::{
+        ListOptions, ListerWatcher, SourceError, WatchOptions,
+    };
+    use wisp_host::scale::shards::{Ranges, ShardField, ShardView};
+    use wisp_host::source::kube::KubeSource;
+
+    let server = server(3).await;
+    let view = ShardView::new(ShardField::Uid, Ranges::none());
+    let src = KubeSource::new(server.client(), "v1", "Pod", Some("shop")).sharded(view.clone());
+    let page = src.list(ListOptions::default()).await.unwrap();
+    assert!(page.items.is_empty(), "no ranges, no pods");
+    let watch = |rv: String| WatchOptions {
+        resource_version: rv,
+        timeout_seconds: 5,
+        ..WatchOptions::default()
+    };
+
+    view.set(Ranges::all());
+    let mut w = src
+        .watch(watch(page.resource_version.clone()))
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(5), w.next()).await;
+    assert!(
+        matches!(first, Ok(Some(Err(SourceError::Reselected(_))))),
+        "the watch must end for a relist, got {first:?}"
+    );
+
+    // Listed under the ranges it serves, the watch goes on, and ends when they change.
+    let page = src.list(ListOptions::default()).await.unwrap();
+    assert_eq!(page.items.len(), 3);
+    let mut w = src.watch(watch(page.resource_version)).await.unwrap();
+    server.create(pod("shop", "web-new")).unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), w.next()).await;
+    assert!(matches!(next, Ok(Some(Ok(_)))), "an event, got {next:?}");
+    view.set(Ranges::none());
+    let end = tokio::time::timeout(Duration::from_secs(5), w.next()).await;
+    assert!(
+        matches!(end, Ok(Some(Err(SourceError::Reselected(_))))),
+        "a change of the ranges ends the watch, got {end:?}"
+    );
+}

@@ -98,6 +98,10 @@ pub struct KubeSource {
     name: String,
     /// With `sharding: {mode: shards}`: the hash ranges listed and watched.
     shard: Option<Arc<crate::scale::shards::ShardView>>,
+    /// The ranges the last list (or watch-list) served. A watch continues that list, so it
+    /// must serve the same ranges: when they have changed since, it ends at once with
+    /// `Reselected` and the reflector lists again.
+    listed: Arc<Mutex<Option<crate::scale::shards::Ranges>>>,
 }
 
 impl KubeSource {
@@ -134,6 +138,7 @@ impl KubeSource {
             caps: SizeCaps::default(),
             name: String::new(),
             shard: None,
+            listed: Arc::default(),
         }
     }
 
@@ -283,6 +288,9 @@ impl KubeSource {
                 .map_err(|e: http::uri::InvalidUri| SourceError::Request(e.to_string()))?;
         }
         let ranges = self.shard.as_ref().map(|v| v.ranges());
+        if opts.continue_token.is_none() {
+            *lock(&self.listed) = ranges.clone();
+        }
         let selector = match (&self.shard, &ranges) {
             (Some(v), Some(r)) => v.selector(r),
             _ => None,
@@ -347,8 +355,25 @@ impl KubeSource {
             request.watch(&wp, &opts.resource_version)
         }
         .map_err(|e| SourceError::Request(e.to_string()))?;
-        let shard = self.shard.as_ref().map(|v| (v.clone(), v.subscribe()));
-        let ranges = shard.as_ref().map(|(_, rx)| rx.borrow().clone());
+        // Seen now: a change from here on ends the watch (below).
+        let mut shard = self.shard.as_ref().map(|v| (v.clone(), v.subscribe()));
+        let ranges = shard.as_mut().map(|(_, rx)| rx.borrow_and_update().clone());
+        if let Some(now) = &ranges {
+            let mut listed = lock(&self.listed);
+            if opts.send_initial_events {
+                // A watch-list: this watch is the list.
+                *listed = Some(now.clone());
+            } else if listed.as_ref().is_some_and(|l| l != now) {
+                // The list this watch would continue served other ranges: list again. (Its
+                // objects newly in range would otherwise never be seen.)
+                return Ok(futures::stream::once(async {
+                    Err(SourceError::Reselected(
+                        "this replica's shard ranges changed since the list".into(),
+                    ))
+                })
+                .boxed());
+            }
+        }
         if let (Some((v, _)), Some(r)) = (&shard, &ranges)
             && let Some(sel) = v.selector(r)
         {
@@ -388,9 +413,9 @@ impl KubeSource {
             return Ok(events);
         };
         let ranges = ranges.unwrap_or_default();
-        // Events outside the ranges are dropped; a change of the ranges ends the watch with
-        // Reselected, so the reflector relists at once with the new ranges.
-        changed.mark_unchanged();
+        // Events outside the ranges are dropped; a change of the ranges since they were read
+        // (also while the request was under way) ends the watch with Reselected, so the
+        // reflector relists at once with the new ranges.
         let end = futures::stream::once(async move {
             let _ = changed.changed().await;
             Err(SourceError::Reselected(
