@@ -188,15 +188,36 @@ fn has_nice() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn run(mut cmd: Command) -> anyhow::Result<()> {
+fn run(cmd: Command) -> anyhow::Result<()> {
+    start(cmd)?.wait()
+}
+
+/// A command started by [`start`], named as it was for its errors.
+struct Running {
+    child: std::process::Child,
+    shown: String,
+}
+
+fn start(mut cmd: Command) -> anyhow::Result<Running> {
     let shown = format!("{cmd:?}");
-    let status = cmd
-        .status()
+    let child = cmd
+        .spawn()
         .with_context(|| format!("could not start {shown}"))?;
-    if !status.success() {
-        bail!("{shown} failed with {status}");
+    Ok(Running { child, shown })
+}
+
+impl Running {
+    /// Waits for the command; an error when it failed.
+    fn wait(mut self) -> anyhow::Result<()> {
+        let status = self
+            .child
+            .wait()
+            .with_context(|| format!("waiting for {}", self.shown))?;
+        if !status.success() {
+            bail!("{} failed with {status}", self.shown);
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
@@ -263,16 +284,11 @@ fn demo() -> anyhow::Result<()> {
     // chain ends later: the demo was slower than with one build after the other.) With one
     // target dir for both (`CARGO_TARGET_DIR`), cargo's lock would serialise them anyway.
     let dist = if std::env::var_os("CARGO_TARGET_DIR").is_none() && has_nice() {
-        let shown = format!("{b:?}");
-        let mut host = b
-            .spawn()
-            .with_context(|| format!("could not start {shown}"))?;
+        let host = start(b)?;
         let dist = build_plugins_at(Plugins::Examples, true);
-        let status = host.wait()?;
+        let built = host.wait();
         let dist = dist?;
-        if !status.success() {
-            bail!("{shown} failed with {status}");
-        }
+        built?;
         dist
     } else {
         let dist = build_plugins(Plugins::Examples)?;
