@@ -799,7 +799,7 @@ fn test_refuses_a_bad_fixture_naming_where() {
 
 /// `wisp push` through the binary: bad input gets one clear error; against a real
 /// `docker-registry` (skipped when it is missing, except under `CI=true`), it publishes and
-/// prints the digest, which the registry then serves (tests/tests/oci.rs covers the rest).
+/// prints the digest, which the registry then serves (tests/tests/integration/oci.rs covers the rest).
 #[test]
 fn push_names_bad_input_and_publishes_to_a_real_registry() {
     let d = tempfile::tempdir().unwrap();

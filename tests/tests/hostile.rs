@@ -3,6 +3,9 @@
 //! at its deadline whatever it blocks in, one memory budget for all of an instance's memories,
 //! bounded bytes for what crosses into the host (logs, metrics, names, messages), log text that
 //! cannot forge host lines, and metric families no plugin can take from another.
+//!
+//! A test binary of its own (not a module of `integration`): the log flood's bound is on the
+//! process's resident memory, which other tests' allocations would move.
 
 mod common;
 

@@ -34,13 +34,13 @@ const USAGE: &str = "usage: cargo xtask <demo|plugins|test|bench|fuzz> [args]
 /// The fuzz targets of `tests/fuzz`, in the order `cargo xtask fuzz` runs them.
 const FUZZ_TARGETS: &[&str] = &["watch_event", "config", "host_api"];
 
-/// Test binaries that exercise the informer pipeline end to end; `cargo xtask test` runs them
-/// over both queues.
+/// The modules of the `integration` test binary that exercise the informer pipeline end to end;
+/// `cargo xtask test` runs them again over the other queues.
 const INFORMER_SUITES: [&str; 4] = [
-    "informer_conformance",
-    "reflector",
-    "informer_e2e",
-    "faults",
+    "informer_conformance::",
+    "reflector::",
+    "informer_e2e::",
+    "faults::",
 ];
 
 /// The workspace root: found from the current directory (`cargo xtask` runs from anywhere in the
@@ -680,10 +680,8 @@ fn main() -> anyhow::Result<()> {
                     let mut c = cargo();
                     c.env("WISP_PLUGIN_DIR", &dist)
                         .env("WISP_TEST_QUEUE", queue);
-                    c.args(["test", "-p", "wisp-tests"]);
-                    for suite in suites {
-                        c.args(["--test", suite]);
-                    }
+                    c.args(["test", "-p", "wisp-tests", "--test", "integration", "--"])
+                        .args(suites);
                     run(c)?;
                 }
             }

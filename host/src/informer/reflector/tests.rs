@@ -1,5 +1,5 @@
 //! Reflector unit tests with a scripted source (the protocol-level tests run against the test
-//! API server in `tests/tests/reflector.rs`). Time is paused: backoffs elapse instantly.
+//! API server in `tests/tests/integration/reflector.rs`). Time is paused: backoffs elapse instantly.
 
 use std::collections::VecDeque;
 

@@ -1,7 +1,7 @@
 //! The kube ListerWatcher: any apiVersion/kind, namespaced or cluster-wide, label and field
 //! selectors, through a real `kube::Client` against the test API server.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

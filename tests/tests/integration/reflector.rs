@@ -1,7 +1,7 @@
 //! Reflector behaviours (CONFORMANCE.md "Reflector"), driven through a real `kube::Client`
 //! against the in-tree test API server.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The admin HTTP server over a real pod informer (test API server, real `kube::Client`) and the
 //! compiled plugins, fetched with a plain HTTP/1.1 client over TCP.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

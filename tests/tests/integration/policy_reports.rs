@@ -3,7 +3,7 @@
 //! server (tests/fixtures/policy-report-crds.yaml); the host writes the reports with its real
 //! `kube::Client`, and the tests read them from the server.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use wisp_host::config::Config;
 use wisp_host::informer::shared_informer::wait_for;
 use wisp_tests::{TestApiServer, Verb, pod};
 
-const CRDS: &str = include_str!("../fixtures/policy-report-crds.yaml");
+const CRDS: &str = include_str!("../../fixtures/policy-report-crds.yaml");
 
 fn pod_image(ns: &str, name: &str, image: &str) -> Value {
     let mut p = pod(ns, name);

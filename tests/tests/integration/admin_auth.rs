@@ -1,7 +1,7 @@
 //! The admin endpoints that act or reveal data need a bearer token unless the admin server
 //! listens on loopback only; health, readiness and metrics stay open.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

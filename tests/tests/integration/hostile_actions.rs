@@ -6,8 +6,8 @@
 //!   Event is a count patch of the first;
 //! - a plugin refused in a loop neither floods the audit log nor evicts another plugin's entries.
 
-mod actions_rig;
-mod common;
+use crate::actions_rig;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

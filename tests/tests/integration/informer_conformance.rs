@@ -1,7 +1,7 @@
 //! Shared informer behaviour checked against client-go's (`tools/cache`), through Wisp's public
 //! API: test names follow client-go's cases where one exists.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

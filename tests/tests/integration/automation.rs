@@ -2,8 +2,8 @@
 //! for the informers and for the actions, the compiled plugins, and the admin endpoints that show
 //! verdicts and the audit log.
 
-mod actions_rig;
-mod common;
+use crate::actions_rig;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

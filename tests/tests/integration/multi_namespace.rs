@@ -1,7 +1,7 @@
 //! An informer on several namespaces lists and watches in each of them, never cluster-wide, so
 //! the Role per namespace that `wisp rbac` prints is enough for it.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -7,7 +7,7 @@
 //! A missing `docker-registry` (or `openssl`, `htpasswd`, `python3`) skips these tests with a
 //! message, except under `CI=true`, where it fails them.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -2,11 +2,11 @@
 //! found (fixed since) under `tests/fuzz/regressions/`, so CI keeps them passing without
 //! nightly. Fuzzing itself: `cargo xtask fuzz` (see the README).
 
-#[path = "../fuzz/src/config.rs"]
+#[path = "../../fuzz/src/config.rs"]
 mod config;
-#[path = "../fuzz/src/host_api.rs"]
+#[path = "../../fuzz/src/host_api.rs"]
 mod host_api;
-#[path = "../fuzz/src/watch_event.rs"]
+#[path = "../../fuzz/src/watch_event.rs"]
 mod watch_event;
 
 use std::path::Path;

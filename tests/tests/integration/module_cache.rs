@@ -1,7 +1,7 @@
 //! The on-disk cache of precompiled modules is native code: an artifact is only used when it
 //! is this host's own, for this very module, in a directory nobody else can write.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -6,7 +6,7 @@
 //! (`$WISP_PYTHON`, else `python3`); `.ci/run` installs the Python client (pinned) in a venv.
 //! A missing peer skips its tests with a message, except under `CI=true`, where it fails them.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

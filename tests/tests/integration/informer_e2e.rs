@@ -2,7 +2,7 @@
 //! drops and one compaction while the watch was down. The cache must end equal to the server's
 //! state and every handler must have seen a consistent history (tombstones for missed deletes).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

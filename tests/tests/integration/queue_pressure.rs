@@ -4,7 +4,7 @@
 //! The slow plugins are test-faults in `gate` mode: the call that handles the gate pod holds
 //! until the gate pod is deleted, so they fall behind by the whole burst, with no timing involved.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,9 +5,9 @@
 //! or repeated, and a bad plugin hurts only itself.
 //!
 //! The soak runs for `WISP_SOAK_SECS` seconds (default 60) and prints its figures:
-//! `WISP_SOAK_SECS=300 cargo xtask test -- --test faults soak --nocapture` for a longer one.
+//! `WISP_SOAK_SECS=300 cargo xtask test -- --test integration faults::soak --nocapture` for a longer one.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! An informer with `fields:` keeps only those paths of each object (besides its identity), on
 //! the list and on every watch event: the cache's memory follows what plugins read.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

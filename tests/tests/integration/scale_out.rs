@@ -3,7 +3,7 @@
 //! plugins and acts); the others keep warm caches; a standby takes over when the leader stops
 //! or cannot renew, and a leader that cannot renew stops acting before anyone takes over.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

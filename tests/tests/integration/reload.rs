@@ -1,6 +1,6 @@
 //! Hot reload: replace a plugin while the host runs, losing nothing.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! A watch event line or a list response over its cap is refused without being read whole; the
 //! informer reports it, relists after backoff, and recovers once the server behaves.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

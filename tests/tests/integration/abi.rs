@@ -2,7 +2,7 @@
 //! and the informer, encoded by the host and read by the SDK's decoder; plugins of ABI 0.1 and
 //! 0.2 side by side in one host.
 
-mod common;
+use crate::common;
 
 use common::rig::*;
 use common::*;

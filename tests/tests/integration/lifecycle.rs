@@ -2,7 +2,7 @@
 //! `kube::Client` to the test API server), stopped by its shutdown future, finished within a
 //! grace period: every action a plugin had accepted is sent or audited as not sent.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! Wasm plugins end to end: the test API server, a real `kube::Client`, the informer, and the
 //! compiled plugins in `plugins/`.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
