@@ -160,6 +160,24 @@ pub async fn server_with_pods(n: usize) -> TestApiServer {
     server
 }
 
+/// A test server with namespace `shop` (label team=payments, which the team-labeler example
+/// reads) and `n` unlabelled pods in it.
+pub async fn shop_server(n: usize) -> TestApiServer {
+    let server = TestApiServer::start()
+        .await
+        .expect("test API server starts");
+    server
+        .create(serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "shop", "labels": {"team": "payments"}}}))
+        .expect("create namespace");
+    for i in 0..n {
+        server
+            .create(wisp_tests::pod("shop", &format!("web-{i}")))
+            .expect("create pod");
+    }
+    server
+}
+
 /// Requests of one verb.
 pub fn requests_of(server: &TestApiServer, verb: Verb) -> Vec<RecordedRequest> {
     server

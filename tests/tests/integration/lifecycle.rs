@@ -8,24 +8,17 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::*;
-use serde_json::{Value, json};
+use serde_json::Value;
 use wisp_host::app::{self};
 use wisp_host::config::Config;
-use wisp_tests::{TestApiServer, Verb, pod};
+use wisp_tests::{TestApiServer, Verb};
 
 const PODS: usize = 12;
 
 /// A server with namespace `shop` (label team=payments) and unlabelled pods in it, and the
 /// config of a host whose team-labeler may patch them, its audit log in `dir`.
 async fn setup(dir: &std::path::Path) -> (TestApiServer, Config) {
-    let server = TestApiServer::start().await.unwrap();
-    server
-        .create(json!({"apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": "shop", "labels": {"team": "payments"}}}))
-        .unwrap();
-    for i in 0..PODS {
-        server.create(pod("shop", &format!("web-{i}"))).unwrap();
-    }
+    let server = shop_server(PODS).await;
     let config = format!(
         r#"source: kube
 informers:

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use serde_json::{Value, json};
+use serde_json::Value;
 use wisp_host::app::{self};
 use wisp_host::config::Config;
 use wisp_tests::{TestApiServer, pod};
@@ -24,7 +24,7 @@ const LEASE_DURATION: Duration = Duration::from_secs(2);
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_patch_that_arrives_after_the_lease_passed_on_is_refused_by_its_precondition() {
     let dir = tempfile::tempdir().unwrap();
-    let server = server(2).await;
+    let server = shop_server(2).await;
     let proxy = Freezer::start(&server).await;
     let mut a = Replica::start(dir.path(), "a", proxy.client()).await;
     until("a leads and labelled", || {
@@ -69,19 +69,6 @@ async fn a_patch_that_arrives_after_the_lease_passed_on_is_refused_by_its_precon
 }
 
 const SHARD_LEASE_DURATION: Duration = Duration::from_secs(4);
-
-/// A server with namespace `shop` (label team=payments) and `pods` unlabelled pods in it.
-async fn server(pods: usize) -> TestApiServer {
-    let server = TestApiServer::start().await.unwrap();
-    server
-        .create(json!({"apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": "shop", "labels": {"team": "payments"}}}))
-        .unwrap();
-    for i in 0..pods {
-        server.create(pod("shop", &format!("web-{i}"))).unwrap();
-    }
-    server
-}
 
 /// The config of replica `identity` in sharding `mode`: the team labeler on pods (with shards,
 /// the namespaces informer stays whole), its audit log in `dir`.
@@ -200,7 +187,7 @@ fn applied(dir: &std::path::Path) -> BTreeMap<String, Vec<String>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_of_three_replicas_leads_and_a_standby_takes_over_when_it_stops() {
     let dir = tempfile::tempdir().unwrap();
-    let server = server(8).await;
+    let server = shop_server(8).await;
     let mut replicas = Vec::new();
     for name in ["r1", "r2", "r3"] {
         replicas.push(Replica::start(dir.path(), name, server.client()).await);
@@ -281,7 +268,7 @@ async fn one_of_three_replicas_leads_and_a_standby_takes_over_when_it_stops() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_standby_takes_the_lease_with_the_config_changed_while_it_stood_by() {
     let dir = tempfile::tempdir().unwrap();
-    let server = server(2).await;
+    let server = shop_server(2).await;
     let mut a = Replica::start(dir.path(), "a", server.client()).await;
     until("a leads", || a.leads() && labelled(&server) == 2).await;
     let mut b = Replica::start(dir.path(), "b", server.client()).await;
@@ -387,7 +374,7 @@ async fn pipe(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_leader_that_cannot_renew_stops_acting_before_a_standby_takes_over() {
     let dir = tempfile::tempdir().unwrap();
-    let server = server(4).await;
+    let server = shop_server(4).await;
     let proxy = Freezer::start(&server).await;
     let mut a = Replica::start(dir.path(), "a", proxy.client()).await;
     until("a leads", || a.leads() && a.plugins() == 1).await;
@@ -484,7 +471,7 @@ fn split_exactly(server: &TestApiServer, replicas: &[Replica]) -> bool {
 
 async fn sharded_replicas_split_the_pods_and_hand_over(server_side: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let server = server(30).await;
+    let server = shop_server(30).await;
     server.faults().ignore_shard_selector(!server_side);
     let mut replicas = Vec::new();
     for name in ["r1", "r2", "r3"] {
@@ -575,7 +562,7 @@ async fn sharded_replicas_filter_on_their_side_when_the_server_ignores_shard_sel
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_sharded_replica_cut_off_stops_acting_before_the_others_take_its_part() {
     let dir = tempfile::tempdir().unwrap();
-    let server = server(30).await;
+    let server = shop_server(30).await;
     let proxy = Freezer::start(&server).await;
     let mut replicas = vec![
         Replica::start_in(dir.path(), "r1", server.client(), "shards").await,
@@ -644,7 +631,7 @@ async fn a_watch_after_the_shard_ranges_changed_since_the_list_relists() {
     use wisp_host::scale::shards::{Ranges, ShardField, ShardView};
     use wisp_host::source::kube::KubeSource;
 
-    let server = server(3).await;
+    let server = shop_server(3).await;
     let view = ShardView::new(ShardField::Uid, Ranges::none());
     let src = KubeSource::new(server.client(), "v1", "Pod", Some("shop")).sharded(view.clone());
     let page = src.list(ListOptions::default()).await.unwrap();
