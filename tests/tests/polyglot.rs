@@ -9,8 +9,8 @@
 //! Without the components (or python3 / node for the SDK tests) these tests skip with a printed
 //! reason, except under `CI=true`, where they fail.
 //!
-//! A test binary of its own (not a module of `integration`): compiling the 12 to 20 MB components is
-//! a load the timed tests there should not share.
+//! A test binary of its own (not a module of `integration`): compiling the 12 to 20 MB
+//! components is a load the timed tests there should not share.
 
 mod common;
 
