@@ -210,26 +210,45 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
-/// SIGHUP re-reads the config and reloads every plugin.
-async fn reload_on_sighup(r: std::sync::Arc<wisp_host::reloader::Reloader>) {
+/// SIGHUP, caught from the moment it is installed: its default action would end the process
+/// (a standby, a host still compiling its plugins).
+#[cfg(unix)]
+type Hangups = Option<tokio::signal::unix::Signal>;
+#[cfg(not(unix))]
+type Hangups = ();
+
+fn catch_sighup() -> Hangups {
     #[cfg(unix)]
     {
-        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        else {
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .map_err(|e| tracing::warn!(error = %e, "SIGHUP not handled"))
+            .ok()
+    }
+}
+
+/// Each SIGHUP re-reads the config and reloads every plugin; a replica that cannot (a standby,
+/// a host shutting down) logs why and goes on.
+async fn reload_on_sighup(hups: Hangups, reload: wisp_host::admin::ReloadFn) {
+    #[cfg(unix)]
+    {
+        let Some(mut hup) = hups else {
             return;
         };
         while hup.recv().await.is_some() {
             tracing::info!("SIGHUP: reloading the config and every plugin");
-            let r = r.clone();
-            match tokio::task::spawn_blocking(move || r.reload_all()).await {
+            let r = reload.clone();
+            match tokio::task::spawn_blocking(move || r(None)).await {
                 Ok(Ok(done)) => tracing::info!("{done}"),
-                Ok(Err(e)) => tracing::error!(error = ?e, "reload refused"),
+                Ok(Err(wisp_host::admin::ReloadError::Refused(why))) => {
+                    tracing::warn!("SIGHUP: reload refused: {why}")
+                }
+                Ok(Err(e)) => tracing::warn!("SIGHUP: reload refused: {e:?}"),
                 Err(e) => tracing::error!(error = %e, "reload failed"),
             }
         }
     }
     #[cfg(not(unix))]
-    let _ = r;
+    let _ = (hups, reload);
 }
 
 /// `--for` / `--duration`: a duration like `30s`, when given.
@@ -287,9 +306,21 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
                 config_path: Some(config.clone()),
                 ..RunOptions::default()
             };
-            let started = |host: &app::Host| {
-                if let Some(r) = host.reloader.clone() {
-                    tokio::spawn(reload_on_sighup(r));
+            let hups = catch_sighup();
+            let started = move |host: &app::Host| {
+                if let Some(reload) = host.reload.clone() {
+                    host.supervisor.spawn(
+                        app::supervisor::Phase::Intake,
+                        "SIGHUP",
+                        app::supervisor::OnError::Log,
+                        |stop| async move {
+                            tokio::select! {
+                                _ = reload_on_sighup(hups, reload) => {}
+                                _ = stop.cancelled() => {}
+                            }
+                            Ok(())
+                        },
+                    );
                 }
             };
             let shutdown = async move {
@@ -301,7 +332,10 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
                     None => shutdown_signal().await,
                 }
             };
-            let (host, _report) = app::run(&cfg, &opts, started, shutdown, grace).await?;
+            let Some((host, _report)) = app::run(&cfg, &opts, started, shutdown, grace).await?
+            else {
+                return Ok(());
+            };
             let plugins = host.plugins.list();
             for (name, line) in app::summary(&plugins) {
                 tracing::info!(plugin = %name, "{line}");

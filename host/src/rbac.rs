@@ -113,7 +113,8 @@ pub fn generate(config: &Config, name: &str, namespace: &str) -> String {
             .clone()
             .unwrap_or_else(|| namespace.to_owned());
         let verbs: &[&str] = match sh.mode {
-            crate::config::ShardingMode::Leader => &["get", "create", "update"],
+            // `watch`: a standby sees the Lease released at once (scale::lease).
+            crate::config::ShardingMode::Leader => &["get", "watch", "create", "update"],
             crate::config::ShardingMode::Shards => &["get", "list", "create", "update", "delete"],
         };
         scopes.grant(
@@ -287,7 +288,10 @@ mod tests {
             )
         };
         let out = role("leader");
-        assert!(out.contains(&lease_rule("get, create, update")), "{out}");
+        assert!(
+            out.contains(&lease_rule("get, watch, create, update")),
+            "{out}"
+        );
         // Members also list the group's Leases and delete their own when they stop.
         let out = role("shards");
         assert!(

@@ -53,6 +53,17 @@ impl Collector for Live {
             enc,
             taken: HashSet::new(),
         };
+        self.informers(&mut out)?;
+        self.host(&mut out)?;
+        self.policy(&mut out)?;
+        out.informer_latency(&self.state.informers)?;
+        self.plugins(&mut out)
+    }
+}
+
+impl Live {
+    /// The informers' counters and gauges.
+    fn informers(&self, out: &mut Out<'_>) -> Result<(), std::fmt::Error> {
         let informers: Vec<_> = self
             .state
             .informers
@@ -104,19 +115,6 @@ impl Collector for Live {
             "Restarts after a panic.",
             by_informer(|s| s.restarts),
         )?;
-        let relaxed = std::sync::atomic::Ordering::Relaxed;
-        let unlabelled: [(&str, &str); 0] = [];
-        out.counter(
-            "oci_poll_failures",
-            "OCI tag look-ups, and pulls of moved tags, that failed (registry unreachable or \
-             refusing, content or signature refused); the running modules stayed.",
-            [(unlabelled, crate::oci::poll::POLL_FAILURES.load(relaxed))],
-        )?;
-        out.counter(
-            "oci_tags_moved",
-            "OCI tags found pointing at a new manifest, whose module was then pulled and checked.",
-            [(unlabelled, crate::oci::poll::TAGS_MOVED.load(relaxed))],
-        )?;
         out.gauge(
             "informer_cache_size",
             "Objects in the cache.",
@@ -138,6 +136,32 @@ impl Collector for Live {
                 Some(([("informer", *n)], rv))
             }),
         )?;
+        out.gauge(
+            "informer_synced",
+            "1 once the first list has been fully processed.",
+            informers
+                .iter()
+                .map(|(n, _, synced)| ([("informer", *n)], u64::from(*synced))),
+        )?;
+
+        Ok(())
+    }
+
+    /// The host's own families: OCI polls, the dir: source, the Lease, the executor, its tasks.
+    fn host(&self, out: &mut Out<'_>) -> Result<(), std::fmt::Error> {
+        let relaxed = std::sync::atomic::Ordering::Relaxed;
+        let unlabelled: [(&str, &str); 0] = [];
+        out.counter(
+            "oci_poll_failures",
+            "OCI tag look-ups, and pulls of moved tags, that failed (registry unreachable or \
+             refusing, content or signature refused); the running modules stayed.",
+            [(unlabelled, crate::oci::poll::POLL_FAILURES.load(relaxed))],
+        )?;
+        out.counter(
+            "oci_tags_moved",
+            "OCI tags found pointing at a new manifest, whose module was then pulled and checked.",
+            [(unlabelled, crate::oci::poll::TAGS_MOVED.load(relaxed))],
+        )?;
         if let Some(errors) = &self.state.source_errors {
             let none: [(&str, &str); 0] = [];
             out.gauge(
@@ -156,14 +180,6 @@ impl Collector for Live {
                 [(none, u64::from(l.is_leader()))],
             )?;
         }
-        out.gauge(
-            "informer_synced",
-            "1 once the first list has been fully processed.",
-            informers
-                .iter()
-                .map(|(n, _, synced)| ([("informer", *n)], u64::from(*synced))),
-        )?;
-
         if let Some(e) = &self.state.executor {
             let s = e.stats();
             let none: [(&str, &str); 0] = [];
@@ -198,6 +214,59 @@ impl Collector for Live {
             }
         }
 
+        if let Some(failures) = &self.state.task_failures {
+            out.counter(
+                "host_task_failures",
+                "Errors (and panics) of the host's own tasks that the host goes on without (see \
+                 the supervisor's rule in docs/lifecycle.md), by task.",
+                failures()
+                    .iter()
+                    .map(|(t, n)| ([("task", t.as_str())], *n))
+                    .collect::<Vec<_>>(),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Policy verdicts and reports.
+    fn policy(&self, out: &mut Out<'_>) -> Result<(), std::fmt::Error> {
+        let violations = self.state.services.verdicts.counts();
+        out.gauge(
+            "policy_violations",
+            "Current policy violations, by plugin, rule and severity.",
+            violations.iter().map(|((p, r, s), n)| {
+                (
+                    [
+                        ("plugin", p.as_str()),
+                        ("rule", r.as_str()),
+                        ("severity", s.as_str()),
+                    ],
+                    *n,
+                )
+            }),
+        )?;
+        let reports = &self.state.services.reports;
+        if reports.enabled.load(std::sync::atomic::Ordering::Relaxed) {
+            let none: [(&str, &str); 0] = [];
+            out.gauge(
+                "policy_reports",
+                "Policy reports this host has written and not deleted (policyReports).",
+                [(
+                    none,
+                    reports.written.load(std::sync::atomic::Ordering::Relaxed),
+                )],
+            )?;
+            out.counter(
+                "policy_reports_write_errors",
+                "Policy report writes (apply, delete, list) that failed; retried at the next interval.",
+                [(none, reports.write_errors.load(std::sync::atomic::Ordering::Relaxed))],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The plugins' counters, gauges, latencies and own series.
+    fn plugins(&self, out: &mut Out<'_>) -> Result<(), std::fmt::Error> {
         let plugins = self.state.plugins();
         for c in PLUGIN_COUNTERS {
             out.counter(
@@ -234,39 +303,6 @@ impl Collector for Live {
                     .map(move |(i, s)| ([("plugin", *p), ("informer", i.as_str())], s.depth as u64))
             }),
         )?;
-        let violations = self.state.services.verdicts.counts();
-        out.gauge(
-            "policy_violations",
-            "Current policy violations, by plugin, rule and severity.",
-            violations.iter().map(|((p, r, s), n)| {
-                (
-                    [
-                        ("plugin", p.as_str()),
-                        ("rule", r.as_str()),
-                        ("severity", s.as_str()),
-                    ],
-                    *n,
-                )
-            }),
-        )?;
-        let reports = &self.state.services.reports;
-        if reports.enabled.load(std::sync::atomic::Ordering::Relaxed) {
-            let none: [(&str, &str); 0] = [];
-            out.gauge(
-                "policy_reports",
-                "Policy reports this host has written and not deleted (policyReports).",
-                [(
-                    none,
-                    reports.written.load(std::sync::atomic::Ordering::Relaxed),
-                )],
-            )?;
-            out.counter(
-                "policy_reports_write_errors",
-                "Policy report writes (apply, delete, list) that failed; retried at the next interval.",
-                [(none, reports.write_errors.load(std::sync::atomic::Ordering::Relaxed))],
-            )?;
-        }
-        out.informer_latency(&self.state.informers)?;
         out.latency(&plugins)?;
         out.guest(&plugins)
     }

@@ -19,9 +19,10 @@ pub mod routes;
 
 pub use auth::AdminAuth;
 
+use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 
 use crate::informer::SharedInformer;
 use crate::plugin::status::PluginCounters;
@@ -50,6 +51,36 @@ pub struct AdminState {
     pub source_errors: Option<SourceErrorsFn>,
     /// With `sharding`: whether this replica leads (`wisp_lease_leading`, `/readyz`).
     pub leadership: Option<Arc<crate::scale::lease::Leadership>>,
+    /// What is still starting (modules pulled, plugins compiling): in `/readyz`.
+    pub startup: Arc<Startup>,
+    /// Failures of the host's own tasks, by task (`wisp_host_task_failures_total`).
+    pub task_failures: Option<TaskFailuresFn>,
+}
+
+/// Failures so far of the host's tasks that are logged and counted, by task name.
+pub type TaskFailuresFn = Arc<dyn Fn() -> BTreeMap<String, u64> + Send + Sync>;
+
+/// What a starting host is still doing, by plugin: `/readyz` answers 503 naming each.
+#[derive(Debug, Default)]
+pub struct Startup {
+    pending: Mutex<BTreeMap<String, String>>,
+}
+
+impl Startup {
+    /// `what` (a plugin) is now `doing` something (e.g. "compiling").
+    pub fn begin(&self, what: &str, doing: &str) {
+        crate::sync::lock(&self.pending).insert(what.to_owned(), doing.to_owned());
+    }
+
+    /// `what` is done with it.
+    pub fn end(&self, what: &str) {
+        crate::sync::lock(&self.pending).remove(what);
+    }
+
+    /// What is pending, with what it does, by name.
+    pub fn pending(&self) -> BTreeMap<String, String> {
+        crate::sync::lock(&self.pending).clone()
+    }
 }
 
 /// The files a `dir:` source could not read (whole or in part), with why.

@@ -222,6 +222,9 @@ impl std::fmt::Display for Readiness {
 /// quarantined plugin receives nothing more, so it does not hold readiness back.
 pub fn readiness(state: &AdminState) -> Readiness {
     let mut r = Readiness::default();
+    for (plugin, doing) in state.startup.pending() {
+        r.waiting.push(format!("plugin {plugin}: {doing}"));
+    }
     for inf in &state.informers {
         if !inf.has_synced() {
             r.waiting

@@ -120,6 +120,8 @@ pub struct PluginEngine {
     tick: Duration,
     fuel: bool,
     stop: Arc<AtomicBool>,
+    /// The epoch ticker's thread, until [`PluginEngine::stop_ticker`] joins it.
+    ticker: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Drop for PluginEngine {
@@ -168,7 +170,7 @@ impl PluginEngine {
             stop.clone(),
             config.epoch_tick.max(Duration::from_millis(1)),
         );
-        std::thread::Builder::new()
+        let ticker = std::thread::Builder::new()
             .name("wisp-epoch".into())
             .spawn(move || {
                 while !flag.load(Ordering::Relaxed) {
@@ -186,7 +188,16 @@ impl PluginEngine {
             tick,
             fuel: config.fuel,
             stop,
+            ticker: Mutex::new(Some(ticker)),
         }))
+    }
+
+    /// Stops the epoch ticker and joins its thread (deadlines no longer cut calls after it).
+    pub fn stop_ticker(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = lock(&self.ticker).take() {
+            let _ = t.join();
+        }
     }
 
     /// The wasmtime engine.

@@ -189,6 +189,8 @@ pub struct Elector {
     /// The Lease record last read and when it was first seen (client-go's observedRecord and
     /// observedTime).
     observed: Option<Observed>,
+    /// The resourceVersion of the Lease last read: a standby watches for changes after it.
+    seen_version: Option<String>,
 }
 
 /// Whether `e` is an API error with status `code`.
@@ -217,6 +219,7 @@ impl Elector {
             settings,
             leadership: Arc::new(Leadership::default()),
             observed: None,
+            seen_version: None,
         }
     }
 
@@ -255,6 +258,7 @@ impl Elector {
                 Err(e) => Err(e),
             };
         };
+        self.seen_version = current.metadata.resource_version.clone();
         let seen = current.spec.clone().unwrap_or_default();
         let now = Instant::now();
         let observed = Observed::of(self.observed.as_ref(), seen.clone(), now);
@@ -313,8 +317,43 @@ impl Elector {
             tokio::select! {
                 _ = &mut *stop => return false,
                 _ = tokio::time::sleep(jittered(self.settings.retry_period)) => {}
+                _ = self.released() => {}
             }
         }
+    }
+
+    /// Completes when a watch of the Lease, from the version last read, shows it released (no
+    /// holder) or deleted, so a standby takes a released Lease at once instead of at its next
+    /// try (client-go only polls: up to 2.2 x `retryPeriod` later). Never completes when there
+    /// is no such watch (no version read, a watch refused or ended): the try then comes at its
+    /// time.
+    async fn released(&self) {
+        use futures::StreamExt;
+        use kube::api::{WatchEvent, WatchParams};
+        if let Some(version) = &self.seen_version {
+            let params = WatchParams::default()
+                .fields(&format!("metadata.name={}", self.settings.name))
+                .timeout(290);
+            if let Ok(events) = self.api.watch(&params, version).await {
+                let mut events = std::pin::pin!(events);
+                while let Some(Ok(event)) = events.next().await {
+                    match event {
+                        WatchEvent::Deleted(_) => return,
+                        WatchEvent::Added(l) | WatchEvent::Modified(l)
+                            if l.spec
+                                .as_ref()
+                                .and_then(|s| s.holder_identity.as_deref())
+                                .is_none_or(str::is_empty) =>
+                        {
+                            return;
+                        }
+                        WatchEvent::Error(_) => break,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        std::future::pending().await
     }
 
     /// Renews every `retryPeriod` while leading; ends when renewals failed for

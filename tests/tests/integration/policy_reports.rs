@@ -239,7 +239,7 @@ async fn reports_per_namespace_follow_the_verdicts_and_go_when_they_clear() {
     let refused = host
         .host
         .reloader
-        .as_ref()
+        .get()
         .unwrap()
         .reload_config()
         .unwrap_err();

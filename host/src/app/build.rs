@@ -1,0 +1,283 @@
+//! The parts of a host built from a config: informers (with their sources), the services
+//! plugins share, the plugin engine, and the API server's discovery of informers' kinds.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use super::RunOptions;
+use crate::actions::HostServices;
+use crate::actions::audit::AuditLog;
+use crate::actions::kube::KubeActionSink;
+use crate::config::{Config, IndexSpec, InformerConfig, SourceKind};
+use crate::informer::indexer::IndexFunc;
+use crate::informer::lister_watcher::ListerWatcher;
+use crate::informer::reflector::ReflectorConfig;
+use crate::informer::selector::LabelSelector;
+use crate::informer::shared_informer::InformerConfig as InformerSettings;
+use crate::informer::{Executor, SharedInformer};
+use crate::plugin::{EngineConfig, PluginEngine};
+use crate::source::dir::DirCluster;
+use crate::source::filter::ObjectFilter;
+use crate::source::kube::KubeSource;
+use crate::source::multi::MultiNamespace;
+
+/// Index functions for an informer's `indexes`.
+pub fn index_funcs(inf: &InformerConfig) -> Vec<(String, IndexFunc)> {
+    inf.indexes
+        .iter()
+        .filter_map(|s| {
+            IndexSpec::parse(s)
+                .ok()
+                .map(|spec| (s.clone(), spec.func()))
+        })
+        .collect()
+}
+
+fn filter_of(inf: &InformerConfig) -> anyhow::Result<ObjectFilter> {
+    Ok(ObjectFilter {
+        api_version: inf.api_version.clone(),
+        kind: inf.kind.clone(),
+        namespaces: inf.namespaces.clone(),
+        labels: LabelSelector::parse(inf.label_selector.as_deref().unwrap_or(""))?,
+        fields: ObjectFilter::parse_fields(inf.field_selector.as_deref().unwrap_or(""))
+            .map_err(anyhow::Error::msg)?,
+    })
+}
+
+/// A kube client from kubeconfig (with an optional context) or the in-cluster environment.
+pub async fn kube_client(context: Option<&str>) -> anyhow::Result<kube::Client> {
+    let cfg = match context {
+        Some(c) => {
+            let opts = kube::config::KubeConfigOptions {
+                context: Some(c.to_owned()),
+                ..Default::default()
+            };
+            kube::Config::from_kubeconfig(&opts)
+                .await
+                .with_context(|| format!("kubeconfig context {c:?}"))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no kubeconfig and not running in a cluster")?,
+    };
+    kube::Client::try_from(cfg).context("building the Kubernetes client")
+}
+
+/// The informers of a config, not started yet, plus the dir cluster of a `dir:` source or the
+/// client of a `kube` one.
+///
+/// Each informer's apiVersion and kind are checked first, through discovery with an API server,
+/// against Kubernetes' built-in kinds and the directory's CRDs with `dir:`: a version or kind
+/// that is not served refuses the start, naming the informer and what is served (a typo used to
+/// sync nothing, silently).
+pub async fn build_informers(
+    config: &Config,
+    opts: &RunOptions,
+    executor: Option<&Executor>,
+) -> anyhow::Result<(
+    Vec<Arc<SharedInformer>>,
+    Option<Arc<DirCluster>>,
+    Option<kube::Client>,
+)> {
+    build_sharded_informers(config, opts, executor, None).await
+}
+
+/// [`build_informers`], the informers with `shard` (the default) listing and watching only
+/// `view`'s hash ranges.
+pub async fn build_sharded_informers(
+    config: &Config,
+    opts: &RunOptions,
+    executor: Option<&Executor>,
+    view: Option<&Arc<crate::scale::shards::ShardView>>,
+) -> anyhow::Result<(
+    Vec<Arc<SharedInformer>>,
+    Option<Arc<DirCluster>>,
+    Option<kube::Client>,
+)> {
+    let kind = config.source_kind()?;
+    let (client, dir) = match &kind {
+        SourceKind::Kube => match &opts.client {
+            Some(c) => (Some(c.clone()), None),
+            None => (Some(kube_client(opts.context.as_deref()).await?), None),
+        },
+        SourceKind::Dir(p) => (
+            None,
+            Some(DirCluster::open(p).with_context(|| format!("source dir:{}", p.display()))?),
+        ),
+    };
+    let mut out = Vec::new();
+    for (i, inf) in config.informers.iter().enumerate() {
+        let lw: Arc<dyn ListerWatcher> = match (&client, &dir) {
+            (Some(client), _) => {
+                let resource = discover(client, config, i).await?;
+                let source = |ns: Option<&str>| {
+                    let mut src = KubeSource::with_resource(client.clone(), resource.clone(), ns)
+                        .strip_managed_fields(inf.strip_managed_fields)
+                        .metadata_only(inf.metadata_only)
+                        .named(inf.name.clone())
+                        .size_caps(inf.size_caps());
+                    if let Some(l) = &inf.label_selector {
+                        src = src.labels(l.clone());
+                    }
+                    if let Some(f) = &inf.field_selector {
+                        src = src.fields(f.clone());
+                    }
+                    if let Some(v) = view.filter(|_| inf.shard) {
+                        src = src.sharded(v.clone());
+                    }
+                    src
+                };
+                // Several namespaces: one list and watch in each (never cluster-wide), so a
+                // Role per namespace is all the informer needs.
+                match inf.namespaces.as_deref() {
+                    Some([one]) => Arc::new(source(Some(one))),
+                    Some(several) => Arc::new(MultiNamespace::new(
+                        several
+                            .iter()
+                            .map(|n| (n.clone(), source(Some(n))))
+                            .collect(),
+                    )),
+                    None => Arc::new(source(None)),
+                }
+            }
+            (None, Some(d)) => {
+                let at = |field: &str| format!("{}: informers[{i}].{field}", config.file);
+                match d.check_kind(&inf.api_version, &inf.kind) {
+                    Ok(None) => {}
+                    Ok(Some(warning)) => {
+                        tracing::warn!(informer = %inf.name, "{}: {warning}", at("kind"))
+                    }
+                    Err(e) => anyhow::bail!("{}: {e} (informer {:?})", at("kind"), inf.name),
+                }
+                Arc::new(d.source(filter_of(inf)?))
+            }
+            (None, None) => anyhow::bail!("no source"),
+        };
+        let settings = InformerSettings {
+            default_resync: inf.resync.0,
+            reflector: ReflectorConfig {
+                use_watch_list: inf.watch_list,
+                ..ReflectorConfig::default()
+            },
+            executor: executor.cloned(),
+            // Metadata only: an API server sends nothing else; a directory's objects are cut.
+            transform: match inf
+                .fields
+                .as_ref()
+                .or((inf.metadata_only && client.is_none()).then_some(&Vec::new()))
+            {
+                Some(paths) => Some(
+                    crate::informer::mask::FieldMask::parse(paths)
+                        .map_err(|e| anyhow::anyhow!("informer {:?}: fields: {e}", inf.name))?
+                        .transform(),
+                ),
+                None => None,
+            },
+            queue: inf.queue,
+            on_panic: inf.on_panic,
+            ..InformerSettings::default()
+        };
+        let informer = SharedInformer::new(inf.name.clone(), lw, settings);
+        informer
+            .add_indexers(index_funcs(inf))
+            .with_context(|| format!("informer {:?}: indexes", inf.name))?;
+        out.push(informer);
+    }
+    Ok((out, dir, client))
+}
+
+/// The services plugins share: the verdict store, and for a `kube` source the sink that sends
+/// actions; the audit log (and its file when configured).
+pub fn services(config: &Config, client: Option<kube::Client>) -> anyhow::Result<HostServices> {
+    let audit = match &config.audit.file {
+        Some(f) => {
+            let path = config.resolve(f);
+            AuditLog::to_file(&path)
+                .with_context(|| format!("audit.file {}: cannot open", path.display()))?
+        }
+        None => AuditLog::memory(),
+    };
+    let audit = Arc::new(audit);
+    Ok(match client {
+        Some(c) => HostServices::with_sink(Arc::new(KubeActionSink::new(c)), audit),
+        None => HostServices {
+            audit,
+            ..HostServices::default()
+        },
+    })
+}
+
+/// The plugin engine for a config.
+pub fn engine(config: &Config) -> anyhow::Result<Arc<PluginEngine>> {
+    let mut ec = EngineConfig::default();
+    if let Some(d) = &config.engine.cache_dir {
+        ec.cache_dir = Some(config.resolve(d));
+    }
+    if let Some(t) = config.engine.epoch_tick {
+        ec.epoch_tick = t.0;
+    }
+    ec.fuel = config.engine.fuel;
+    Ok(PluginEngine::new(ec)?)
+}
+
+/// The API server's resource for informer `i` (its plural, from discovery). A group version
+/// the server does not serve, or a kind it does not serve in it, is an error; when discovery
+/// itself fails otherwise (no answer, forbidden), the resource is derived from the kind, as
+/// kube does, and the informer's own errors will tell.
+async fn discover(
+    client: &kube::Client,
+    config: &Config,
+    i: usize,
+) -> anyhow::Result<kube::core::ApiResource> {
+    let inf = &config.informers[i];
+    let guessed = crate::source::kube::api_resource(&inf.api_version, &inf.kind);
+    let listed = if guessed.group.is_empty() {
+        client.list_core_api_resources(&guessed.version).await
+    } else {
+        client.list_api_group_resources(&inf.api_version).await
+    };
+    let at = |field: &str| format!("{}: informers[{i}].{field}", config.file);
+    let resources = match listed {
+        Ok(list) => list.resources,
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            anyhow::bail!(
+                "{}: the API server does not serve {:?} (informer {:?})",
+                at("apiVersion"),
+                inf.api_version,
+                inf.name
+            );
+        }
+        Err(e) => {
+            tracing::warn!(informer = %inf.name, error = %e, "discovery failed; using the plural derived from the kind");
+            return Ok(guessed);
+        }
+    };
+    // Subresources (`pods/status`) share the kind; the collection is the one without a slash.
+    match resources
+        .iter()
+        .find(|r| r.kind == inf.kind && !r.name.contains('/'))
+    {
+        Some(r) => Ok(kube::core::ApiResource {
+            plural: r.name.clone(),
+            ..guessed
+        }),
+        None => {
+            let mut served: Vec<&str> = resources
+                .iter()
+                .filter(|r| !r.name.contains('/'))
+                .map(|r| r.kind.as_str())
+                .collect();
+            served.sort_unstable();
+            served.dedup();
+            anyhow::bail!(
+                "{}: the API server serves no kind {:?} in {} (informer {:?}); it serves: {}",
+                at("kind"),
+                inf.kind,
+                inf.api_version,
+                inf.name,
+                served.join(", ")
+            )
+        }
+    }
+}

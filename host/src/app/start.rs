@@ -1,0 +1,587 @@
+//! [`start`]: a host's start as a sequence of named steps. Every task it starts goes through
+//! the [`Supervisor`]; the servers answer `/healthz` from the moment the informers are built,
+//! while modules are pulled and compiled.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+
+use super::build::{build_sharded_informers, engine, services};
+use super::supervisor::{OnError, Phase, Supervisor};
+use super::{DIR_RESCAN, Host, RunOptions};
+use crate::actions::HostServices;
+use crate::admin::{AdminState, ReloadError, ReloadFn, Startup};
+use crate::config::{Config, ShardingMode};
+use crate::informer::{Executor, SharedInformer};
+use crate::plugin::{CheckedPlugin, PluginManager, PluginSet, PluginSpec};
+use crate::reloader::Reloader;
+use crate::scale::lease::{Elector, Ended, Leadership};
+use crate::scale::members::Membership;
+use crate::scale::shards::{Ranges, ShardView};
+use crate::source::dir::DirCluster;
+use crate::sync::lock;
+
+/// Builds and starts everything; returns once the plugins run (or, on a standby, wait for the
+/// Lease) and the informers list (they sync in the background). Every plugin is checked before
+/// any starts: a bad one refuses the start. When `shutdown` completes, the host stops taking
+/// reloads and its informers stop; [`Host::finish`] (or dropping the host) stops the rest.
+pub async fn start(
+    config: &Config,
+    opts: &RunOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<Host> {
+    let listeners = Listeners::bind(config, opts).await?;
+    let sup = Supervisor::new();
+    stop_when(&sup, shutdown);
+    let executor = start_executor(config, &sup)?;
+    let shard_view = shard_view(config);
+    let (informers, dir, client) =
+        build_sharded_informers(config, opts, Some(&executor), shard_view.as_ref()).await?;
+    let mut services = services(config, client.clone())?;
+    let mut fencing = Fencing::new(
+        config,
+        client.as_ref(),
+        shard_view,
+        &informers,
+        &mut services,
+    );
+    let plugins = PluginSet::default();
+    let reloader: Arc<OnceLock<Arc<Reloader>>> = Arc::default();
+    let reload = reload_action(opts, &reloader, &sup);
+    let admin = AdminState {
+        informers: informers.clone(),
+        plugins: plugins.clone(),
+        reload: reload.clone(),
+        services: services.clone(),
+        executor: Some(executor.clone()),
+        source_errors: dir.clone().map(|d| {
+            let f: crate::admin::SourceErrorsFn = Arc::new(move || d.errors());
+            f
+        }),
+        leadership: fencing.leadership.clone(),
+        startup: Arc::new(Startup::default()),
+        task_failures: Some({
+            let s = Arc::downgrade(&sup);
+            Arc::new(move || s.upgrade().map(|s| s.failures()).unwrap_or_default())
+        }),
+    };
+    let (admin_addr, metrics_addr) = listeners.serve(config, &admin, &sup);
+
+    let config = pull_modules(config, &admin.startup).await?;
+    let manager = plugin_manager(&config, services, &informers, &sup)?;
+    let (manager, checked) = check_plugins(manager, &config, &admin.startup).await?;
+    let starter = PluginStarter {
+        manager,
+        checked,
+        plugins: plugins.clone(),
+        reloader: reloader.clone(),
+        config: config.clone(),
+        config_path: opts.config_path.clone(),
+        sup: sup.clone(),
+    };
+    match fencing.elector.take() {
+        None => {
+            starter.start()?;
+        }
+        Some(elector) => lead_then_start(&sup, elector, starter),
+    }
+    run_informers(&sup, &informers, dir);
+    if let Some(m) = fencing.membership.take() {
+        sup.spawn(
+            Phase::Handover,
+            "shard membership",
+            OnError::Log,
+            |stop| async move {
+                m.run(stop.cancelled_owned()).await;
+                Ok(())
+            },
+        );
+    }
+    write_reports(&sup, &config, client, &admin.services, &fencing);
+    Ok(Host {
+        informers,
+        plugins,
+        admin,
+        admin_addr,
+        metrics_addr,
+        reloader,
+        reload,
+        executor,
+        leadership: fencing.leadership,
+        supervisor: sup,
+    })
+}
+
+/// Step: the admin and metrics sockets, bound before anything starts, so a port in use fails
+/// the start at once, naming the field.
+struct Listeners {
+    admin: Option<TcpListener>,
+    metrics: Option<TcpListener>,
+}
+
+impl Listeners {
+    async fn bind(config: &Config, opts: &RunOptions) -> anyhow::Result<Self> {
+        let (field, admin) = match &opts.admin {
+            Some(a) => ("--admin".to_owned(), a.clone()),
+            None => (
+                format!("{}: admin.listen", config.file),
+                config.admin.listen.clone(),
+            ),
+        };
+        let metrics = config.admin.metrics_address.clone().unwrap_or_default();
+        let bind = |field: String, addr: String| async move {
+            if addr.is_empty() {
+                return Ok(None);
+            }
+            TcpListener::bind(&addr)
+                .await
+                .map(Some)
+                .with_context(|| format!("{field} {addr}: cannot listen"))
+        };
+        Ok(Self {
+            admin: bind(field, admin).await?,
+            metrics: bind(format!("{}: admin.metricsAddress", config.file), metrics).await?,
+        })
+    }
+
+    /// Step: the servers, from now on answering `/healthz` (and `/readyz`, which names what
+    /// is still starting).
+    fn serve(
+        self,
+        config: &Config,
+        admin: &AdminState,
+        sup: &Arc<Supervisor>,
+    ) -> (Option<SocketAddr>, Option<SocketAddr>) {
+        let addr = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
+        let addrs = (addr(&self.admin), addr(&self.metrics));
+        if let Some(l) = self.admin {
+            let auth = crate::admin::AdminAuth {
+                token_file: config
+                    .admin
+                    .token_file
+                    .as_deref()
+                    .map(|f| config.resolve(std::path::Path::new(f))),
+            };
+            let state = admin.clone();
+            sup.spawn(
+                Phase::Servers,
+                "admin server",
+                OnError::Fatal,
+                |stop| async move {
+                    crate::admin::serve_with_auth(l, state, auth, stop.cancelled_owned())
+                        .await
+                        .context("admin.listen")
+                },
+            );
+        }
+        if let Some(l) = self.metrics {
+            let state = admin.clone();
+            sup.spawn(
+                Phase::Servers,
+                "metrics server",
+                OnError::Fatal,
+                |stop| async move {
+                    crate::admin::serve_metrics(l, state, stop.cancelled_owned())
+                        .await
+                        .context("admin.metricsAddress")
+                },
+            );
+        }
+        addrs
+    }
+}
+
+/// Step: when `shutdown` completes, reloads are refused and the informers stop.
+fn stop_when(sup: &Arc<Supervisor>, shutdown: impl Future<Output = ()> + Send + 'static) {
+    let informers = sup.token(Phase::Informers);
+    sup.spawn(
+        Phase::Intake,
+        "shutdown trigger",
+        OnError::Log,
+        |intake| async move {
+            tokio::select! {
+                _ = shutdown => {
+                    intake.cancel();
+                    informers.cancel();
+                }
+                _ = intake.cancelled() => {}
+            }
+            Ok(())
+        },
+    );
+}
+
+/// Step: the workers that run the plugins, joined last.
+fn start_executor(config: &Config, sup: &Supervisor) -> anyhow::Result<Executor> {
+    let workers = config.executor.workers();
+    let executor = Executor::new(workers).with_context(|| {
+        format!("executor: cannot start {workers} worker threads for the plugins")
+    })?;
+    tracing::info!(workers, "executor started");
+    let e = executor.clone();
+    sup.join_on_stop("executor workers", move || e.shutdown());
+    Ok(executor)
+}
+
+/// With `mode: shards`, the informers serve the ranges of this replica's membership.
+fn shard_view(config: &Config) -> Option<Arc<ShardView>> {
+    config
+        .sharding
+        .as_ref()
+        .filter(|sh| sh.mode == ShardingMode::Shards)
+        .map(|sh| ShardView::new(sh.shard_by, Ranges::none()))
+}
+
+/// With `sharding` and a `kube` source: the elector (leader mode) or the membership (shards),
+/// and the fence on the action sink: actions are sent only while this replica leads (or, with
+/// shards, while its membership is fresh, and only about objects of its share).
+struct Fencing {
+    elector: Option<Elector>,
+    membership: Option<Membership>,
+    leadership: Option<Arc<Leadership>>,
+    /// A shard member's policy reports carry its identity.
+    report_identity: Option<String>,
+}
+
+impl Fencing {
+    fn new(
+        config: &Config,
+        client: Option<&kube::Client>,
+        shard_view: Option<Arc<ShardView>>,
+        informers: &[Arc<SharedInformer>],
+        services: &mut HostServices,
+    ) -> Self {
+        let mut me = Self {
+            elector: None,
+            membership: None,
+            leadership: None,
+            report_identity: None,
+        };
+        let (Some(sh), Some(client)) = (&config.sharding, client) else {
+            return me;
+        };
+        // Once: without an identity in the config or $POD_NAME, each call picks a new one.
+        let lease = sh.lease();
+        let owns = match shard_view {
+            None => {
+                let e = Elector::new(client.clone(), lease);
+                me.leadership = Some(e.leadership());
+                me.elector = Some(e);
+                None
+            }
+            Some(view) => {
+                me.report_identity = Some(lease.identity.clone());
+                let m = Membership::new(client.clone(), lease, view.clone());
+                me.leadership = Some(m.freshness());
+                me.membership = Some(m);
+                Some(crate::scale::owner_check(config, informers, view))
+            }
+        };
+        let leadership = me.leadership.clone().unwrap_or_default();
+        services.sink = services.sink.take().map(|inner| {
+            Arc::new(crate::scale::FencedSink {
+                inner,
+                leadership,
+                owns,
+            }) as Arc<dyn crate::actions::ActionSink>
+        });
+        me
+    }
+}
+
+/// The reload action (SIGHUP, `POST /reload`), when the host has a config file: refused on a
+/// standby and once the shutdown began.
+fn reload_action(
+    opts: &RunOptions,
+    reloader: &Arc<OnceLock<Arc<Reloader>>>,
+    sup: &Arc<Supervisor>,
+) -> Option<ReloadFn> {
+    opts.config_path.as_ref()?;
+    let (cell, sup) = (reloader.clone(), Arc::downgrade(sup));
+    Some(Arc::new(move |name: Option<String>| {
+        if sup.upgrade().is_none_or(|s| s.stopping()) {
+            return Err(ReloadError::Refused("the host is shutting down".into()));
+        }
+        match cell.get() {
+            Some(r) => match name {
+                Some(n) => r.reload_plugin(&n),
+                None => r.reload_all(),
+            },
+            None => Err(ReloadError::Refused(
+                "this replica stands by: its plugins start when it takes the Lease, with the config \
+                 file and modules as they are then"
+                    .into(),
+            )),
+        }
+    }))
+}
+
+/// Step: OCI modules pulled (and their signatures checked); the config with their local paths.
+async fn pull_modules(config: &Config, startup: &Startup) -> anyhow::Result<Config> {
+    let oci: Vec<String> = config
+        .plugins
+        .iter()
+        .filter(|p| p.module.to_str().is_some_and(crate::oci::is_oci))
+        .map(|p| p.name.clone())
+        .collect();
+    if oci.is_empty() {
+        return Ok(config.clone());
+    }
+    for name in &oci {
+        startup.begin(name, "pulling its module");
+    }
+    let mut c = config.clone();
+    let pulled =
+        tokio::task::spawn_blocking(move || crate::oci::pull_config(&mut c, None).map(|()| c))
+            .await
+            .context("pulling OCI modules")?
+            .map_err(anyhow::Error::msg);
+    for name in &oci {
+        startup.end(name);
+    }
+    pulled
+}
+
+/// Step: the plugin engine (its epoch ticker joined last) and a manager with the services and
+/// informers plugins may use.
+fn plugin_manager(
+    config: &Config,
+    services: HostServices,
+    informers: &[Arc<SharedInformer>],
+    sup: &Supervisor,
+) -> anyhow::Result<PluginManager> {
+    let engine = engine(config)?;
+    let e = engine.clone();
+    sup.join_on_stop("epoch ticker", move || e.stop_ticker());
+    let mut manager = PluginManager::new(engine);
+    manager.set_services(services);
+    for i in informers {
+        manager.add_informer(i.clone());
+    }
+    let specs = config.plugin_specs();
+    let budgets: Vec<(&str, u64)> = specs
+        .iter()
+        .map(|s| (s.name.as_str(), s.limits.memory))
+        .collect();
+    if let Some(w) = crate::plugin::budget::over_limit(
+        &budgets,
+        crate::plugin::budget::HOST_BASE,
+        crate::plugin::budget::cgroup_memory_limit(),
+    ) {
+        tracing::warn!("{w}");
+    }
+    Ok(manager)
+}
+
+/// Step: every plugin checked (compiled, or loaded from the module cache, and initialised),
+/// several at once (as many as the executor has workers), each named in `/readyz` until done.
+/// The first to fail, in config order, refuses the start.
+async fn check_plugins(
+    manager: PluginManager,
+    config: &Config,
+    startup: &Arc<Startup>,
+) -> anyhow::Result<(PluginManager, Vec<CheckedPlugin>)> {
+    let specs = config.plugin_specs();
+    let parallel = config.executor.workers().clamp(1, specs.len().max(1));
+    for s in &specs {
+        startup.begin(&s.name, "compiling");
+    }
+    let startup = startup.clone();
+    tokio::task::spawn_blocking(move || {
+        let results: Vec<Mutex<Option<Result<CheckedPlugin, String>>>> =
+            specs.iter().map(|_| Mutex::new(None)).collect();
+        let next = AtomicUsize::new(0);
+        let check = |spec: &PluginSpec| {
+            let t = std::time::Instant::now();
+            let r = manager.check(spec).map_err(|e| format!("{e:#}"));
+            tracing::info!(plugin = %spec.name, ok = r.is_ok(), took = ?t.elapsed(), "checked");
+            startup.end(&spec.name);
+            r
+        };
+        std::thread::scope(|s| {
+            for _ in 0..parallel {
+                s.spawn(|| {
+                    while let Some(i) =
+                        Some(next.fetch_add(1, Ordering::Relaxed)).filter(|i| *i < specs.len())
+                    {
+                        *lock(&results[i]) = Some(check(&specs[i]));
+                    }
+                });
+            }
+        });
+        let mut checked = Vec::with_capacity(specs.len());
+        for r in results {
+            match r.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                Some(Ok(c)) => checked.push(c),
+                Some(Err(e)) => anyhow::bail!("{e}"),
+                None => anyhow::bail!("a plugin check did not run"),
+            }
+        }
+        Ok((manager, checked))
+    })
+    .await
+    .context("checking the plugins")?
+}
+
+/// What starts the checked plugins: now, or once this replica leads.
+struct PluginStarter {
+    manager: PluginManager,
+    checked: Vec<CheckedPlugin>,
+    plugins: PluginSet,
+    reloader: Arc<OnceLock<Arc<Reloader>>>,
+    config: Config,
+    config_path: Option<std::path::PathBuf>,
+    sup: Arc<Supervisor>,
+}
+
+impl PluginStarter {
+    /// Attaches every plugin, then starts live reloads (file watch, OCI poll) when the host
+    /// has a config file; returns the reloader.
+    fn start(self) -> anyhow::Result<Option<Arc<Reloader>>> {
+        for c in self.checked {
+            self.plugins.push(Arc::new(self.manager.attach(c)?));
+        }
+        let Some(path) = self.config_path else {
+            return Ok(None);
+        };
+        let r = Reloader::new(path, self.config, self.manager, self.plugins);
+        let (w, p) = (r.clone(), r.clone());
+        self.sup.spawn(
+            Phase::Intake,
+            "reloader file watch",
+            OnError::Log,
+            |stop| async move {
+                w.watch(stop.cancelled_owned()).await;
+                Ok(())
+            },
+        );
+        self.sup
+            .spawn(Phase::Intake, "OCI poll", OnError::Log, |stop| async move {
+                crate::oci::poll::run(p, stop.cancelled_owned()).await;
+                Ok(())
+            });
+        let _ = self.reloader.set(r.clone());
+        Ok(Some(r))
+    }
+}
+
+/// Step (leader mode): stand by for the Lease; once leading, start the plugins with the files
+/// as they are then, and renew until the handover phase, which releases the Lease. Losing it
+/// is fatal: a standby takes over.
+fn lead_then_start(sup: &Arc<Supervisor>, mut elector: Elector, starter: PluginStarter) {
+    let intake = sup.token(Phase::Intake);
+    sup.spawn(
+        Phase::Handover,
+        "lease elector",
+        OnError::Fatal,
+        |handover| async move {
+            tracing::info!("standing by for the Lease");
+            if !elector
+                .acquire(&mut Box::pin(intake.cancelled_owned()))
+                .await
+            {
+                return Ok(());
+            }
+            let reloader = starter
+                .start()
+                .map_err(|e| anyhow::anyhow!("leading, but a plugin did not start: {e:#}"))?;
+            // What changed in the files while it stood by applies now.
+            if let Some(r) = reloader {
+                tokio::task::spawn_blocking(move || r.catch_up()).await?;
+            }
+            match elector
+                .renew(&mut Box::pin(handover.cancelled_owned()))
+                .await
+            {
+                Ended::Stopped => Ok(()),
+                Ended::Lost(why) => anyhow::bail!("lost the Lease: {why}; a standby takes over"),
+            }
+        },
+    );
+}
+
+/// How long an informer's "synced" line is waited for (it is logged only once).
+const SYNC_LOG_WAIT: Duration = Duration::from_secs(24 * 3600);
+
+/// Step: the informers list and watch, the `dir:` source rescans; each logs once synced.
+fn run_informers(
+    sup: &Arc<Supervisor>,
+    informers: &[Arc<SharedInformer>],
+    dir: Option<Arc<DirCluster>>,
+) {
+    if let Some(d) = dir {
+        sup.spawn(
+            Phase::Informers,
+            "dir watch",
+            OnError::Log,
+            |stop| async move {
+                d.watch(DIR_RESCAN, stop.cancelled_owned()).await;
+                Ok(())
+            },
+        );
+    }
+    for inf in informers {
+        tracing::info!(informer = %inf.name(), "listing objects");
+        let task = format!("informer {}", inf.name());
+        let i = inf.clone();
+        sup.spawn(Phase::Informers, &task, OnError::Fatal, |stop| async move {
+            i.run(stop.cancelled_owned())
+                .await
+                .map_err(|e| anyhow::anyhow!("{e} (its onPanic is exit)"))
+        });
+        let i = inf.clone();
+        let task = format!("informer {} synced log", inf.name());
+        sup.spawn(Phase::Informers, &task, OnError::Log, |stop| async move {
+            let synced = crate::informer::shared_informer::wait_for(SYNC_LOG_WAIT, || {
+                i.has_synced()
+            });
+            tokio::select! {
+                _ = synced => tracing::info!(informer = %i.name(), objects = i.cache().len(), "informer synced"),
+                _ = stop.cancelled() => {}
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Step: policy reports, written by the host and fenced as the actions are; the last write
+/// happens in the handover phase.
+fn write_reports(
+    sup: &Arc<Supervisor>,
+    config: &Config,
+    client: Option<kube::Client>,
+    services: &HostServices,
+    fencing: &Fencing,
+) {
+    let (Some(pr), Some(client)) = (&config.policy_reports, client) else {
+        return;
+    };
+    let settings = crate::reports::ReportSettings::new(pr, fencing.report_identity.as_deref());
+    tracing::info!(
+        group = %settings.group.api_version(),
+        name = %settings.name,
+        interval = ?settings.interval,
+        "writing policy reports"
+    );
+    let writer = crate::reports::ReportWriter::new(
+        client,
+        services.verdicts.clone(),
+        settings,
+        fencing.leadership.clone(),
+        services.reports.clone(),
+    );
+    sup.spawn(
+        Phase::Handover,
+        "policy reports",
+        OnError::Log,
+        |stop| async move {
+            writer.run(stop.cancelled_owned()).await;
+            Ok(())
+        },
+    );
+}
