@@ -70,6 +70,9 @@ pub async fn start(
             Arc::new(move || s.upgrade().map(|s| s.failures()).unwrap_or_default())
         }),
     };
+    for p in &config.plugins {
+        admin.startup.begin(&p.name, "waiting to compile");
+    }
     let (admin_addr, metrics_addr) = listeners.serve(config, &admin, &sup);
 
     let config = pull_modules(config, &admin.startup).await?;
@@ -342,7 +345,7 @@ async fn pull_modules(config: &Config, startup: &Startup) -> anyhow::Result<Conf
             .context("pulling OCI modules")?
             .map_err(anyhow::Error::msg);
     for name in &oci {
-        startup.end(name);
+        startup.begin(name, "waiting to compile");
     }
     pulled
 }
@@ -388,15 +391,13 @@ async fn check_plugins(
 ) -> anyhow::Result<(PluginManager, Vec<CheckedPlugin>)> {
     let specs = config.plugin_specs();
     let parallel = config.executor.workers().clamp(1, specs.len().max(1));
-    for s in &specs {
-        startup.begin(&s.name, "compiling");
-    }
     let startup = startup.clone();
     tokio::task::spawn_blocking(move || {
         let results: Vec<Mutex<Option<Result<CheckedPlugin, String>>>> =
             specs.iter().map(|_| Mutex::new(None)).collect();
         let next = AtomicUsize::new(0);
         let check = |spec: &PluginSpec| {
+            startup.begin(&spec.name, "compiling");
             let t = std::time::Instant::now();
             let r = manager.check(spec).map_err(|e| format!("{e:#}"));
             tracing::info!(plugin = %spec.name, ok = r.is_ok(), took = ?t.elapsed(), "checked");
