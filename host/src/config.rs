@@ -586,6 +586,9 @@ pub struct EngineSettings {
     /// Fuel metering.
     #[serde(default)]
     pub fuel: bool,
+    /// How long one module's compile may take (default 120s): a module over it is refused
+    /// (the start fails; a reload keeps the running version).
+    pub compile_timeout: Option<Dur>,
 }
 
 /// The shared executor that runs the plugins' listeners.

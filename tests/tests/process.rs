@@ -618,3 +618,96 @@ async fn kill_9_mid_run_leaves_no_torn_audit_line_and_a_restart_lists_again() {
     let lines = audit_lines(&audit);
     assert!(lines.len() > after_kill, "the restart audits on");
 }
+
+/// A compile is bounded by `engine.compileTimeout`: at start, a module over it refuses the
+/// start naming the field; written over a running plugin's module, it is refused and the
+/// running version goes on (a Python component takes far longer than 3 s to compile in a
+/// debug host; the Rust one well under).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_compiling_past_compile_timeout_is_refused_and_the_running_one_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("cluster")).unwrap();
+    std::fs::write(
+        dir.path().join("cluster/pod.yaml"),
+        serde_json::to_string(&wisp_tests::pod("shop", "web-0")).unwrap(),
+    )
+    .unwrap();
+    let module = dir.path().join("plugin.wasm");
+    let config = |timeout: &str| {
+        let path = dir.path().join("wisp.yaml");
+        std::fs::write(
+            &path,
+            format!(
+                "source: dir:cluster\ninformers:\n  - {{name: pods, apiVersion: v1, kind: Pod}}\n\
+                 plugins:\n  - {{name: audit, module: plugin.wasm, informers: [pods]}}\n\
+                 engine: {{cacheDir: modules, compileTimeout: {timeout}}}\n\
+                 admin: {{listen: \"127.0.0.1:0\"}}\n"
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let python = plugin_path("audit-log-py");
+
+    std::fs::copy(&python, &module).unwrap();
+    let mut w = Wisp::run("refused", dir.path(), &config("50ms"), "5s");
+    let status = w.exited(Duration::from_secs(30)).await.expect("it exits");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(status.code(), Some(1), "{}", w.log());
+    assert!(
+        w.log()
+            .contains("compiling took longer than engine.compileTimeout (50ms); refused"),
+        "{}",
+        w.log()
+    );
+
+    std::fs::copy(plugin_path("audit_log"), &module).unwrap();
+    let mut w = Wisp::run("running", dir.path(), &config("3s"), "5s");
+    let admin = w.admin().await;
+    let delivered = "wisp_plugin_delivered_total{plugin=\"audit\"} 1";
+    let metrics = || async { get(admin, "/metrics").await.unwrap_or_default().1 };
+    let t = Instant::now();
+    while !metrics().await.lines().any(|l| l == delivered) {
+        assert!(t.elapsed() < Duration::from_secs(60), "{}", w.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Written over the running plugin's module: the watch reloads it, the compile runs out.
+    std::fs::copy(&python, dir.path().join("next.wasm")).unwrap();
+    std::fs::rename(dir.path().join("next.wasm"), &module).unwrap();
+    w.logged(
+        "engine.compileTimeout (3s); refused",
+        Duration::from_secs(60),
+    )
+    .await;
+    let m = metrics().await;
+    assert!(
+        m.lines().any(
+            |l| l.starts_with("wisp_plugin_reload_failures_total{plugin=\"audit\"} ")
+                && !l.ends_with(" 0")
+        ),
+        "{m}"
+    );
+    assert!(
+        m.lines()
+            .any(|l| l == "wisp_plugin_quarantined{plugin=\"audit\"} 0"),
+        "{m}"
+    );
+    // The running version still delivers.
+    std::fs::write(
+        dir.path().join("cluster/pod-1.yaml"),
+        serde_json::to_string(&wisp_tests::pod("shop", "web-1")).unwrap(),
+    )
+    .unwrap();
+    let delivered = "wisp_plugin_delivered_total{plugin=\"audit\"} 2";
+    let t = Instant::now();
+    while !metrics().await.lines().any(|l| l == delivered) {
+        assert!(t.elapsed() < Duration::from_secs(30), "{}", w.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    w.signal("TERM");
+    assert!(
+        w.exited(Duration::from_secs(10))
+            .await
+            .is_some_and(|s| s.success())
+    );
+}

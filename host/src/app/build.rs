@@ -218,6 +218,9 @@ pub fn engine(config: &Config) -> anyhow::Result<Arc<PluginEngine>> {
         ec.epoch_tick = t.0;
     }
     ec.fuel = config.engine.fuel;
+    if let Some(t) = config.engine.compile_timeout {
+        ec.compile_timeout = t.0;
+    }
     Ok(PluginEngine::new(ec)?)
 }
 

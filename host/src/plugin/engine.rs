@@ -37,7 +37,14 @@ pub struct EngineConfig {
     /// Epoch interruption: how a call's deadline cuts it. Always on in a host; off only to
     /// measure what the checks cost (`wisp-bench`): without it no deadline holds.
     pub epoch_interruption: bool,
+    /// How long one module's compile may take (`engine.compileTimeout`); a module over it is
+    /// refused (see [`PluginEngine::load`]).
+    pub compile_timeout: Duration,
 }
+
+/// The default of `engine.compileTimeout`: the release host compiles the example Python and
+/// JavaScript components (~20 MB) in seconds; a debug host on two loaded cores in under a minute.
+pub const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl Default for EngineConfig {
     fn default() -> Self {
@@ -46,6 +53,7 @@ impl Default for EngineConfig {
             epoch_tick: DEFAULT_EPOCH_TICK,
             fuel: false,
             epoch_interruption: true,
+            compile_timeout: DEFAULT_COMPILE_TIMEOUT,
         }
     }
 }
@@ -91,6 +99,8 @@ pub enum LoadError {
     NotComponent,
     /// Invalid component.
     Invalid(String),
+    /// Its compile took longer than the engine's `compile_timeout` (the limit).
+    TooSlow(Duration),
 }
 
 struct ShaHasher(Sha256);
@@ -119,6 +129,9 @@ pub struct PluginEngine {
     compiled: Mutex<HashMap<String, Component>>,
     tick: Duration,
     fuel: bool,
+    compile_timeout: Duration,
+    /// Modules whose compile ran past the timeout and still runs, by hash.
+    overdue: Arc<Mutex<std::collections::HashSet<String>>>,
     stop: Arc<AtomicBool>,
     /// The epoch ticker's thread, until [`PluginEngine::stop_ticker`] joins it.
     ticker: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -187,6 +200,8 @@ impl PluginEngine {
             compiled: Mutex::default(),
             tick,
             fuel: config.fuel,
+            compile_timeout: config.compile_timeout,
+            overdue: Arc::default(),
             stop,
             ticker: Mutex::new(Some(ticker)),
         }))
@@ -257,8 +272,7 @@ impl PluginEngine {
                 }
             }
         }
-        let c = Component::new(&self.engine, bytes)
-            .map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
+        let c = self.compile(bytes, &hash)?;
         if let Some(cache) = &self.cache {
             match c.serialize() {
                 Ok(art) => {
@@ -271,6 +285,46 @@ impl PluginEngine {
         }
         self.remember(&key, &c);
         Ok(done(c, LoadSource::Compiled))
+    }
+
+    /// Compiles on a thread of its own, waiting at most the compile timeout. A compile over it
+    /// is refused; its thread cannot be interrupted (Cranelift has no cancellation), so it
+    /// finishes on its own and its result is dropped. While it runs, the same module (`hash`)
+    /// is refused at once instead of compiled again: retries cannot pile compiles up.
+    fn compile(&self, bytes: &[u8], hash: &str) -> Result<Component, LoadError> {
+        if lock(&self.overdue).contains(hash) {
+            return Err(LoadError::TooSlow(self.compile_timeout));
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let (engine, bytes) = (self.engine.clone(), bytes.to_vec());
+        let (overdue, key) = (self.overdue.clone(), hash.to_owned());
+        std::thread::Builder::new()
+            .name("wisp-compile".into())
+            .spawn(move || {
+                let compiled = Component::new(&engine, &bytes)
+                    .map_err(|e| LoadError::Invalid(format!("{e:#}")));
+                // Under the lock: the waiter either receives this or marks the module overdue
+                // before it is unmarked here.
+                let mut overdue = lock(&overdue);
+                overdue.remove(&key);
+                let _ = tx.send(compiled);
+            })
+            .map_err(|e| LoadError::Invalid(format!("cannot start a compile thread: {e}")))?;
+        match rx.recv_timeout(self.compile_timeout) {
+            Ok(compiled) => compiled,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                let mut overdue = lock(&self.overdue);
+                // (Unless it finished just now.)
+                if let Ok(compiled) = rx.try_recv() {
+                    return compiled;
+                }
+                overdue.insert(hash.to_owned());
+                Err(LoadError::TooSlow(self.compile_timeout))
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                Err(LoadError::Invalid("the compiler panicked".into()))
+            }
+        }
     }
 
     fn remember(&self, key: &str, c: &Component) {

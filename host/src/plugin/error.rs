@@ -46,6 +46,18 @@ pub enum PluginError {
         /// Compiler message.
         detail: String,
     },
+    /// Its compile took longer than `engine.compileTimeout`.
+    #[error(
+        "plugin {plugin:?}: module {path}: compiling took longer than engine.compileTimeout ({limit:?}); refused"
+    )]
+    CompileTimeout {
+        /// Plugin name.
+        plugin: String,
+        /// Module path.
+        path: PathBuf,
+        /// The limit.
+        limit: std::time::Duration,
+    },
     /// The component is not of world `wisp:plugin/plugin` at a version the host loads.
     #[error(
         "plugin {plugin:?}: module {path}: not a wisp:plugin/plugin component (0.2.0 or 0.1.0): {detail}"

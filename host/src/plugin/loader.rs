@@ -126,6 +126,11 @@ fn check_bytes(
             path: path.clone(),
             detail,
         },
+        LoadError::TooSlow(limit) => PluginError::CompileTimeout {
+            plugin: plugin.clone(),
+            path: path.clone(),
+            limit,
+        },
     })?;
     let start = std::time::Instant::now();
     let pre = engine.instance_pre(&component).map_err(|e| match e {
