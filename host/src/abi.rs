@@ -1,18 +1,14 @@
 //! The byte layout of plugin ABI 0.2 (`docs/abi.md`): how an object, a batch of notifications
 //! and a list of objects are encoded in the `list<u8>` values that cross into a plugin.
 //!
-//! An object is encoded once, when it enters the informer ([`crate::informer::Object`] keeps
+//! An object is encoded once, when it enters the informer (the informer's `Object` keeps
 //! the encoding as its cached form, JSON included); a batch or a cache read copies the encoded
-//! objects whole: every offset inside an object is relative to the object's own start, so an
+//! objects whole (`plugin::batch`): every offset inside an object is relative to the object's own start, so an
 //! encoding is valid wherever it lands.
 //!
 //! All integers are little-endian. A *span* is `u32 offset, u32 length`; an absent field's
 //! span is [`ABSENT`]. The decoders (the SDKs) read the test vectors in `wit/abi-vectors.json`,
 //! which the tests here check this encoder against byte for byte.
-
-use crate::informer::handler::{Delivery, Notification};
-use crate::informer::object::{ObjectMeta, OwnerRef};
-use crate::informer::{DeletedObject, Object};
 
 /// Version of the layout (the first byte of every object, batch and object list).
 pub const LAYOUT_VERSION: u8 = 1;
@@ -51,7 +47,7 @@ pub mod field {
 }
 
 /// Size of an object's fixed header: version, flags, u16 field count.
-const OBJECT_HEADER: usize = 4;
+pub(crate) const OBJECT_HEADER: usize = 4;
 /// Size of one owner-table entry: four spans and a u32 of flags.
 pub const OWNER_ENTRY: usize = 36;
 /// Owner flag: `controller: true`.
@@ -85,18 +81,18 @@ pub mod flag {
 /// Size of an object-list header: version, reserved, u16 header size, u32 count.
 pub const LIST_HEADER: usize = 8;
 
-fn put_u32(buf: &mut [u8], at: usize, v: u32) {
+pub(crate) fn put_u32(buf: &mut [u8], at: usize, v: u32) {
     buf[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
 
-fn put_span(buf: &mut [u8], at: usize, span: (u32, u32)) {
+pub(crate) fn put_span(buf: &mut [u8], at: usize, span: (u32, u32)) {
     put_u32(buf, at, span.0);
     put_u32(buf, at + 4, span.1);
 }
 
 /// Offsets are u32: an object, batch or list over 4 GiB cannot be encoded (the host refuses
 /// objects far smaller than that long before).
-fn off(n: usize) -> u32 {
+pub(crate) fn off(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(ABSENT - 1)
 }
 
@@ -218,126 +214,46 @@ pub fn encode_object(meta: &ObjectMeta, json: &str) -> (Vec<u8>, usize) {
     (w.buf, json_at)
 }
 
-/// Encodes batches of notifications into a buffer it reuses from call to call.
-#[derive(Default)]
-pub struct BatchEncoder {
-    buf: Vec<u8>,
-    /// Objects without their JSON (a metadata-only plugin).
-    metadata_only: bool,
+/// A reference from an object to its owner (`metadata.ownerReferences[]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnerRef {
+    /// `apiVersion` of the owner.
+    pub api_version: String,
+    /// `kind` of the owner.
+    pub kind: String,
+    /// `name` of the owner.
+    pub name: String,
+    /// `uid` of the owner.
+    pub uid: String,
+    /// Whether this owner is the managing controller.
+    pub controller: bool,
+    /// `blockOwnerDeletion`.
+    pub block_owner_deletion: bool,
 }
 
-/// The bytes of `o` a batch carries: all of them, or, metadata only, all but the JSON.
-fn carried(o: &Object, metadata_only: bool) -> &[u8] {
-    if metadata_only {
-        &o.wire()[..o.json_at()]
-    } else {
-        o.wire()
-    }
+/// Metadata extracted from an object once, when it enters the informer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// `apiVersion`, e.g. `v1` or `apps/v1`.
+    pub api_version: String,
+    /// `kind`, e.g. `Pod`.
+    pub kind: String,
+    /// `metadata.namespace`; `None` for cluster-scoped objects.
+    pub namespace: Option<String>,
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.uid`.
+    pub uid: String,
+    /// `metadata.resourceVersion`: opaque, compared only for equality.
+    pub resource_version: String,
+    /// `metadata.generation`, when the object has one.
+    pub generation: Option<i64>,
+    /// `metadata.deletionTimestamp` (RFC 3339), set while the object is being deleted.
+    pub deletion_timestamp: Option<String>,
+    /// `metadata.labels`, sorted by key.
+    pub labels: Vec<(String, String)>,
+    /// `metadata.annotations`, sorted by key.
+    pub annotations: Vec<(String, String)>,
+    /// `metadata.ownerReferences`.
+    pub owner_references: Vec<OwnerRef>,
 }
-
-impl BatchEncoder {
-    /// A new encoder.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Whether objects go without their JSON (the JSON field absent), for plugins that describe
-    /// themselves `metadata-only`.
-    pub fn set_metadata_only(&mut self, yes: bool) {
-        self.metadata_only = yes;
-    }
-
-    /// Encodes `batch`, from `informer`, and returns the bytes (valid until the next call).
-    pub fn encode(&mut self, informer: &str, batch: &[Delivery]) -> &[u8] {
-        let meta = self.metadata_only;
-        let objects: usize = batch
-            .iter()
-            .map(|d| match &d.notification {
-                Notification::Update { old, new } if !std::ptr::eq(&**old, &**new) => {
-                    carried(old, meta).len() + carried(new, meta).len()
-                }
-                n => carried(n.object(), meta).len(),
-            })
-            .sum();
-        let entries = BATCH_HEADER + batch.len() * BATCH_ENTRY;
-        let buf = &mut self.buf;
-        buf.clear();
-        buf.reserve(entries + informer.len() + objects);
-        buf.resize(entries, 0);
-        buf[0] = LAYOUT_VERSION;
-        buf[2..4].copy_from_slice(&(BATCH_HEADER as u16).to_le_bytes());
-        put_u32(buf, 4, off(batch.len()));
-        put_u32(buf, 8, off(BATCH_ENTRY));
-        let informer_span = (off(buf.len()), off(informer.len()));
-        buf.extend_from_slice(informer.as_bytes());
-        put_span(buf, 12, informer_span);
-        let append = |buf: &mut Vec<u8>, o: &Object| {
-            let start = buf.len();
-            let bytes = carried(o, meta);
-            buf.extend_from_slice(bytes);
-            if meta {
-                // The JSON's span (in the copy) says it is absent.
-                let json = start + OBJECT_HEADER + field::JSON * 8;
-                put_span(buf, json, (ABSENT, 0));
-            }
-            (off(start), off(bytes.len()))
-        };
-        for (i, d) in batch.iter().enumerate() {
-            let e = BATCH_HEADER + i * BATCH_ENTRY;
-            let (kind, flags, obj, old) = match &d.notification {
-                Notification::Add { obj, initial_list } => {
-                    let flags = if *initial_list { flag::INITIAL_LIST } else { 0 };
-                    (kind::ADDED, flags, append(buf, obj), (ABSENT, 0))
-                }
-                Notification::Update { old, new } => {
-                    let flags = if d.notification.is_resync() {
-                        flag::RESYNC
-                    } else {
-                        0
-                    };
-                    let new_span = append(buf, new);
-                    // A resync hands the same object as old and new: encoded once.
-                    let old_span = if std::ptr::eq(&**old, &**new) {
-                        new_span
-                    } else {
-                        append(buf, old)
-                    };
-                    (kind::UPDATED, flags, new_span, old_span)
-                }
-                Notification::Delete { obj } => {
-                    let flags = match obj {
-                        DeletedObject::Tombstone(_) => flag::FINAL_STATE_UNKNOWN,
-                        DeletedObject::Object(_) => 0,
-                    };
-                    (kind::DELETED, flags, append(buf, obj.object()), (ABSENT, 0))
-                }
-            };
-            buf[e..e + 8].copy_from_slice(&d.seq.to_le_bytes());
-            buf[e + 8] = kind;
-            buf[e + 9] = flags;
-            put_span(buf, e + 12, obj);
-            put_span(buf, e + 20, old);
-        }
-        &self.buf
-    }
-}
-
-/// Encodes a list of objects (the answer to a cache read).
-pub fn encode_list<'a>(objects: impl ExactSizeIterator<Item = &'a Object> + Clone) -> Vec<u8> {
-    let n = objects.len();
-    let size: usize = objects.clone().map(|o| o.wire().len()).sum();
-    let mut buf = Vec::with_capacity(LIST_HEADER + n * 8 + size);
-    buf.extend_from_slice(&[LAYOUT_VERSION, 0]);
-    buf.extend_from_slice(&(LIST_HEADER as u16).to_le_bytes());
-    buf.extend_from_slice(&off(n).to_le_bytes());
-    buf.resize(LIST_HEADER + n * 8, 0);
-    for (i, o) in objects.enumerate() {
-        let span = (off(buf.len()), off(o.wire().len()));
-        buf.extend_from_slice(o.wire());
-        put_span(&mut buf, LIST_HEADER + i * 8, span);
-    }
-    buf
-}
-
-#[cfg(test)]
-mod tests;

@@ -302,6 +302,32 @@ impl VerdictStore {
     }
 }
 
+/// What the policy-report writer (`crate::reports`) did, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct ReportStatus {
+    /// Whether reports are configured (the metrics show only then).
+    pub enabled: std::sync::atomic::AtomicBool,
+    /// Reports this host wrote and has not deleted.
+    pub written: std::sync::atomic::AtomicU64,
+    /// Writes (apply, delete, list) that failed.
+    pub write_errors: std::sync::atomic::AtomicU64,
+    /// The last failure.
+    pub last_error: std::sync::Mutex<Option<String>>,
+}
+
+impl ReportStatus {
+    pub(crate) fn failed(&self, what: String) {
+        tracing::warn!(error = %what, "policy report not written; retried at the next interval");
+        self.write_errors.fetch_add(1, Ordering::Relaxed);
+        *crate::sync::lock(&self.last_error) = Some(what);
+    }
+
+    /// The last failure, if any.
+    pub fn last_error(&self) -> Option<String> {
+        crate::sync::lock(&self.last_error).clone()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

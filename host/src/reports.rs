@@ -25,7 +25,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
@@ -33,8 +33,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::actions::kube::{collection_at, path_segment};
+pub use crate::policy::ReportStatus;
 use crate::policy::{Severity, Verdict, VerdictFilter, VerdictStore};
-use crate::sync::lock;
 
 /// Label on every report the host writes.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "wisp");
@@ -226,32 +226,6 @@ pub fn build(verdicts: &[Verdict], settings: &ReportSettings) -> BTreeMap<Scope,
             (scope, report)
         })
         .collect()
-}
-
-/// What the writer did, for `/metrics`.
-#[derive(Debug, Default)]
-pub struct ReportStatus {
-    /// Whether reports are configured (the metrics show only then).
-    pub enabled: AtomicBool,
-    /// Reports this host wrote and has not deleted.
-    pub written: AtomicU64,
-    /// Writes (apply, delete, list) that failed.
-    pub write_errors: AtomicU64,
-    /// The last failure.
-    pub last_error: std::sync::Mutex<Option<String>>,
-}
-
-impl ReportStatus {
-    fn failed(&self, what: String) {
-        tracing::warn!(error = %what, "policy report not written; retried at the next interval");
-        self.write_errors.fetch_add(1, Ordering::Relaxed);
-        *lock(&self.last_error) = Some(what);
-    }
-
-    /// The last failure, if any.
-    pub fn last_error(&self) -> Option<String> {
-        lock(&self.last_error).clone()
-    }
 }
 
 /// Writes the reports of a verdict store to an API server.

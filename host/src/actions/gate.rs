@@ -290,7 +290,18 @@ mod tests {
     use super::*;
     use crate::actions::audit::AuditResult;
     use crate::actions::{ActionGrant, event_body, metadata_patch, test_pod};
-    use crate::plugin::status::PluginStatus;
+
+    /// A plugin's report that keeps nothing (the plugin's status is the plugin layer's).
+    struct Unreported;
+
+    impl ActionReport for Unreported {
+        fn version(&self) -> String {
+            String::new()
+        }
+        fn count(&self, _: Counted) {}
+        fn log(&self, _: String) {}
+        fn last_error(&self, _: String) {}
+    }
 
     /// Actions of plugin `t` in dry-run, granted `verbs` on v1 `kind` in namespace `a`.
     fn dry_run(kind: &str, verbs: &[ActionVerb]) -> (PluginActions, HostServices) {
@@ -305,9 +316,8 @@ mod tests {
             dry_run: true,
             ..ActionSpec::default()
         };
-        let status = Arc::new(PluginStatus::default());
         (
-            PluginActions::new("t".into(), spec, status, services.clone()),
+            PluginActions::new("t".into(), spec, Arc::new(Unreported), services.clone()),
             services,
         )
     }

@@ -88,7 +88,7 @@ pub struct HostServices {
     /// The sender tasks and their phase (drained at shutdown).
     pub senders: Arc<lifecycle::Senders>,
     /// What the policy report writer did (with `policyReports`).
-    pub reports: Arc<crate::reports::ReportStatus>,
+    pub reports: Arc<crate::policy::ReportStatus>,
 }
 
 impl Default for HostServices {

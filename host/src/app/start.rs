@@ -282,7 +282,14 @@ impl Fencing {
                 let m = Membership::new(client.clone(), lease, view.clone());
                 me.leadership = Some(m.freshness());
                 me.membership = Some(m);
-                Some(crate::scale::owner_check(config, informers, view))
+                let sharded = config
+                    .informers
+                    .iter()
+                    .zip(informers)
+                    .filter(|(c, _)| c.shard)
+                    .map(|(c, i)| (c.api_version.clone(), c.kind.clone(), i.clone()))
+                    .collect();
+                Some(crate::scale::owner_check(sharded, view))
             }
         };
         let leadership = me.leadership.clone().unwrap_or_default();

@@ -35,6 +35,7 @@ pub mod latency;
 pub mod listener;
 pub mod lister_watcher;
 pub mod mask;
+pub mod memory;
 pub mod object;
 pub mod processor;
 pub mod real_fifo;

@@ -8,49 +8,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-/// A reference from an object to its owner (`metadata.ownerReferences[]`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OwnerRef {
-    /// `apiVersion` of the owner.
-    pub api_version: String,
-    /// `kind` of the owner.
-    pub kind: String,
-    /// `name` of the owner.
-    pub name: String,
-    /// `uid` of the owner.
-    pub uid: String,
-    /// Whether this owner is the managing controller.
-    pub controller: bool,
-    /// `blockOwnerDeletion`.
-    pub block_owner_deletion: bool,
-}
-
-/// Metadata extracted from an object once, when it enters the informer.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ObjectMeta {
-    /// `apiVersion`, e.g. `v1` or `apps/v1`.
-    pub api_version: String,
-    /// `kind`, e.g. `Pod`.
-    pub kind: String,
-    /// `metadata.namespace`; `None` for cluster-scoped objects.
-    pub namespace: Option<String>,
-    /// `metadata.name`.
-    pub name: String,
-    /// `metadata.uid`.
-    pub uid: String,
-    /// `metadata.resourceVersion`: opaque, compared only for equality.
-    pub resource_version: String,
-    /// `metadata.generation`, when the object has one.
-    pub generation: Option<i64>,
-    /// `metadata.deletionTimestamp` (RFC 3339), set while the object is being deleted.
-    pub deletion_timestamp: Option<String>,
-    /// `metadata.labels`, sorted by key.
-    pub labels: Vec<(String, String)>,
-    /// `metadata.annotations`, sorted by key.
-    pub annotations: Vec<(String, String)>,
-    /// `metadata.ownerReferences`.
-    pub owner_references: Vec<OwnerRef>,
-}
+pub use crate::abi::{ObjectMeta, OwnerRef};
 
 impl ObjectMeta {
     /// The value of label `key`, if set.

@@ -155,7 +155,7 @@ impl host::Host for StoreData {
     ) -> Result<Vec<u8>, CacheError> {
         let objs =
             self.cache_objects(&informer, namespace.as_deref(), label_selector.as_deref())?;
-        Ok(crate::abi::encode_list(objs.iter().map(|o| &**o)))
+        Ok(super::batch::encode_list(objs.iter().map(|o| &**o)))
     }
 
     fn cache_by_index(
@@ -165,7 +165,7 @@ impl host::Host for StoreData {
         value: String,
     ) -> Result<Vec<u8>, CacheError> {
         let objs = self.cache_indexed(&informer, &index, &value)?;
-        Ok(crate::abi::encode_list(objs.iter().map(|o| &**o)))
+        Ok(super::batch::encode_list(objs.iter().map(|o| &**o)))
     }
 
     fn counter_add(&mut self, name: String, labels: Vec<(String, String)>, value: u64) {

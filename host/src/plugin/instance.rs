@@ -62,7 +62,7 @@ pub struct Instance {
     startup_left: Option<Duration>,
     fuel_engine: bool,
     /// The encoding of the batch in hand (0.2), reused from call to call.
-    encoder: crate::abi::BatchEncoder,
+    encoder: super::batch::BatchEncoder,
 }
 
 impl Instance {
@@ -110,7 +110,7 @@ impl Instance {
             startup_left: Some(limits.startup_deadline.saturating_sub(spent)),
             limits: limits.clone(),
             fuel_engine: engine.fuel(),
-            encoder: crate::abi::BatchEncoder::new(),
+            encoder: super::batch::BatchEncoder::new(),
         })
     }
 

@@ -16,6 +16,7 @@
 //!
 //! Nothing here knows about HTTP or kube.
 
+pub mod batch;
 pub mod bindings;
 pub mod budget;
 pub mod cache;

@@ -16,7 +16,8 @@
 
 pub mod lease;
 pub mod members;
-pub mod shards;
+/// The hash space and this replica's view of it live with the sources that filter by them.
+pub use crate::source::shard as shards;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -54,25 +55,16 @@ impl ActionSink for FencedSink {
 /// The share check of `mode: shards`: a target of a kind a sharded informer watches must be in
 /// this replica's ranges. By namespace, its namespace's hash tells; by uid, the object must be in
 /// that informer's cache (which holds this replica's share only). Kinds no sharded informer
-/// watches (Events, say) are not checked.
+/// watches (Events, say) are not checked. `sharded`: the sharded informers, each with the
+/// apiVersion and kind it watches.
 pub fn owner_check(
-    config: &crate::config::Config,
-    informers: &[Arc<crate::informer::SharedInformer>],
+    sharded: Vec<(String, String, Arc<crate::informer::SharedInformer>)>,
     view: Arc<shards::ShardView>,
 ) -> OwnerCheck {
     use crate::source::filter::group_of;
-    let watched: Vec<(String, String, Arc<crate::informer::SharedInformer>)> = config
-        .informers
-        .iter()
-        .zip(informers)
-        .filter(|(c, _)| c.shard)
-        .map(|(c, i)| {
-            (
-                group_of(&c.api_version).to_owned(),
-                c.kind.clone(),
-                i.clone(),
-            )
-        })
+    let watched: Vec<(String, String, Arc<crate::informer::SharedInformer>)> = sharded
+        .into_iter()
+        .map(|(api_version, kind, i)| (group_of(&api_version).to_owned(), kind, i))
         .collect();
     Arc::new(move |a: &Action| {
         let t = &a.target;

@@ -97,11 +97,11 @@ pub struct KubeSource {
     /// The informer's name, in errors and in [`oversized_responses`].
     name: String,
     /// With `sharding: {mode: shards}`: the hash ranges listed and watched.
-    shard: Option<Arc<crate::scale::shards::ShardView>>,
+    shard: Option<Arc<crate::source::shard::ShardView>>,
     /// The ranges the last list (or watch-list) served. A watch continues that list, so it
     /// must serve the same ranges: when they have changed since, it ends at once with
     /// `Reselected` and the reflector lists again.
-    listed: Arc<Mutex<Option<crate::scale::shards::Ranges>>>,
+    listed: Arc<Mutex<Option<crate::source::shard::Ranges>>>,
 }
 
 impl KubeSource {
@@ -145,7 +145,7 @@ impl KubeSource {
     /// Lists and watches only the objects in `view`'s ranges: through `shardSelector` where
     /// the server applies it (it echoes `shardInfo`), and always filtered here as well; a
     /// change of the ranges ends the watch so the reflector relists.
-    pub fn sharded(mut self, view: Arc<crate::scale::shards::ShardView>) -> Self {
+    pub fn sharded(mut self, view: Arc<crate::source::shard::ShardView>) -> Self {
         self.shard = Some(view);
         self
     }

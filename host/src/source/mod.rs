@@ -3,5 +3,7 @@
 pub mod dir;
 pub mod filter;
 pub mod kube;
-pub mod memory;
+/// The in-memory source lives with the informer (its tests use it); here for the sources' paths.
+pub use crate::informer::memory;
 pub mod multi;
+pub mod shard;

@@ -6,9 +6,9 @@ use super::*;
 use crate::informer::Object;
 use crate::informer::delta_fifo::Delta;
 use crate::informer::handler::{Delivery, Recorder};
+use crate::informer::memory::MemorySource;
 use crate::informer::object::test_util::obj;
 use crate::informer::real_fifo::Popped;
-use crate::source::memory::MemorySource;
 
 fn pod(name: &str) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ns"}})

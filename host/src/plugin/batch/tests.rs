@@ -10,6 +10,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::abi::*;
 use crate::informer::Tombstone;
 
 const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../wit/abi-vectors.json");

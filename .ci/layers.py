@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Fails when the top-level modules of host/src import one another in a cycle.
+
+A top-level module is a file `host/src/<m>.rs` or a directory `host/src/<m>/`; an import is a
+`crate::<other>` path anywhere in its files (a `use` line or a path in code), tests included
+(`tests.rs` files and `#[cfg(test)]` modules are the module's own). `lib.rs` states the layers;
+this checks that the graph they describe has no cycle, and prints each cycle found.
+
+Usage: python3 .ci/layers.py [host/src]
+"""
+import collections
+import pathlib
+import re
+import sys
+
+root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "host/src")
+modules = {p.stem for p in root.glob("*.rs") if p.stem not in ("lib", "main")}
+modules |= {p.name for p in root.iterdir() if p.is_dir()}
+
+edges = collections.defaultdict(set)
+for m in sorted(modules):
+    files = list(root.glob(f"{m}.rs")) + list((root / m).rglob("*.rs"))
+    for f in files:
+        text = f.read_text()
+        # Comments are not imports (doc links to another module are fine).
+        text = re.sub(r"//[^\n]*", "", text)
+        for other in re.findall(r"\bcrate::([a-z_][a-z0-9_]*)", text):
+            if other in modules and other != m:
+                edges[m].add(other)
+        # `use crate::{a, b::c}` groups.
+        for group in re.findall(r"\bcrate::\{([^}]*)\}", text, re.S):
+            for other in re.findall(r"(?:^|[,{\s])([a-z_][a-z0-9_]*)(?=::|\s*[,}]|$)", group):
+                if other in modules and other != m:
+                    edges[m].add(other)
+
+# Strongly connected components (Tarjan).
+index, low, on, stack, sccs, counter = {}, {}, set(), [], [], [0]
+
+
+def visit(v):
+    index[v] = low[v] = counter[0]
+    counter[0] += 1
+    stack.append(v)
+    on.add(v)
+    for w in sorted(edges[v]):
+        if w not in index:
+            visit(w)
+            low[v] = min(low[v], low[w])
+        elif w in on:
+            low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+        scc = []
+        while True:
+            w = stack.pop()
+            on.discard(w)
+            scc.append(w)
+            if w == v:
+                break
+        if len(scc) > 1:
+            sccs.append(sorted(scc))
+
+
+sys.setrecursionlimit(10000)
+for v in sorted(modules):
+    if v not in index:
+        visit(v)
+
+if sccs:
+    print(f"{len(sccs)} import cycle(s) between top-level modules of {root}:")
+    for scc in sccs:
+        print("  " + ", ".join(scc))
+        for a in scc:
+            inside = sorted(b for b in edges[a] if b in scc)
+            print(f"    {a} -> {', '.join(inside)}")
+    sys.exit(1)
+print(f"no import cycle between the {len(modules)} top-level modules of {root}")
