@@ -104,11 +104,11 @@ pub struct ConfigError {
     pub problem: String,
 }
 
+mod oci;
 mod specs;
-mod units;
 mod validate;
 
-pub use units::{Bytes, Dur, MAX_DURATION, parse_bytes, parse_duration};
+pub use crate::units::{Bytes, Dur, MAX_DURATION, parse_bytes, parse_duration};
 
 /// The whole file.
 #[derive(Debug, Deserialize, Clone)]
@@ -143,7 +143,7 @@ pub struct Config {
     #[serde(default)]
     pub oci: OciConfig,
     /// The `oci://` modules pulled, by the module string as configured (filled by
-    /// [`crate::oci::pull_config`], not read from the file).
+    /// [`Config::pull_oci`], not read from the file).
     #[serde(skip)]
     pub oci_pulled: std::collections::BTreeMap<String, crate::oci::Pulled>,
     /// Directory of the config file (module and dir paths are relative to it).
@@ -286,34 +286,7 @@ pub struct OnFailureConfig {
     pub quarantine_after: Option<u32>,
 }
 
-/// Plugin modules from OCI registries (`module: oci://...`); see docs/oci.md.
-#[derive(Debug, Deserialize, Clone, Default, PartialEq)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct OciConfig {
-    /// A docker config JSON (`auths`), e.g. a `kubernetes.io/dockerconfigjson` pull secret
-    /// mounted as a file; without it registries are asked anonymously.
-    #[serde(default)]
-    pub docker_config: Option<PathBuf>,
-    /// Registries (`host:port`) reached over plain http; every other one over https.
-    #[serde(default)]
-    pub insecure: Vec<String>,
-    /// PEM CA certificates trusted besides the system's (a private registry's CA).
-    #[serde(default)]
-    pub ca_file: Option<PathBuf>,
-    /// Public keys (PEM, ECDSA P-256, as `cosign.pub`); when any, every OCI module must carry a
-    /// cosign-style signature that verifies under one of them, or it is refused.
-    #[serde(default)]
-    pub keys: Vec<PathBuf>,
-    /// How often tags are looked up again (default 5m; 0 = never).
-    #[serde(default)]
-    pub poll: Option<Dur>,
-    /// Largest module downloaded (default 64Mi).
-    #[serde(default)]
-    pub max_module_size: Option<Bytes>,
-    /// The cache of pulled content by digest (default `~/.cache/wisp/oci`).
-    #[serde(default)]
-    pub cache_dir: Option<PathBuf>,
-}
+pub use crate::oci::OciConfig;
 
 /// One plugin.
 #[derive(Debug, Deserialize, Clone, PartialEq)]
@@ -481,41 +454,7 @@ impl ShardingConfig {
     }
 }
 
-/// `policyReports:`: the verdicts also written as policy reports, one per namespace and one for
-/// cluster-scoped objects (see [`crate::reports`]).
-#[derive(Debug, Deserialize, Clone, Default, PartialEq)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct PolicyReportsConfig {
-    /// `openreports.io` (default: `Report`, `ClusterReport` in v1alpha1) or `wgpolicyk8s.io`
-    /// (`PolicyReport`, `ClusterPolicyReport` in v1alpha2).
-    #[serde(default)]
-    pub api_group: crate::reports::ReportGroup,
-    /// How often changed reports are written (default 10s).
-    #[serde(default)]
-    pub interval: Option<Dur>,
-    /// Most results per report (default 1000, at most 10000); the summary counts them all.
-    #[serde(default)]
-    pub max_results: Option<usize>,
-}
-
-impl PolicyReportsConfig {
-    /// Default `interval`.
-    pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
-    /// Default `maxResults`.
-    pub const DEFAULT_MAX_RESULTS: usize = 1000;
-    /// Largest `maxResults`.
-    pub const MAX_RESULTS: usize = 10_000;
-
-    /// `interval` in force.
-    pub fn interval(&self) -> Duration {
-        self.interval.map_or(Self::DEFAULT_INTERVAL, |d| d.0)
-    }
-
-    /// `maxResults` in force.
-    pub fn max_results(&self) -> usize {
-        self.max_results.unwrap_or(Self::DEFAULT_MAX_RESULTS)
-    }
-}
+pub use crate::reports::PolicyReportsConfig;
 
 /// The audit log of actions.
 #[derive(Debug, Deserialize, Clone, Default, PartialEq)]

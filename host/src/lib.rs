@@ -38,3 +38,4 @@ pub mod reports;
 pub mod scale;
 pub mod source;
 pub mod sync;
+pub mod units;

@@ -35,6 +35,7 @@ use serde_json::{Value, json};
 use crate::actions::kube::{collection_at, path_segment};
 pub use crate::policy::ReportStatus;
 use crate::policy::{Severity, Verdict, VerdictFilter, VerdictStore};
+use crate::units::Dur;
 
 /// Label on every report the host writes.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "wisp");
@@ -115,7 +116,7 @@ pub struct ReportSettings {
 
 impl ReportSettings {
     /// From the config; `identity` is the shard member's (`None` unless `mode: shards`).
-    pub fn new(config: &crate::config::PolicyReportsConfig, identity: Option<&str>) -> Self {
+    pub fn new(config: &PolicyReportsConfig, identity: Option<&str>) -> Self {
         Self {
             group: config.api_group,
             name: match identity {
@@ -412,6 +413,42 @@ impl ReportWriter {
     }
 }
 
+/// `policyReports:`: the verdicts also written as policy reports, one per namespace and one for
+/// cluster-scoped objects (see [`crate::reports`]).
+#[derive(Debug, Deserialize, Clone, Default, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PolicyReportsConfig {
+    /// `openreports.io` (default: `Report`, `ClusterReport` in v1alpha1) or `wgpolicyk8s.io`
+    /// (`PolicyReport`, `ClusterPolicyReport` in v1alpha2).
+    #[serde(default)]
+    pub api_group: ReportGroup,
+    /// How often changed reports are written (default 10s).
+    #[serde(default)]
+    pub interval: Option<Dur>,
+    /// Most results per report (default 1000, at most 10000); the summary counts them all.
+    #[serde(default)]
+    pub max_results: Option<usize>,
+}
+
+impl PolicyReportsConfig {
+    /// Default `interval`.
+    pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
+    /// Default `maxResults`.
+    pub const DEFAULT_MAX_RESULTS: usize = 1000;
+    /// Largest `maxResults`.
+    pub const MAX_RESULTS: usize = 10_000;
+
+    /// `interval` in force.
+    pub fn interval(&self) -> Duration {
+        self.interval.map_or(Self::DEFAULT_INTERVAL, |d| d.0)
+    }
+
+    /// `maxResults` in force.
+    pub fn max_results(&self) -> usize {
+        self.max_results.unwrap_or(Self::DEFAULT_MAX_RESULTS)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -581,7 +618,7 @@ mod tests {
         let s = settings(ReportGroup::OpenReports, 10);
         assert_eq!(build(&a, &s), build(&b, &s));
         assert!(build(&[], &s).is_empty());
-        let cfg = crate::config::PolicyReportsConfig::default();
+        let cfg = PolicyReportsConfig::default();
         assert_eq!(
             ReportSettings::new(&cfg, Some("r-1")).name,
             "wisp-policy-r-1"

@@ -155,12 +155,18 @@ impl Live {
             "oci_poll_failures",
             "OCI tag look-ups, and pulls of moved tags, that failed (registry unreachable or \
              refusing, content or signature refused); the running modules stayed.",
-            [(unlabelled, crate::oci::poll::POLL_FAILURES.load(relaxed))],
+            [(
+                unlabelled,
+                crate::reloader::oci_poll::POLL_FAILURES.load(relaxed),
+            )],
         )?;
         out.counter(
             "oci_tags_moved",
             "OCI tags found pointing at a new manifest, whose module was then pulled and checked.",
-            [(unlabelled, crate::oci::poll::TAGS_MOVED.load(relaxed))],
+            [(
+                unlabelled,
+                crate::reloader::oci_poll::TAGS_MOVED.load(relaxed),
+            )],
         )?;
         if let Some(errors) = &self.state.source_errors {
             let none: [(&str, &str); 0] = [];

@@ -346,11 +346,11 @@ async fn pull_modules(config: &Config, startup: &Startup) -> anyhow::Result<Conf
         startup.begin(name, "pulling its module");
     }
     let mut c = config.clone();
-    let pulled =
-        tokio::task::spawn_blocking(move || crate::oci::pull_config(&mut c, None).map(|()| c))
-            .await
-            .context("pulling OCI modules")?
-            .map_err(anyhow::Error::msg);
+    let pulled = c
+        .pull_oci(None)
+        .await
+        .map(|()| c)
+        .map_err(anyhow::Error::msg);
     for name in &oci {
         startup.begin(name, "waiting to compile");
     }
@@ -470,7 +470,7 @@ impl PluginStarter {
         );
         self.sup
             .spawn(Phase::Intake, "OCI poll", OnError::Log, |stop| async move {
-                crate::oci::poll::run(p, stop.cancelled_owned()).await;
+                crate::reloader::oci_poll::run(p, stop.cancelled_owned()).await;
                 Ok(())
             });
         let _ = self.reloader.set(r.clone());

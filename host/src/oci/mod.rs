@@ -12,7 +12,6 @@
 pub mod auth;
 pub mod client;
 pub mod manifest;
-pub mod poll;
 pub mod pull;
 pub mod push;
 pub mod reference;
@@ -25,7 +24,9 @@ use std::sync::Arc;
 
 pub use reference::{Reference, is_oci};
 
-use crate::config::{Config, OciConfig};
+use serde::Deserialize;
+
+use crate::units::{Bytes, Dur};
 
 /// Default bound of a module download (`oci.maxModuleSize`).
 pub const DEFAULT_MAX_MODULE_SIZE: u64 = 64 * 1024 * 1024;
@@ -136,13 +137,6 @@ impl Settings {
     }
 }
 
-impl Config {
-    /// The settings of the `oci` section (see [`Settings::from_config`]).
-    pub fn oci_settings(&self) -> Result<Settings, (String, String)> {
-        Settings::from_config(&self.oci, &self.base_dir, self.engine.cache_dir.as_deref())
-    }
-}
-
 /// A module pulled: where it came from and where it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pulled {
@@ -189,45 +183,31 @@ pub fn block_on<T: Send>(f: impl std::future::Future<Output = T> + Send) -> Resu
     })
 }
 
-/// Pulls every `oci://` module of `config` it has not pulled yet (`config.oci_pulled`), keeping
-/// what it had for modules still configured. Blocking. An error names the plugin.
-pub fn pull_config(config: &mut Config, previous: Option<&Config>) -> Result<(), String> {
-    let settings = config
-        .oci_settings()
-        .map_err(|(field, e)| format!("{}: {field}: {e}", config.file))?;
-    let mut pulled = BTreeMap::new();
-    for (i, p) in config.plugins.iter().enumerate() {
-        let Some(m) = p.module.to_str().filter(|m| is_oci(m)) else {
-            continue;
-        };
-        if pulled.contains_key(m) {
-            continue;
-        }
-        if let Some(prev) = previous.and_then(|c| c.oci_pulled.get(m)) {
-            pulled.insert(m.to_owned(), prev.clone());
-            continue;
-        }
-        let r = Reference::parse(m)
-            .map_err(|e| format!("{}: plugins[{i}].module: {e}", config.file))?;
-        let got = block_on(pull::pull(&settings, &r))
-            .and_then(|x| x.map_err(|e| e.to_string()))
-            .map_err(|e| {
-                format!(
-                    "{}: plugins[{i}].module: plugin {:?}: {e}",
-                    config.file, p.name
-                )
-            })?;
-        tracing::info!(
-            plugin = %p.name,
-            reference = %got.reference,
-            digest = %got.digest,
-            media_type = %got.media_type,
-            signed_by = got.signed_by.as_deref().unwrap_or("-"),
-            cached = got.from_cache,
-            "module pulled"
-        );
-        pulled.insert(m.to_owned(), got);
-    }
-    config.oci_pulled = pulled;
-    Ok(())
+/// Plugin modules from OCI registries (`module: oci://...`); see docs/oci.md.
+#[derive(Debug, Deserialize, Clone, Default, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct OciConfig {
+    /// A docker config JSON (`auths`), e.g. a `kubernetes.io/dockerconfigjson` pull secret
+    /// mounted as a file; without it registries are asked anonymously.
+    #[serde(default)]
+    pub docker_config: Option<PathBuf>,
+    /// Registries (`host:port`) reached over plain http; every other one over https.
+    #[serde(default)]
+    pub insecure: Vec<String>,
+    /// PEM CA certificates trusted besides the system's (a private registry's CA).
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// Public keys (PEM, ECDSA P-256, as `cosign.pub`); when any, every OCI module must carry a
+    /// cosign-style signature that verifies under one of them, or it is refused.
+    #[serde(default)]
+    pub keys: Vec<PathBuf>,
+    /// How often tags are looked up again (default 5m; 0 = never).
+    #[serde(default)]
+    pub poll: Option<Dur>,
+    /// Largest module downloaded (default 64Mi).
+    #[serde(default)]
+    pub max_module_size: Option<Bytes>,
+    /// The cache of pulled content by digest (default `~/.cache/wisp/oci`).
+    #[serde(default)]
+    pub cache_dir: Option<PathBuf>,
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::reloader::Reloader;
+use super::Reloader;
 
 /// Tag look-ups that failed (registry unreachable, refused, bad content or signature).
 pub static POLL_FAILURES: AtomicU64 = AtomicU64::new(0);

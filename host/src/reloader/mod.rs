@@ -9,6 +9,8 @@
 //!   (or restarted when their informers, resync or relistResyncs changed: what their listeners
 //!   were registered with). Informer changes need a restart.
 
+pub mod oci_poll;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -131,14 +133,20 @@ impl Reloader {
             tracing::error!(error = %e, "config reload refused; nothing changed");
             ReloadError::Refused(format!("config reload refused, nothing changed: {e}"))
         })?;
-        let mut cfg = lock(&self.config);
         // OCI modules already pulled stay as they are (a moved tag is the poller's business);
-        // new references are pulled now. Changed `oci` settings pull everything again.
-        let previous = (cfg.oci == next.oci).then_some(&*cfg);
-        crate::oci::pull_config(&mut next, previous).map_err(|e| {
-            tracing::error!(error = %e, "config reload refused; nothing changed");
-            ReloadError::Refused(format!("config reload refused, nothing changed: {e}"))
-        })?;
+        // new references are pulled now. Changed `oci` settings pull everything again. The
+        // config's lock is not held across the pull (`busy` keeps reloads one at a time).
+        let previous = {
+            let cfg = lock(&self.config);
+            (cfg.oci == next.oci).then(|| cfg.clone())
+        };
+        crate::oci::block_on(next.pull_oci(previous.as_ref()))
+            .and_then(|pulled| pulled)
+            .map_err(|e| {
+                tracing::error!(error = %e, "config reload refused; nothing changed");
+                ReloadError::Refused(format!("config reload refused, nothing changed: {e}"))
+            })?;
+        let mut cfg = lock(&self.config);
         if cfg.executor != next.executor {
             let msg = format!(
                 "config reload refused, nothing changed: {}: executor changed; the number of workers needs a restart",
@@ -409,7 +417,9 @@ impl Reloader {
         if cfg.oci_pulled.values().all(|p| !p.reference.is_tag()) {
             return Duration::ZERO;
         }
-        cfg.oci.poll.map_or(crate::oci::poll::DEFAULT_POLL, |d| d.0)
+        cfg.oci
+            .poll
+            .map_or(crate::reloader::oci_poll::DEFAULT_POLL, |d| d.0)
     }
 
     /// Looks up every tag of the config once; a tag that moved is pulled and its plugins
@@ -420,7 +430,7 @@ impl Reloader {
             let settings = match cfg.oci_settings() {
                 Ok(s) => s,
                 Err((field, e)) => {
-                    crate::oci::poll::failed();
+                    crate::reloader::oci_poll::failed();
                     tracing::error!("OCI tags not looked up: {}: {field}: {e}", cfg.file);
                     return;
                 }
@@ -438,12 +448,12 @@ impl Reloader {
             let digest = match crate::oci::block_on(crate::oci::pull::resolve(&settings, r)) {
                 Ok(Ok(d)) => d,
                 Ok(Err(e)) => {
-                    crate::oci::poll::failed();
+                    crate::reloader::oci_poll::failed();
                     tracing::warn!(reference = %r, error = %e, "tag look-up failed; the running module stays");
                     continue;
                 }
                 Err(e) => {
-                    crate::oci::poll::failed();
+                    crate::reloader::oci_poll::failed();
                     tracing::warn!(reference = %r, error = %e, "tag look-up failed; the running module stays");
                     continue;
                 }
@@ -454,17 +464,17 @@ impl Reloader {
             let pulled = match crate::oci::block_on(crate::oci::pull::pull(&settings, r)) {
                 Ok(Ok(p)) => p,
                 Ok(Err(e)) => {
-                    crate::oci::poll::failed();
+                    crate::reloader::oci_poll::failed();
                     tracing::error!(reference = %r, from = %old.digest, to = %digest, error = %e, "the tag moved, but its new module was refused; the running module stays");
                     continue;
                 }
                 Err(e) => {
-                    crate::oci::poll::failed();
+                    crate::reloader::oci_poll::failed();
                     tracing::error!(reference = %r, error = %e, "the tag moved, but pulling failed; the running module stays");
                     continue;
                 }
             };
-            crate::oci::poll::moved();
+            crate::reloader::oci_poll::moved();
             tracing::info!(reference = %r, from = %old.digest, to = %pulled.digest, "tag moved; reloading its plugins");
             let names: Vec<String> = {
                 let mut cfg = lock(&self.config);
