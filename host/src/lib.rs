@@ -1,22 +1,35 @@
 //! Wisp: a Kubernetes informer host whose event listeners are sandboxed WebAssembly components.
 //!
-//! Layout:
-//! - [`abi`]: the byte layout of plugin ABI 0.2 (objects, batches, object lists).
-//! - [`informer`]: the client-go informer pipeline (reflector, DeltaFIFO, indexer, shared
-//!   informer, processor and listeners). Knows nothing of wasm, HTTP or kube.
-//! - [`app`]: the host assembled from a config.
-//! - [`actions`]: automation actions plugins ask for: grants, rate limit, dry-run, sending,
-//!   audit log.
-//! - [`admin`]: the admin HTTP server (health, readiness, metrics, plugin status).
-//! - [`config`]: the YAML config file and its validation.
-//! - [`demo`]: the built-in demo on an in-memory cluster.
-//! - [`oci`]: plugin modules pulled from (and pushed to) OCI registries, signatures checked.
-//! - [`plugin`]: wasm plugins (wasmtime): engine, sandbox, host API, failure policy.
-//! - [`policy`]: plugins' current verdicts on cached objects.
-//! - [`record`]: recorded notifications (record / replay).
-//! - [`reloader`]: live config and module changes (watcher, admin trigger, SIGHUP).
-//! - [`rbac`]: least-privilege RBAC for a config.
-//! - [`source`]: `ListerWatcher` implementations (the Kubernetes API through `kube`).
+//! # Layers
+//!
+//! Each module imports only from the layers below it (and its own layer's modules listed
+//! before it); nothing imports upward, so there is no import cycle between top-level modules
+//! (`.ci/layers.py` fails CI on one). Lowest first:
+//!
+//! 1. Leaves, importing nothing of the crate: [`sync`] (locks that survive a panic), [`units`]
+//!    (durations and sizes as written in a config), [`kinds`] (Kubernetes' kinds, their name
+//!    rules, where a kind lives on an API server), [`abi`] (the byte layout of plugin ABI 0.2:
+//!    an object's wire form).
+//! 2. [`informer`]: the client-go informer pipeline (reflector, queues, indexer, shared
+//!    informer, processor and listeners, an in-memory source). Knows nothing of wasm or HTTP.
+//! 3. [`source`]: `ListerWatcher`s (the Kubernetes API through `kube`, a directory of
+//!    manifests) and the shard hash space they filter by; [`policy`]: plugins' current
+//!    verdicts on cached objects, and the policy-report writer's status.
+//! 4. [`actions`]: automation actions plugins ask for: grants, rate limit, dry-run, sending,
+//!    audit log. [`demo`]: the built-in demo on an in-memory cluster.
+//! 5. [`plugin`]: wasm plugins (wasmtime): engine, sandbox, host API, failure policy, the
+//!    batches they receive. [`scale`]: Leases (leader election, shard membership) and the fence
+//!    on actions.
+//! 6. [`oci`]: modules pulled from (and pushed to) OCI registries, signatures checked; it
+//!    returns what it pulled and knows nothing of the config. [`reports`]: verdicts written as
+//!    policy reports. [`record`]: recorded notifications (record / replay).
+//! 7. [`config`]: the YAML config, validated into the specs of everything below (the outer
+//!    layer of settings: each module owns its own settings type, the config holds them).
+//! 8. [`reloader`]: live config and module changes (file watch, admin trigger, SIGHUP, OCI
+//!    tag polls); [`fixture`] (`wisp test`); [`rbac`]: least-privilege RBAC for a config.
+//! 9. [`admin`]: the admin and metrics HTTP servers (health, readiness, metrics, plugins).
+//! 10. [`app`]: the host assembled from a config, its tasks and threads owned by one
+//!     supervisor ([`app::supervisor`]), started as named steps and stopped in phases.
 #![deny(unsafe_code)]
 
 pub mod abi;

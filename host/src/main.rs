@@ -296,52 +296,7 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
             admin,
             run_for,
             grace,
-        } => {
-            let cfg = Config::load(&config)?;
-            let limit = optional_duration(run_for.as_deref())?;
-            let grace = parse_duration(&grace).map_err(|e| anyhow::anyhow!("--grace: {e}"))?;
-            let opts = RunOptions {
-                context,
-                admin,
-                config_path: Some(config.clone()),
-                ..RunOptions::default()
-            };
-            let hups = catch_sighup();
-            let started = move |host: &app::Host| {
-                if let Some(reload) = host.reload.clone() {
-                    host.supervisor.spawn(
-                        app::supervisor::Phase::Intake,
-                        "SIGHUP",
-                        app::supervisor::OnError::Log,
-                        |stop| async move {
-                            tokio::select! {
-                                _ = reload_on_sighup(hups, reload) => {}
-                                _ = stop.cancelled() => {}
-                            }
-                            Ok(())
-                        },
-                    );
-                }
-            };
-            let shutdown = async move {
-                match limit {
-                    Some(d) => tokio::select! {
-                        _ = shutdown_signal() => {}
-                        _ = tokio::time::sleep(d) => {}
-                    },
-                    None => shutdown_signal().await,
-                }
-            };
-            let Some((host, _report)) = app::run(&cfg, &opts, started, shutdown, grace).await?
-            else {
-                return Ok(());
-            };
-            let plugins = host.plugins.list();
-            for (name, line) in app::summary(&plugins) {
-                tracing::info!(plugin = %name, "{line}");
-            }
-            Ok(())
-        }
+        } => run_host(config, context, admin, run_for, grace).await,
         Command::Push {
             module,
             reference,
@@ -349,64 +304,8 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
             docker_config,
             ca_file,
             insecure,
-        } => {
-            let r = wisp_host::oci::Reference::parse(&reference)
-                .map_err(|e| anyhow::anyhow!("reference: {e}"))?;
-            let bytes =
-                std::fs::read(&module).with_context(|| format!("module {}", module.display()))?;
-            let cfg = wisp_host::config::OciConfig {
-                docker_config,
-                ca_file,
-                insecure: if insecure {
-                    vec![r.registry.clone()]
-                } else {
-                    Vec::new()
-                },
-                ..Default::default()
-            };
-            let cwd = std::env::current_dir()?;
-            let settings = wisp_host::oci::Settings::from_config(&cfg, &cwd, None)
-                .map_err(|(field, e)| anyhow::anyhow!("{}: {e}", field.replace("oci.", "--")))?;
-            if let Some(k) = &sign
-                && !k.is_file()
-            {
-                anyhow::bail!("--sign: key file {} does not exist", k.display());
-            }
-            let pushed = wisp_host::oci::push::push(&settings, &bytes, &r, sign.as_deref()).await?;
-            println!("pushed {r}@{}", pushed.digest);
-            if let Some(t) = pushed.signature_tag {
-                println!("signed: {}:{t}", r.repo_path());
-            }
-            Ok(())
-        }
-        Command::Check { module, settings } => {
-            let engine = PluginEngine::new(EngineConfig::default())?;
-            let c = check_module(&engine, &module, settings_json(&settings)?)?;
-            println!(
-                "ok: {} {} is a wisp:plugin/plugin@{} component ({})",
-                c.info.name,
-                c.info.version,
-                c.abi(),
-                module.display()
-            );
-            if !c.info.informers.is_empty() {
-                println!("wants informers: {}", c.info.informers.join(", "));
-            }
-            println!(
-                "loaded from {:?} in {:?}; instantiate + describe + init in {:?}; sha256 {}",
-                c.report.source, c.report.load, c.report.instantiate, c.report.hash
-            );
-            use wisp_host::plugin::budget;
-            let memory = wisp_host::plugin::spec::DEFAULT_MEMORY;
-            if let Some(w) = budget::over_limit(
-                &[(&c.info.name, memory)],
-                budget::HOST_BASE,
-                budget::cgroup_memory_limit(),
-            ) {
-                eprintln!("warning: {w}");
-            }
-            Ok(())
-        }
+        } => push(module, reference, sign, docker_config, ca_file, insecure).await,
+        Command::Check { module, settings } => check(&module, &settings),
         Command::Replay {
             plugin,
             events,
@@ -446,67 +345,7 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
             duration,
             until_synced,
             context,
-        } => {
-            let cfg = Config::load(&config)?;
-            let limit = optional_duration(duration.as_deref())?;
-            let file =
-                std::fs::File::create(&out).with_context(|| format!("--out {}", out.display()))?;
-            let sink: Arc<Mutex<Box<dyn std::io::Write + Send>>> =
-                Arc::new(Mutex::new(Box::new(std::io::BufWriter::new(file))));
-            let count = Arc::new(AtomicU64::new(0));
-            let (informers, dir, _client) = app::build_informers(
-                &cfg,
-                &RunOptions {
-                    context,
-                    ..RunOptions::default()
-                },
-                None,
-            )
-            .await?;
-            let mut regs = Vec::new();
-            for inf in &informers {
-                let h = wisp_host::record::RecordingHandler::new(
-                    inf.name(),
-                    sink.clone(),
-                    count.clone(),
-                );
-                regs.push(inf.add_event_handler("record", Box::new(h), Duration::ZERO)?);
-            }
-            let (tx, rx) = tokio::sync::watch::channel(false);
-            let stopped = || {
-                let mut rx = rx.clone();
-                async move {
-                    let _ = rx.wait_for(|s| *s).await;
-                }
-            };
-            if let Some(d) = dir {
-                tokio::spawn(d.watch(app::DIR_RESCAN, stopped()));
-            }
-            let mut tasks = Vec::new();
-            for inf in &informers {
-                tasks.push(tokio::spawn(inf.clone().run(stopped())));
-            }
-            let synced = async {
-                while !regs.iter().all(|r| r.has_synced()) {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            };
-            tokio::select! {
-                _ = shutdown_signal() => {}
-                _ = async { tokio::time::sleep(limit.unwrap_or(Duration::MAX / 4)).await } => {}
-                _ = async { if until_synced { synced.await } else { std::future::pending::<()>().await } } => {}
-            }
-            let _ = tx.send(true);
-            for t in tasks {
-                let _ = t.await;
-            }
-            eprintln!(
-                "recorded {} notifications to {}",
-                count.load(Ordering::Relaxed),
-                out.display()
-            );
-            Ok(())
-        }
+        } => record(config, out, duration, until_synced, context).await,
         Command::Rbac {
             config,
             name,
@@ -521,4 +360,195 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `wisp run`: the host until SIGTERM, Ctrl-C or `--for`; SIGHUP reloads.
+async fn run_host(
+    config: PathBuf,
+    context: Option<String>,
+    admin: Option<String>,
+    run_for: Option<String>,
+    grace: String,
+) -> anyhow::Result<()> {
+    let cfg = Config::load(&config)?;
+    let limit = optional_duration(run_for.as_deref())?;
+    let grace = parse_duration(&grace).map_err(|e| anyhow::anyhow!("--grace: {e}"))?;
+    let opts = RunOptions {
+        context,
+        admin,
+        config_path: Some(config.clone()),
+        ..RunOptions::default()
+    };
+    let hups = catch_sighup();
+    let started = move |host: &app::Host| {
+        if let Some(reload) = host.reload.clone() {
+            host.supervisor.spawn(
+                app::supervisor::Phase::Intake,
+                "SIGHUP",
+                app::supervisor::OnError::Log,
+                |stop| async move {
+                    tokio::select! {
+                        _ = reload_on_sighup(hups, reload) => {}
+                        _ = stop.cancelled() => {}
+                    }
+                    Ok(())
+                },
+            );
+        }
+    };
+    let shutdown = async move {
+        match limit {
+            Some(d) => tokio::select! {
+                _ = shutdown_signal() => {}
+                _ = tokio::time::sleep(d) => {}
+            },
+            None => shutdown_signal().await,
+        }
+    };
+    let Some((host, _report)) = app::run(&cfg, &opts, started, shutdown, grace).await? else {
+        return Ok(());
+    };
+    let plugins = host.plugins.list();
+    for (name, line) in app::summary(&plugins) {
+        tracing::info!(plugin = %name, "{line}");
+    }
+    Ok(())
+}
+
+/// `wisp push`: a module to an OCI registry, signed with `sign` when given.
+async fn push(
+    module: PathBuf,
+    reference: String,
+    sign: Option<PathBuf>,
+    docker_config: Option<PathBuf>,
+    ca_file: Option<PathBuf>,
+    insecure: bool,
+) -> anyhow::Result<()> {
+    let r = wisp_host::oci::Reference::parse(&reference)
+        .map_err(|e| anyhow::anyhow!("reference: {e}"))?;
+    let bytes = std::fs::read(&module).with_context(|| format!("module {}", module.display()))?;
+    let cfg = wisp_host::config::OciConfig {
+        docker_config,
+        ca_file,
+        insecure: if insecure {
+            vec![r.registry.clone()]
+        } else {
+            Vec::new()
+        },
+        ..Default::default()
+    };
+    let cwd = std::env::current_dir()?;
+    let settings = wisp_host::oci::Settings::from_config(&cfg, &cwd, None)
+        .map_err(|(field, e)| anyhow::anyhow!("{}: {e}", field.replace("oci.", "--")))?;
+    if let Some(k) = &sign
+        && !k.is_file()
+    {
+        anyhow::bail!("--sign: key file {} does not exist", k.display());
+    }
+    let pushed = wisp_host::oci::push::push(&settings, &bytes, &r, sign.as_deref()).await?;
+    println!("pushed {r}@{}", pushed.digest);
+    if let Some(t) = pushed.signature_tag {
+        println!("signed: {}:{t}", r.repo_path());
+    }
+    Ok(())
+}
+
+/// `wisp check`: is it a plugin, does its init accept these settings.
+fn check(module: &std::path::Path, settings: &str) -> anyhow::Result<()> {
+    let engine = PluginEngine::new(EngineConfig::default())?;
+    let c = check_module(&engine, module, settings_json(settings)?)?;
+    println!(
+        "ok: {} {} is a wisp:plugin/plugin@{} component ({})",
+        c.info.name,
+        c.info.version,
+        c.abi(),
+        module.display()
+    );
+    if !c.info.informers.is_empty() {
+        println!("wants informers: {}", c.info.informers.join(", "));
+    }
+    println!(
+        "loaded from {:?} in {:?}; instantiate + describe + init in {:?}; sha256 {}",
+        c.report.source, c.report.load, c.report.instantiate, c.report.hash
+    );
+    use wisp_host::plugin::budget;
+    let memory = wisp_host::plugin::spec::DEFAULT_MEMORY;
+    if let Some(w) = budget::over_limit(
+        &[(&c.info.name, memory)],
+        budget::HOST_BASE,
+        budget::cgroup_memory_limit(),
+    ) {
+        eprintln!("warning: {w}");
+    }
+    Ok(())
+}
+
+/// `wisp record`: every notification of the config's informers to `out`, until a signal,
+/// `--duration` or (with `--until-synced`) every informer synced. Its informers and the
+/// `dir:` watch run under a supervisor, stopped and joined before it returns.
+async fn record(
+    config: PathBuf,
+    out: PathBuf,
+    duration: Option<String>,
+    until_synced: bool,
+    context: Option<String>,
+) -> anyhow::Result<()> {
+    use app::supervisor::{OnError, Phase, Supervisor};
+    let cfg = Config::load(&config)?;
+    let limit = optional_duration(duration.as_deref())?;
+    let file = std::fs::File::create(&out).with_context(|| format!("--out {}", out.display()))?;
+    let sink: Arc<Mutex<Box<dyn std::io::Write + Send>>> =
+        Arc::new(Mutex::new(Box::new(std::io::BufWriter::new(file))));
+    let count = Arc::new(AtomicU64::new(0));
+    let opts = RunOptions {
+        context,
+        ..RunOptions::default()
+    };
+    let (informers, dir, _client) = app::build_informers(&cfg, &opts, None).await?;
+    let mut regs = Vec::new();
+    for inf in &informers {
+        let h = wisp_host::record::RecordingHandler::new(inf.name(), sink.clone(), count.clone());
+        regs.push(inf.add_event_handler("record", Box::new(h), Duration::ZERO)?);
+    }
+    let sup = Supervisor::new();
+    if let Some(d) = dir {
+        sup.spawn(
+            Phase::Informers,
+            "dir watch",
+            OnError::Log,
+            |stop| async move {
+                d.watch(app::DIR_RESCAN, stop.cancelled_owned()).await;
+                Ok(())
+            },
+        );
+    }
+    for inf in &informers {
+        let i = inf.clone();
+        let task = format!("informer {}", inf.name());
+        sup.spawn(Phase::Informers, &task, OnError::Fatal, |stop| async move {
+            Ok(i.run(stop.cancelled_owned()).await?)
+        });
+    }
+    let synced = async {
+        while !regs.iter().all(|r| r.has_synced()) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::select! {
+        _ = shutdown_signal() => {}
+        _ = sup.fatal_raised() => {}
+        _ = async { tokio::time::sleep(limit.unwrap_or(Duration::MAX / 4)).await } => {}
+        _ = async { if until_synced { synced.await } else { std::future::pending::<()>().await } } => {}
+    }
+    sup.stop_all(tokio::time::Instant::now() + Duration::from_secs(30))
+        .await;
+    if let Some(e) = sup.fatal_error() {
+        anyhow::bail!("{e}");
+    }
+    eprintln!(
+        "recorded {} notifications to {}",
+        count.load(Ordering::Relaxed),
+        out.display()
+    );
+    Ok(())
 }

@@ -32,7 +32,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::actions::kube::{collection_at, path_segment};
+use crate::kinds::api::{collection_at, path_segment};
 pub use crate::policy::ReportStatus;
 use crate::policy::{Severity, Verdict, VerdictFilter, VerdictStore};
 use crate::units::Dur;

@@ -31,49 +31,12 @@ impl KubeActionSink {
     }
 }
 
-/// `segment` percent-encoded as one URL path segment: everything but `[A-Za-z0-9-._~:]` is
-/// escaped, and so are the dots of `.` and `..` (which would otherwise be dot segments).
-pub fn path_segment(segment: &str) -> String {
-    let dots = segment == "." || segment == "..";
-    let mut out = String::with_capacity(segment.len());
-    for b in segment.bytes() {
-        let keep = (b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'~' | b':' | b'.'))
-            && !(dots && b == b'.');
-        if keep {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+pub use crate::kinds::api::{collection_at, path_segment};
 
 /// The collection of `t`.
 fn collection(t: &Target) -> kube::core::Request {
-    let ar = crate::source::kube::api_resource(&t.api_version, &t.kind);
+    let ar = crate::kinds::api::api_resource(&t.api_version, &t.kind);
     collection_at(&ar.group, &ar.version, t.namespace.as_deref(), &ar.plural)
-}
-
-/// A collection: `/api/{version}` (core group) or `/apis/{group}/{version}`, then
-/// `namespaces/{namespace}` when given, then `plural`; every segment encoded.
-pub fn collection_at(
-    group: &str,
-    version: &str,
-    namespace: Option<&str>,
-    plural: &str,
-) -> kube::core::Request {
-    let mut path = if group.is_empty() {
-        format!("/api/{}", path_segment(version))
-    } else {
-        format!("/apis/{}/{}", path_segment(group), path_segment(version))
-    };
-    if let Some(ns) = namespace {
-        path.push_str("/namespaces/");
-        path.push_str(&path_segment(ns));
-    }
-    path.push('/');
-    path.push_str(&path_segment(plural));
-    kube::core::Request::new(path)
 }
 
 /// The request that carries `body` to `t` for `plugin` (the query is the field manager only).

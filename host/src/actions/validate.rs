@@ -94,7 +94,7 @@ pub fn check_target(t: &Target) -> Result<(), String> {
             shown(ns)
         ));
     }
-    let rule = crate::kinds::name_rule(crate::source::filter::group_of(&t.api_version), &t.kind);
+    let rule = crate::kinds::name_rule(crate::kinds::api::group_of(&t.api_version), &t.kind);
     if !rule.accepts(&t.name) {
         let rule = match rule {
             NameRule::Label => "a DNS label (1 to 63 characters [a-z0-9-])",

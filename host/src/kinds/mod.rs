@@ -7,6 +7,7 @@
 //! would refuse and to check the config's kinds at start; actions use the name rules before a
 //! request is built; the test API server uses the same table and validation.
 
+pub mod api;
 mod table;
 pub mod validation;
 

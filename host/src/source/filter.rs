@@ -12,10 +12,7 @@ use crate::informer::lister_watcher::{
 };
 use crate::informer::selector::LabelSelector;
 
-/// The group of an apiVersion (`""` for the core group's `v1`).
-pub(crate) fn group_of(api_version: &str) -> &str {
-    api_version.split_once('/').map_or("", |(g, _)| g)
-}
+pub(crate) use crate::kinds::api::group_of;
 
 /// Which objects an informer keeps.
 #[derive(Clone, Debug, Default)]

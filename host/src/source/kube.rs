@@ -25,7 +25,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, WatchParams};
-use kube::core::{GroupVersionKind, Status};
+use kube::core::Status;
 use serde_json::value::RawValue;
 
 use crate::informer::lister_watcher::{
@@ -73,12 +73,7 @@ pub fn oversized_responses() -> BTreeMap<String, u64> {
     lock(&OVERSIZED).clone()
 }
 
-/// The resource of `api_version` / `kind` as kube derives it without discovery (the plural
-/// from the kind).
-pub fn api_resource(api_version: &str, kind: &str) -> ApiResource {
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
-}
+pub use crate::kinds::api::api_resource;
 
 /// Lists and watches one resource type through a `kube::Client`.
 #[derive(Clone)]
@@ -157,7 +152,7 @@ impl KubeSource {
     ) -> Result<(), SourceError> {
         // A path segment's escaping is stricter than a query value needs: every character of a
         // selector that is not unreserved (quotes, parentheses, spaces, `|`, `,`) is escaped.
-        let enc = crate::actions::kube::path_segment(selector);
+        let enc = crate::kinds::api::path_segment(selector);
         let uri = format!("{}&shardSelector={enc}", req.uri());
         *req.uri_mut() = uri
             .parse()
