@@ -424,7 +424,7 @@ impl Reloader {
 
     /// Looks up every tag of the config once; a tag that moved is pulled and its plugins
     /// reloaded (checked, then on probation). Failures keep what runs and are logged and counted.
-    pub fn poll_oci(&self) {
+    pub async fn poll_oci(self: &Arc<Self>) {
         let (settings, tags) = {
             let cfg = lock(&self.config);
             let settings = match cfg.oci_settings() {
@@ -445,13 +445,8 @@ impl Reloader {
         };
         for (module, old) in tags {
             let r = &old.reference;
-            let digest = match crate::oci::block_on(crate::oci::pull::resolve(&settings, r)) {
-                Ok(Ok(d)) => d,
-                Ok(Err(e)) => {
-                    crate::reloader::oci_poll::failed();
-                    tracing::warn!(reference = %r, error = %e, "tag look-up failed; the running module stays");
-                    continue;
-                }
+            let digest = match crate::oci::pull::resolve(&settings, r).await {
+                Ok(d) => d,
                 Err(e) => {
                     crate::reloader::oci_poll::failed();
                     tracing::warn!(reference = %r, error = %e, "tag look-up failed; the running module stays");
@@ -461,16 +456,11 @@ impl Reloader {
             if digest == old.digest {
                 continue;
             }
-            let pulled = match crate::oci::block_on(crate::oci::pull::pull(&settings, r)) {
-                Ok(Ok(p)) => p,
-                Ok(Err(e)) => {
-                    crate::reloader::oci_poll::failed();
-                    tracing::error!(reference = %r, from = %old.digest, to = %digest, error = %e, "the tag moved, but its new module was refused; the running module stays");
-                    continue;
-                }
+            let pulled = match crate::oci::pull::pull(&settings, r).await {
+                Ok(p) => p,
                 Err(e) => {
                     crate::reloader::oci_poll::failed();
-                    tracing::error!(reference = %r, error = %e, "the tag moved, but pulling failed; the running module stays");
+                    tracing::error!(reference = %r, from = %old.digest, to = %digest, error = %e, "the tag moved, but its new module was refused; the running module stays");
                     continue;
                 }
             };
@@ -486,7 +476,14 @@ impl Reloader {
                     .collect()
             };
             for n in names {
-                match self.reload_plugin(&n) {
+                // A reload compiles: off the runtime's threads.
+                let (me, name) = (self.clone(), n.clone());
+                let reloaded = tokio::task::spawn_blocking(move || me.reload_plugin(&name))
+                    .await
+                    .unwrap_or_else(|e| {
+                        Err(ReloadError::Refused(format!("the reload failed: {e}")))
+                    });
+                match reloaded {
                     Ok(m) => tracing::info!("{m}"),
                     Err(e) => {
                         tracing::error!(plugin = %n, error = ?e, "the moved tag's module was refused; the running version stays")

@@ -26,8 +26,7 @@ pub async fn run(reloader: Arc<Reloader>, shutdown: impl std::future::Future<Out
             _ = &mut shutdown => return,
             _ = tokio::time::sleep(wait) => {
                 if !interval.is_zero() {
-                    let r = reloader.clone();
-                    let _ = tokio::task::spawn_blocking(move || r.poll_oci()).await;
+                    reloader.poll_oci().await;
                 }
             }
         }
