@@ -237,6 +237,8 @@ pub struct ReportStatus {
     pub written: AtomicU64,
     /// Writes (apply, delete, list) that failed.
     pub write_errors: AtomicU64,
+    /// Rounds the writer has run, those of a standby (which write nothing) included.
+    pub rounds: AtomicU64,
     /// The last failure.
     pub last_error: std::sync::Mutex<Option<String>>,
 }
@@ -313,6 +315,7 @@ impl ReportWriter {
 
     /// One round: the reports that changed are applied, those no longer needed deleted.
     pub async fn write(&mut self) {
+        self.status.rounds.fetch_add(1, Ordering::Relaxed);
         if self.allowed().is_err() {
             // A standby (or a member whose membership lapsed) writes nothing; once it may
             // again, it first lists what is on the server.
