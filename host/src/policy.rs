@@ -311,6 +311,8 @@ pub struct ReportStatus {
     pub written: std::sync::atomic::AtomicU64,
     /// Writes (apply, delete, list) that failed.
     pub write_errors: std::sync::atomic::AtomicU64,
+    /// Rounds the writer has run, those of a standby (which write nothing) included.
+    pub rounds: std::sync::atomic::AtomicU64,
     /// The last failure.
     pub last_error: std::sync::Mutex<Option<String>>,
 }

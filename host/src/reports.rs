@@ -288,6 +288,7 @@ impl ReportWriter {
 
     /// One round: the reports that changed are applied, those no longer needed deleted.
     pub async fn write(&mut self) {
+        self.status.rounds.fetch_add(1, Ordering::Relaxed);
         if self.allowed().is_err() {
             // A standby (or a member whose membership lapsed) writes nothing; once it may
             // again, it first lists what is on the server.

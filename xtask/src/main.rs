@@ -23,7 +23,8 @@ const USAGE: &str = "usage: cargo xtask <demo|plugins|test|bench|fuzz> [args]
   test     build the plugins, then run the whole test suite (unit and integration tests),
            the example plugins' own tests (native, against wisp_sdk::testing), then the
            informer suites again over the other queues (WISP_TEST_QUEUE=deltaFIFO,
-           realFIFONonAtomic);
+           realFIFONonAtomic); each test binary and each pass runs even when one fails
+           (--no-fail-fast), and the task fails at the end if any did;
            further args go to cargo test (and skip the rest)
   bench    build the plugins, then run the benchmark harness (release); `--quick` for a short run,
            `--only pipeline,latency` for some sections (see `cargo xtask bench -- --help`)
@@ -654,21 +655,37 @@ fn main() -> anyhow::Result<()> {
         }
         "test" => {
             let dist = build_plugins(Plugins::All)?;
+            // Every test binary and every pass runs even when one fails (`--no-fail-fast`, and
+            // the passes after a failed one); the task fails at the end, naming what failed.
+            let mut failed = Vec::new();
             let mut c = cargo();
             c.env("WISP_PLUGIN_DIR", &dist);
-            c.args(["test", "--workspace"])
-                .args(rest.iter().skip_while(|a| *a == "--"));
-            run(c)?;
+            c.args(["test", "--workspace"]);
+            let rest: Vec<&String> = rest.iter().skip_while(|a| *a == "--").collect();
+            if !rest
+                .iter()
+                .take_while(|a| **a != "--")
+                .any(|a| *a == "--no-fail-fast")
+            {
+                c.arg("--no-fail-fast");
+            }
+            c.args(rest.iter().copied());
+            if let Err(e) = run(c) {
+                failed.push(e);
+            }
             if rest.is_empty() {
                 // The example plugins' own tests, natively, against the SDK's fake host
                 // (`wisp_sdk::testing`): what a plugin author runs with `cargo test`.
                 println!("== the example plugins' tests (native, wisp_sdk::testing)");
                 let mut c = cargo();
-                c.current_dir(root().join("plugins")).arg("test");
+                c.current_dir(root().join("plugins"))
+                    .args(["test", "--no-fail-fast"]);
                 for p in EXAMPLE_PLUGINS {
                     c.args(["-p", p]);
                 }
-                run(c)?;
+                if let Err(e) = run(c) {
+                    failed.push(e);
+                }
                 // The informer suites again over the other queues (the first pass ran them
                 // over the default, client-go 1.36's atomic RealFIFO).
                 for (queue, suites) in [
@@ -680,10 +697,26 @@ fn main() -> anyhow::Result<()> {
                     let mut c = cargo();
                     c.env("WISP_PLUGIN_DIR", &dist)
                         .env("WISP_TEST_QUEUE", queue);
-                    c.args(["test", "-p", "wisp-tests", "--test", "integration", "--"])
-                        .args(suites);
-                    run(c)?;
+                    c.args([
+                        "test",
+                        "--no-fail-fast",
+                        "-p",
+                        "wisp-tests",
+                        "--test",
+                        "integration",
+                        "--",
+                    ])
+                    .args(suites);
+                    if let Err(e) = run(c).with_context(|| format!("WISP_TEST_QUEUE={queue}")) {
+                        failed.push(e);
+                    }
                 }
+            }
+            if !failed.is_empty() {
+                for e in &failed {
+                    eprintln!("xtask: failed: {e:#}");
+                }
+                bail!("{} of the test runs failed (see above)", failed.len());
             }
             Ok(())
         }

@@ -91,6 +91,16 @@ pub fn counter(
     PluginCounters::get(f(&h.status().counters))
 }
 
+/// Whether the plugin has handled every notification its queues took: none waiting, none in its
+/// hands (a batch counts as delivered once the plugin's call, retries included, has ended), none
+/// left out but those its queues' overflow dropped or merged. Until more notifications come, it
+/// does nothing more.
+pub fn handled_all(h: &PluginHandle) -> bool {
+    h.queues()
+        .iter()
+        .all(|(_, q)| q.depth == 0 && q.delivered + q.dropped + q.coalesced == q.queued)
+}
+
 pub fn logs(h: &PluginHandle) -> Vec<String> {
     h.status().logs.lines()
 }

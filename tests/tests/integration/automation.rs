@@ -285,8 +285,13 @@ async fn an_ungranted_action_is_refused_and_nothing_reaches_the_server() {
         "{:?}",
         h.status().logs.lines()
     );
-    // Give a stray request time to arrive: nothing was written.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Once the labeler has handled every notification and each patch it had accepted (none,
+    // if the refusals held) has been sent and answered, a stray request would have arrived:
+    // nothing was written.
+    until("the labeler settled", || {
+        h.has_synced() && settled(&h, h.status().guest_counter("labelled_total", &[]))
+    })
+    .await;
     assert!(r.writes().is_empty(), "{:?}", r.writes());
     assert_eq!(r.server_label("shop", "web-1", "team"), None);
 }
@@ -365,7 +370,12 @@ async fn dry_run_logs_and_audits_and_changes_nothing() {
     let sent =
         format!(r#"would send {{"metadata":{{"labels":{{"n":"0"}},"resourceVersion":{rv}}}}}"#);
     assert!(audit[0].detail.contains(&sent), "{:?}", audit[0]);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Every action the plugin was told was queued (none, in dry-run) has been sent and answered:
+    // a stray request would have arrived.
+    until("the asker settled", || {
+        settled(&h, answers(&h).get("queued").copied().unwrap_or(0))
+    })
+    .await;
     assert!(r.writes().is_empty(), "{:?}", r.writes());
     assert_eq!(r.server_label("default", "ask-1", "n"), None);
 }

@@ -28,7 +28,12 @@ async fn an_informer_with_fields_keeps_only_those_paths_of_each_object() {
     let mut changed = pod("default", "p-0");
     changed["spec"]["nodeName"] = json!("node-9");
     server.update(touched(changed, 1)).unwrap();
-    until("watched", || cache_state(&masked) == server_state(&server)).await;
+    // The assertions compare both caches: wait until both have the update.
+    until("watched by both", || {
+        let want = server_state(&server);
+        cache_state(&masked) == want && cache_state(&full) == want
+    })
+    .await;
 
     let p0 = masked.cache().get_by_key("default/p-0").unwrap().to_value();
     assert_eq!(p0["spec"]["nodeName"], "node-9", "{p0}");
@@ -72,7 +77,12 @@ async fn a_metadata_only_informer_is_sent_metadata_alone_and_keeps_its_kind() {
     let mut changed = pod("default", "p-0");
     changed["metadata"]["labels"] = json!({"app": "shop"});
     server.update(touched(changed, 1)).unwrap();
-    until("watched", || cache_state(&meta) == server_state(&server)).await;
+    // The assertions compare both caches: wait until both have the update.
+    until("watched by both", || {
+        let want = server_state(&server);
+        cache_state(&meta) == want && cache_state(&full) == want
+    })
+    .await;
 
     let p0 = meta.cache().get_by_key("default/p-0").unwrap().to_value();
     let obj = p0.as_object().unwrap();

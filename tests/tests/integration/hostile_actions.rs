@@ -13,11 +13,13 @@ use std::time::{Duration, Instant};
 
 use actions_rig::*;
 use common::http::get;
-use common::rig::counter;
+use common::rig::{counter, handled_all};
 use common::*;
 use serde_json::{Value, json};
+use std::sync::atomic::AtomicU64;
 use wisp_host::actions::ActionVerb;
 use wisp_host::plugin::PluginSpec;
+use wisp_host::plugin::status::PluginCounters;
 use wisp_tests::{RecordedRequest, pod};
 
 /// The segments of `path` as a server routes it: percent-decoded, then dot segments removed
@@ -113,8 +115,15 @@ async fn forged_names_cannot_send_a_request_outside_the_granted_namespace_or_cha
         counter(&control, |c| &c.actions_applied) == 1
     })
     .await;
-    // Give a stray request time to arrive.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Every plugin has handled the pod and every action it had queued has been answered: a
+    // stray request would have been recorded by now.
+    until("every queued action sent and answered", || {
+        hostile
+            .iter()
+            .chain([&control])
+            .all(|h| settled(h, answers(h).get("queued").copied().unwrap_or(0)))
+    })
+    .await;
 
     // Every write the server saw stayed in shop's pods, with the host's query only.
     let writes = r.writes();
@@ -207,7 +216,18 @@ async fn verdict_events_need_the_plugins_grant_and_tokens() {
         "2,520 verdicts in {elapsed:.2}s: {} Event requests",
         event_writes(&r).len()
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Each verdict's Event was refused at the gate (rate limited, or its queue full) or queued;
+    // once every queued one has been sent and answered, no Event request is left to arrive.
+    until("every verdict's Event refused or sent and answered", || {
+        let c = |f: fn(&PluginCounters) -> &AtomicU64| counter(&granted, f);
+        handled_all(&granted)
+            && c(|c| &c.actions_rate_limited)
+                + c(|c| &c.actions_refused)
+                + c(|c| &c.actions_applied)
+                + c(|c| &c.actions_failed)
+                == 2500
+    })
+    .await;
 
     // 2,500 changed verdicts, each a new Event: only what the bucket allowed was sent.
     let events = event_writes(&r);

@@ -145,10 +145,29 @@ async fn a_shutdown_sends_queued_actions_until_its_grace_period_then_audits_the_
         "one action in flight at a time: {entries:#?}"
     );
 
-    // Nothing is sent after the host finished.
-    let sent = patches(&server);
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    assert_eq!(patches(&server), sent);
+    // Nothing is sent after the host finished. `finish` returned once every sender had ended
+    // and audited each attempt it made: every PATCH the server ever sees is one of those. The
+    // answered ones were recorded before their answers; the one in flight when the grace period
+    // ran out may land later or never, so it is allowed for, not waited for (comparing with a
+    // count taken at finish raced with it). What is left is the time a stray sender, still
+    // running after `finish`, would need to show itself: a short wait, not a race, since the
+    // bound below holds whenever the in-flight request lands.
+    let attempts = entries
+        .iter()
+        .map(|e| e["attempts"].as_u64().unwrap() as usize)
+        .sum::<usize>();
+    let answered = attempts - in_flight;
+    assert!(
+        patches(&server) >= answered,
+        "{} PATCHes recorded, {answered} answered: {entries:#?}",
+        patches(&server)
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        patches(&server) <= attempts,
+        "{} PATCHes for {attempts} attempts audited: {entries:#?}",
+        patches(&server)
+    );
 }
 
 #[tokio::test]

@@ -82,7 +82,7 @@ impl Registry {
         std::fs::write(
             &cfg,
             format!(
-                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {host}\n{extra}",
+                "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: false\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {host}\n{extra}",
                 dir.join("storage").display()
             ),
         )
@@ -118,6 +118,16 @@ impl Registry {
             if self.tls { "https" } else { "http" },
             self.host
         )
+    }
+
+    /// How many GETs of `repo`'s manifest `reference` the registry has answered (from its
+    /// access log, written as each answer is).
+    fn manifest_gets(&self, repo: &str, reference: &str) -> usize {
+        let line = format!("\"GET /v2/{repo}/manifests/{reference} HTTP/");
+        std::fs::read_to_string(self.dir.join("registry.log"))
+            .unwrap_or_default()
+            .matches(&line)
+            .count()
     }
 
     fn reference(&self, repo_tag: &str) -> Reference {
@@ -804,10 +814,19 @@ async fn a_moved_tag_is_reloaded_and_a_bad_one_leaves_the_running_module() {
             > reload_failures_before
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(h.running().origin.unwrap().digest, v2.digest);
     assert_eq!(h.running().generation, 2);
-    // Not tried again at every poll: only a new digest is.
+    // Not tried again at every poll: only a new digest is. Polls run one after the other, each
+    // looking the tag up first: of four more look-ups, at most two are the refused poll's own
+    // (its look-up and its pull), so two later polls looked the tag up, and the first of them
+    // had ended (a retry of the bad module refused, if it made one) before the second began.
+    let lookups = reg.manifest_gets("acme/moving", "stable");
+    until("two later polls", Duration::from_secs(30), || {
+        reg.manifest_gets("acme/moving", "stable") >= lookups + 4
+    })
+    .await;
+    assert_eq!(h.running().origin.unwrap().digest, v2.digest);
+    assert_eq!(h.running().generation, 2);
     assert_eq!(
         h.status()
             .counters

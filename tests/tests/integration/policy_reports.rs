@@ -308,7 +308,18 @@ async fn a_host_without_policy_reports_writes_none() {
     .await;
     let host = Host::start(&server, None).await;
     until("two violations", || host.violations() == 2).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // No report writer was made (each one marks reports enabled as it is made): nothing writes
+    // these violations, now or later.
+    assert!(
+        !host
+            .host
+            .admin
+            .services
+            .reports
+            .enabled
+            .load(std::sync::atomic::Ordering::Relaxed),
+        "a report writer without policyReports"
+    );
     for (v, k) in [
         ("openreports.io/v1alpha1", "Report"),
         ("openreports.io/v1alpha1", "ClusterReport"),
@@ -365,7 +376,22 @@ async fn a_standby_writes_no_report_and_a_new_leader_deletes_the_old_leaders_lef
          renewDeadline: 1500ms, retryPeriod: 300ms}\n",
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // The writer runs a round every 100 ms, a standby's writing nothing: two more rounds, and
+    // the one between them has ended (its requests, had it sent any, recorded).
+    let rounds = || {
+        host.host
+            .admin
+            .services
+            .reports
+            .rounds
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let seen = rounds();
+    until("two rounds of the report writer since", || {
+        rounds() >= seen + 2
+    })
+    .await;
+    assert!(!host.host.leadership.as_ref().unwrap().is_leader());
     assert_eq!(report_requests(&server), 0, "a standby sends nothing");
     assert!(report(&server, "shop").is_none());
 

@@ -153,6 +153,20 @@ fn holder(server: &TestApiServer) -> Option<String> {
         .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_owned))
 }
 
+/// The Lease's holder and its last renewTime.
+fn renewal(server: &TestApiServer) -> (String, k8s_openapi::jiff::Timestamp) {
+    let lease = server
+        .get("coordination.k8s.io/v1", "Lease", Some("default"), "wisp")
+        .expect("the Lease");
+    let spec = &lease["spec"];
+    let at = spec["renewTime"].as_str().expect("a renewTime");
+    (
+        spec["holderIdentity"].as_str().unwrap_or("").to_owned(),
+        at.parse()
+            .unwrap_or_else(|e| panic!("renewTime {at:?}: {e}")),
+    )
+}
+
 fn labelled(server: &TestApiServer) -> usize {
     server
         .objects("v1", "Pod")
@@ -212,8 +226,17 @@ async fn one_of_three_replicas_leads_and_a_standby_takes_over_when_it_stops() {
     for (i, r) in replicas.iter().enumerate() {
         assert_eq!(r.plugins(), usize::from(i == leader), "{}", r.name);
     }
-    // The standbys stay standbys while the leader renews.
-    tokio::time::sleep(2 * LEASE_DURATION).await;
+    // The standbys stay standbys while the leader renews: watched through two lease durations
+    // of the leader's renewals (until its renewTime, stamped on this machine's clock, is two
+    // durations past now), time enough for a standby to take a Lease it had seen unrenewed for
+    // one. A slow machine makes the watch longer, not shorter.
+    let from = k8s_openapi::jiff::Timestamp::now();
+    until("the leader renewed through two lease durations", || {
+        let (who, at) = renewal(&server);
+        assert_eq!(who, replicas[leader].name, "the Lease changed hands");
+        at.as_millisecond() - from.as_millisecond() >= 2 * LEASE_DURATION.as_millis() as i64
+    })
+    .await;
     assert_eq!(replicas.iter().filter(|r| r.leads()).count(), 1);
 
     // The leader stops: it releases the Lease, and a standby takes over well within the
@@ -283,7 +306,15 @@ async fn a_standby_takes_the_lease_with_the_config_changed_while_it_stood_by() {
         ),
     );
     std::fs::write(&path, text).unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Nothing can bring the new plugin in while b stands by: it watches no file (its reloader,
+    // and with it the file watch, starts when it takes the Lease), and it refuses reloads.
+    assert!(b.host.reloader.get().is_none(), "a standby watches no file");
+    let reload = b.host.reload.as_ref().expect("a reload action");
+    let refused = reload(None);
+    assert!(
+        matches!(&refused, Err(wisp_host::admin::ReloadError::Refused(m)) if m.contains("stands by")),
+        "{refused:?}"
+    );
     assert_eq!(b.plugins(), 0, "a standby runs no plugins");
 
     a.stop().await;

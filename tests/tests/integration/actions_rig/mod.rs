@@ -183,6 +183,17 @@ pub fn asker(n: u32, verb: &str) -> PluginSpec {
     )
 }
 
+/// Whether nothing `h` asked for can still reach the server: it has handled every notification
+/// it was given (it asks for nothing more until something changes), and each of the `accepted`
+/// actions it was told were queued has been sent and answered (applied, or failed for good).
+/// The server records a request when it arrives, before it answers: a write that was on its way
+/// has been recorded, and a negative check of the server's requests needs no wait after this.
+pub fn settled(h: &PluginHandle, accepted: u64) -> bool {
+    use crate::common::rig::{counter, handled_all};
+    handled_all(h)
+        && counter(h, |c| &c.actions_applied) + counter(h, |c| &c.actions_failed) == accepted
+}
+
 pub fn answers(h: &PluginHandle) -> BTreeMap<&'static str, u64> {
     [
         "queued",
