@@ -358,6 +358,41 @@ mod tests {
         );
     }
 
+    /// The key file and the artifact format, pinned byte for byte: a cache written by an
+    /// earlier host stays valid (the tag was computed by the hand-written HMAC the cache used
+    /// before `ring::hmac`, and agrees with RFC 2104 HMAC-SHA256).
+    #[test]
+    fn the_artifact_format_is_pinned() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("modules");
+        let key: Vec<u8> = (0..32).collect();
+        create_private_file(&ModuleCache::key_path(&dir).unwrap(), &[&key]).unwrap();
+        let c = ModuleCache::open(&dir).unwrap();
+        let bytes = b"\0asm artifact bytes";
+        c.put("0123abcd-fp1", bytes).unwrap();
+        let file = std::fs::read(c.artifact_path("0123abcd-fp1")).unwrap();
+        assert_eq!(&file[..8], b"WISPCWM1");
+        assert_eq!(
+            hex(&file[8..40]),
+            "16a0ad2746c4a32af45e678a3d6519e72a567d88d2c103b7d6af6e35f42286f2"
+        );
+        assert_eq!(&file[40..], bytes);
+        assert_eq!(c.get("0123abcd-fp1").unwrap().unwrap(), bytes);
+        // One flipped bit anywhere after the magic fails the check.
+        for i in [8, 39, 40, file.len() - 1] {
+            let mut bad = file.clone();
+            bad[i] ^= 1;
+            std::fs::write(c.artifact_path("0123abcd-fp1"), &bad).unwrap();
+            let e = c.get("0123abcd-fp1").unwrap_err().to_string();
+            assert!(e.contains("fails its MAC check"), "{i}: {e}");
+        }
+        // The key file is the 32 raw bytes.
+        assert_eq!(
+            std::fs::read(ModuleCache::key_path(&dir).unwrap()).unwrap(),
+            key
+        );
+    }
+
     #[test]
     fn an_artifact_verifies_under_its_own_key_only() {
         let d = tempfile::tempdir().unwrap();
