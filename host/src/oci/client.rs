@@ -12,6 +12,7 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
 use super::auth::{Challenge, Credentials, parse_challenge};
 use super::{OciError, Settings};
@@ -169,17 +170,17 @@ pub struct Session {
     what: String,
 }
 
+/// What a query value keeps as it is: `[A-Za-z0-9-._~]` (RFC 3986's unreserved characters);
+/// every other byte is escaped.
+const QUERY_VALUE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// Percent-encodes a query value.
 fn encode(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    utf8_percent_encode(s, QUERY_VALUE).to_string()
 }
 
 impl Session {
