@@ -46,8 +46,9 @@ use serde_json::Value;
 use crate::actions::{ActionGrant, ActionSpec, HostServices};
 use crate::informer::object::Tombstone;
 use crate::informer::{DeletedObject, Delivery, Indexer, Notification, Object, key::object_key};
+use crate::plugin::runtime::PluginRuntime;
 use crate::plugin::state::Grants;
-use crate::plugin::{PluginEngine, PluginSpec};
+use crate::plugin::{CheckedPlugin, PluginEngine, PluginSpec, PluginStatus};
 use crate::policy::VerdictFilter;
 use crate::record::{Fed, feed};
 
@@ -244,6 +245,8 @@ fn cached(ix: &Indexer, v: &Value, base: &Path) -> anyhow::Result<Arc<Object>> {
         .with_context(|| format!("{key} is not in the cache (add it in a step or under cache)"))
 }
 
+/// Runs one case: seeds its caches, starts the plugin with its settings, feeds its steps, and
+/// returns what differed from what it expects (empty when it passed).
 fn run_case(
     engine: &Arc<PluginEngine>,
     module: &Path,
@@ -252,7 +255,49 @@ fn run_case(
     case: &Case,
     base: &Path,
 ) -> anyhow::Result<Vec<String>> {
-    // The informers: the file's, each step's, and (from the module) the plugin's own.
+    let caches = case_caches(file, default_informer, case, base)?;
+    let mut spec = case_spec(module, file, case);
+    spec.informers = caches.keys().cloned().collect();
+    let services = HostServices::default();
+    let grants = Grants {
+        caches: Arc::new(caches.iter().map(|(k, v)| (k.clone(), v.cache())).collect()),
+        services: services.clone(),
+    };
+    let mut failures = Vec::new();
+    let Some(checked) = init(engine, spec, grants, &case.expect, &mut failures)? else {
+        return Ok(failures);
+    };
+    let plugin = checked.info.name.clone();
+    let status = checked.status().clone();
+    let mut rt = checked.into_runtime(engine.clone());
+    let (outcomes, logs) = run_steps(&mut rt, &status, &caches, default_informer, case, base)?;
+    let expect = &case.expect;
+    check_outcomes(expect.outcomes.as_deref(), &outcomes, &mut failures);
+    check_logs(&expect.logs, &logs, &mut failures);
+    if let Some(want) = &expect.verdicts {
+        check_verdicts(want, &services, &plugin, &mut failures);
+    }
+    if let Some(want) = &expect.actions {
+        check_actions(want, &services, &plugin, &mut failures);
+    }
+    compare_series(
+        "counter",
+        &expect.counters,
+        status.guest_counters(),
+        &mut failures,
+    );
+    compare_series(
+        "gauge",
+        &expect.gauges,
+        status.guest_gauges(),
+        &mut failures,
+    );
+    Ok(failures)
+}
+
+/// The plugin of a case: its settings (the case's, else the file's, else `{}`) and the file's
+/// grants, its actions dry-run and unpaced. Its informers are set by the caller.
+fn case_spec(module: &Path, file: &File, case: &Case) -> PluginSpec {
     let mut spec = PluginSpec::new("", module, &[]);
     spec.settings = case
         .settings
@@ -271,6 +316,17 @@ fn run_case(
         burst: u32::MAX,
         ..ActionSpec::default()
     };
+    spec
+}
+
+/// The caches of a case, one per informer: the default one, each step's, and each the file
+/// indexes or the case seeds; with the file's indexes and the case's seeded objects.
+fn case_caches(
+    file: &File,
+    default_informer: &str,
+    case: &Case,
+    base: &Path,
+) -> anyhow::Result<BTreeMap<String, Indexer>> {
     let mut caches: BTreeMap<String, Indexer> = BTreeMap::new();
     caches.entry(default_informer.to_owned()).or_default();
     for s in &case.steps {
@@ -297,78 +353,61 @@ fn run_case(
             ix.add(object(o, base).with_context(|| format!("cache.{inf}"))?);
         }
     }
-    spec.informers = caches.keys().cloned().collect();
-    let services = HostServices::default();
-    let grants = Grants {
-        caches: Arc::new(caches.iter().map(|(k, v)| (k.clone(), v.cache())).collect()),
-        services: services.clone(),
-    };
-    let mut failures = Vec::new();
+    Ok(caches)
+}
+
+/// Loads and initialises the plugin, checking `expect.init`: `None` (with the failures pushed)
+/// when the case ends there, because init refused the settings or was expected to.
+fn init(
+    engine: &Arc<PluginEngine>,
+    spec: PluginSpec,
+    grants: Grants,
+    expect: &Expect,
+    failures: &mut Vec<String>,
+) -> anyhow::Result<Option<CheckedPlugin>> {
     let checked = match crate::plugin::loader::check_file(engine, spec, grants) {
         Ok(c) => c,
         Err(crate::plugin::PluginError::SettingsRejected { message, .. }) => {
-            match &case.expect.init {
+            match &expect.init {
                 Some(want) if message.contains(want.as_str()) => {}
                 Some(want) => failures.push(format!(
                     "init: expected a refusal containing {want:?}, got {message:?}"
                 )),
                 None => failures.push(format!("init refused the settings: {message}")),
             }
-            return Ok(failures);
+            return Ok(None);
         }
         Err(e) => return Err(e.into()),
     };
-    if let Some(want) = &case.expect.init {
+    if let Some(want) = &expect.init {
         failures.push(format!(
             "init: expected a refusal containing {want:?}, but init accepted the settings"
         ));
-        return Ok(failures);
+        return Ok(None);
     }
-    let plugin = checked.info.name.clone();
-    let status = checked.status().clone();
-    let mut rt = checked.into_runtime(engine.clone());
+    Ok(Some(checked))
+}
+
+/// Feeds the steps of a case to the plugin, one at a time; returns each step's outcome and the
+/// lines the plugin logged.
+fn run_steps(
+    rt: &mut PluginRuntime,
+    status: &PluginStatus,
+    caches: &BTreeMap<String, Indexer>,
+    default_informer: &str,
+    case: &Case,
+    base: &Path,
+) -> anyhow::Result<(Vec<String>, Vec<String>)> {
     let (mut outcomes, mut logs) = (Vec::new(), Vec::new());
     for (n, step) in case.steps.iter().enumerate() {
         let inf = step.informer.as_deref().unwrap_or(default_informer);
         let ix = &caches[inf];
         let at = || format!("step {}", n + 1);
-        let notification = match &step.event {
-            Event::Add(v) | Event::List(v) => Notification::Add {
-                obj: object(v, base).with_context(at)?,
-                initial_list: matches!(step.event, Event::List(_)),
-            },
-            Event::Update(v) => {
-                let new = object(v, base).with_context(at)?;
-                let old = ix.get(&new).with_context(|| {
-                    format!("{}: {} is not in the cache", at(), object_key(&new))
-                })?;
-                Notification::Update { old, new }
-            }
-            Event::Resync(v) => {
-                let o = cached(ix, v, base).with_context(at)?;
-                Notification::Update {
-                    old: o.clone(),
-                    new: o,
-                }
-            }
-            Event::Delete(v) => {
-                let o = cached(ix, v, base).with_context(at)?;
-                let obj = if step.final_state_unknown {
-                    DeletedObject::Tombstone(Tombstone {
-                        key: object_key(&o),
-                        obj: o,
-                    })
-                } else {
-                    DeletedObject::Object(o)
-                };
-                Notification::Delete { obj }
-            }
-        };
         let d = Delivery {
             seq: n as u64 + 1,
-            notification,
+            notification: notification(step, ix, base, &at)?,
         };
-        let (fed, lines) = feed(&mut rt, &status, Some(ix), inf, &d);
+        let (fed, lines) = feed(rt, status, Some(ix), inf, &d);
         outcomes.push(match fed {
             Fed::Ok => "ok".to_owned(),
             Fed::Failed(e) => format!("error: {e}"),
@@ -376,97 +415,138 @@ fn run_case(
         });
         logs.extend(lines);
     }
-    let expect = &case.expect;
-    check_outcomes(expect.outcomes.as_deref(), &outcomes, &mut failures);
-    check_logs(&expect.logs, &logs, &mut failures);
-    if let Some(want) = &expect.verdicts {
-        let got = services.verdicts.list(&VerdictFilter {
-            plugin: Some(plugin.clone()),
-            ..VerdictFilter::default()
+    Ok((outcomes, logs))
+}
+
+/// The notification of a step (errors name it with `at`); an update's old object, a resync's
+/// and a delete's object come from the informer's cache `ix`.
+fn notification(
+    step: &Step,
+    ix: &Indexer,
+    base: &Path,
+    at: &dyn Fn() -> String,
+) -> anyhow::Result<Notification> {
+    Ok(match &step.event {
+        Event::Add(v) | Event::List(v) => Notification::Add {
+            obj: object(v, base).with_context(at)?,
+            initial_list: matches!(step.event, Event::List(_)),
+        },
+        Event::Update(v) => {
+            let new = object(v, base).with_context(at)?;
+            let old = ix
+                .get(&new)
+                .with_context(|| format!("{}: {} is not in the cache", at(), object_key(&new)))?;
+            Notification::Update { old, new }
+        }
+        Event::Resync(v) => {
+            let o = cached(ix, v, base).with_context(at)?;
+            Notification::Update {
+                old: o.clone(),
+                new: o,
+            }
+        }
+        Event::Delete(v) => {
+            let o = cached(ix, v, base).with_context(at)?;
+            let obj = if step.final_state_unknown {
+                DeletedObject::Tombstone(Tombstone {
+                    key: object_key(&o),
+                    obj: o,
+                })
+            } else {
+                DeletedObject::Object(o)
+            };
+            Notification::Delete { obj }
+        }
+    })
+}
+
+/// Whether the plugin's current verdicts are exactly `want` (in any order).
+fn check_verdicts(
+    want: &[ExpectVerdict],
+    services: &HostServices,
+    plugin: &str,
+    failures: &mut Vec<String>,
+) {
+    let got = services.verdicts.list(&VerdictFilter {
+        plugin: Some(plugin.to_owned()),
+        ..VerdictFilter::default()
+    });
+    let got: Vec<String> = got
+        .iter()
+        .map(|v| {
+            format!(
+                "{} {} {}: {}",
+                v.rule,
+                v.subject.key(),
+                v.severity.as_str(),
+                v.message
+            )
+        })
+        .collect();
+    let matches = |w: &ExpectVerdict, g: &String| {
+        let head = format!("{} {} ", w.rule, w.object);
+        g.starts_with(&head)
+            && w.severity
+                .as_ref()
+                .is_none_or(|s| g[head.len()..].starts_with(&format!("{s}:")))
+            && w.message
+                .as_ref()
+                .is_none_or(|m| g.ends_with(&format!(": {m}")))
+    };
+    if !exactly(want, &got, matches) {
+        failures.push(format!(
+            "verdicts: expected\n{}got\n{}",
+            list(want.iter().map(|w| format!("{w:?}"))),
+            list(got.iter().cloned())
+        ));
+    }
+}
+
+/// Whether the actions the plugin asked for (audited, not sent) are `want`, in order.
+fn check_actions(
+    want: &[ExpectAction],
+    services: &HostServices,
+    plugin: &str,
+    failures: &mut Vec<String>,
+) {
+    let got = services.audit.entries(Some(plugin));
+    let shown: Vec<String> = got
+        .iter()
+        .map(|e| {
+            let result = serde_json::to_value(e.result).unwrap_or_default();
+            format!(
+                "{} {} {}: {} {}",
+                e.verb,
+                e.kind,
+                crate::informer::key::key_for(e.namespace.as_deref(), &e.name),
+                result.as_str().unwrap_or_default(),
+                e.detail
+            )
+        })
+        .collect();
+    let ok = want.len() == got.len()
+        && want.iter().zip(&got).all(|(w, e)| {
+            let result = serde_json::to_value(e.result).unwrap_or_default();
+            let sent: Option<Value> = e
+                .detail
+                .strip_prefix("would send ")
+                .and_then(|b| serde_json::from_str(b).ok());
+            w.verb == e.verb
+                && w.kind == e.kind
+                && w.object == crate::informer::key::key_for(e.namespace.as_deref(), &e.name)
+                && w.result.as_ref().is_none_or(|r| result == *r.as_str())
+                && w.body.as_ref().is_none_or(|b| sent.as_ref() == Some(b))
+                && w.detail
+                    .as_ref()
+                    .is_none_or(|d| e.detail.contains(d.as_str()))
         });
-        let got: Vec<String> = got
-            .iter()
-            .map(|v| {
-                format!(
-                    "{} {} {}: {}",
-                    v.rule,
-                    v.subject.key(),
-                    v.severity.as_str(),
-                    v.message
-                )
-            })
-            .collect();
-        let matches = |w: &ExpectVerdict, g: &String| {
-            let head = format!("{} {} ", w.rule, w.object);
-            g.starts_with(&head)
-                && w.severity
-                    .as_ref()
-                    .is_none_or(|s| g[head.len()..].starts_with(&format!("{s}:")))
-                && w.message
-                    .as_ref()
-                    .is_none_or(|m| g.ends_with(&format!(": {m}")))
-        };
-        if !exactly(want, &got, matches) {
-            failures.push(format!(
-                "verdicts: expected\n{}got\n{}",
-                list(want.iter().map(|w| format!("{w:?}"))),
-                list(got.iter().cloned())
-            ));
-        }
+    if !ok {
+        failures.push(format!(
+            "actions: expected\n{}got\n{}",
+            list(want.iter().map(|w| format!("{w:?}"))),
+            list(shown.into_iter())
+        ));
     }
-    if let Some(want) = &expect.actions {
-        let got = services.audit.entries(Some(&plugin));
-        let shown: Vec<String> = got
-            .iter()
-            .map(|e| {
-                let result = serde_json::to_value(e.result).unwrap_or_default();
-                format!(
-                    "{} {} {}: {} {}",
-                    e.verb,
-                    e.kind,
-                    crate::informer::key::key_for(e.namespace.as_deref(), &e.name),
-                    result.as_str().unwrap_or_default(),
-                    e.detail
-                )
-            })
-            .collect();
-        let ok = want.len() == got.len()
-            && want.iter().zip(&got).all(|(w, e)| {
-                let result = serde_json::to_value(e.result).unwrap_or_default();
-                let sent: Option<Value> = e
-                    .detail
-                    .strip_prefix("would send ")
-                    .and_then(|b| serde_json::from_str(b).ok());
-                w.verb == e.verb
-                    && w.kind == e.kind
-                    && w.object == crate::informer::key::key_for(e.namespace.as_deref(), &e.name)
-                    && w.result.as_ref().is_none_or(|r| result == *r.as_str())
-                    && w.body.as_ref().is_none_or(|b| sent.as_ref() == Some(b))
-                    && w.detail
-                        .as_ref()
-                        .is_none_or(|d| e.detail.contains(d.as_str()))
-            });
-        if !ok {
-            failures.push(format!(
-                "actions: expected\n{}got\n{}",
-                list(want.iter().map(|w| format!("{w:?}"))),
-                list(shown.into_iter())
-            ));
-        }
-    }
-    compare_series(
-        "counter",
-        &expect.counters,
-        status.guest_counters(),
-        &mut failures,
-    );
-    compare_series(
-        "gauge",
-        &expect.gauges,
-        status.guest_gauges(),
-        &mut failures,
-    );
-    Ok(failures)
 }
 
 /// Compares the expected series of a kind (counters, gauges) with the plugin's; a series never

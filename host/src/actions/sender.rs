@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::audit::{AuditEntry, AuditLog, AuditResult};
 use super::{Action, ActionBody, ActionReport, Counted, Target, lifecycle};
+use crate::informer::backoff::{Backoff, BackoffConfig, Jitter};
 use crate::policy::rfc3339;
 
 /// How sending an action failed.
@@ -190,6 +191,15 @@ impl OwnWrites {
     }
 }
 
+/// The waits between an action's attempts: `backoff` doubling to 30 s, each scaled by a random
+/// factor in [0.9, 1.1).
+fn retry_backoff(backoff: Duration) -> BackoffConfig {
+    BackoffConfig {
+        jitter: Jitter::Spread(0.1),
+        ..BackoffConfig::doubling(backoff, Duration::from_secs(30))
+    }
+}
+
 /// Sends one plugin's actions in order, retrying retryable failures with doubling backoff (to
 /// 30 s), and audits each outcome. Ends when the plugin's [`super::PluginActions`] is dropped, or, at
 /// shutdown, once the queue is empty; when the grace period runs out it sends nothing more and
@@ -228,7 +238,7 @@ pub async fn worker(
             continue;
         }
         let action = own.rebase(action);
-        let mut wait = backoff;
+        let mut waits = Backoff::new(retry_backoff(backoff));
         let mut attempts = 0;
         let outcome = loop {
             attempts += 1;
@@ -241,12 +251,10 @@ pub async fn worker(
                 Err(e) if stale(&action, &e) => break Some(Err(e)),
                 Err(e) if e.retryable() && attempts <= retries => {
                     tracing::debug!(plugin = %action.plugin, error = %e.message, code = ?e.code, attempt = attempts, "action failed; retrying");
-                    let jitter = rand::random::<f64>() * 0.2 + 0.9;
                     tokio::select! {
-                        _ = tokio::time::sleep(wait.mul_f64(jitter)) => {}
+                        _ = tokio::time::sleep(waits.next_delay()) => {}
                         _ = reached(&mut phase, |p| *p == Phase::Abandoned) => break None,
                     }
-                    wait = (wait * 2).min(Duration::from_secs(30));
                 }
                 Err(e) => break Some(Err(e)),
             }

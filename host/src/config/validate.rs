@@ -4,125 +4,17 @@
 use super::*;
 
 impl Config {
+    /// Checks the config section by section; the first failure is returned.
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        if let SourceKind::Dir(d) = self.source_kind()?
-            && !d.is_dir()
-        {
-            return Err(self.error(
-                "source",
-                format!("directory {} does not exist", d.display()),
-            ));
-        }
+        self.validate_source()?;
         if self.informers.is_empty() {
             return Err(self.error("informers", "at least one informer is needed"));
         }
-        if let Some(sh) = &self.sharding {
-            if self.source_kind()? != SourceKind::Kube {
-                return Err(self.error(
-                    "sharding",
-                    "needs `source: kube` (replicas share Leases on an API server)",
-                ));
-            }
-            let lease = sh.lease();
-            lease.check().map_err(|e| self.error("sharding", e))?;
-            if sh.mode == ShardingMode::Shards
-                && !crate::kinds::is_dns1123_subdomain(&format!(
-                    "{}-{}",
-                    lease.name, lease.identity
-                ))
-            {
-                return Err(self.error(
-                    "sharding.identity",
-                    format!(
-                        "{:?}: with mode shards, `<leaseName>-<identity>` names a Lease and must be a DNS subdomain (lower case letters, digits, '-', '.')",
-                        lease.identity
-                    ),
-                ));
-            }
-        }
-        if let Some(pr) = &self.policy_reports {
-            if self.source_kind()? != SourceKind::Kube {
-                return Err(self.error(
-                    "policyReports",
-                    "needs `source: kube` (reports are written to an API server)",
-                ));
-            }
-            if pr.interval.is_some_and(|d| d.0.is_zero()) {
-                return Err(self.error("policyReports.interval", "must be more than 0"));
-            }
-            if let Some(n) = pr.max_results
-                && !(1..=PolicyReportsConfig::MAX_RESULTS).contains(&n)
-            {
-                return Err(self.error(
-                    "policyReports.maxResults",
-                    format!(
-                        "{n} is out of range: 1 to {} results per report (the summary counts them all)",
-                        PolicyReportsConfig::MAX_RESULTS
-                    ),
-                ));
-            }
-        }
+        self.validate_sharding()?;
+        self.validate_policy_reports()?;
         let mut names = BTreeSet::new();
         for (i, inf) in self.informers.iter().enumerate() {
-            let at = |f: &str| format!("informers[{i}].{f}");
-            if inf.name.is_empty() {
-                return Err(self.error(at("name"), "must not be empty"));
-            }
-            if !names.insert(inf.name.as_str()) {
-                return Err(self.error(
-                    at("name"),
-                    format!("duplicate informer name {:?}", inf.name),
-                ));
-            }
-            self.check_kind(&at, &inf.api_version, &inf.kind)?;
-            for (field, v) in [
-                ("maxEventSize", &inf.max_event_size),
-                ("maxListSize", &inf.max_list_size),
-            ] {
-                if v.as_ref().is_some_and(|b| b.0 < 4096) {
-                    return Err(self.error(
-                        at(field),
-                        "must be at least 4Ki (one object and its envelope)",
-                    ));
-                }
-            }
-            if let Some(ns) = &inf.namespaces
-                && ns.is_empty()
-            {
-                return Err(self.error(
-                    at("namespaces"),
-                    "an empty list watches nothing; omit it to watch all namespaces",
-                ));
-            }
-            if let Some(sel) = &inf.label_selector {
-                LabelSelector::parse(sel)
-                    .map_err(|e| self.error(at("labelSelector"), e.to_string()))?;
-            }
-            for (j, ix) in inf.indexes.iter().enumerate() {
-                let spec = IndexSpec::parse(ix)
-                    .map_err(|e| self.error(at(&format!("indexes[{j}]")), e))?;
-                if let IndexSpec::Field(path) = spec
-                    && inf.metadata_only
-                    && !path.starts_with("metadata.")
-                {
-                    return Err(self.error(
-                        at(&format!("indexes[{j}]")),
-                        format!("{path} is not kept by metadataOnly: index a metadata.* field, or drop metadataOnly"),
-                    ));
-                }
-            }
-            if inf.metadata_only && inf.fields.is_some() {
-                return Err(self.error(
-                    at("fields"),
-                    "metadataOnly keeps metadata alone: drop fields, or metadataOnly",
-                ));
-            }
-            if let Some(fields) = &inf.fields {
-                for (j, f) in fields.iter().enumerate() {
-                    crate::informer::mask::FieldMask::parse(std::slice::from_ref(f))
-                        .map_err(|e| self.error(at(&format!("fields[{j}]")), e))?;
-                }
-            }
+            self.validate_informer(&|f: &str| format!("informers[{i}].{f}"), inf, &mut names)?;
         }
         if self.oci != OciConfig::default() {
             self.oci_settings()
@@ -131,89 +23,272 @@ impl Config {
         let mut plugin_names = BTreeSet::new();
         for (i, p) in self.plugins.iter().enumerate() {
             let at = |f: &str| format!("plugins[{i}].{f}");
-            if p.name.is_empty() {
-                return Err(self.error(at("name"), "must not be empty"));
-            }
-            if !plugin_names.insert(p.name.as_str()) {
-                return Err(self.error(at("name"), format!("duplicate plugin name {:?}", p.name)));
-            }
-            if let Some(m) = p.module.to_str().filter(|m| crate::oci::is_oci(m)) {
-                crate::oci::Reference::parse(m).map_err(|e| self.error(at("module"), e))?;
-            } else if !self.resolve(&p.module).is_file() {
-                let module = self.resolve(&p.module);
+            self.validate_plugin(&at, p, &names, &mut plugin_names)?;
+        }
+        self.validate_executor()?;
+        self.validate_admin()
+    }
+
+    /// A `dir` source names a directory that exists.
+    fn validate_source(&self) -> Result<(), ConfigError> {
+        if let SourceKind::Dir(d) = self.source_kind()?
+            && !d.is_dir()
+        {
+            return Err(self.error(
+                "source",
+                format!("directory {} does not exist", d.display()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `sharding` needs a kube source and a valid Lease; with mode shards, the Lease name of
+    /// each replica must be a DNS subdomain.
+    fn validate_sharding(&self) -> Result<(), ConfigError> {
+        let Some(sh) = &self.sharding else {
+            return Ok(());
+        };
+        if self.source_kind()? != SourceKind::Kube {
+            return Err(self.error(
+                "sharding",
+                "needs `source: kube` (replicas share Leases on an API server)",
+            ));
+        }
+        let lease = sh.lease();
+        lease.check().map_err(|e| self.error("sharding", e))?;
+        if sh.mode == ShardingMode::Shards
+            && !crate::kinds::is_dns1123_subdomain(&format!("{}-{}", lease.name, lease.identity))
+        {
+            return Err(self.error(
+                "sharding.identity",
+                format!(
+                    "{:?}: with mode shards, `<leaseName>-<identity>` names a Lease and must be a DNS subdomain (lower case letters, digits, '-', '.')",
+                    lease.identity
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `policyReports` needs a kube source, an interval over 0 and a bounded report size.
+    fn validate_policy_reports(&self) -> Result<(), ConfigError> {
+        let Some(pr) = &self.policy_reports else {
+            return Ok(());
+        };
+        if self.source_kind()? != SourceKind::Kube {
+            return Err(self.error(
+                "policyReports",
+                "needs `source: kube` (reports are written to an API server)",
+            ));
+        }
+        if pr.interval.is_some_and(|d| d.0.is_zero()) {
+            return Err(self.error("policyReports.interval", "must be more than 0"));
+        }
+        if let Some(n) = pr.max_results
+            && !(1..=PolicyReportsConfig::MAX_RESULTS).contains(&n)
+        {
+            return Err(self.error(
+                "policyReports.maxResults",
+                format!(
+                    "{n} is out of range: 1 to {} results per report (the summary counts them all)",
+                    PolicyReportsConfig::MAX_RESULTS
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// One informer (fields named by `at`): a name not in `names` (then added), a kind, sizes,
+    /// namespaces, then its selector, indexes and fields ([`Config::validate_informer_shape`]).
+    fn validate_informer<'a>(
+        &self,
+        at: &dyn Fn(&str) -> String,
+        inf: &'a InformerConfig,
+        names: &mut BTreeSet<&'a str>,
+    ) -> Result<(), ConfigError> {
+        if inf.name.is_empty() {
+            return Err(self.error(at("name"), "must not be empty"));
+        }
+        if !names.insert(inf.name.as_str()) {
+            return Err(self.error(
+                at("name"),
+                format!("duplicate informer name {:?}", inf.name),
+            ));
+        }
+        self.check_kind(at, &inf.api_version, &inf.kind)?;
+        for (field, v) in [
+            ("maxEventSize", &inf.max_event_size),
+            ("maxListSize", &inf.max_list_size),
+        ] {
+            if v.as_ref().is_some_and(|b| b.0 < 4096) {
                 return Err(self.error(
-                    at("module"),
-                    format!(
-                        "{} does not exist (build the plugins with `cargo xtask plugins`)",
-                        module.display()
-                    ),
+                    at(field),
+                    "must be at least 4Ki (one object and its envelope)",
                 ));
             }
-            if p.informers.is_empty() {
-                return Err(self.error(at("informers"), "a plugin needs at least one informer"));
-            }
-            for (j, name) in p.informers.iter().enumerate() {
-                if !names.contains(name.as_str()) {
-                    let known: Vec<&str> = names.iter().copied().collect();
-                    return Err(self.error(
-                        at(&format!("informers[{j}]")),
-                        format!("unknown informer {name:?} (defined: {})", known.join(", ")),
-                    ));
-                }
-            }
-            if p.limits.fuel.is_some() && !self.engine.fuel {
-                return Err(self.error(at("limits.fuel"), "needs `engine: { fuel: true }`"));
-            }
-            if p.limits.deadline.is_some_and(|d| d.0.is_zero()) {
-                return Err(self.error(at("limits.deadline"), "must be more than 0"));
-            }
-            if p.limits.startup_deadline.is_some_and(|d| d.0.is_zero()) {
-                return Err(self.error(at("limits.startupDeadline"), "must be more than 0"));
-            }
-            if p.reload
-                .rollback_threshold
-                .is_some_and(|t| !(0.0..=1.0).contains(&t))
+        }
+        if let Some(ns) = &inf.namespaces
+            && ns.is_empty()
+        {
+            return Err(self.error(
+                at("namespaces"),
+                "an empty list watches nothing; omit it to watch all namespaces",
+            ));
+        }
+        self.validate_informer_shape(at, inf)
+    }
+
+    /// What an informer selects and keeps: its label selector, indexes and fields parse, and
+    /// agree with `metadataOnly`.
+    fn validate_informer_shape(
+        &self,
+        at: &dyn Fn(&str) -> String,
+        inf: &InformerConfig,
+    ) -> Result<(), ConfigError> {
+        if let Some(sel) = &inf.label_selector {
+            LabelSelector::parse(sel)
+                .map_err(|e| self.error(at("labelSelector"), e.to_string()))?;
+        }
+        for (j, ix) in inf.indexes.iter().enumerate() {
+            let spec =
+                IndexSpec::parse(ix).map_err(|e| self.error(at(&format!("indexes[{j}]")), e))?;
+            if let IndexSpec::Field(path) = spec
+                && inf.metadata_only
+                && !path.starts_with("metadata.")
             {
-                return Err(self.error(at("reload.rollbackThreshold"), "must be between 0 and 1"));
-            }
-            if p.batch == Some(0) {
-                return Err(self.error(at("batch"), "must be at least 1"));
-            }
-            self.validate_actions(&p.actions, &at)?;
-            let events_granted = p.actions.grants.iter().any(|g| {
-                g.verbs.contains(&ActionVerb::Create) && g.kind == "Event" && g.api_version == "v1"
-            });
-            if p.verdicts.events && !events_granted {
                 return Err(self.error(
-                    at("verdicts.events"),
-                    "verdict Events are the plugin's own actions: add the grant {verbs: [create], apiVersion: v1, kind: Event} to actions.grants",
-                ));
-            }
-            if p.queue.max == Some(0) {
-                return Err(self.error(
-                    at("queue.max"),
-                    "must be at least 1 (a count of notifications per informer)",
+                    at(&format!("indexes[{j}]")),
+                    format!("{path} is not kept by metadataOnly: index a metadata.* field, or drop metadataOnly"),
                 ));
             }
         }
-        if let Some(w) = self.executor.workers {
-            let max = crate::informer::executor::MAX_WORKERS;
-            if w == 0 {
-                return Err(self.error(
-                    "executor.workers",
-                    "must be at least 1 (omit it for one worker per core)",
-                ));
+        if inf.metadata_only && inf.fields.is_some() {
+            return Err(self.error(
+                at("fields"),
+                "metadataOnly keeps metadata alone: drop fields, or metadataOnly",
+            ));
+        }
+        if let Some(fields) = &inf.fields {
+            for (j, f) in fields.iter().enumerate() {
+                crate::informer::mask::FieldMask::parse(std::slice::from_ref(f))
+                    .map_err(|e| self.error(at(&format!("fields[{j}]")), e))?;
             }
-            if w > max {
+        }
+        Ok(())
+    }
+
+    /// One plugin (fields named by `at`): a name not in `plugin_names` (then added), a module
+    /// that exists or an OCI reference that parses, informers among `informers`, then its
+    /// limits, actions, verdicts and queue ([`Config::validate_plugin_settings`]).
+    fn validate_plugin<'a>(
+        &self,
+        at: &dyn Fn(&str) -> String,
+        p: &'a PluginConfig,
+        informers: &BTreeSet<&str>,
+        plugin_names: &mut BTreeSet<&'a str>,
+    ) -> Result<(), ConfigError> {
+        if p.name.is_empty() {
+            return Err(self.error(at("name"), "must not be empty"));
+        }
+        if !plugin_names.insert(p.name.as_str()) {
+            return Err(self.error(at("name"), format!("duplicate plugin name {:?}", p.name)));
+        }
+        if let Some(m) = p.module.to_str().filter(|m| crate::oci::is_oci(m)) {
+            crate::oci::Reference::parse(m).map_err(|e| self.error(at("module"), e))?;
+        } else if !self.resolve(&p.module).is_file() {
+            let module = self.resolve(&p.module);
+            return Err(self.error(
+                at("module"),
+                format!(
+                    "{} does not exist (build the plugins with `cargo xtask plugins`)",
+                    module.display()
+                ),
+            ));
+        }
+        if p.informers.is_empty() {
+            return Err(self.error(at("informers"), "a plugin needs at least one informer"));
+        }
+        for (j, name) in p.informers.iter().enumerate() {
+            if !informers.contains(name.as_str()) {
+                let known: Vec<&str> = informers.iter().copied().collect();
                 return Err(self.error(
-                    "executor.workers",
-                    format!(
-                        "{w} is too many: at most {max} (each worker is a thread; the default is \
-                         one per core, and more than the cores only helps plugins that wait)"
-                    ),
+                    at(&format!("informers[{j}]")),
+                    format!("unknown informer {name:?} (defined: {})", known.join(", ")),
                 ));
             }
         }
+        self.validate_plugin_settings(at, p)
+    }
+
+    /// A plugin's limits, batch, actions, verdicts and queue.
+    fn validate_plugin_settings(
+        &self,
+        at: &dyn Fn(&str) -> String,
+        p: &PluginConfig,
+    ) -> Result<(), ConfigError> {
+        if p.limits.fuel.is_some() && !self.engine.fuel {
+            return Err(self.error(at("limits.fuel"), "needs `engine: { fuel: true }`"));
+        }
+        if p.limits.deadline.is_some_and(|d| d.0.is_zero()) {
+            return Err(self.error(at("limits.deadline"), "must be more than 0"));
+        }
+        if p.limits.startup_deadline.is_some_and(|d| d.0.is_zero()) {
+            return Err(self.error(at("limits.startupDeadline"), "must be more than 0"));
+        }
+        if p.reload
+            .rollback_threshold
+            .is_some_and(|t| !(0.0..=1.0).contains(&t))
+        {
+            return Err(self.error(at("reload.rollbackThreshold"), "must be between 0 and 1"));
+        }
+        if p.batch == Some(0) {
+            return Err(self.error(at("batch"), "must be at least 1"));
+        }
+        self.validate_actions(&p.actions, at)?;
+        let events_granted = p.actions.grants.iter().any(|g| {
+            g.verbs.contains(&ActionVerb::Create) && g.kind == "Event" && g.api_version == "v1"
+        });
+        if p.verdicts.events && !events_granted {
+            return Err(self.error(
+                at("verdicts.events"),
+                "verdict Events are the plugin's own actions: add the grant {verbs: [create], apiVersion: v1, kind: Event} to actions.grants",
+            ));
+        }
+        if p.queue.max == Some(0) {
+            return Err(self.error(
+                at("queue.max"),
+                "must be at least 1 (a count of notifications per informer)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `executor.workers`, when set, is between 1 and the most the executor runs.
+    fn validate_executor(&self) -> Result<(), ConfigError> {
+        let Some(w) = self.executor.workers else {
+            return Ok(());
+        };
+        let max = crate::informer::executor::MAX_WORKERS;
+        if w == 0 {
+            return Err(self.error(
+                "executor.workers",
+                "must be at least 1 (omit it for one worker per core)",
+            ));
+        }
+        if w > max {
+            return Err(self.error(
+                "executor.workers",
+                format!(
+                    "{w} is too many: at most {max} (each worker is a thread; the default is \
+                     one per core, and more than the cores only helps plugins that wait)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The admin addresses parse, and a token file, when given, is named.
+    fn validate_admin(&self) -> Result<(), ConfigError> {
         for (field, addr) in [
             ("admin.listen", Some(&self.admin.listen)),
             ("admin.metricsAddress", self.admin.metrics_address.as_ref()),

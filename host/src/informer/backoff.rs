@@ -1,25 +1,39 @@
-//! Exponential backoff with jitter and a reset after a quiet period (client-go's
-//! `ExponentialBackoffManager` as used by the reflector: 800 ms doubling to 30 s, jitter 1.0,
-//! reset after 2 minutes without a backoff).
+//! Exponential backoff: the one the host uses wherever it waits longer after each failure.
+//!
+//! Its defaults are client-go's `ExponentialBackoffManager` as used by the reflector: 800 ms
+//! doubling to 30 s, jitter 1.0, reset after 2 minutes without a backoff. Other callers pick
+//! their own start, cap, [`Jitter`] and reset (see [`BackoffConfig`]).
 
 use std::time::Duration;
 
 use rand::Rng;
 use tokio::time::Instant;
 
+/// How a delay is randomised.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Jitter {
+    /// Not at all.
+    None,
+    /// Stretched by up to this many times itself (client-go's `jitter`): `d + d * f * rand`.
+    Stretch(f64),
+    /// Scaled by a factor drawn from `[1 - f, 1 + f)`: `d * (rand * 2f + (1 - f))`.
+    Spread(f64),
+}
+
 /// Backoff parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BackoffConfig {
-    /// First delay.
+    /// First delay (not capped by `max`).
     pub initial: Duration,
-    /// Largest delay before jitter.
+    /// Largest delay after the first, before jitter.
     pub max: Duration,
-    /// Multiplier per step.
-    pub factor: f64,
-    /// Jitter factor: each delay is stretched by up to `jitter` times itself.
-    pub jitter: f64,
-    /// A backoff requested this long after the previous one starts again from `initial`.
-    pub reset_after: Duration,
+    /// Multiplier per step (saturating).
+    pub factor: u32,
+    /// How each delay is randomised.
+    pub jitter: Jitter,
+    /// A backoff requested this long after the previous one starts again from `initial`;
+    /// `None`: never (the clock is not read).
+    pub reset_after: Option<Duration>,
 }
 
 impl Default for BackoffConfig {
@@ -27,15 +41,29 @@ impl Default for BackoffConfig {
         Self {
             initial: Duration::from_millis(800),
             max: Duration::from_secs(30),
-            factor: 2.0,
-            jitter: 1.0,
-            reset_after: Duration::from_secs(120),
+            factor: 2,
+            jitter: Jitter::Stretch(1.0),
+            reset_after: Some(Duration::from_secs(120)),
+        }
+    }
+}
+
+impl BackoffConfig {
+    /// `initial` doubling to `max`, no jitter, never reset: the plain doubling backoff of a
+    /// sequence of retries.
+    pub fn doubling(initial: Duration, max: Duration) -> Self {
+        Self {
+            initial,
+            max,
+            factor: 2,
+            jitter: Jitter::None,
+            reset_after: None,
         }
     }
 }
 
 /// The backoff state.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Backoff {
     config: BackoffConfig,
     next: Duration,
@@ -54,20 +82,23 @@ impl Backoff {
 
     /// The delay to wait now (advances the state).
     pub fn next_delay(&mut self) -> Duration {
-        let now = Instant::now();
-        if self
-            .last
-            .is_some_and(|t| now.duration_since(t) > self.config.reset_after)
-        {
-            self.next = self.config.initial;
+        if let Some(reset_after) = self.config.reset_after {
+            let now = Instant::now();
+            if self
+                .last
+                .is_some_and(|t| now.duration_since(t) > reset_after)
+            {
+                self.next = self.config.initial;
+            }
+            self.last = Some(now);
         }
-        self.last = Some(now);
         let base = self.next;
-        self.next = base.mul_f64(self.config.factor).min(self.config.max);
-        if self.config.jitter > 0.0 {
-            base + base.mul_f64(rand::rng().random::<f64>() * self.config.jitter)
-        } else {
-            base
+        self.next = base.saturating_mul(self.config.factor).min(self.config.max);
+        match self.config.jitter {
+            Jitter::None => base,
+            Jitter::Stretch(f) if f > 0.0 => base + base.mul_f64(rand::rng().random::<f64>() * f),
+            Jitter::Stretch(_) => base,
+            Jitter::Spread(f) => base.mul_f64(rand::rng().random::<f64>() * (2.0 * f) + (1.0 - f)),
         }
     }
 }
@@ -78,16 +109,22 @@ mod tests {
 
     fn no_jitter() -> BackoffConfig {
         BackoffConfig {
-            jitter: 0.0,
+            jitter: Jitter::None,
             ..BackoffConfig::default()
         }
+    }
+
+    fn millis(b: &mut Backoff, n: usize) -> Vec<u64> {
+        (0..n).map(|_| b.next_delay().as_millis() as u64).collect()
     }
 
     #[tokio::test(start_paused = true)]
     async fn backoff_doubles_from_800ms_to_a_30s_cap() {
         let mut b = Backoff::new(no_jitter());
-        let got: Vec<u64> = (0..8).map(|_| b.next_delay().as_millis() as u64).collect();
-        assert_eq!(got, [800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]);
+        assert_eq!(
+            millis(&mut b, 8),
+            [800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -106,6 +143,49 @@ mod tests {
             let d = b.next_delay();
             assert!(
                 d >= Duration::from_millis(800) && d <= Duration::from_secs(60),
+                "{d:?}"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_doubling_backoff_never_resets_and_keeps_an_uncapped_first_delay() {
+        let mut b = Backoff::new(BackoffConfig::doubling(
+            Duration::from_secs(100),
+            Duration::from_secs(60),
+        ));
+        assert_eq!(millis(&mut b, 3), [100_000, 60_000, 60_000]);
+        let mut b = Backoff::new(BackoffConfig::doubling(
+            Duration::from_millis(200),
+            Duration::from_secs(30),
+        ));
+        tokio::time::advance(Duration::from_secs(1000)).await;
+        assert_eq!(millis(&mut b, 2), [200, 400]);
+        tokio::time::advance(Duration::from_secs(1000)).await;
+        assert_eq!(millis(&mut b, 6), [800, 1600, 3200, 6400, 12800, 25600]);
+        assert_eq!(millis(&mut b, 1), [30_000]);
+    }
+
+    #[test]
+    fn doubling_saturates_instead_of_overflowing() {
+        let mut b = Backoff::new(BackoffConfig::doubling(Duration::MAX, Duration::MAX));
+        assert_eq!(b.next_delay(), Duration::MAX);
+        assert_eq!(b.next_delay(), Duration::MAX);
+    }
+
+    #[test]
+    fn spread_jitter_scales_by_nine_to_eleven_tenths() {
+        // The factor is `rand * 0.2 + 0.9`, bit for bit, for a spread of 0.1.
+        assert_eq!(2.0 * 0.1_f64, 0.2);
+        assert_eq!(1.0 - 0.1_f64, 0.9);
+        let mut b = Backoff::new(BackoffConfig {
+            jitter: Jitter::Spread(0.1),
+            ..BackoffConfig::doubling(Duration::from_secs(10), Duration::from_secs(10))
+        });
+        for _ in 0..50 {
+            let d = b.next_delay();
+            assert!(
+                d >= Duration::from_secs(9) && d < Duration::from_secs(11),
                 "{d:?}"
             );
         }

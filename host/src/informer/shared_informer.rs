@@ -657,11 +657,8 @@ impl SharedInformer {
         let mut restart_backoff = match self.config.on_panic {
             OnPanic::Restart { initial, max } => Some(super::backoff::Backoff::new(
                 super::backoff::BackoffConfig {
-                    initial,
-                    max,
-                    jitter: 0.0,
-                    reset_after: Duration::from_secs(600),
-                    ..Default::default()
+                    reset_after: Some(Duration::from_secs(600)),
+                    ..super::backoff::BackoffConfig::doubling(initial, max)
                 },
             )),
             OnPanic::Stop => None,

@@ -3,6 +3,7 @@
 //! actions and the policy-report writer.
 
 use kube::core::{ApiResource, GroupVersionKind};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
 /// The group of an apiVersion (`""` for the core group's `v1`).
 pub fn group_of(api_version: &str) -> &str {
@@ -16,21 +17,27 @@ pub fn api_resource(api_version: &str, kind: &str) -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
 }
 
+/// What a path segment keeps as it is: `[A-Za-z0-9-._~:]` (RFC 3986's unreserved characters and
+/// the colon); every other byte is escaped.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b':');
+
+/// [`SEGMENT`] for `.` and `..`, whose dots are escaped too.
+const DOT_SEGMENT: &AsciiSet = &SEGMENT.add(b'.');
+
 /// `segment` percent-encoded as one URL path segment: everything but `[A-Za-z0-9-._~:]` is
 /// escaped, and so are the dots of `.` and `..` (which would otherwise be dot segments).
 pub fn path_segment(segment: &str) -> String {
-    let dots = segment == "." || segment == "..";
-    let mut out = String::with_capacity(segment.len());
-    for b in segment.bytes() {
-        let keep = (b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'~' | b':' | b'.'))
-            && !(dots && b == b'.');
-        if keep {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    let set = if segment == "." || segment == ".." {
+        DOT_SEGMENT
+    } else {
+        SEGMENT
+    };
+    utf8_percent_encode(segment, set).to_string()
 }
 
 /// A collection: `/api/{version}` (core group) or `/apis/{group}/{version}`, then

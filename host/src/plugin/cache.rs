@@ -23,7 +23,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
+use ring::hmac;
 
 /// First bytes of every artifact file: format and version.
 const MAGIC: &[u8; 8] = b"WISPCWM1";
@@ -127,26 +127,6 @@ fn create_private_file(path: &Path, bytes: &[&[u8]]) -> std::io::Result<()> {
     f.sync_all()
 }
 
-/// HMAC-SHA256 (RFC 2104) of the concatenation of `parts`.
-pub fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
-    const BLOCK: usize = 64;
-    let mut k = [0u8; BLOCK];
-    if key.len() > BLOCK {
-        k[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        k[..key.len()].copy_from_slice(key);
-    }
-    let mut inner = Sha256::new();
-    inner.update(k.map(|b| b ^ 0x36));
-    for p in parts {
-        inner.update(p);
-    }
-    let mut outer = Sha256::new();
-    outer.update(k.map(|b| b ^ 0x5c));
-    outer.update(inner.finalize());
-    outer.finalize().into()
-}
-
 /// Compares two byte strings in time that depends only on their lengths.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
@@ -155,7 +135,7 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// A checked cache directory and its MAC key.
 pub struct ModuleCache {
     dir: PathBuf,
-    key: [u8; KEY_LEN],
+    key: hmac::Key,
 }
 
 impl std::fmt::Debug for ModuleCache {
@@ -214,7 +194,7 @@ impl ModuleCache {
         let key = read_or_create_key(&key_path)?;
         Ok(Self {
             dir: dir.to_owned(),
-            key,
+            key: hmac::Key::new(hmac::HMAC_SHA256, &key),
         })
     }
 
@@ -228,8 +208,17 @@ impl ModuleCache {
         self.dir.join(format!("{cache_key}.cwasm"))
     }
 
-    fn tag(&self, cache_key: &str, bytes: &[u8]) -> [u8; TAG_LEN] {
-        hmac_sha256(&self.key, &[DOMAIN, cache_key.as_bytes(), b"\0", bytes])
+    /// What the MAC of `cache_key`'s artifact covers before its bytes: `DOMAIN || cache key || 0`.
+    fn mac_prefix(cache_key: &str) -> Vec<u8> {
+        [DOMAIN, cache_key.as_bytes(), b"\0"].concat()
+    }
+
+    /// The MAC of `cache_key`'s artifact: HMAC-SHA256(key, `mac_prefix(cache_key)` || bytes).
+    fn tag(&self, cache_key: &str, bytes: &[u8]) -> hmac::Tag {
+        let mut ctx = hmac::Context::with_key(&self.key);
+        ctx.update(&Self::mac_prefix(cache_key));
+        ctx.update(bytes);
+        ctx.sign()
     }
 
     /// The verified artifact bytes of `cache_key`: `Ok(None)` when there is none, an error when
@@ -249,20 +238,28 @@ impl ModuleCache {
             return Err(untrusted(&path, "is not a regular file"));
         }
         check_owner_mode(&path, &md, 0o022)?;
-        let mut data = Vec::with_capacity(md.len() as usize);
+        // The file is read after room for the MAC's prefix, which is then moved next to the
+        // artifact's bytes: `hmac::verify` checks the one message without a copy of them.
+        let prefix = Self::mac_prefix(cache_key);
+        let mut data = Vec::with_capacity(prefix.len() + md.len() as usize);
+        data.extend_from_slice(&prefix);
         f.read_to_end(&mut data).map_err(io("reading", &path))?;
+        let file = &data[prefix.len()..];
         let header = MAGIC.len() + TAG_LEN;
-        if data.len() < header || &data[..MAGIC.len()] != MAGIC {
+        if file.len() < header || &file[..MAGIC.len()] != MAGIC {
             return Err(untrusted(&path, "is not an artifact of this host"));
         }
-        let tag = &data[MAGIC.len()..header];
-        if !constant_time_eq(tag, &self.tag(cache_key, &data[header..])) {
+        let mut tag = [0u8; TAG_LEN];
+        tag.copy_from_slice(&file[MAGIC.len()..header]);
+        // [prefix | MAGIC tag | bytes] -> [.. | prefix | bytes]: the message ends the buffer.
+        data.copy_within(..prefix.len(), header);
+        if hmac::verify(&self.key, &data[header..], &tag).is_err() {
             return Err(untrusted(
                 &path,
                 "fails its MAC check (changed, or copied from another module or host)",
             ));
         }
-        data.drain(..header);
+        data.drain(..header + prefix.len());
         Ok(Some(data))
     }
 
@@ -275,7 +272,7 @@ impl ModuleCache {
             .join(format!(".{cache_key}.tmp{}", std::process::id()));
         let _ = std::fs::remove_file(&tmp);
         let tag = self.tag(cache_key, bytes);
-        create_private_file(&tmp, &[MAGIC, &tag, bytes]).map_err(io("writing", &tmp))?;
+        create_private_file(&tmp, &[MAGIC, tag.as_ref(), bytes]).map_err(io("writing", &tmp))?;
         std::fs::rename(&tmp, &path).map_err(|e| {
             let _ = std::fs::remove_file(&tmp);
             io("renaming into", &path)(e)
@@ -338,23 +335,45 @@ mod tests {
         b.iter().map(|x| format!("{x:02x}")).collect()
     }
 
+    /// The key file and the artifact format, pinned byte for byte: a cache written by an
+    /// earlier host stays valid (the tag was computed by the hand-written HMAC the cache used
+    /// before `ring::hmac`, and agrees with RFC 2104 HMAC-SHA256).
     #[test]
-    fn hmac_matches_rfc_4231() {
-        // Test case 2.
+    fn the_artifact_format_is_pinned() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("modules");
+        let key: Vec<u8> = (0..32).collect();
+        create_private_file(&ModuleCache::key_path(&dir).unwrap(), &[&key]).unwrap();
+        let c = ModuleCache::open(&dir).unwrap();
+        let bytes = b"\0asm artifact bytes";
+        c.put("0123abcd-fp1", bytes).unwrap();
+        let file = std::fs::read(c.artifact_path("0123abcd-fp1")).unwrap();
+        assert_eq!(&file[..8], b"WISPCWM1");
         assert_eq!(
-            hex(&hmac_sha256(
-                b"Jefe",
-                &[b"what do ya want ", b"for nothing?"]
-            )),
-            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+            hex(&file[8..40]),
+            "16a0ad2746c4a32af45e678a3d6519e72a567d88d2c103b7d6af6e35f42286f2"
         );
-        // Test case 6: a key longer than the block.
+        assert_eq!(&file[40..], bytes);
+        assert_eq!(c.get("0123abcd-fp1").unwrap().unwrap(), bytes);
+        // One flipped bit anywhere after the magic fails the check.
+        for i in [8, 39, 40, file.len() - 1] {
+            let mut bad = file.clone();
+            bad[i] ^= 1;
+            std::fs::write(c.artifact_path("0123abcd-fp1"), &bad).unwrap();
+            let e = c.get("0123abcd-fp1").unwrap_err().to_string();
+            assert!(e.contains("fails its MAC check"), "{i}: {e}");
+        }
+        // A MAC prefix longer than the file's header verifies as well as a shorter one.
+        let long = "f".repeat(100);
+        c.put(&long, bytes).unwrap();
+        assert_eq!(c.get(&long).unwrap().unwrap(), bytes);
+        std::fs::write(c.artifact_path(&long), &file[..39]).unwrap();
+        let e = c.get(&long).unwrap_err().to_string();
+        assert!(e.contains("is not an artifact of this host"), "{e}");
+        // The key file is the 32 raw bytes.
         assert_eq!(
-            hex(&hmac_sha256(
-                &[0xaa; 131],
-                &[b"Test Using Larger Than Block-Size Key - Hash Key First"]
-            )),
-            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+            std::fs::read(ModuleCache::key_path(&dir).unwrap()).unwrap(),
+            key
         );
     }
 

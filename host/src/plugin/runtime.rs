@@ -13,6 +13,7 @@ use super::instance::{CallError, Instance};
 use super::spec::{FailurePolicy, PluginSpec};
 use super::state::{Grants, HostApi, StoreData};
 use super::status::{PluginCounters, PluginState, PluginStatus};
+use crate::informer::backoff::{Backoff, BackoffConfig};
 use crate::informer::{self, DeletedObject, EventHandler};
 use crate::sync::lock;
 
@@ -49,8 +50,8 @@ pub(super) struct PendingRetry {
     delivery: informer::Delivery,
     /// Retries left.
     left: u32,
-    /// The wait before the next one.
-    wait: Duration,
+    /// The waits before the next ones.
+    backoff: Backoff,
     due: Instant,
     /// Why its first attempt failed (what the log and quarantine say if it never succeeds).
     why: String,
@@ -65,6 +66,11 @@ pub(super) struct InHand {
 
 /// Longest wait between two retries of a notification (the backoff doubles up to it).
 pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
+
+/// The waits between a notification's retries: `backoff` doubling to [`MAX_RETRY_WAIT`].
+fn retry_backoff(backoff: Duration) -> Backoff {
+    Backoff::new(BackoffConfig::doubling(backoff, MAX_RETRY_WAIT))
+}
 
 /// `now + wait`, or a year from now when that overflows (a backoff may be configured up to 292
 /// years).
@@ -360,24 +366,24 @@ impl PluginRuntime {
         if let FailurePolicy::Retry { retries, backoff } = self.spec.on_failure.policy.clone() {
             if self.defer_retries {
                 if retries > 0 && !self.is_quarantined() {
+                    let mut backoff = retry_backoff(backoff);
                     self.retries.push_back(PendingRetry {
                         informer: informer.to_owned(),
                         delivery: d.clone(),
                         left: retries,
-                        wait: backoff,
-                        due: after(backoff),
+                        due: after(backoff.next_delay()),
+                        backoff,
                         why,
                     });
                     return;
                 }
             } else {
-                let mut wait = backoff;
+                let mut backoff = retry_backoff(backoff);
                 for _ in 0..retries {
                     if self.is_quarantined() {
                         break;
                     }
-                    std::thread::sleep(wait);
-                    wait = wait.saturating_mul(2).min(MAX_RETRY_WAIT);
+                    std::thread::sleep(backoff.next_delay());
                     if self.retry_once(informer, d) {
                         return;
                     }
@@ -492,8 +498,7 @@ impl PluginRuntime {
             if r.left == 0 {
                 self.give_up(r.delivery.seq, &r.informer, r.why);
             } else {
-                r.wait = r.wait.saturating_mul(2).min(MAX_RETRY_WAIT);
-                r.due = after(r.wait);
+                r.due = after(r.backoff.next_delay());
                 self.retries.push_front(r);
                 return;
             }

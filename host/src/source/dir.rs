@@ -121,6 +121,176 @@ struct State {
     errors: BTreeMap<PathBuf, String>,
 }
 
+impl State {
+    /// Reads the files of `paths` that changed since the last scan and forgets the files that
+    /// are gone; returns the files there are.
+    fn read_files(&mut self, paths: Vec<PathBuf>) -> BTreeMap<PathBuf, ()> {
+        let mut seen = BTreeMap::new();
+        for p in paths {
+            let Ok(md) = std::fs::metadata(&p) else {
+                continue;
+            };
+            let stamp = (md.modified().unwrap_or(SystemTime::UNIX_EPOCH), md.len());
+            seen.insert(p.clone(), ());
+            if self.files.get(&p).is_some_and(|f| f.stamp == stamp) {
+                continue;
+            }
+            let parsed = std::fs::read_to_string(&p)
+                .map_err(|e| e.to_string())
+                .and_then(|t| parse_manifests(&t));
+            let file = match parsed {
+                // A file that lost objects and changed a moment ago may be being written (a
+                // rewrite in place caught at a document boundary): it is read again once it
+                // has been quiet for SETTLE, and its objects are kept until then.
+                Ok(m)
+                    if lost_objects(self.files.get(&p), &m.objects)
+                        && md
+                            .modified()
+                            .is_ok_and(|t| t.elapsed().unwrap_or_default() < SETTLE) =>
+                {
+                    continue;
+                }
+                Ok(Manifests { objects, skipped }) => FileState {
+                    stamp,
+                    objects,
+                    unread: skipped,
+                },
+                // The stamp is remembered so the same broken content is not read again every
+                // scan, and the objects read before are kept.
+                Err(e) => FileState {
+                    stamp,
+                    objects: self
+                        .files
+                        .get(&p)
+                        .map(|f| f.objects.clone())
+                        .unwrap_or_default(),
+                    unread: vec![format!(
+                        "does not parse (its previous objects are kept): {e}"
+                    )],
+                },
+            };
+            self.files.insert(p, file);
+        }
+        self.files.retain(|p, _| seen.contains_key(p));
+        seen
+    }
+
+    /// The objects the files define, and what of each file could not be read.
+    ///
+    /// Every object placed in its scope and admitted as an API server would; a later
+    /// definition of the same object replaces an earlier one, as `kubectl apply -f` of the
+    /// directory would, and is reported.
+    fn defined(&self) -> (BTreeMap<ObjKey, Value>, BTreeMap<PathBuf, String>) {
+        let scopes = Scopes::of(self.files.values().flat_map(|f| f.objects.iter()));
+        let mut problems: BTreeMap<PathBuf, Vec<String>> = BTreeMap::new();
+        let mut defined: BTreeMap<ObjKey, (Value, &Path)> = BTreeMap::new();
+        for (path, f) in &self.files {
+            let mut unread = f.unread.clone();
+            for v in &f.objects {
+                let v = scopes.place(v.clone());
+                if let Err(e) = admit(&v) {
+                    unread.push(e);
+                    continue;
+                }
+                let Some(k) = key_of(&v) else { continue };
+                let shown = format!(
+                    "{} {}",
+                    k.1,
+                    if k.2.is_empty() {
+                        k.3.clone()
+                    } else {
+                        format!("{}/{}", k.2, k.3)
+                    }
+                );
+                if let Some((_, earlier)) = defined.insert(k, (v, path)) {
+                    let place = if earlier == path.as_path() {
+                        "earlier in this file".to_owned()
+                    } else {
+                        format!("in {}", earlier.display())
+                    };
+                    unread.push(format!(
+                        "{shown} is also defined {place}; this later definition replaces it"
+                    ));
+                }
+            }
+            if !unread.is_empty() {
+                problems.insert(path.clone(), unread);
+            }
+        }
+        let errors: BTreeMap<PathBuf, String> = problems
+            .into_iter()
+            .map(|(p, e)| (p, e.join("; ")))
+            .collect();
+        let defined: BTreeMap<ObjKey, Value> =
+            defined.into_iter().map(|(k, (v, _))| (k, v)).collect();
+        (defined, errors)
+    }
+
+    /// Logs the files whose errors changed and those of `seen` read whole again, and keeps
+    /// `errors`.
+    fn report_errors(&mut self, errors: BTreeMap<PathBuf, String>, seen: &BTreeMap<PathBuf, ()>) {
+        for (p, e) in &errors {
+            if self.errors.get(p) != Some(e) {
+                tracing::error!(file = %p.display(), error = %e, "manifest not read whole; the rest of it counts");
+            }
+        }
+        for p in self.errors.keys() {
+            if !errors.contains_key(p) && seen.contains_key(p) {
+                tracing::info!(file = %p.display(), "manifest read whole again");
+            }
+        }
+        self.errors = errors;
+    }
+
+    /// Makes `defined` current: each new or changed object gets the next resourceVersion (a
+    /// new one a uid) and is applied to every source that keeps it; each object no longer
+    /// defined is deleted from them.
+    fn publish(&mut self, defined: BTreeMap<ObjKey, Value>) {
+        let mut prev = std::mem::take(&mut self.current);
+        let mut next: BTreeMap<ObjKey, Defined> = BTreeMap::new();
+        for (k, v) in defined {
+            let d = match prev.remove(&k) {
+                Some(d) if d.value == v => d,
+                old => {
+                    self.rv += 1;
+                    let uid = match old {
+                        Some(d) => d.uid,
+                        None => {
+                            self.uids += 1;
+                            format!("dir-{:08}", self.uids)
+                        }
+                    };
+                    let d = Defined {
+                        value: v,
+                        rv: self.rv,
+                        uid,
+                    };
+                    for (f, src) in &self.sources {
+                        apply_if_kept(src, f, &d);
+                    }
+                    d
+                }
+            };
+            next.insert(k, d);
+        }
+        // What is left of `prev` is gone.
+        for (k, d) in prev {
+            self.rv += 1;
+            let key = if k.2.is_empty() {
+                k.3.clone()
+            } else {
+                format!("{}/{}", k.2, k.3)
+            };
+            for (f, src) in &self.sources {
+                if Object::from_value(d.value.clone(), true).is_ok_and(|o| f.keeps(&o)) {
+                    src.delete_at(&key, self.rv);
+                }
+            }
+        }
+        self.current = next;
+    }
+}
+
 /// A directory acting as a cluster.
 pub struct DirCluster {
     root: PathBuf,
@@ -421,152 +591,10 @@ impl DirCluster {
         let mut paths = Vec::new();
         manifest_files(&self.root, &mut paths);
         let mut st = self.lock();
-        let mut seen = BTreeMap::new();
-        for p in paths {
-            let Ok(md) = std::fs::metadata(&p) else {
-                continue;
-            };
-            let stamp = (md.modified().unwrap_or(SystemTime::UNIX_EPOCH), md.len());
-            seen.insert(p.clone(), ());
-            if st.files.get(&p).is_some_and(|f| f.stamp == stamp) {
-                continue;
-            }
-            let parsed = std::fs::read_to_string(&p)
-                .map_err(|e| e.to_string())
-                .and_then(|t| parse_manifests(&t));
-            let file = match parsed {
-                // A file that lost objects and changed a moment ago may be being written (a
-                // rewrite in place caught at a document boundary): it is read again once it
-                // has been quiet for SETTLE, and its objects are kept until then.
-                Ok(m)
-                    if lost_objects(st.files.get(&p), &m.objects)
-                        && md
-                            .modified()
-                            .is_ok_and(|t| t.elapsed().unwrap_or_default() < SETTLE) =>
-                {
-                    continue;
-                }
-                Ok(Manifests { objects, skipped }) => FileState {
-                    stamp,
-                    objects,
-                    unread: skipped,
-                },
-                // The stamp is remembered so the same broken content is not read again every
-                // scan, and the objects read before are kept.
-                Err(e) => FileState {
-                    stamp,
-                    objects: st
-                        .files
-                        .get(&p)
-                        .map(|f| f.objects.clone())
-                        .unwrap_or_default(),
-                    unread: vec![format!(
-                        "does not parse (its previous objects are kept): {e}"
-                    )],
-                },
-            };
-            st.files.insert(p, file);
-        }
-        st.files.retain(|p, _| seen.contains_key(p));
-
-        // Every object placed in its scope and admitted as an API server would; a later
-        // definition of the same object replaces an earlier one, as `kubectl apply -f` of the
-        // directory would, and is reported.
-        let scopes = Scopes::of(st.files.values().flat_map(|f| f.objects.iter()));
-        let mut problems: BTreeMap<PathBuf, Vec<String>> = BTreeMap::new();
-        let mut defined: BTreeMap<ObjKey, (Value, &Path)> = BTreeMap::new();
-        for (path, f) in &st.files {
-            let mut unread = f.unread.clone();
-            for v in &f.objects {
-                let v = scopes.place(v.clone());
-                if let Err(e) = admit(&v) {
-                    unread.push(e);
-                    continue;
-                }
-                let Some(k) = key_of(&v) else { continue };
-                let shown = format!(
-                    "{} {}",
-                    k.1,
-                    if k.2.is_empty() {
-                        k.3.clone()
-                    } else {
-                        format!("{}/{}", k.2, k.3)
-                    }
-                );
-                if let Some((_, earlier)) = defined.insert(k, (v, path)) {
-                    let place = if earlier == path.as_path() {
-                        "earlier in this file".to_owned()
-                    } else {
-                        format!("in {}", earlier.display())
-                    };
-                    unread.push(format!(
-                        "{shown} is also defined {place}; this later definition replaces it"
-                    ));
-                }
-            }
-            if !unread.is_empty() {
-                problems.insert(path.clone(), unread);
-            }
-        }
-        let errors: BTreeMap<PathBuf, String> = problems
-            .into_iter()
-            .map(|(p, e)| (p, e.join("; ")))
-            .collect();
-        for (p, e) in &errors {
-            if st.errors.get(p) != Some(e) {
-                tracing::error!(file = %p.display(), error = %e, "manifest not read whole; the rest of it counts");
-            }
-        }
-        for p in st.errors.keys() {
-            if !errors.contains_key(p) && seen.contains_key(p) {
-                tracing::info!(file = %p.display(), "manifest read whole again");
-            }
-        }
-        let defined: BTreeMap<ObjKey, Value> =
-            defined.into_iter().map(|(k, (v, _))| (k, v)).collect();
-        st.errors = errors;
-        let mut prev = std::mem::take(&mut st.current);
-        let mut next: BTreeMap<ObjKey, Defined> = BTreeMap::new();
-        for (k, v) in defined {
-            let d = match prev.remove(&k) {
-                Some(d) if d.value == v => d,
-                old => {
-                    st.rv += 1;
-                    let uid = match old {
-                        Some(d) => d.uid,
-                        None => {
-                            st.uids += 1;
-                            format!("dir-{:08}", st.uids)
-                        }
-                    };
-                    let d = Defined {
-                        value: v,
-                        rv: st.rv,
-                        uid,
-                    };
-                    for (f, src) in &st.sources {
-                        apply_if_kept(src, f, &d);
-                    }
-                    d
-                }
-            };
-            next.insert(k, d);
-        }
-        // What is left of `prev` is gone.
-        for (k, d) in prev {
-            st.rv += 1;
-            let key = if k.2.is_empty() {
-                k.3.clone()
-            } else {
-                format!("{}/{}", k.2, k.3)
-            };
-            for (f, src) in &st.sources {
-                if Object::from_value(d.value.clone(), true).is_ok_and(|o| f.keeps(&o)) {
-                    src.delete_at(&key, st.rv);
-                }
-            }
-        }
-        st.current = next;
+        let seen = st.read_files(paths);
+        let (defined, errors) = st.defined();
+        st.report_errors(errors, &seen);
+        st.publish(defined);
     }
 
     /// Rescans every `interval` until `shutdown` completes.

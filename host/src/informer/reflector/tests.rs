@@ -7,6 +7,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 
 use super::*;
+use crate::informer::backoff::Jitter;
 use crate::informer::delta_fifo::DeltaFifo;
 use crate::informer::indexer::Indexer;
 use crate::informer::lister_watcher::{ListOptions, ListPage};
@@ -193,7 +194,7 @@ async fn relists_are_spaced_by_a_growing_backoff() {
     }
     let config = ReflectorConfig {
         backoff: BackoffConfig {
-            jitter: 0.0,
+            jitter: Jitter::None,
             ..Default::default()
         },
         ..list_config()
@@ -350,7 +351,7 @@ async fn retry_internal_error() {
             backoff: BackoffConfig {
                 initial: Duration::ZERO,
                 max: Duration::ZERO,
-                jitter: 0.0,
+                jitter: Jitter::None,
                 ..BackoffConfig::default()
             },
             ..list_config()
@@ -376,7 +377,7 @@ async fn internal_error_rewatches_back_off() {
     }
     let config = ReflectorConfig {
         backoff: BackoffConfig {
-            jitter: 0.0,
+            jitter: Jitter::None,
             ..BackoffConfig::default()
         },
         ..list_config()
