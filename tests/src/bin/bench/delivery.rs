@@ -54,7 +54,7 @@ pub(crate) fn delivery_figures(a: &Args) -> anyhow::Result<()> {
     println!("| work | batch | native | wasm | wasm/native time | wasm throughput vs native |");
     println!("|---|---|---|---|---|---|");
     // Where the wasm cost goes: the host-side staging copy of each batch (ABI 0.2 encoding).
-    let mut encoder = wisp_host::abi::BatchEncoder::new();
+    let mut encoder = wisp_host::plugin::batch::BatchEncoder::new();
     let t = Instant::now();
     let mut keep = 0usize;
     for chunk in items.chunks(64) {
