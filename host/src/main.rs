@@ -493,7 +493,7 @@ async fn record(
     until_synced: bool,
     context: Option<String>,
 ) -> anyhow::Result<()> {
-    use app::supervisor::{OnError, Phase, Supervisor};
+    use app::supervisor::Supervisor;
     let cfg = Config::load(&config)?;
     let limit = optional_duration(duration.as_deref())?;
     let file = std::fs::File::create(&out).with_context(|| format!("--out {}", out.display()))?;
@@ -511,24 +511,7 @@ async fn record(
         regs.push(inf.add_event_handler("record", Box::new(h), Duration::ZERO)?);
     }
     let sup = Supervisor::new();
-    if let Some(d) = dir {
-        sup.spawn(
-            Phase::Informers,
-            "dir watch",
-            OnError::Log,
-            |stop| async move {
-                d.watch(app::DIR_RESCAN, stop.cancelled_owned()).await;
-                Ok(())
-            },
-        );
-    }
-    for inf in &informers {
-        let i = inf.clone();
-        let task = format!("informer {}", inf.name());
-        sup.spawn(Phase::Informers, &task, OnError::Fatal, |stop| async move {
-            Ok(i.run(stop.cancelled_owned()).await?)
-        });
-    }
+    app::start::run_informers(&sup, &informers, dir);
     let synced = async {
         while !regs.iter().all(|r| r.has_synced()) {
             tokio::time::sleep(Duration::from_millis(20)).await;

@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -393,13 +392,7 @@ async fn sigterm_under_a_slow_server_audits_every_accepted_action_once_and_exits
         .into_iter()
         .filter(|e| e["plugin"] == "labeler")
         .collect();
-    let mut by_pod: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for e in &entries {
-        by_pod
-            .entry(e["name"].as_str().unwrap().to_owned())
-            .or_default()
-            .push(e["result"].as_str().unwrap().to_owned());
-    }
+    let by_pod = common::results_by_object(&entries);
     assert_eq!(by_pod.len(), PODS, "{entries:#?}");
     for (pod, results) in &by_pod {
         assert!(

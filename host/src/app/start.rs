@@ -516,8 +516,9 @@ fn lead_then_start(sup: &Arc<Supervisor>, mut elector: Elector, starter: PluginS
 /// How long an informer's "synced" line is waited for (it is logged only once).
 const SYNC_LOG_WAIT: Duration = Duration::from_secs(24 * 3600);
 
-/// Step: the informers list and watch, the `dir:` source rescans; each logs once synced.
-fn run_informers(
+/// Step: the informers list and watch, the `dir:` source rescans; each logs once synced. (Also
+/// `wisp record`'s, under a supervisor of its own.)
+pub fn run_informers(
     sup: &Arc<Supervisor>,
     informers: &[Arc<SharedInformer>],
     dir: Option<Arc<DirCluster>>,

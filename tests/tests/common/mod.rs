@@ -383,6 +383,18 @@ pub async fn start_host(
     (host, stop)
 }
 
+/// Audit-log entries grouped by object name: the results of each, in order.
+pub fn results_by_object(entries: &[serde_json::Value]) -> BTreeMap<String, Vec<String>> {
+    let mut by_name: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for e in entries {
+        by_name
+            .entry(e["name"].as_str().unwrap().to_owned())
+            .or_default()
+            .push(e["result"].as_str().unwrap().to_owned());
+    }
+    by_name
+}
+
 /// Whether a test must fail rather than skip when a peer it needs (kubectl, docker-registry,
 /// python3, node, a built component) is missing: under `CI=true`, `.ci/run` installs them all.
 pub fn in_ci() -> bool {

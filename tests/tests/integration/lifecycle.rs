@@ -4,7 +4,6 @@
 
 use crate::common;
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -109,13 +108,7 @@ async fn a_shutdown_sends_queued_actions_until_its_grace_period_then_audits_the_
         .into_iter()
         .filter(|e| e["plugin"] == "labeler")
         .collect();
-    let mut by_pod: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for e in &entries {
-        by_pod
-            .entry(e["name"].as_str().unwrap().to_owned())
-            .or_default()
-            .push(e["result"].as_str().unwrap().to_owned());
-    }
+    let by_pod = common::results_by_object(&entries);
     assert_eq!(by_pod.len(), PODS, "{entries:#?}");
     assert!(by_pod.values().all(|r| r.len() == 1), "{by_pod:#?}");
     let applied: Vec<&String> = by_pod
