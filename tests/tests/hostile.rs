@@ -89,8 +89,11 @@ async fn a_plugin_spinning_in_init_is_refused_at_its_startup_deadline() {
         "plugin \"spinner\": init: startup deadline of 300ms exceeded (instantiate, describe, init and restore together: limits.startupDeadline)"
     );
     // Cut at the startup deadline (CPU time is at most wall time), not at the call's 10 ms.
+    // The deadline counts the plugin's CPU time: on a loaded 2-core machine (a process spinning
+    // on one core, this binary's other tests on the other) 300 ms of it took 876 ms of wall
+    // time, so the upper bound allows three times the deadline.
     assert!(
-        took >= Duration::from_millis(300) && took < Duration::from_millis(300) + SLACK,
+        took >= Duration::from_millis(300) && took < Duration::from_millis(300) * 3 + SLACK,
         "refused after {took:?}"
     );
 }
