@@ -77,7 +77,10 @@ pub async fn start(
 
     let config = pull_modules(config, &admin.startup).await?;
     let manager = plugin_manager(&config, services, &informers, &sup)?;
-    let (manager, checked) = check_plugins(manager, &config, &admin.startup).await?;
+    let specs = config.plugin_specs();
+    warn_over_budget(&specs);
+    let workers = config.executor.workers();
+    let (manager, checked) = check_plugins(manager, specs, workers, &admin.startup).await?;
     let starter = PluginStarter {
         manager,
         checked,
@@ -373,7 +376,11 @@ fn plugin_manager(
     for i in informers {
         manager.add_informer(i.clone());
     }
-    let specs = config.plugin_specs();
+    Ok(manager)
+}
+
+/// Warns when the plugins' memory limits add up to more than the host's cgroup allows.
+fn warn_over_budget(specs: &[PluginSpec]) {
     let budgets: Vec<(&str, u64)> = specs
         .iter()
         .map(|s| (s.name.as_str(), s.limits.memory))
@@ -385,19 +392,18 @@ fn plugin_manager(
     ) {
         tracing::warn!("{w}");
     }
-    Ok(manager)
 }
 
 /// Step: every plugin checked (compiled, or loaded from the module cache, and initialised),
-/// several at once (as many as the executor has workers), each named in `/readyz` until done.
+/// several at once (as many as the executor has `workers`), each named in `/readyz` until done.
 /// The first to fail, in config order, refuses the start.
 async fn check_plugins(
     manager: PluginManager,
-    config: &Config,
+    specs: Vec<PluginSpec>,
+    workers: usize,
     startup: &Arc<Startup>,
 ) -> anyhow::Result<(PluginManager, Vec<CheckedPlugin>)> {
-    let specs = config.plugin_specs();
-    let parallel = config.executor.workers().clamp(1, specs.len().max(1));
+    let parallel = workers.clamp(1, specs.len().max(1));
     let startup = startup.clone();
     tokio::task::spawn_blocking(move || {
         let results: Vec<Mutex<Option<Result<CheckedPlugin, String>>>> =
@@ -414,10 +420,10 @@ async fn check_plugins(
         std::thread::scope(|s| {
             for _ in 0..parallel {
                 s.spawn(|| {
-                    while let Some(i) =
-                        Some(next.fetch_add(1, Ordering::Relaxed)).filter(|i| *i < specs.len())
-                    {
-                        *lock(&results[i]) = Some(check(&specs[i]));
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(spec) = specs.get(i) else { break };
+                        *lock(&results[i]) = Some(check(spec));
                     }
                 });
             }

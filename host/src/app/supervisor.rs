@@ -29,7 +29,6 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use futures::FutureExt;
 use tokio::time::Instant;
@@ -249,12 +248,10 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "(no message)".into())
 }
 
-/// How long a phase may take at most when the caller gives no deadline of its own.
-pub const DEFAULT_PHASE_WAIT: Duration = Duration::from_secs(30);
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[tokio::test]
     async fn phases_stop_in_order_and_later_phases_run_until_theirs() {

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::Config;
-use crate::oci::{Reference, Settings, is_oci, pull};
+use crate::oci::{Pulled, Reference, Settings, is_oci, pull};
 
 impl Config {
     /// The settings of the `oci` section (see [`Settings::from_config`]).
@@ -13,9 +13,13 @@ impl Config {
         Settings::from_config(&self.oci, &self.base_dir, self.engine.cache_dir.as_deref())
     }
 
-    /// Pulls every `oci://` module it has not pulled yet (into `oci_pulled`), keeping what
-    /// `previous` had pulled for modules still configured. An error names the plugin.
-    pub async fn pull_oci(&mut self, previous: Option<&Config>) -> Result<(), String> {
+    /// Pulls every `oci://` module it has not pulled yet (into `oci_pulled`), keeping what was
+    /// `previous`ly pulled (another config's `oci_pulled`) for modules still configured. An
+    /// error names the plugin.
+    pub async fn pull_oci(
+        &mut self,
+        previous: Option<&BTreeMap<String, Pulled>>,
+    ) -> Result<(), String> {
         let settings = self
             .oci_settings()
             .map_err(|(field, e)| format!("{}: {field}: {e}", self.file))?;
@@ -27,7 +31,7 @@ impl Config {
             if pulled.contains_key(m) {
                 continue;
             }
-            if let Some(prev) = previous.and_then(|c| c.oci_pulled.get(m)) {
+            if let Some(prev) = previous.and_then(|p| p.get(m)) {
                 pulled.insert(m.to_owned(), prev.clone());
                 continue;
             }

@@ -129,23 +129,21 @@ impl Reloader {
     /// Re-reads the config file and applies plugin changes; a bad config changes nothing.
     pub fn reload_config(&self) -> Result<String, ReloadError> {
         let _busy = lock(&self.busy);
-        let mut next = Config::load(&self.config_path).map_err(|e| {
+        let refused = |e: &dyn std::fmt::Display| {
             tracing::error!(error = %e, "config reload refused; nothing changed");
             ReloadError::Refused(format!("config reload refused, nothing changed: {e}"))
-        })?;
+        };
+        let mut next = Config::load(&self.config_path).map_err(|e| refused(&e))?;
         // OCI modules already pulled stay as they are (a moved tag is the poller's business);
         // new references are pulled now. Changed `oci` settings pull everything again. The
         // config's lock is not held across the pull (`busy` keeps reloads one at a time).
         let previous = {
             let cfg = lock(&self.config);
-            (cfg.oci == next.oci).then(|| cfg.clone())
+            (cfg.oci == next.oci).then(|| cfg.oci_pulled.clone())
         };
         crate::oci::block_on(next.pull_oci(previous.as_ref()))
             .and_then(|pulled| pulled)
-            .map_err(|e| {
-                tracing::error!(error = %e, "config reload refused; nothing changed");
-                ReloadError::Refused(format!("config reload refused, nothing changed: {e}"))
-            })?;
+            .map_err(|e| refused(&e))?;
         let mut cfg = lock(&self.config);
         if cfg.executor != next.executor {
             let msg = format!(

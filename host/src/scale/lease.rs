@@ -138,6 +138,11 @@ impl Leadership {
     }
 }
 
+/// The holder a Lease record names, if any (an empty `holderIdentity` is a released Lease).
+fn holder_of(spec: &LeaseSpec) -> Option<&str> {
+    spec.holder_identity.as_deref().filter(|h| !h.is_empty())
+}
+
 /// client-go's observed-time rule for a Lease record: the holder it names holds it until
 /// `leaseDuration` after this replica first saw the record as it is, on this replica's clock.
 #[derive(Debug, Clone, PartialEq)]
@@ -157,10 +162,7 @@ impl Observed {
 
     /// The holder, if the record names one.
     pub(crate) fn holder(&self) -> Option<&str> {
-        self.spec
-            .holder_identity
-            .as_deref()
-            .filter(|h| !h.is_empty())
+        holder_of(&self.spec)
     }
 
     /// Whether the holder still holds it at `now` (it renewed within its duration, as seen).
@@ -340,10 +342,7 @@ impl Elector {
                     match event {
                         WatchEvent::Deleted(_) => return,
                         WatchEvent::Added(l) | WatchEvent::Modified(l)
-                            if l.spec
-                                .as_ref()
-                                .and_then(|s| s.holder_identity.as_deref())
-                                .is_none_or(str::is_empty) =>
+                            if l.spec.as_ref().and_then(holder_of).is_none() =>
                         {
                             return;
                         }
