@@ -41,19 +41,6 @@ fn wisp_bin() -> PathBuf {
     .clone()
 }
 
-/// A kubeconfig pointing at the server (namespace `default`, no credentials), as a user has.
-fn kubeconfig(dir: &Path, server: &TestApiServer) -> PathBuf {
-    let path = dir.join("kubeconfig");
-    let config = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: wisp\n  cluster: {{server: \"{}\"}}\n\
-         contexts:\n- name: wisp\n  context: {{cluster: wisp, user: wisp, namespace: default}}\n\
-         current-context: wisp\nusers:\n- name: wisp\n  user: {{}}\n",
-        server.url()
-    );
-    std::fs::write(&path, config).expect("write kubeconfig");
-    path
-}
-
 /// One `wisp run` process; its stderr is collected line by line. Killed when dropped.
 struct Wisp {
     name: String,
@@ -187,10 +174,15 @@ async fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     Some((status, body.to_owned()))
 }
 
-/// Polls `cond` every 20 ms until it holds; panics with `what` after `timeout`.
-async fn until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) -> Duration {
+/// Polls `cond` every 20 ms until it holds; panics with `what` after `timeout` (a `Wisp`
+/// prints its log as the test panics). Returns how long it took.
+async fn until<F, Fut>(what: &str, timeout: Duration, mut cond: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
     let start = Instant::now();
-    while !cond() {
+    while !cond().await {
         assert!(
             start.elapsed() < timeout,
             "timed out ({timeout:?}) waiting for {what}"
@@ -198,6 +190,12 @@ async fn until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) ->
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     start.elapsed()
+}
+
+/// Whether `admin`'s `/metrics` has the sample line `line`, exactly.
+async fn has_metric(admin: SocketAddr, line: &str) -> bool {
+    let (_, metrics) = get(admin, "/metrics").await.unwrap_or_default();
+    metrics.lines().any(|l| l == line)
 }
 
 /// The Lease's holder, as the server has it.
@@ -279,9 +277,9 @@ fn leader_config(dir: &Path, identity: &str) -> PathBuf {
 async fn a_standby_survives_sighup_and_leads_within_a_retry_period_of_the_leaders_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let server = common::shop_server(2).await;
-    kubeconfig(dir.path(), &server);
+    common::kubeconfig(dir.path(), &server);
     let mut a = Wisp::run("a", dir.path(), &leader_config(dir.path(), "a"), "10s");
-    until("a holds the Lease", Duration::from_secs(60), || {
+    until("a holds the Lease", Duration::from_secs(60), || async {
         holder(&server).as_deref() == Some("a")
     })
     .await;
@@ -293,11 +291,7 @@ async fn a_standby_survives_sighup_and_leads_within_a_retry_period_of_the_leader
         let (_, body) = get(b_admin, "/readyz").await.unwrap_or_default();
         body.contains("standby: this replica does not lead (a does)")
     };
-    let t = Instant::now();
-    while !standby().await {
-        assert!(t.elapsed() < Duration::from_secs(30), "b never saw a lead");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until("b sees a lead", Duration::from_secs(30), standby).await;
 
     b.signal("HUP");
     b.logged(
@@ -311,7 +305,7 @@ async fn a_standby_survives_sighup_and_leads_within_a_retry_period_of_the_leader
 
     let term = Instant::now();
     a.signal("TERM");
-    let took = until("b holds the Lease", Duration::from_secs(30), || {
+    let took = until("b holds the Lease", Duration::from_secs(30), || async {
         holder(&server).as_deref() == Some("b")
     })
     .await;
@@ -331,7 +325,7 @@ async fn a_standby_survives_sighup_and_leads_within_a_retry_period_of_the_leader
     eprintln!("a exited {:?} after its SIGTERM", term.elapsed());
     assert!(a.log().contains("released the Lease"), "{}", a.log());
     b.logged("leading", Duration::from_secs(5)).await;
-    until("b labels the pods", Duration::from_secs(30), || {
+    until("b labels the pods", Duration::from_secs(30), || async {
         server
             .objects("v1", "Pod")
             .iter()
@@ -354,25 +348,19 @@ async fn sigterm_under_a_slow_server_audits_every_accepted_action_once_and_exits
     const PODS: usize = 12;
     let dir = tempfile::tempdir().unwrap();
     let server = common::shop_server(PODS).await;
-    kubeconfig(dir.path(), &server);
+    common::kubeconfig(dir.path(), &server);
     let config = labeler_config(dir.path(), "wisp.yaml", "audit: {file: audit.jsonl}\n");
     // Every answer takes 300 ms: the 12 patches queue up behind each other.
     server.faults().slow(Duration::from_millis(300));
     let mut w = Wisp::run("slow", dir.path(), &config, "1200ms");
     let admin = w.admin().await;
     let asked = format!("wisp_plugin_labelled_total{{plugin=\"labeler\"}} {PODS}");
-    let t = Instant::now();
-    loop {
-        let (_, metrics) = get(admin, "/metrics").await.unwrap_or_default();
-        if metrics.lines().any(|l| l == asked) {
-            break;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "plugin never asked:\n{metrics}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until(
+        "the plugin asked for every patch",
+        Duration::from_secs(60),
+        || has_metric(admin, &asked),
+    )
+    .await;
     let term = Instant::now();
     w.signal("TERM");
     let status = w.exited(Duration::from_secs(10)).await;
@@ -471,14 +459,7 @@ async fn a_cold_start_answers_health_at_once_and_names_the_plugins_compiling() {
             .iter()
             .all(|p| body.contains(&format!("plugin {p}: compiling")))
     };
-    let t = Instant::now();
-    while !compiling().await {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "both never compiling at once"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("both compiling at once", Duration::from_secs(10), compiling).await;
     let ready = loop {
         if let Some((200, _)) = get(admin, "/readyz").await {
             break w.spawned.elapsed();
@@ -555,12 +536,12 @@ async fn kill_9_mid_run_leaves_no_torn_audit_line_and_a_restart_lists_again() {
     const PODS: usize = 30;
     let dir = tempfile::tempdir().unwrap();
     let server = common::shop_server(PODS).await;
-    kubeconfig(dir.path(), &server);
+    common::kubeconfig(dir.path(), &server);
     let audit = dir.path().join("audit.jsonl");
     let config = labeler_config(dir.path(), "wisp.yaml", "audit: {file: audit.jsonl}\n");
     server.faults().slow(Duration::from_millis(20));
     let mut w = Wisp::run("first", dir.path(), &config, "5s");
-    until("some actions audited", Duration::from_secs(60), || {
+    until("some actions audited", Duration::from_secs(60), || async {
         audit_lines(&audit).len() >= 3
     })
     .await;
@@ -582,20 +563,14 @@ async fn kill_9_mid_run_leaves_no_torn_audit_line_and_a_restart_lists_again() {
     let admin = w.admin().await;
     let pods = server.objects("v1", "Pod").len();
     let cached = format!("wisp_informer_cache_size{{informer=\"pods\"}} {pods}");
-    let t = Instant::now();
-    loop {
-        let (_, metrics) = get(admin, "/metrics").await.unwrap_or_default();
-        if metrics.lines().any(|l| l == cached) {
-            break;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "cache never {pods}:\n{metrics}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until(
+        "the cache holds the server's pods",
+        Duration::from_secs(60),
+        || has_metric(admin, &cached),
+    )
+    .await;
     assert!(pod_lists(&server) > lists_before, "the restart lists again");
-    until("every pod labelled", Duration::from_secs(60), || {
+    until("every pod labelled", Duration::from_secs(60), || async {
         server
             .objects("v1", "Pod")
             .iter()
@@ -659,11 +634,10 @@ async fn a_module_compiling_past_compile_timeout_is_refused_and_the_running_one_
     let admin = w.admin().await;
     let delivered = "wisp_plugin_delivered_total{plugin=\"audit\"} 1";
     let metrics = || async { get(admin, "/metrics").await.unwrap_or_default().1 };
-    let t = Instant::now();
-    while !metrics().await.lines().any(|l| l == delivered) {
-        assert!(t.elapsed() < Duration::from_secs(60), "{}", w.log());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until("the first pod delivered", Duration::from_secs(60), || {
+        has_metric(admin, delivered)
+    })
+    .await;
     // Written over the running plugin's module: the watch reloads it, the compile runs out.
     std::fs::copy(&python, dir.path().join("next.wasm")).unwrap();
     std::fs::rename(dir.path().join("next.wasm"), &module).unwrap();
@@ -692,11 +666,12 @@ async fn a_module_compiling_past_compile_timeout_is_refused_and_the_running_one_
     )
     .unwrap();
     let delivered = "wisp_plugin_delivered_total{plugin=\"audit\"} 2";
-    let t = Instant::now();
-    while !metrics().await.lines().any(|l| l == delivered) {
-        assert!(t.elapsed() < Duration::from_secs(30), "{}", w.log());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until(
+        "the running version delivers",
+        Duration::from_secs(30),
+        || has_metric(admin, delivered),
+    )
+    .await;
     w.signal("TERM");
     assert!(
         w.exited(Duration::from_secs(10))

@@ -383,6 +383,18 @@ pub async fn start_host(
     (host, stop)
 }
 
+/// A kubeconfig file in `dir` pointing at the server (namespace `default`, no credentials), as
+/// kubectl, the Python client and `wisp run` read it.
+pub fn kubeconfig(dir: &std::path::Path, server: &TestApiServer) -> std::path::PathBuf {
+    let path = dir.join("kubeconfig");
+    let config = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: wisp\n  cluster: {{server: \"{}\"}}\ncontexts:\n- name: wisp\n  context: {{cluster: wisp, user: wisp, namespace: default}}\ncurrent-context: wisp\nusers:\n- name: wisp\n  user: {{}}\n",
+        server.url()
+    );
+    std::fs::write(&path, config).expect("write kubeconfig");
+    path
+}
+
 /// Audit-log entries grouped by object name: the results of each, in order.
 pub fn results_by_object(entries: &[serde_json::Value]) -> BTreeMap<String, Vec<String>> {
     let mut by_name: BTreeMap<String, Vec<String>> = BTreeMap::new();

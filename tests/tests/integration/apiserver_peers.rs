@@ -43,17 +43,6 @@ fn python() -> Option<String> {
     )
 }
 
-/// A kubeconfig pointing at the server (namespace `default`, no credentials).
-fn kubeconfig(dir: &Path, server: &TestApiServer) -> PathBuf {
-    let path = dir.join("kubeconfig");
-    let config = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: wisp\n  cluster: {{server: \"{}\"}}\ncontexts:\n- name: wisp\n  context: {{cluster: wisp, user: wisp, namespace: default}}\ncurrent-context: wisp\nusers:\n- name: wisp\n  user: {{}}\n",
-        server.url()
-    );
-    std::fs::write(&path, config).expect("write kubeconfig");
-    path
-}
-
 /// A kubectl run: (success, stdout, stderr). Runs off the runtime so the server keeps serving.
 struct Kubectl {
     program: String,
@@ -64,7 +53,7 @@ struct Kubectl {
 impl Kubectl {
     fn new(program: String, server: &TestApiServer) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let config = kubeconfig(dir.path(), server);
+        let config = common::kubeconfig(dir.path(), server);
         Self {
             program,
             config,
