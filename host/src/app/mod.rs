@@ -130,9 +130,7 @@ const HANDOVER_MIN: Duration = Duration::from_secs(2);
 impl Drop for Host {
     /// A host dropped without [`Host::finish`] still tells every task to stop.
     fn drop(&mut self) {
-        for phase in Phase::ALL {
-            self.supervisor.token(phase).cancel();
-        }
+        self.supervisor.cancel_all();
     }
 }
 

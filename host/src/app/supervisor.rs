@@ -120,6 +120,14 @@ impl Supervisor {
         self.phases[Phase::Intake.index()].token.is_cancelled()
     }
 
+    /// Tells every task of every phase to stop, without waiting (a host dropped without a
+    /// shutdown).
+    pub fn cancel_all(&self) {
+        for p in &self.phases {
+            p.token.cancel();
+        }
+    }
+
     /// Starts task `name` in `phase`: `task` gets the phase's token and should end soon after
     /// it is cancelled. An error or panic is handled as `on_error` says.
     pub fn spawn<F, Fut>(self: &Arc<Self>, phase: Phase, name: &str, on_error: OnError, task: F)
@@ -233,9 +241,7 @@ impl Supervisor {
 impl Drop for Supervisor {
     /// A host dropped without a shutdown still tells its tasks to stop.
     fn drop(&mut self) {
-        for p in &self.phases {
-            p.token.cancel();
-        }
+        self.cancel_all();
     }
 }
 
