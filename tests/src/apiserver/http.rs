@@ -252,8 +252,8 @@ async fn json_body(
     } else {
         match protobuf::decode(&bytes) {
             Ok(value) => value,
-            Err(protobuf::Refusal::Unsupported) => return Err(unsupported()),
-            Err(protobuf::Refusal::Malformed) => return Err(bad("malformed protobuf".into())),
+            Err(protobuf::Refusal::Unsupported(..)) => return Err(unsupported()),
+            Err(e @ protobuf::Refusal::Malformed(_)) => return Err(bad(e.to_string())),
         }
     };
     Ok(axum::body::Body::from(value.to_string()))

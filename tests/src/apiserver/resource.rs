@@ -109,11 +109,17 @@ pub(crate) fn now_rfc3339() -> String {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
+    rfc3339(i64::try_from(secs).unwrap_or(i64::MAX), None)
+}
+
+/// Seconds since the epoch as RFC 3339 in UTC, with six digits of microseconds when given
+/// (`metav1.MicroTime`'s form).
+pub(crate) fn rfc3339(secs: i64, micros: Option<u32>) -> String {
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     let (year, month, day) = civil_from_days(days);
+    let fraction = micros.map_or(String::new(), |m| format!(".{m:06}"));
     format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}{fraction}Z",
         rem / 3600,
         (rem % 3600) / 60,
         rem % 60
