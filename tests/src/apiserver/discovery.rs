@@ -5,7 +5,8 @@
 //! `/api` and `/apis` answer in the aggregated form
 //! (`application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList`) to clients that ask
 //! for it first, as kubectl does, and in the legacy form otherwise (kube-rs). Protobuf is never
-//! advertised. `/openapi/v3` lists one document per group/version holding,
+//! advertised. Subresources listed: `status` (the kinds that have one) and `scale`
+//! (autoscaling/v1 Scale, [`super::scale`]); the access reviews have only `create`. `/openapi/v3` lists one document per group/version holding,
 //! for each collection, the PATCH operation with its group/version/kind and the
 //! `fieldValidation` parameter: kubectl then leaves validation to the server (without it,
 //! `kubectl apply` fails with "failed to download openapi" unless `--validate=false`). There are
@@ -595,10 +596,12 @@ const NAMESPACE_VERBS: &[&str] = &[
     "create", "delete", "get", "list", "patch", "update", "watch",
 ];
 
-/// The verbs of a collection.
+/// The verbs of a collection: only `create` for the access reviews.
 fn verbs(group: &str, plural: &str) -> &'static [&'static str] {
     if group.is_empty() && plural == "namespaces" {
         NAMESPACE_VERBS
+    } else if super::review::kind_of(group, plural).is_some() {
+        &["create"]
     } else {
         VERBS
     }
@@ -723,6 +726,17 @@ fn resource_list(group_version: &str, entries: &[Entry]) -> Value {
                 "verbs": ["get", "patch", "update"],
             }));
         }
+        if super::scale::has_scale(group_of(group_version), &e.plural) {
+            resources.push(json!({
+                "name": format!("{}/scale", e.plural),
+                "singularName": "",
+                "namespaced": e.namespaced,
+                "group": "autoscaling",
+                "version": "v1",
+                "kind": "Scale",
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
     }
     json!({
         "kind": "APIResourceList",
@@ -834,12 +848,23 @@ fn aggregated(shared: &Shared, core: bool) -> Value {
                     "singularResource": e.singular,
                     "verbs": verbs(&group, &e.plural),
                 });
+                let mut subresources = Vec::new();
                 if e.status {
-                    r["subresources"] = json!([{
+                    subresources.push(json!({
                         "subresource": "status",
                         "responseKind": kind_of(&e.kind),
                         "verbs": ["get", "patch", "update"],
-                    }]);
+                    }));
+                }
+                if super::scale::has_scale(&group, &e.plural) {
+                    subresources.push(json!({
+                        "subresource": "scale",
+                        "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+                        "verbs": ["get", "patch", "update"],
+                    }));
+                }
+                if !subresources.is_empty() {
+                    r["subresources"] = Value::Array(subresources);
                 }
                 if !e.short_names.is_empty() {
                     r["shortNames"] = json!(e.short_names);

@@ -13,7 +13,10 @@ use axum::response::Response;
 
 use super::resource::ResourceKey;
 use super::status::{error_response, injected_failure};
-use super::{RecordedRequest, Shared, Verb, discovery, list, meta, protobuf, table, watch, write};
+use super::{
+    RecordedRequest, Shared, Verb, discovery, list, meta, protobuf, review, scale, table, watch,
+    write,
+};
 
 /// Decoded query parameters; for a repeated key the last value wins.
 pub(crate) type Query = BTreeMap<String, String>;
@@ -138,6 +141,32 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         }
     };
     let method = parts.method;
+    if target.subresource.as_deref() == Some("scale") && target.name.is_some() {
+        return scale::serve(&shared, &target, &method, &query, &parts.headers, body).await;
+    }
+    if review::review_kind(&target.resource).is_some() {
+        if method != Method::POST || target.name.is_some() {
+            return not_allowed(&method);
+        }
+        return match json_body(&parts.headers, body).await {
+            Ok(body) => match axum::body::to_bytes(body, 64 << 20).await {
+                Ok(bytes) => match serde_json::from_slice(&bytes) {
+                    Ok(review) => review::create(&target, review),
+                    Err(e) => error_response(
+                        400,
+                        "BadRequest",
+                        &format!("the body of the request was in an unknown format: {e}"),
+                    ),
+                },
+                Err(e) => error_response(
+                    400,
+                    "BadRequest",
+                    &format!("unable to read request body: {e}"),
+                ),
+            },
+            Err(refused) => refused,
+        };
+    }
     let accept = meta::wanted(
         parts
             .headers
@@ -191,21 +220,26 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             Ok(body) => write::delete_collection(&shared, &target, &query, body).await,
             Err(refused) => refused,
         },
-        _ => error_response(
-            405,
-            "MethodNotAllowed",
-            &format!("the server does not allow this method on the requested resource ({method})"),
-        ),
+        _ => not_allowed(&method),
     }
 }
 
+/// 405 MethodNotAllowed.
+fn not_allowed(method: &Method) -> Response {
+    error_response(
+        405,
+        "MethodNotAllowed",
+        &format!("the server does not allow this method on the requested resource ({method})"),
+    )
+}
+
 /// Media types accepted for request bodies (other than patches), as a server lists them for a
-/// collection it has no protobuf for. Protobuf is read for ConfigMap, Secret and Namespace only.
+/// collection it has no protobuf for (custom resources). Built-in kinds also take protobuf.
 const BODY_MEDIA_TYPES: &str = "application/json, application/yaml";
 
 /// The body of a POST, PUT or DELETE as JSON: JSON (or no Content-Type) as it is, YAML
-/// converted, protobuf decoded for the kinds kubectl's typed clients send (ConfigMap, Secret,
-/// Namespace); anything else is 415 UnsupportedMediaType.
+/// converted, protobuf decoded for every kind of kubernetes/api (what kubectl's typed clients
+/// send); anything else is 415 UnsupportedMediaType.
 async fn json_body(
     headers: &axum::http::HeaderMap,
     body: axum::body::Body,

@@ -19,7 +19,10 @@
 //! - `validation`: what a real server checks on create and update (422 with causes)
 //! - `discovery`: the built-in kinds, CRD-defined kinds, discovery and OpenAPI v3 documents
 //! - `table`: server-side printing (`as=Table`) for `kubectl get`
-//! - `protobuf`: the protobuf bodies kubectl's typed clients send (ConfigMap, Secret, Namespace)
+//! - `protobuf`: the protobuf bodies kubectl's typed clients send (every kind of kubernetes/api)
+//! - `review`: the access reviews of authorization.k8s.io (`kubectl auth can-i`), create-only
+//! - `scale`: the `scale` subresource of Deployments, ReplicaSets, StatefulSets and
+//!   ReplicationControllers
 //! - `faults`: the fault knobs
 //! - `status`: Kubernetes Status bodies
 //! - `resource`: plurals, kinds, timestamps, uids
@@ -67,7 +70,12 @@
 //! - Field selectors: the labels each kind supports, else 400 with the kind's own message.
 //! - Creates and replaces over HTTP are validated (`validation`); objects created through
 //!   [`TestApiServer::create`] are not, so tests can seed anything.
-//! - Bodies: JSON or YAML; protobuf for ConfigMap, Secret and Namespace; anything else 415.
+//! - Bodies: JSON or YAML; protobuf for every kind of kubernetes/api (what kubectl's typed
+//!   clients send); anything else (protobuf custom resources) 415.
+//! - `{deployments,replicasets,statefulsets,replicationcontrollers}/{name}/scale`: an
+//!   autoscaling/v1 Scale (GET, PUT, PATCH) writing the object's `spec.replicas`.
+//! - SubjectAccessReview, LocalSubjectAccessReview, SelfSubjectAccessReview and
+//!   SelfSubjectRulesReview are create-only and not stored: everything is allowed (no authz).
 //! - Discovery: aggregated (v2) to clients asking for it (kubectl), the legacy documents
 //!   otherwise (kube-rs), no protobuf advertised; `/openapi/v3` has operations but no schemas,
 //!   `/openapi/v2` is 404.
@@ -98,6 +106,8 @@ mod object;
 mod patch;
 mod protobuf;
 mod resource;
+mod review;
+mod scale;
 mod selector;
 mod status;
 mod store;

@@ -38,7 +38,7 @@ const MAX_BODY: usize = 64 << 20;
 /// Conflicting concurrent writes a PATCH retries through, like the real API server does.
 const PATCH_ATTEMPTS: usize = 5;
 
-fn not_found(target: &Target, name: &str) -> Response {
+pub(crate) fn not_found(target: &Target, name: &str) -> Response {
     store_error(&StoreError::NotFound {
         plural: target.resource.plural.clone(),
         name: name.to_string(),
@@ -162,7 +162,7 @@ pub(crate) fn get(shared: &Shared, target: &Target) -> Response {
     }
 }
 
-async fn read_bytes(body: Body) -> Result<bytes::Bytes, ApiError> {
+pub(crate) async fn read_bytes(body: Body) -> Result<bytes::Bytes, ApiError> {
     to_bytes(body, MAX_BODY)
         .await
         .map_err(|e| ApiError::bad_request(format!("unable to read request body: {e}")))
@@ -334,12 +334,12 @@ fn dry_run(values: Vec<String>, options_kind: &str) -> Result<bool, ApiError> {
 }
 
 /// Whether `status` is written through a subresource of its own (not known: assumed so).
-fn separate_status(shared: &Shared, target: &Target) -> bool {
+pub(crate) fn separate_status(shared: &Shared, target: &Target) -> bool {
     discovery::known(shared, &target.resource).status() != Some(false)
 }
 
 /// The type of the objects of a collection, for list strategies.
-fn type_of(shared: &Shared, target: &Target) -> patch::Ty {
+pub(crate) fn type_of(shared: &Shared, target: &Target) -> patch::Ty {
     root_type(
         &target.resource.group,
         &shared.store.kind_of(&target.resource),
@@ -425,7 +425,7 @@ fn commit_create(shared: &Shared, obj: Value, dry_run: bool) -> Result<Value, St
 
 /// Stores an update of `current`, or with `dryRun` only says what would be stored. An update
 /// that changes nothing is not written, as etcd is not: no resourceVersion, no watch event.
-fn commit_update(
+pub(crate) fn commit_update(
     shared: &Shared,
     current: &Value,
     obj: Value,
@@ -571,16 +571,27 @@ pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
 
 /// The patch formats PATCH understands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PatchKind {
+pub(crate) enum PatchKind {
     Merge,
     Json,
     Strategic,
     Apply,
 }
 
+/// The patch format a Content-Type names (no strategic merge patch for custom resources).
+pub(crate) fn patch_kind(content_type: &str, builtin: bool) -> Option<PatchKind> {
+    match content_type.split(';').next().unwrap_or("").trim() {
+        "application/merge-patch+json" => Some(PatchKind::Merge),
+        "application/json-patch+json" => Some(PatchKind::Json),
+        "application/strategic-merge-patch+json" if builtin => Some(PatchKind::Strategic),
+        "application/apply-patch+yaml" => Some(PatchKind::Apply),
+        _ => None,
+    }
+}
+
 /// 415 naming the patch types this collection accepts: no strategic merge patch for custom
 /// resources.
-fn unsupported_patch(builtin: bool) -> Response {
+pub(crate) fn unsupported_patch(builtin: bool) -> Response {
     let accepted = if builtin {
         "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml"
     } else {
@@ -608,7 +619,7 @@ fn apply_error(e: ApplyError) -> Response {
 
 /// Parses a PATCH body: an object, or for JSON patch a list of operations; apply configurations
 /// may be YAML.
-fn parse_patch(kind: PatchKind, bytes: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn parse_patch(kind: PatchKind, bytes: &[u8]) -> Result<Value, ApiError> {
     let parsed: Result<Value, String> = match serde_json::from_slice(bytes) {
         Ok(v) => Ok(v),
         Err(e) if kind == PatchKind::Apply => {
@@ -664,14 +675,9 @@ pub(crate) async fn patch(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let media = content_type.split(';').next().unwrap_or("").trim();
     let builtin = is_builtin_group(&target.resource.group);
-    let kind = match media {
-        "application/merge-patch+json" => PatchKind::Merge,
-        "application/json-patch+json" => PatchKind::Json,
-        "application/strategic-merge-patch+json" if builtin => PatchKind::Strategic,
-        "application/apply-patch+yaml" => PatchKind::Apply,
-        _ => return unsupported_patch(builtin),
+    let Some(kind) = patch_kind(content_type, builtin) else {
+        return unsupported_patch(builtin);
     };
     let options = match WriteOptions::parse(query, headers, "PatchOptions") {
         Ok(options) => options,
@@ -799,7 +805,7 @@ fn answer_update(committed: Result<Value, StoreError>, explicit_rv: bool) -> Opt
 }
 
 /// The 409 Conflict of an update that kept meeting concurrent writes.
-fn conflict_after_retries(target: &Target, name: &str) -> Response {
+pub(crate) fn conflict_after_retries(target: &Target, name: &str) -> Response {
     store_error(&StoreError::Conflict {
         plural: target.resource.plural.clone(),
         name: name.to_string(),
