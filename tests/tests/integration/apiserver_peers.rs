@@ -458,3 +458,279 @@ async fn the_python_client_decodes_pods_creates_and_watches() -> anyhow::Result<
     );
     Ok(())
 }
+
+/// What kubectl meant to create: its `--dry-run=client -o json` rendering, without the
+/// metadata a server sets.
+fn as_meant(mut obj: Value) -> Value {
+    if let Some(meta) = obj["metadata"].as_object_mut() {
+        for field in [
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+            "generation",
+            "managedFields",
+            "namespace",
+        ] {
+            meta.remove(field);
+        }
+    }
+    obj
+}
+
+#[tokio::test]
+async fn kubectl_creates_every_builtin_kind_its_typed_clients_post_as_protobuf()
+-> anyhow::Result<()> {
+    let Some(program) = kubectl() else {
+        return Ok(());
+    };
+    let server = TestApiServer::start().await?;
+    let kubectl = Kubectl::new(program, &server);
+    let creates: &[(&[&str], &str, &str, &str)] = &[
+        (
+            &[
+                "deployment",
+                "web",
+                "--image=nginx:1.27",
+                "--replicas=0",
+                "--port=8080",
+            ],
+            "apps/v1",
+            "Deployment",
+            "deployment.apps/web created",
+        ),
+        (
+            &["serviceaccount", "robot"],
+            "v1",
+            "ServiceAccount",
+            "serviceaccount/robot created",
+        ),
+        (
+            &[
+                "service",
+                "clusterip",
+                "api",
+                "--tcp=80:http",
+                "--tcp=443:8443",
+            ],
+            "v1",
+            "Service",
+            "service/api created",
+        ),
+        (
+            &[
+                "job",
+                "once",
+                "--image=busybox",
+                "--",
+                "sh",
+                "-c",
+                "echo hi",
+            ],
+            "batch/v1",
+            "Job",
+            "job.batch/once created",
+        ),
+        (
+            &[
+                "cronjob",
+                "nightly",
+                "--image=busybox",
+                "--schedule=0 3 * * *",
+                "--",
+                "date",
+            ],
+            "batch/v1",
+            "CronJob",
+            "cronjob.batch/nightly created",
+        ),
+        (
+            &[
+                "role",
+                "reader",
+                "--verb=get,list",
+                "--resource=pods,configmaps",
+            ],
+            "rbac.authorization.k8s.io/v1",
+            "Role",
+            "role.rbac.authorization.k8s.io/reader created",
+        ),
+        (
+            &[
+                "priorityclass",
+                "high",
+                "--value=1000",
+                "--description=urgent work",
+            ],
+            "scheduling.k8s.io/v1",
+            "PriorityClass",
+            "priorityclass.scheduling.k8s.io/high created",
+        ),
+    ];
+    for (args, api_version, kind, said) in creates {
+        // Flags before the args: a Job's and a CronJob's end with `-- command`.
+        let create = [&["create"][..], args].concat();
+        let dry = [&["create", "--dry-run=client", "-o", "json"][..], args].concat();
+        let dry_out = kubectl.ok(&dry).await;
+        let meant: Value = serde_json::from_str(&dry_out)
+            .map_err(|e| anyhow::anyhow!("{kind}: dry run printed {dry_out:?}: {e}"))?;
+        // At -v=8 kubectl prints its request headers: the body it posts is protobuf.
+        let (ok, out, log) = kubectl.run(&[&["create", "-v=8"][..], args].concat()).await;
+        assert!(ok, "{create:?}: {log}");
+        assert_eq!(out.trim(), *said);
+        assert!(
+            log.contains("Content-Type: application/vnd.kubernetes.protobuf"),
+            "{kind} not posted as protobuf: {log}"
+        );
+        let namespace = (*kind != "PriorityClass").then_some("default");
+        let stored = server
+            .get(
+                api_version,
+                kind,
+                namespace,
+                args[1 + usize::from(*kind == "Service")],
+            )
+            .unwrap_or_else(|| panic!("{kind} not stored"));
+        assert_eq!(as_meant(stored.clone()), as_meant(meant), "{kind}");
+        // And kubectl reads back what it wrote.
+        let name = format!(
+            "{}/{}",
+            kind.to_ascii_lowercase(),
+            stored["metadata"]["name"].as_str().unwrap_or("")
+        );
+        let got = kubectl.ok(&["get", &name, "-o", "json"]).await;
+        let read: Value = serde_json::from_str(&got)
+            .map_err(|e| anyhow::anyhow!("{kind}: kubectl get printed {got:?}: {e}"))?;
+        // kubectl leaves managedFields out of what it prints.
+        let mut shown = stored.clone();
+        if let Some(meta) = shown["metadata"].as_object_mut() {
+            meta.remove("managedFields");
+        }
+        assert_eq!(read, shown, "{kind}");
+    }
+    // The zero a pointer holds survives: `replicas: 0` is not the default 1.
+    let web = server
+        .get("apps/v1", "Deployment", Some("default"), "web")
+        .expect("stored");
+    assert_eq!(web["spec"]["replicas"], json!(0));
+    assert_eq!(
+        web["spec"]["template"]["spec"]["containers"][0]["ports"],
+        json!([{"containerPort": 8080}])
+    );
+    let api = server
+        .get("v1", "Service", Some("default"), "api")
+        .expect("stored");
+    assert_eq!(api["spec"]["ports"][0]["targetPort"], json!("http"));
+    assert_eq!(api["spec"]["ports"][1]["targetPort"], json!(8443));
+    Ok(())
+}
+
+#[tokio::test]
+async fn kubectl_scale_writes_replicas_through_the_scale_subresource() -> anyhow::Result<()> {
+    use futures::StreamExt;
+    use kube::api::{Api, DynamicObject, WatchEvent, WatchParams};
+    use kube::core::{ApiResource, GroupVersionKind};
+    let Some(program) = kubectl() else {
+        return Ok(());
+    };
+    let server = TestApiServer::start().await?;
+    let kubectl = Kubectl::new(program, &server);
+    kubectl
+        .ok(&[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx",
+            "--replicas=1",
+        ])
+        .await;
+    let deployments: Api<DynamicObject> = Api::namespaced_with(
+        server.client(),
+        "default",
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment")),
+    );
+    let mut stream = deployments
+        .watch(
+            &WatchParams::default(),
+            &server.resource_version().to_string(),
+        )
+        .await?
+        .boxed();
+    assert_eq!(
+        kubectl
+            .ok(&["scale", "deployment/web", "--replicas=3"])
+            .await
+            .trim(),
+        "deployment.apps/web scaled"
+    );
+    let modified = loop {
+        let event = tokio::time::timeout(std::time::Duration::from_secs(10), stream.next())
+            .await?
+            .expect("watch open")?;
+        match event {
+            WatchEvent::Bookmark(_) => continue,
+            WatchEvent::Modified(obj) => break obj,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(modified.data["spec"]["replicas"], json!(3));
+    assert_eq!(modified.metadata.generation, Some(2));
+    // With a precondition kubectl reads the Scale and replaces it.
+    kubectl
+        .ok(&[
+            "scale",
+            "deployment/web",
+            "--current-replicas=3",
+            "--replicas=0",
+        ])
+        .await;
+    let (ok, _, stderr) = kubectl
+        .run(&[
+            "scale",
+            "deployment/web",
+            "--current-replicas=3",
+            "--replicas=1",
+        ])
+        .await;
+    assert!(
+        !ok && stderr.contains("Expected replicas to be 3, was 0"),
+        "{stderr}"
+    );
+    let stored = server
+        .get("apps/v1", "Deployment", Some("default"), "web")
+        .expect("stored");
+    assert_eq!(stored["spec"]["replicas"], json!(0));
+    Ok(())
+}
+
+#[tokio::test]
+async fn kubectl_auth_can_i_is_answered_yes_and_the_review_is_not_stored() -> anyhow::Result<()> {
+    let Some(program) = kubectl() else {
+        return Ok(());
+    };
+    let server = TestApiServer::start().await?;
+    let kubectl = Kubectl::new(program, &server);
+    // A SelfSubjectAccessReview posted as protobuf.
+    assert_eq!(
+        kubectl
+            .ok(&["auth", "can-i", "create", "deployments"])
+            .await
+            .trim(),
+        "yes"
+    );
+    assert_eq!(
+        kubectl
+            .ok(&["auth", "can-i", "get", "/healthz"])
+            .await
+            .trim(),
+        "yes"
+    );
+    // A SelfSubjectRulesReview.
+    let rules = kubectl.ok(&["auth", "can-i", "--list"]).await;
+    assert!(rules.lines().any(|l| l.starts_with("*.*")), "{rules}");
+    assert!(
+        server
+            .objects("authorization.k8s.io/v1", "SelfSubjectAccessReview")
+            .is_empty()
+    );
+    Ok(())
+}

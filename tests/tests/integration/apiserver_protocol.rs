@@ -766,3 +766,166 @@ async fn ten_thousand_objects_list_in_pages_and_a_watcher_that_does_not_read_nev
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn scale_subresource_reads_and_writes_replicas_and_watchers_see_the_new_generation()
+-> anyhow::Result<()> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let server = TestApiServer::start().await?;
+    server.create(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "web"},
+                "matchExpressions": [{"key": "tier", "operator": "In", "values": ["b", "a"]}]},
+            "template": {"metadata": {"labels": {"app": "web", "tier": "a"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx"}]}},
+        },
+        "status": {"replicas": 2},
+    }))?;
+    let deployments: Api<Deployment> = Api::namespaced(server.client(), "default");
+    let watched: Api<DynamicObject> = Api::namespaced_with(
+        server.client(),
+        "default",
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment")),
+    );
+    let mut stream = watched
+        .watch(
+            &WatchParams::default(),
+            &server.resource_version().to_string(),
+        )
+        .await?
+        .boxed();
+    let scale = deployments.get_scale("web").await?;
+    assert_eq!(scale.spec.and_then(|s| s.replicas), Some(2));
+    let status = scale.status.expect("status");
+    assert_eq!(
+        (status.replicas, status.selector.as_deref()),
+        (2, Some("app=web,tier in (a,b)"))
+    );
+
+    // kubectl scale's merge patch: one MODIFIED of the Deployment, generation bumped.
+    let patched = deployments
+        .patch_scale(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await?;
+    assert_eq!(patched.spec.and_then(|s| s.replicas), Some(3));
+    let Some(Ok(WatchEvent::Modified(modified))) = next_change(&mut stream).await else {
+        panic!("no MODIFIED");
+    };
+    assert_eq!(modified.data["spec"]["replicas"], json!(3));
+    assert_eq!(modified.metadata.generation, Some(2));
+
+    // A JSON patch, and a replace with the current resourceVersion, then a stale one.
+    let ops = json!([{"op": "replace", "path": "/spec/replicas", "value": 1}]);
+    let json_patch: json_patch::Patch = serde_json::from_value(ops)?;
+    deployments
+        .patch_scale(
+            "web",
+            &PatchParams::default(),
+            &Patch::<()>::Json(json_patch),
+        )
+        .await?;
+    let mut current = deployments.get_scale("web").await?;
+    current.spec = Some(k8s_openapi::api::autoscaling::v1::ScaleSpec { replicas: Some(5) });
+    let replaced = deployments
+        .replace_scale("web", &PostParams::default(), &current)
+        .await?;
+    assert_eq!(replaced.spec.and_then(|s| s.replicas), Some(5));
+    let err = deployments
+        .replace_scale("web", &PostParams::default(), &current)
+        .await
+        .expect_err("stale resourceVersion");
+    assert_eq!(api_error(err), (409, "Conflict".to_string()));
+    // Apply needs a field manager; negative replicas are invalid.
+    let apply = Patch::Apply(
+        json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "spec": {"replicas": 4}}),
+    );
+    let applied = deployments
+        .patch_scale("web", &PatchParams::apply("hpa"), &apply)
+        .await?;
+    assert_eq!(applied.spec.and_then(|s| s.replicas), Some(4));
+    let err = deployments
+        .patch_scale(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": -1}})),
+        )
+        .await
+        .expect_err("negative");
+    assert_eq!(api_error(err).0, 422);
+    let stored = server
+        .get("apps/v1", "Deployment", Some("default"), "web")
+        .expect("stored");
+    assert_eq!(
+        (
+            stored["spec"]["replicas"].clone(),
+            stored["metadata"]["generation"].clone()
+        ),
+        (json!(4), json!(5))
+    );
+    // No scale subresource on a ConfigMap.
+    server.create(config_map("default", "settings", &[]))?;
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(server.client(), "default");
+    let err = cms.get_scale("settings").await.expect_err("no scale");
+    assert_eq!(api_error(err).0, 404);
+    Ok(())
+}
+
+#[tokio::test]
+async fn protobuf_bodies_are_refused_naming_the_field_or_the_kind() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let client = server.client();
+    let post = |path: &str, body: Vec<u8>| {
+        http::Request::post(path)
+            .header("Content-Type", "application/vnd.kubernetes.protobuf")
+            .body(body)
+    };
+    // k8s\0, TypeMeta {apps/v1, Deployment}, raw: spec (2) { replicas (1) as a string }.
+    let envelope = |api_version: &str, kind: &str, raw: &[u8]| {
+        let type_meta = [
+            &[10, api_version.len() as u8],
+            api_version.as_bytes(),
+            &[18, kind.len() as u8],
+            kind.as_bytes(),
+        ]
+        .concat();
+        [
+            b"k8s\0".as_slice(),
+            &[10, type_meta.len() as u8],
+            &type_meta,
+            &[18, raw.len() as u8],
+            raw,
+        ]
+        .concat()
+    };
+    let bad = envelope("apps/v1", "Deployment", &[18, 5, 10, 3, b'o', b'n', b'e']);
+    let err = client
+        .request_text(post("/apis/apps/v1/namespaces/default/deployments", bad)?)
+        .await
+        .expect_err("malformed");
+    let (code, message) = match err {
+        kube::Error::Api(s) => (s.code, s.message),
+        other => panic!("{other}"),
+    };
+    assert_eq!(code, 400);
+    assert!(
+        message.contains("Deployment spec.replicas: expected a varint"),
+        "{message}"
+    );
+    let custom = envelope("example.com/v1", "Widget", &[]);
+    let err = client
+        .request_text(post(
+            "/apis/example.com/v1/namespaces/default/widgets",
+            custom,
+        )?)
+        .await
+        .expect_err("no protobuf for custom resources");
+    assert_eq!(api_error(err).0, 415);
+    Ok(())
+}
