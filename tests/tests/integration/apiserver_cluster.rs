@@ -997,17 +997,31 @@ async fn the_scope_of_a_kind_decides_where_it_can_be_created() -> anyhow::Result
 // ---------------------------------------------------------------------------------------------
 
 #[tokio::test]
-async fn protobuf_is_read_for_configmaps_only_other_kinds_are_415_and_yaml_is_accepted()
+async fn protobuf_is_read_for_built_in_kinds_custom_kinds_are_415_and_yaml_is_accepted()
 -> anyhow::Result<()> {
     let server = TestApiServer::start().await?;
     let path = "/api/v1/namespaces/default/configmaps";
-    // A Deployment in protobuf: not a kind this server decodes.
+    // An empty Deployment in protobuf: decoded, then refused as a nameless object is.
     let (code, body) = raw(
         &server,
         "POST",
         "/apis/apps/v1/namespaces/default/deployments",
         Some("application/vnd.kubernetes.protobuf"),
         b"k8s\x00\x0a\x15\x0a\x07apps/v1\x12\x0aDeployment\x12\x00",
+    )
+    .await;
+    assert_eq!(
+        (code, body["reason"].as_str()),
+        (422, Some("Invalid")),
+        "{body}"
+    );
+    // A custom resource in protobuf: no protobuf type, as on a real server.
+    let (code, body) = raw(
+        &server,
+        "POST",
+        "/apis/example.com/v1/namespaces/default/widgets",
+        Some("application/vnd.kubernetes.protobuf"),
+        b"k8s\x00\x0a\x18\x0a\x0eexample.com/v1\x12\x06Widget\x12\x00",
     )
     .await;
     assert_eq!(
