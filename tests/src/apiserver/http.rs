@@ -240,7 +240,7 @@ const BODY_MEDIA_TYPES: &str = "application/json, application/yaml";
 /// The body of a POST, PUT or DELETE as JSON: JSON (or no Content-Type) as it is, YAML
 /// converted, protobuf decoded for every kind of kubernetes/api (what kubectl's typed clients
 /// send); anything else is 415 UnsupportedMediaType.
-async fn json_body(
+pub(crate) async fn json_body(
     headers: &axum::http::HeaderMap,
     body: axum::body::Body,
 ) -> Result<axum::body::Body, Response> {

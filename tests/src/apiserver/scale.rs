@@ -5,9 +5,9 @@
 //! GET answers the Scale: the object's name, namespace, uid, resourceVersion and
 //! creationTimestamp, `spec.replicas` (1 when the object has none: the default the server does
 //! not write), `status.replicas` and `status.selector`, the object's `spec.selector` as a
-//! selector string. PUT and PATCH (merge, strategic, JSON, apply) edit that Scale and write its
-//! `spec.replicas` into the object: one update of the object (generation bumped, watchers see
-//! MODIFIED), answered with the new Scale. A Scale naming a resourceVersion that is not the
+//! selector string. PUT (JSON, YAML or protobuf) and PATCH (merge, strategic, JSON, apply) edit
+//! that Scale and write its `spec.replicas` into the object: one update of the object
+//! (generation bumped, watchers see MODIFIED), answered with the new Scale. A Scale naming a resourceVersion that is not the
 //! current one is 409 Conflict; negative replicas are 422. Custom resources' `subresources.scale`
 //! is not served.
 
@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
 use super::apply::{self, Writer};
-use super::http::{Query, Target};
+use super::http::{Query, Target, json_body};
 use super::object::StoreError;
 use super::status::{ApiError, error_response, json_response, store_error};
 use super::write::{self, PatchKind, WriteOptions};
@@ -166,6 +166,14 @@ pub(crate) async fn serve(
     let options = match WriteOptions::parse(query, headers, options_kind) {
         Ok(options) => options,
         Err(e) => return e.into_response(),
+    };
+    // A replaced Scale may come as JSON, YAML or protobuf (client-go's typed `UpdateScale`).
+    let body = match edit {
+        Edit::Replace => match json_body(headers, body).await {
+            Ok(body) => body,
+            Err(refused) => return refused,
+        },
+        Edit::Patch(_) => body,
     };
     let sent = match write::read_bytes(body).await.and_then(|bytes| match edit {
         Edit::Replace => serde_json::from_slice(&bytes).map_err(|e| {

@@ -841,6 +841,23 @@ async fn scale_subresource_reads_and_writes_replicas_and_watchers_see_the_new_ge
         .await
         .expect_err("stale resourceVersion");
     assert_eq!(api_error(err), (409, "Conflict".to_string()));
+    // client-go's typed UpdateScale sends the Scale as protobuf: metadata {name}, spec {6}.
+    let type_meta = [&[10u8, 14][..], b"autoscaling/v1", &[18, 5], b"Scale"].concat();
+    let raw = [&[10u8, 5, 10, 3][..], b"web", &[18, 2, 8, 6]].concat();
+    let body = [
+        b"k8s\0".as_slice(),
+        &[10, type_meta.len() as u8],
+        &type_meta,
+        &[18, raw.len() as u8],
+        &raw,
+    ]
+    .concat();
+    let put = http::Request::put("/apis/apps/v1/namespaces/default/deployments/web/scale")
+        .header("Content-Type", "application/vnd.kubernetes.protobuf")
+        .body(body)?;
+    let answer: serde_json::Value =
+        serde_json::from_str(&server.client().request_text(put).await?)?;
+    assert_eq!(answer["spec"]["replicas"], json!(6));
     // Apply needs a field manager; negative replicas are invalid.
     let apply = Patch::Apply(
         json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "spec": {"replicas": 4}}),
@@ -866,7 +883,7 @@ async fn scale_subresource_reads_and_writes_replicas_and_watchers_see_the_new_ge
             stored["spec"]["replicas"].clone(),
             stored["metadata"]["generation"].clone()
         ),
-        (json!(4), json!(5))
+        (json!(4), json!(6))
     );
     // No scale subresource on a ConfigMap.
     server.create(config_map("default", "settings", &[]))?;

@@ -14,6 +14,10 @@
 //! (`resources: {}`), an inline struct. Prost types lose all four and have no JSON form; a
 //! table of ~4,900 lines and one decoder give every kind at once.
 //!
+//! Answers stay JSON: kubectl's typed clients accept `application/vnd.kubernetes.protobuf,
+//! application/json`. A client accepting protobuf only gets 406 NotAcceptable on reads (and
+//! JSON from writes), where a real server would answer protobuf.
+//!
 //! Kinds outside kubernetes/api (custom resources, CRDs, APIServices) are answered 415
 //! UnsupportedMediaType, as a real server answers protobuf for a custom resource.
 
