@@ -565,6 +565,54 @@ async fn kubectl_creates_every_builtin_kind_its_typed_clients_post_as_protobuf()
             "PriorityClass",
             "priorityclass.scheduling.k8s.io/high created",
         ),
+        // Beyond the list: other kinds `kubectl create` posts, with quantities,
+        // int-or-strings and pointers to strings.
+        (
+            &["clusterrole", "watcher", "--verb=watch", "--resource=nodes"],
+            "rbac.authorization.k8s.io/v1",
+            "ClusterRole",
+            "clusterrole.rbac.authorization.k8s.io/watcher created",
+        ),
+        (
+            &[
+                "rolebinding",
+                "read",
+                "--role=reader",
+                "--serviceaccount=default:robot",
+            ],
+            "rbac.authorization.k8s.io/v1",
+            "RoleBinding",
+            "rolebinding.rbac.authorization.k8s.io/read created",
+        ),
+        (
+            &["quota", "small", "--hard=cpu=1500m,memory=1Gi,pods=10"],
+            "v1",
+            "ResourceQuota",
+            "resourcequota/small created",
+        ),
+        (
+            &[
+                "poddisruptionbudget",
+                "web",
+                "--selector=app=web",
+                "--min-available=50%",
+            ],
+            "policy/v1",
+            "PodDisruptionBudget",
+            "poddisruptionbudget.policy/web created",
+        ),
+        (
+            &["ingress", "site", "--rule=example.com/app*=api:80"],
+            "networking.k8s.io/v1",
+            "Ingress",
+            "ingress.networking.k8s.io/site created",
+        ),
+        (
+            &["secret", "generic", "creds", "--from-literal=user=admin"],
+            "v1",
+            "Secret",
+            "secret/creds created",
+        ),
     ];
     for (args, api_version, kind, said) in creates {
         // Flags before the args: a Job's and a CronJob's end with `-- command`.
@@ -581,23 +629,15 @@ async fn kubectl_creates_every_builtin_kind_its_typed_clients_post_as_protobuf()
             log.contains("Content-Type: application/vnd.kubernetes.protobuf"),
             "{kind} not posted as protobuf: {log}"
         );
-        let namespace = (*kind != "PriorityClass").then_some("default");
+        let namespace = (!matches!(*kind, "PriorityClass" | "ClusterRole")).then_some("default");
+        let name = args[1 + usize::from(matches!(*kind, "Service" | "Secret"))];
         let stored = server
-            .get(
-                api_version,
-                kind,
-                namespace,
-                args[1 + usize::from(*kind == "Service")],
-            )
+            .get(api_version, kind, namespace, name)
             .unwrap_or_else(|| panic!("{kind} not stored"));
         assert_eq!(as_meant(stored.clone()), as_meant(meant), "{kind}");
         // And kubectl reads back what it wrote.
-        let name = format!(
-            "{}/{}",
-            kind.to_ascii_lowercase(),
-            stored["metadata"]["name"].as_str().unwrap_or("")
-        );
-        let got = kubectl.ok(&["get", &name, "-o", "json"]).await;
+        let reference = format!("{}/{name}", kind.to_ascii_lowercase());
+        let got = kubectl.ok(&["get", &reference, "-o", "json"]).await;
         let read: Value = serde_json::from_str(&got)
             .map_err(|e| anyhow::anyhow!("{kind}: kubectl get printed {got:?}: {e}"))?;
         // kubectl leaves managedFields out of what it prints.
@@ -621,6 +661,17 @@ async fn kubectl_creates_every_builtin_kind_its_typed_clients_post_as_protobuf()
         .expect("stored");
     assert_eq!(api["spec"]["ports"][0]["targetPort"], json!("http"));
     assert_eq!(api["spec"]["ports"][1]["targetPort"], json!(8443));
+    let quota = server
+        .get("v1", "ResourceQuota", Some("default"), "small")
+        .expect("stored");
+    assert_eq!(
+        quota["spec"]["hard"],
+        json!({"cpu": "1500m", "memory": "1Gi", "pods": "10"})
+    );
+    let pdb = server
+        .get("policy/v1", "PodDisruptionBudget", Some("default"), "web")
+        .expect("stored");
+    assert_eq!(pdb["spec"]["minAvailable"], json!("50%"));
     Ok(())
 }
 
