@@ -20,7 +20,7 @@
 //! - `discovery`: the built-in kinds, CRD-defined kinds, discovery and OpenAPI v3 documents
 //! - `table`: server-side printing (`as=Table`) for `kubectl get`
 //! - `protobuf`: the protobuf bodies kubectl's typed clients send (every kind of kubernetes/api)
-//! - `review`: the access reviews of authorization.k8s.io (`kubectl auth can-i`), create-only
+//! - `review`: the reviews of authorization and authentication (`kubectl auth can-i`, `whoami`)
 //! - `scale`: the `scale` subresource of Deployments, ReplicaSets, StatefulSets and
 //!   ReplicationControllers
 //! - `faults`: the fault knobs
@@ -74,8 +74,9 @@
 //!   clients send); anything else (protobuf custom resources) 415.
 //! - `{deployments,replicasets,statefulsets,replicationcontrollers}/{name}/scale`: an
 //!   autoscaling/v1 Scale (GET, PUT, PATCH) writing the object's `spec.replicas`.
-//! - SubjectAccessReview, LocalSubjectAccessReview, SelfSubjectAccessReview and
-//!   SelfSubjectRulesReview are create-only and not stored: everything is allowed (no authz).
+//! - SubjectAccessReview, LocalSubjectAccessReview, SelfSubjectAccessReview,
+//!   SelfSubjectRulesReview and SelfSubjectReview are create-only and not stored: everything is
+//!   allowed (no authz), the caller is `system:anonymous` (no authn).
 //! - Discovery: aggregated (v2) to clients asking for it (kubectl), the legacy documents
 //!   otherwise (kube-rs), no protobuf advertised; `/openapi/v3` has operations but no schemas,
 //!   `/openapi/v2` is 404.

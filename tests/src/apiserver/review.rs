@@ -1,12 +1,14 @@
-//! The access reviews of `authorization.k8s.io/v1`: SubjectAccessReview,
-//! LocalSubjectAccessReview, SelfSubjectAccessReview (`kubectl auth can-i`) and
-//! SelfSubjectRulesReview (`kubectl auth can-i --list`).
+//! The reviews a client asks the server about itself or others: `authorization.k8s.io/v1`
+//! SubjectAccessReview, LocalSubjectAccessReview, SelfSubjectAccessReview (`kubectl auth
+//! can-i`) and SelfSubjectRulesReview (`kubectl auth can-i --list`), and
+//! `authentication.k8s.io/v1` SelfSubjectReview (`kubectl auth whoami`).
 //!
 //! As on a real server they are create-only and never stored (kubernetes
 //! pkg/registry/authorization/*/rest.go: `Create` asks the authorizer and returns the review
-//! with its status); every other verb is 405. This server authorizes everything (a real one
-//! with `--authorization-mode=AlwaysAllow`): access reviews answer `allowed: true`, rules
-//! reviews every verb on every resource.
+//! with its status); every other verb is 405. This server authenticates nobody and authorizes
+//! everything (a real one with anonymous requests and `--authorization-mode=AlwaysAllow`):
+//! access reviews answer `allowed: true`, rules reviews every verb on every resource, and the
+//! caller is `system:anonymous`. TokenReview is not answered (no tokens to check).
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -16,12 +18,33 @@ use super::http::Target;
 use super::resource::ResourceKey;
 use super::status::{ApiError, json_response};
 
-/// The kinds reviewed here, by plural.
-const REVIEWS: &[(&str, &str)] = &[
-    ("subjectaccessreviews", "SubjectAccessReview"),
-    ("localsubjectaccessreviews", "LocalSubjectAccessReview"),
-    ("selfsubjectaccessreviews", "SelfSubjectAccessReview"),
-    ("selfsubjectrulesreviews", "SelfSubjectRulesReview"),
+/// The kinds reviewed here: group, plural, kind.
+const REVIEWS: &[(&str, &str, &str)] = &[
+    (
+        "authorization.k8s.io",
+        "subjectaccessreviews",
+        "SubjectAccessReview",
+    ),
+    (
+        "authorization.k8s.io",
+        "localsubjectaccessreviews",
+        "LocalSubjectAccessReview",
+    ),
+    (
+        "authorization.k8s.io",
+        "selfsubjectaccessreviews",
+        "SelfSubjectAccessReview",
+    ),
+    (
+        "authorization.k8s.io",
+        "selfsubjectrulesreviews",
+        "SelfSubjectRulesReview",
+    ),
+    (
+        "authentication.k8s.io",
+        "selfsubjectreviews",
+        "SelfSubjectReview",
+    ),
 ];
 
 /// The kind of a review collection, `None` for every other collection.
@@ -34,19 +57,16 @@ pub(crate) fn review_kind(resource: &ResourceKey) -> Option<&'static str> {
 
 /// The kind of the review collection `plural` of `group` (served in `v1`).
 pub(crate) fn kind_of(group: &str, plural: &str) -> Option<&'static str> {
-    if group != "authorization.k8s.io" {
-        return None;
-    }
     REVIEWS
         .iter()
-        .find(|(p, _)| *p == plural)
-        .map(|(_, kind)| *kind)
+        .find(|(g, p, _)| *g == group && *p == plural)
+        .map(|(_, _, kind)| *kind)
 }
 
 /// The review's checks of `ValidateSubjectAccessReviewSpec` and its siblings
 /// (kubernetes pkg/apis/authorization/validation/validation.go).
 fn validate(kind: &str, review: &Value, namespace: Option<&str>) -> Result<(), String> {
-    if kind == "SelfSubjectRulesReview" {
+    if matches!(kind, "SelfSubjectRulesReview" | "SelfSubjectReview") {
         return Ok(());
     }
     let spec = review.get("spec").cloned().unwrap_or(Value::Null);
@@ -80,10 +100,10 @@ fn validate(kind: &str, review: &Value, namespace: Option<&str>) -> Result<(), S
         .pointer("/resourceAttributes/namespace")
         .and_then(Value::as_str);
     if kind == "LocalSubjectAccessReview" && non_resource {
-        return Err(
-            "spec.nonResourceAttributes: Invalid value: ...: disallowed on this kind of request"
-                .into(),
-        );
+        return Err(format!(
+            "spec.nonResourceAttributes: Invalid value: {}: disallowed on this kind of request",
+            spec["nonResourceAttributes"]
+        ));
     }
     if kind == "LocalSubjectAccessReview" && asked.unwrap_or("") != namespace.unwrap_or("") {
         return Err(format!(
@@ -112,22 +132,25 @@ pub(crate) fn create(target: &Target, mut review: Value) -> Response {
         .into_response();
     }
     if let Err(detail) = validate(kind, &review, target.namespace.as_deref()) {
-        return ApiError::invalid(format!(
-            "{kind}.authorization.k8s.io \"\" is invalid: {detail}"
-        ))
-        .into_response();
+        let group = &target.resource.group;
+        return ApiError::invalid(format!("{kind}.{group} \"\" is invalid: {detail}"))
+            .into_response();
     }
-    let status = if kind == "SelfSubjectRulesReview" {
-        json!({
+    let status = match kind {
+        "SelfSubjectRulesReview" => json!({
             "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
             "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
             "incomplete": false,
-        })
-    } else {
-        json!({"allowed": true})
+        }),
+        "SelfSubjectReview" => json!({"userInfo": {
+            "username": "system:anonymous",
+            "groups": ["system:unauthenticated"],
+        }}),
+        _ => json!({"allowed": true}),
     };
+    let group = &target.resource.group;
     review["status"] = status;
-    review["apiVersion"] = json!("authorization.k8s.io/v1");
+    review["apiVersion"] = json!(format!("{group}/v1"));
     review["kind"] = json!(kind);
     if review.get("metadata").is_none_or(|m| !m.is_object()) {
         review["metadata"] = json!({"creationTimestamp": null});

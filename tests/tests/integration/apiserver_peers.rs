@@ -754,7 +754,8 @@ async fn kubectl_scale_writes_replicas_through_the_scale_subresource() -> anyhow
 }
 
 #[tokio::test]
-async fn kubectl_auth_can_i_is_answered_yes_and_the_review_is_not_stored() -> anyhow::Result<()> {
+async fn kubectl_auth_can_i_and_whoami_are_answered_and_the_reviews_are_not_stored()
+-> anyhow::Result<()> {
     let Some(program) = kubectl() else {
         return Ok(());
     };
@@ -781,6 +782,18 @@ async fn kubectl_auth_can_i_is_answered_yes_and_the_review_is_not_stored() -> an
     assert!(
         server
             .objects("authorization.k8s.io/v1", "SelfSubjectAccessReview")
+            .is_empty()
+    );
+    // A SelfSubjectReview: the server authenticates nobody.
+    let whoami = kubectl.ok(&["auth", "whoami", "-o", "json"]).await;
+    let whoami: Value = serde_json::from_str(&whoami)?;
+    assert_eq!(
+        whoami["status"]["userInfo"],
+        json!({"username": "system:anonymous", "groups": ["system:unauthenticated"]})
+    );
+    assert!(
+        server
+            .objects("authentication.k8s.io/v1", "SelfSubjectReview")
             .is_empty()
     );
     Ok(())

@@ -946,3 +946,56 @@ async fn protobuf_bodies_are_refused_naming_the_field_or_the_kind() -> anyhow::R
     assert_eq!(api_error(err).0, 415);
     Ok(())
 }
+
+#[tokio::test]
+async fn access_reviews_are_create_only_checked_and_never_stored() -> anyhow::Result<()> {
+    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+    let server = TestApiServer::start().await?;
+    let reviews: Api<SubjectAccessReview> = Api::all(server.client());
+    let review = |spec: serde_json::Value| -> anyhow::Result<SubjectAccessReview> {
+        Ok(serde_json::from_value(json!({
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "metadata": {}, "spec": spec,
+        }))?)
+    };
+    let asked = review(json!({"user": "alice",
+        "resourceAttributes": {"verb": "delete", "resource": "pods", "namespace": "default"}}))?;
+    let answered = reviews.create(&PostParams::default(), &asked).await?;
+    assert_eq!(answered.status.map(|s| s.allowed), Some(true));
+    assert!(
+        server
+            .objects("authorization.k8s.io/v1", "SubjectAccessReview")
+            .is_empty()
+    );
+    // Nobody to review, or both kinds of attributes: 422 naming the field.
+    let nobody = review(json!({"nonResourceAttributes": {"verb": "get", "path": "/healthz"}}))?;
+    let err = reviews
+        .create(&PostParams::default(), &nobody)
+        .await
+        .expect_err("no user");
+    let kube::Error::Api(status) = err else {
+        panic!("{err}")
+    };
+    assert_eq!(status.code, 422);
+    assert!(
+        status.message.contains("spec.user: Invalid value"),
+        "{}",
+        status.message
+    );
+    let both = review(
+        json!({"user": "alice", "nonResourceAttributes": {"verb": "get"},
+        "resourceAttributes": {"verb": "get"}}),
+    )?;
+    let err = reviews
+        .create(&PostParams::default(), &both)
+        .await
+        .expect_err("both");
+    assert_eq!(api_error(err).0, 422);
+    // Create only.
+    let err = reviews
+        .list(&ListParams::default())
+        .await
+        .expect_err("no list");
+    assert_eq!(api_error(err).0, 405);
+    Ok(())
+}
