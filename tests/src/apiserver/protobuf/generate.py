@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes types.txt, the field table the protobuf decoder reads, from the Go types of Kubernetes.
 
-Usage: generate.py API_CHECKOUT APIMACHINERY_CHECKOUT > types.txt
-(git checkouts, or `git worktree`s, of github.com/kubernetes/api and kubernetes/apimachinery).
+Usage: SOURCES=v0.36.3 generate.py API_CHECKOUT APIMACHINERY_CHECKOUT > types.txt
+(checkouts of github.com/kubernetes/api and kubernetes/apimachinery at the tag SOURCES names,
+e.g. `git archive v0.36.3 | tar -x -C API_CHECKOUT`; SOURCES goes into the header line).
 
 The Go types, not the .proto files, are the source: only their tags say what the JSON of a
 decoded object holds (the JSON name, `omitempty`, whether a field is a pointer, an inline
