@@ -392,14 +392,13 @@ impl KubeSource {
                     Err(ReadError::TooLong(n)) => {
                         Some(Err(me.too_large("watch event", n, cap, "maxEventSize")))
                     }
-                    // A transport failure mid-body (reset, unexpected EOF, timeout) ends the
-                    // watch as a normal close does: the reflector re-watches from its last
-                    // resourceVersion without a relist (client-go's StreamWatcher treats EOF,
-                    // unexpected EOF and probable EOFs alike). A partly read line is dropped.
-                    Err(ReadError::Read(e)) => {
-                        tracing::debug!(informer = %me.name, error = %e, "watch stream broken; ending the watch");
-                        None
-                    }
+                    // A transport failure mid-body (reset, unexpected EOF, timeout): reported as
+                    // a broken stream, which the reflector ends as a normal close and answers
+                    // with a re-watch from its last resourceVersion, no relist (the rule of
+                    // every source: `WatchStream`). A partly read line is dropped.
+                    Err(ReadError::Read(e)) => Some(Err(SourceError::Connect(format!(
+                        "watch stream broken: {e}"
+                    )))),
                 };
                 futures::future::ready(out)
             })
