@@ -215,7 +215,9 @@ impl SourceError {
 pub trait ListerWatcher: Send + Sync + 'static {
     /// Lists one page.
     fn list(&self, opts: ListOptions) -> BoxFuture<'_, Result<ListPage, SourceError>>;
-    /// Starts a watch.
+    /// Starts a watch. A stream that breaks in transport reports [`SourceError::Connect`] (or
+    /// just ends): the reflector re-watches from its last resourceVersion, without a relist
+    /// (see [`WatchStream`]).
     fn watch(&self, opts: WatchOptions) -> BoxFuture<'_, Result<WatchStream, SourceError>>;
     /// What is listed, for logs (e.g. `v1/Pod in namespace default`).
     fn describe(&self) -> String;

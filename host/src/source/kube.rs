@@ -840,6 +840,25 @@ mod tests {
         }
     }
 
+    /// The ERROR event an API server sends after an unsafe delete reaches the reflector as a
+    /// store-read error, not an internal one (so it relists).
+    #[test]
+    fn a_storage_read_error_event_is_not_an_internal_error() {
+        let line = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","code":500,"reason":"StorageReadError","message":"corrupt object has been deleted"}}"#;
+        match decode_watch_line(line, "v1", "Pod", true) {
+            Ok(WatchEvent::Error(e)) => {
+                assert!(e.is_store_read_error(), "{e:?}");
+                assert!(!e.is_internal_error(), "{e:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let line = r#"{"type":"ERROR","object":{"kind":"Status","code":500,"reason":"InternalError","message":"etcd"}}"#;
+        assert!(matches!(
+            decode_watch_line(line, "v1", "Pod", true),
+            Ok(WatchEvent::Error(e)) if e.is_internal_error()
+        ));
+    }
+
     #[test]
     fn keys_spelled_with_escapes_are_read_like_any_json_parser_reads_them() {
         // Valid JSON (Go escapes `<` in keys too); a borrowed key could not hold it.
