@@ -1,6 +1,8 @@
 //! What listeners receive: notifications, numbered per listener, and the handler trait that
 //! native Rust handlers (and later wasm plugins) implement.
 
+use std::cell::Cell;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex};
 
 use super::object::{DeletedObject, Object};
@@ -71,8 +73,12 @@ pub struct Delivery {
 
 /// A listener's handler (client-go's `ResourceEventHandler`). Called one batch at a time, in
 /// order, from the listener's own thread or from a worker of the shared executor (its
-/// `HandlerOptions::placement`). A panic is caught by the listener: it is counted and logged,
-/// and the next notification is delivered as usual.
+/// `HandlerOptions::placement`). A panic is caught per notification (client-go's listener
+/// recovers per call, `TestEventPanics`): the panicking call is counted and logged, is not
+/// counted as delivered, and the rest of the batch is delivered as usual. A handler that
+/// overrides [`EventHandler::handle`] takes the batch at once: a panic there ends the whole
+/// call, and none of that batch counts as delivered (call [`handle_each`] from it to keep the
+/// per-notification catch).
 pub trait EventHandler: Send + 'static {
     /// An object was added.
     fn on_add(&mut self, _obj: &Arc<Object>, _initial_list: bool) {}
@@ -95,16 +101,55 @@ pub trait EventHandler: Send + 'static {
     fn resume(&mut self) {}
 
     /// Handles a batch of consecutive deliveries. The default calls the three methods above in
-    /// order; handlers with a per-call cost (wasm) override it to take the batch at once.
+    /// order, catching a panic per notification ([`handle_each`]); handlers with a per-call cost
+    /// (wasm) override it to take the batch at once.
     fn handle(&mut self, batch: &[Delivery]) {
-        for d in batch {
-            match &d.notification {
-                Notification::Add { obj, initial_list } => self.on_add(obj, *initial_list),
-                Notification::Update { old, new } => self.on_update(old, new),
-                Notification::Delete { obj } => self.on_delete(obj),
-            }
+        handle_each(self, batch);
+    }
+}
+
+/// Calls `handler`'s `on_add` / `on_update` / `on_delete` for each delivery of `batch` in order,
+/// catching a panic per call: the rest of the batch is still handled, and the listener running
+/// the handler counts each panicking call (not delivered) and logs it. No allocation unless a
+/// call panics (`catch_unwind` costs nothing on the way through).
+pub fn handle_each<H: EventHandler + ?Sized>(handler: &mut H, batch: &[Delivery]) {
+    for d in batch {
+        let call = catch_unwind(AssertUnwindSafe(|| match &d.notification {
+            Notification::Add { obj, initial_list } => handler.on_add(obj, *initial_list),
+            Notification::Update { old, new } => handler.on_update(old, new),
+            Notification::Delete { obj } => handler.on_delete(obj),
+        }));
+        if call.is_err() {
+            CAUGHT.with(|c| {
+                let mut now = c.get();
+                if now.panics == 0 {
+                    now.first_seq = d.seq;
+                }
+                now.panics += 1;
+                c.set(now);
+            });
         }
     }
+}
+
+/// Panics [`handle_each`] caught on a thread since the listener last took them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Caught {
+    /// Calls that panicked (each one notification, not delivered).
+    pub panics: u64,
+    /// Sequence number of the first of them.
+    pub first_seq: u64,
+}
+
+thread_local! {
+    /// How [`handle_each`] tells the listener that called `handle` on this thread which calls
+    /// panicked, without changing `handle`'s signature: the listener takes it after each call.
+    static CAUGHT: Cell<Caught> = const { Cell::new(Caught { panics: 0, first_seq: 0 }) };
+}
+
+/// Takes (and resets) what [`handle_each`] caught on this thread.
+pub(crate) fn take_caught() -> Caught {
+    CAUGHT.with(Cell::take)
 }
 
 /// A handler that records every delivery: for tests, debugging and the `record` tooling.

@@ -8,7 +8,9 @@
 //! blocks delays nobody else), or on the informer's shared [`Executor`], a fixed pool of workers
 //! that takes ready listeners in turn, one batch each (plugins: a thousand of them need no
 //! thousand threads). Either way the handler gets one batch at a time, in order, a panic is
-//! caught and counted, and a stopped listener finishes the batch in hand and then nothing more.
+//! caught per notification and counted (the panicking notification is not delivered, the rest
+//! of its batch is: [`super::handler::handle_each`]), and a stopped listener finishes the batch
+//! in hand and then nothing more.
 //!
 //! A handler may leave a batch unfinished until a given time ([`EventHandler::unfinished`]: a
 //! plugin waiting out the backoff before retrying a failed notification): the listener keeps the
@@ -32,7 +34,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::executor::{Executor, GroupId, Placement, Ran, Task};
-use super::handler::{Delivery, EventHandler, Notification};
+use super::handler::{Delivery, EventHandler, Notification, take_caught};
 use crate::sync::{lock, wait, wait_timeout};
 use queue::Queue;
 pub use queue::{Discarded, Overflow, QueueBound};
@@ -56,14 +58,17 @@ pub trait OverflowObserver: Send + Sync {
 pub struct ListenerStats {
     /// Notifications queued so far (the last sequence number).
     pub queued: u64,
-    /// Notifications handed to the handler so far.
+    /// Notifications the handler finished without panicking.
     pub delivered: u64,
     /// Current queue depth.
     pub depth: usize,
     /// Deepest the queue has been.
     pub max_depth: usize,
-    /// Handler panics caught.
+    /// Handler panics caught (per notification; per batch for a handler that takes its batches
+    /// whole).
     pub panics: u64,
+    /// Notifications in a handler call that panicked: handed over, not delivered.
+    pub failed: u64,
     /// Notifications the queue's overflow policy dropped (each a gap in the sequence).
     pub dropped: u64,
     /// Notifications merged into an earlier one for the same object (each a gap too).
@@ -96,13 +101,17 @@ enum Work {
 /// What the listener's lock guards.
 struct State {
     queue: Queue,
-    /// Notifications handed to the handler and finished so far.
+    /// Notifications the handler finished without panicking.
     delivered: u64,
+    /// Notifications whose handler call panicked.
+    failed: u64,
     /// Entries carrying an initial-list notification that are in the handler now.
     initial_in_handler: usize,
     /// Size and first sequence number of the batch in the handler.
     in_hand: usize,
     first_seq: u64,
+    /// Of the batch in hand, notifications whose call panicked (not delivered).
+    failed_in_hand: usize,
     panics: u64,
     /// Set when removed or stopped: nothing more is handed to the handler, buffered items are
     /// dropped.
@@ -199,9 +208,11 @@ impl Listener {
             queue: Mutex::new(State {
                 queue: Queue::new(queue),
                 delivered: 0,
+                failed: 0,
                 initial_in_handler: 0,
                 in_hand: 0,
                 first_seq: 0,
+                failed_in_hand: 0,
                 panics: 0,
                 closed: false,
                 run: Run::Idle,
@@ -340,6 +351,7 @@ impl Listener {
             depth: q.len(),
             max_depth: q.max_depth,
             panics: st.panics,
+            failed: st.failed,
             dropped: q.dropped,
             coalesced: q.coalesced,
             bound: q.bound(),
@@ -464,29 +476,48 @@ impl Shared {
         // Not synced until the handler is done with them.
         st.initial_in_handler = st.queue.take(self.batch_max, batch);
         st.in_hand = batch.len();
+        st.failed_in_hand = 0;
         st.first_seq = batch.first().map_or(0, |d| d.seq);
         st.run = Run::Running;
         Some(Work::Batch)
     }
 
-    /// Hands the handler `batch` (or resumes its unfinished one), catching panics; returns when
-    /// the handler wants to be resumed, if it left the batch unfinished.
+    /// Hands the handler `batch` (or resumes its unfinished one), catching panics: per
+    /// notification in the default `handle` ([`super::handler::handle_each`], which reports
+    /// them here through [`take_caught`]), per call around it (a handler taking its batch whole:
+    /// none of the batch is delivered). Returns when the handler wants to be resumed, if it left
+    /// the batch unfinished.
     fn call(&self, work: Work, batch: &[Delivery]) -> Option<std::time::Instant> {
         let mut guard = lock(&self.handler);
         let handler = guard.as_mut()?;
-        let panicked = catch_unwind(AssertUnwindSafe(|| match work {
+        // Nothing is left over from another listener on this thread (each call takes its own),
+        // but start clean whatever a handler did outside a listener.
+        take_caught();
+        let whole = catch_unwind(AssertUnwindSafe(|| match work {
             Work::Batch => handler.handle(batch),
             Work::Resume => handler.resume(),
         }))
         .is_err();
+        let caught = take_caught();
         let later = catch_unwind(AssertUnwindSafe(|| handler.unfinished())).unwrap_or(None);
         drop(guard);
-        if panicked {
+        if whole || caught.panics > 0 {
             let mut st = lock(&self.queue);
-            st.panics += 1;
+            st.panics += caught.panics + u64::from(whole);
+            let failed = usize::try_from(caught.panics).unwrap_or(usize::MAX);
+            st.failed_in_hand = if whole {
+                st.in_hand
+            } else {
+                st.in_hand.min(st.failed_in_hand.saturating_add(failed))
+            };
             let first_seq = st.first_seq;
             drop(st);
-            tracing::error!(listener = %self.name, first_seq, "event handler panicked; continuing with the next notification");
+            if caught.panics > 0 {
+                tracing::error!(listener = %self.name, seq = caught.first_seq, panics = caught.panics, "event handler panicked; that notification is not delivered, the rest of the batch is");
+            }
+            if whole {
+                tracing::error!(listener = %self.name, first_seq, "event handler panicked taking a whole batch; the batch is not delivered, continuing with the next");
+            }
         }
         later
     }
@@ -501,8 +532,11 @@ impl Shared {
             st.run = Run::Unfinished(at);
             return Ran::Later(at);
         }
-        st.delivered += st.in_hand as u64;
+        let failed = st.failed_in_hand.min(st.in_hand);
+        st.delivered += (st.in_hand - failed) as u64;
+        st.failed += failed as u64;
         st.in_hand = 0;
+        st.failed_in_hand = 0;
         st.initial_in_handler = 0;
         let ran = if !st.closed && !st.queue.is_empty() {
             st.run = Run::Scheduled;
@@ -692,6 +726,116 @@ mod tests {
         assert!(l.has_synced(), "the dropped ones do not keep it unsynced");
         let seqs: Vec<u64> = rec.deliveries().iter().map(|d| d.seq).collect();
         assert_eq!(seqs, [1, 9, 10, 11], "the drops show as a gap");
+        l.stop();
+        l.join();
+    }
+
+    /// A handler whose every add panics, counting its calls.
+    struct PanicsOnAdd(Arc<AtomicU64>);
+
+    impl EventHandler for PanicsOnAdd {
+        fn on_add(&mut self, _obj: &Arc<crate::informer::Object>, _initial_list: bool) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            panic!("handler failure on purpose");
+        }
+    }
+
+    /// client-go TestEventPanics: a handler whose add panics is called for each of 5 adds, here
+    /// all in one batch (the executor's only worker is held until the 5 are queued); none of
+    /// them counts as delivered.
+    #[test]
+    fn a_handler_panic_is_caught_per_notification_and_the_rest_of_the_batch_is_delivered() {
+        let exec = Executor::new(1).unwrap();
+        let open = Arc::new((Mutex::new(false), Condvar::new()));
+        let entered = Arc::new(AtomicBool::new(false));
+        let on_pool = |name: &str, handler: Box<dyn EventHandler>| {
+            let options = ListenerOptions {
+                batch_max: 64,
+                placement: Placement::Shared { group: None },
+                ..ListenerOptions::default()
+            };
+            Listener::new(
+                name.into(),
+                handler,
+                options,
+                Arc::new(|| true),
+                Some(exec.clone()),
+            )
+            .unwrap()
+        };
+        let holder = on_pool(
+            "holder",
+            Box::new(Gated {
+                open: open.clone(),
+                entered: entered.clone(),
+                rec: Recorder::new(),
+            }),
+        );
+        holder.add(initial(0));
+        eventually("the worker to be held", || entered.load(Ordering::SeqCst));
+
+        let calls = Arc::new(AtomicU64::new(0));
+        let bad = on_pool("bad", Box::new(PanicsOnAdd(calls.clone())));
+        for i in 1..=5 {
+            bad.add(initial(i));
+        }
+        *lock(&open.0) = true;
+        open.1.notify_all();
+        eventually("the 5 handed over", || bad.stats().failed == 5);
+        assert_eq!(calls.load(Ordering::SeqCst), 5, "called for each add");
+        let s = bad.stats();
+        assert_eq!((s.panics, s.delivered, s.failed), (5, 0, 5));
+        assert!(bad.has_synced(), "handled, though not delivered");
+        for l in [&holder, &bad] {
+            l.stop();
+            l.join();
+        }
+        exec.shutdown();
+    }
+
+    /// One panicking notification in a batch: the others are delivered, and counted.
+    #[test]
+    fn a_panicking_notification_is_not_counted_delivered_and_its_batch_mates_are() {
+        struct Picky(Recorder);
+        impl EventHandler for Picky {
+            fn on_add(&mut self, obj: &Arc<crate::informer::Object>, initial_list: bool) {
+                assert_ne!(obj.meta().name, "p2", "handler failure on purpose");
+                self.0.handle(&[Delivery {
+                    seq: 0,
+                    notification: Notification::Add {
+                        obj: obj.clone(),
+                        initial_list,
+                    },
+                }]);
+            }
+        }
+        let rec = Recorder::new();
+        let l = Listener::new(
+            "picky".into(),
+            Box::new(Picky(rec.clone())),
+            ListenerOptions {
+                batch_max: 64,
+                ..ListenerOptions::default()
+            },
+            Arc::new(|| true),
+            None,
+        )
+        .unwrap();
+        for i in 1..=4 {
+            l.add(initial(i));
+        }
+        eventually("all handed over", || {
+            let s = l.stats();
+            s.delivered + s.failed == 4
+        });
+        let s = l.stats();
+        assert_eq!((s.delivered, s.failed, s.panics), (3, 1, 1));
+        let names: Vec<String> = rec
+            .deliveries()
+            .iter()
+            .map(|d| d.notification.object().meta().name.clone())
+            .collect();
+        assert_eq!(names, ["p1", "p3", "p4"]);
         l.stop();
         l.join();
     }

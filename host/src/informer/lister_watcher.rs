@@ -69,7 +69,14 @@ pub enum WatchEvent {
     Progress(String),
 }
 
-/// A watch stream. An `Err` item means the stream broke (undecodable data, transport failure).
+/// A watch stream. An `Err` item ends the watch; what the reflector does next depends on it:
+/// - [`SourceError::Connect`]: the transport broke mid-stream (reset, unexpected EOF, timeout).
+///   The reflector treats it as a normal close and re-watches from its last resourceVersion,
+///   without a relist (as client-go's StreamWatcher treats EOF and probable EOFs). Report a
+///   broken stream this way, or just end the stream: both re-watch.
+/// - [`SourceError::Decode`]: undecodable data, an internal error (re-watch within the
+///   internal-error retry window, then relist).
+/// - Anything else: as the same error from the server (see each variant).
 pub type WatchStream = BoxStream<'static, Result<WatchEvent, SourceError>>;
 
 /// What a source reports when a request fails. Which ones the reflector retries is said on each.
@@ -94,7 +101,8 @@ pub enum SourceError {
         /// Server's Retry-After, if it said.
         retry_after: Option<Duration>,
     },
-    /// Any other status from the server (500 is an internal error: the watch is retried).
+    /// Any other status from the server. An internal error ([`SourceError::is_internal_error`])
+    /// is retried by a re-watch within the retry window; any other ends the watch with a relist.
     #[error("API error {code} {reason}: {message}")]
     Api {
         /// HTTP status code.
@@ -104,7 +112,8 @@ pub enum SourceError {
         /// Status message.
         message: String,
     },
-    /// The server could not be reached (connection refused, reset...): back off and retry.
+    /// The server could not be reached (connection refused, reset...), or a watch stream broke
+    /// in transport: back off and retry the same request (a broken watch: re-watch at once).
     #[error("cannot reach the API server: {0}")]
     Connect(String),
     /// The server sent something that is not a valid object or event: treated as an internal error.
@@ -130,6 +139,30 @@ pub enum SourceError {
     Request(String),
 }
 
+/// The Status reasons apimachinery knows (k8s.io/apimachinery pkg/api/errors/errors.go,
+/// `knownReasons`): a 500 with one of these is not an internal error unless the reason says so.
+const KNOWN_REASONS: [&str; 19] = [
+    "Unauthorized",
+    "Forbidden",
+    "NotFound",
+    "AlreadyExists",
+    "Conflict",
+    "Gone",
+    "Invalid",
+    "ServerTimeout",
+    "StorageReadError",
+    "Timeout",
+    "TooManyRequests",
+    "BadRequest",
+    "MethodNotAllowed",
+    "NotAcceptable",
+    "RequestEntityTooLarge",
+    "UnsupportedMediaType",
+    "InternalError",
+    "Expired",
+    "ServiceUnavailable",
+];
+
 impl SourceError {
     /// 410 Expired.
     pub fn is_expired(&self) -> bool {
@@ -146,12 +179,26 @@ impl SourceError {
         matches!(self, SourceError::TooManyRequests { .. })
     }
 
-    /// 500 or an undecodable response.
+    /// An internal error as apimachinery's `IsInternalError` reads a Status (reason
+    /// `InternalError`, or a 500 whose reason is none of the known ones: k8s.io/apimachinery
+    /// pkg/api/errors/errors.go), or an undecodable response (client-go reports it as a 500
+    /// `InternalError`). A 500 `StorageReadError` is not one.
     pub fn is_internal_error(&self) -> bool {
-        matches!(
-            self,
-            SourceError::Api { code: 500, .. } | SourceError::Decode(_)
-        )
+        match self {
+            SourceError::Api { code, reason, .. } => {
+                reason == "InternalError" || (*code == 500 && !KNOWN_REASONS.contains(&&**reason))
+            }
+            SourceError::Decode(_) => true,
+            _ => false,
+        }
+    }
+
+    /// A 500 with reason `StorageReadError`: the server could not read an object from storage
+    /// (a corrupt object, then unsafe-deleted). The reflector relists at once, whatever the
+    /// internal-error retry window, so the deleted object leaves the cache
+    /// (client-go `TestReflectorReplacesStoreOnUnsafeDelete`).
+    pub fn is_store_read_error(&self) -> bool {
+        matches!(self, SourceError::Api { reason, .. } if reason == "StorageReadError")
     }
 
     /// Errors on watch start after which the reflector backs off and re-watches without a
@@ -168,7 +215,9 @@ impl SourceError {
 pub trait ListerWatcher: Send + Sync + 'static {
     /// Lists one page.
     fn list(&self, opts: ListOptions) -> BoxFuture<'_, Result<ListPage, SourceError>>;
-    /// Starts a watch.
+    /// Starts a watch. A stream that breaks in transport reports [`SourceError::Connect`] (or
+    /// just ends): the reflector re-watches from its last resourceVersion, without a relist
+    /// (see [`WatchStream`]).
     fn watch(&self, opts: WatchOptions) -> BoxFuture<'_, Result<WatchStream, SourceError>>;
     /// What is listed, for logs (e.g. `v1/Pod in namespace default`).
     fn describe(&self) -> String;

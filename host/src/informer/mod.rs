@@ -45,7 +45,7 @@ pub mod shared_informer;
 
 pub use delta_fifo::{Delta, DeltaFifo, DeltaType};
 pub use executor::{Executor, ExecutorError, GroupId, Placement};
-pub use handler::{Delivery, EventHandler, Notification};
+pub use handler::{Delivery, EventHandler, Notification, handle_each};
 pub use indexer::{Cache, IndexFunc, Indexer};
 pub use listener::{Overflow, OverflowObserver, QueueBound};
 pub use object::{DeletedObject, Object, ObjectMeta, Tombstone};

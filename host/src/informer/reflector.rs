@@ -3,14 +3,20 @@
 //!
 //! - Relist resourceVersion: "0" the first time, the last synced one afterwards, "" after an
 //!   Expired or too-large error (and an Expired list is retried once at "").
-//! - Pages of 500; an Expired continuation falls back to one unpaginated list.
+//! - Pages: with a page size set ([`ReflectorConfig::page_size`]) every list is paged with it,
+//!   at an exact resourceVersion too (client-go `WatchListPageSize`). Without one (the default),
+//!   lists at "" or "0" are paged by 500 and a relist at an exact resourceVersion is not (so
+//!   the API server serves it from its watch cache), unless the list at "0" came back paged.
+//!   An Expired continuation falls back to one unpaginated list.
 //! - Watch from the last RV with bookmarks and a random timeout in [5 min, 10 min].
-//! - Relists at "" or "0" are paged; a relist at an exact resourceVersion is not (the API
-//!   server serves it from its watch cache), unless the list at "0" came back paged.
-//! - Normal end of a watch, or a stream broken mid-body: re-watch, no relist.
+//! - Normal end of a watch, or a stream broken in transport (a [`SourceError::Connect`] item,
+//!   from any source): re-watch from the last RV, no relist (a watch that ends in under a
+//!   second with no event is a very short watch: relist).
 //!   429 / unreachable: back off, re-watch.
-//!   500 (or an undecodable event, which client-go also reports as a 500): back off and
-//!   re-watch while the internal-error retry window lasts (client-go `retryWithDeadline`).
+//!   An internal error (a 500 as apimachinery's `IsInternalError` reads it, or an undecodable
+//!   event, which client-go also reports as a 500): back off and re-watch while the
+//!   internal-error retry window lasts (client-go `retryWithDeadline`). A 500 with another known
+//!   reason (`StorageReadError`: an object was unsafe-deleted) is not one: relist.
 //!   ERROR 410 or anything else: back off, then relist.
 //! - Resync only while watching after a successful list, never during an outage.
 //! - Streaming list (sendInitialEvents) by default, falling back to a list on error (e.g. 422
@@ -18,6 +24,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,7 +35,9 @@ use tokio::time::Instant;
 
 use super::backoff::{Backoff, BackoffConfig};
 use super::key::object_key;
-use super::lister_watcher::{ListerWatcher, SourceError, WatchEvent, WatchOptions, WatchStream};
+use super::lister_watcher::{
+    ListerWatcher, SourceError, WatchEvent, WatchOptions, WatchStream, list_all,
+};
 use super::object::{DeletedObject, Object};
 use super::real_fifo::Queue;
 use crate::sync::lock;
@@ -36,8 +45,11 @@ use crate::sync::lock;
 /// Reflector settings.
 #[derive(Clone, Debug)]
 pub struct ReflectorConfig {
-    /// Page size of lists (client-go's default 500).
-    pub page_size: u32,
+    /// Page size of every list, relists at an exact resourceVersion included (client-go
+    /// `WatchListPageSize`). `None` (the default): client-go's automatic choice, pages of
+    /// [`AUTO_PAGE_SIZE`] at "" and "0", none at an exact resourceVersion unless the first list
+    /// came back paged.
+    pub page_size: Option<NonZeroU32>,
     /// Watches time out after a random duration in [min, 2 * min] (client-go: 5 min).
     pub min_watch_timeout: Duration,
     /// Backoff between relists and after 429s.
@@ -54,7 +66,7 @@ pub struct ReflectorConfig {
 impl Default for ReflectorConfig {
     fn default() -> Self {
         Self {
-            page_size: 500,
+            page_size: None,
             min_watch_timeout: Duration::from_secs(300),
             backoff: BackoffConfig::default(),
             use_watch_list: true,
@@ -62,6 +74,9 @@ impl Default for ReflectorConfig {
         }
     }
 }
+
+/// Page size of the automatic paging choice (client-go's pager default).
+pub const AUTO_PAGE_SIZE: u32 = 500;
 
 /// Why one ListAndWatch round ended. Every variant is retried by [`Reflector::run`] after a
 /// backoff, with a relist.
@@ -292,15 +307,22 @@ impl Reflector {
 
     async fn list(&mut self) -> Result<(), SourceError> {
         let rv = self.relist_resource_version();
-        let (items, list_rv) = match self.list_pages(&rv).await {
+        // Chosen once, for the retry at "" too (client-go keeps its pager's page size).
+        let limit = self.page_limit(&rv);
+        let list = match list_all(&*self.lw, &rv, limit).await {
             Err(e) if e.is_expired() || e.is_too_large_resource_version() => {
                 tracing::info!(informer = %self.name, resource_version = %rv, error = %e, "list at resourceVersion failed; listing the latest state");
                 self.last_sync_rv_unavailable = true;
-                let rv = self.relist_resource_version();
-                self.list_pages(&rv).await?
+                let latest = self.relist_resource_version();
+                list_all(&*self.lw, &latest, limit).await?
             }
             other => other?,
         };
+        // A list at "0" that came back paged: the server has no watch cache for this resource.
+        if rv == "0" && list.paged {
+            self.paginated_result = true;
+        }
+        let (items, list_rv) = (list.items, list.resource_version);
         tracing::debug!(informer = %self.name, objects = items.len(), resource_version = %list_rv, "listed");
         self.store.replace(items, &list_rv);
         self.stats.lists.fetch_add(1, Ordering::Relaxed);
@@ -309,18 +331,17 @@ impl Reflector {
         Ok(())
     }
 
-    /// A list at `rv`, paged as client-go's reflector pages it: a list at "" or "0" is paged,
-    /// a list at an exact resourceVersion is not (so the API server can serve it from its watch
-    /// cache, which ignores pages) unless the first list at "0" came back paged. An Expired
-    /// continuation falls back to one unpaginated list.
-    async fn list_pages(&mut self, rv: &str) -> Result<(Vec<Arc<Object>>, String), SourceError> {
-        let paged = self.paginated_result || rv.is_empty() || rv == "0";
-        let limit = (self.config.page_size > 0 && paged).then_some(self.config.page_size);
-        let list = super::lister_watcher::list_all(&*self.lw, rv, limit).await?;
-        if rv == "0" && list.paged {
-            self.paginated_result = true;
+    /// The page size of a list at `rv`, as client-go's reflector chooses it
+    /// (client-go tools/cache/reflector.go, `list`): a page size set explicitly pages every
+    /// list; otherwise a list at "" or "0" is paged, and a list at an exact resourceVersion is
+    /// not (so the API server can serve it from its watch cache, which ignores pages) unless
+    /// the first list at "0" came back paged.
+    fn page_limit(&self, rv: &str) -> Option<u32> {
+        match self.config.page_size {
+            Some(n) => Some(n.get()),
+            None if self.paginated_result || rv.is_empty() || rv == "0" => Some(AUTO_PAGE_SIZE),
+            None => None,
         }
-        Ok((list.items, list.resource_version))
     }
 
     fn watch_timeout_seconds(&self) -> u32 {
@@ -455,6 +476,12 @@ impl Reflector {
                     tracing::debug!(informer = %self.name, "watch returned 429; backing off");
                     tokio::time::sleep(self.backoff.next_delay()).await;
                 }
+                Err(ReflectorError::WatchFailed(e)) if e.is_store_read_error() => {
+                    // An object could not be read and was unsafe-deleted: only a relist drops
+                    // it from the cache, so relist whatever the internal-error retry window.
+                    tracing::info!(informer = %self.name, error = %e, "an object could not be read from storage; relisting");
+                    return Err(ReflectorError::WatchFailed(e));
+                }
                 Err(ReflectorError::WatchFailed(e))
                     if e.is_internal_error() && retry.should_retry() =>
                 {
@@ -472,7 +499,18 @@ impl Reflector {
         let start = Instant::now();
         let mut count = 0u64;
         while let Some(item) = stream.next().await {
-            let event = item.map_err(ReflectorError::WatchFailed)?;
+            let event = match item {
+                Ok(event) => event,
+                // A stream broken in transport (reset, unexpected EOF, timeout), from any
+                // source, ends the watch as a normal close does: re-watch from the last
+                // resourceVersion, no relist (client-go's StreamWatcher treats EOF, unexpected
+                // EOF and probable EOFs alike; apimachinery pkg/watch/streamwatcher.go).
+                Err(e @ SourceError::Connect(_)) => {
+                    tracing::debug!(informer = %self.name, error = %e, "watch stream broken; re-watching from the last resourceVersion");
+                    break;
+                }
+                Err(e) => return Err(ReflectorError::WatchFailed(e)),
+            };
             if let WatchEvent::Progress(rv) = event {
                 self.set_last_sync(rv);
                 continue;

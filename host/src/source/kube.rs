@@ -392,14 +392,13 @@ impl KubeSource {
                     Err(ReadError::TooLong(n)) => {
                         Some(Err(me.too_large("watch event", n, cap, "maxEventSize")))
                     }
-                    // A transport failure mid-body (reset, unexpected EOF, timeout) ends the
-                    // watch as a normal close does: the reflector re-watches from its last
-                    // resourceVersion without a relist (client-go's StreamWatcher treats EOF,
-                    // unexpected EOF and probable EOFs alike). A partly read line is dropped.
-                    Err(ReadError::Read(e)) => {
-                        tracing::debug!(informer = %me.name, error = %e, "watch stream broken; ending the watch");
-                        None
-                    }
+                    // A transport failure mid-body (reset, unexpected EOF, timeout): reported as
+                    // a broken stream, which the reflector ends as a normal close and answers
+                    // with a re-watch from its last resourceVersion, no relist (the rule of
+                    // every source: `WatchStream`). A partly read line is dropped.
+                    Err(ReadError::Read(e)) => Some(Err(SourceError::Connect(format!(
+                        "watch stream broken: {e}"
+                    )))),
                 };
                 futures::future::ready(out)
             })
@@ -839,6 +838,25 @@ mod tests {
             Ok(WatchEvent::Added(o)) => o,
             other => panic!("{other:?}"),
         }
+    }
+
+    /// The ERROR event an API server sends after an unsafe delete reaches the reflector as a
+    /// store-read error, not an internal one (so it relists).
+    #[test]
+    fn a_storage_read_error_event_is_not_an_internal_error() {
+        let line = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","code":500,"reason":"StorageReadError","message":"corrupt object has been deleted"}}"#;
+        match decode_watch_line(line, "v1", "Pod", true) {
+            Ok(WatchEvent::Error(e)) => {
+                assert!(e.is_store_read_error(), "{e:?}");
+                assert!(!e.is_internal_error(), "{e:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let line = r#"{"type":"ERROR","object":{"kind":"Status","code":500,"reason":"InternalError","message":"etcd"}}"#;
+        assert!(matches!(
+            decode_watch_line(line, "v1", "Pod", true),
+            Ok(WatchEvent::Error(e)) if e.is_internal_error()
+        ));
     }
 
     #[test]

@@ -237,6 +237,43 @@ async fn reflector_not_paginating_not_consistent_reads() {
 }
 
 #[tokio::test]
+async fn an_explicit_page_size_pages_the_relist_at_an_exact_resource_version() {
+    // client-go TestReflectorWatchListPageSize: a page size set explicitly pages every list;
+    // only the automatic choice leaves a relist at an exact resourceVersion unpaged.
+    let server = server_with_pods(10).await;
+    let mut config = fast_config();
+    config.reflector.page_size = std::num::NonZeroU32::new(4);
+    let inf = pod_informer(&server, config);
+    let _stop = start(&inf);
+    watching(&server, &inf).await;
+    let synced_rv = server.resource_version().to_string();
+    server.expire_watches();
+    until("relisted", || lists(&server).len() == 2).await;
+    let relist = &lists(&server)[1];
+    assert_eq!(
+        rv_of(relist),
+        synced_rv,
+        "a relist at an exact resourceVersion"
+    );
+    assert_eq!(relist.query.get("limit").map(String::as_str), Some("4"));
+    until("the relist's pages", || {
+        requests_of(&server, Verb::List).len() == 3 + 3
+    })
+    .await;
+    let pages = requests_of(&server, Verb::List);
+    assert!(
+        pages
+            .iter()
+            .all(|r| r.query.get("limit").map(String::as_str) == Some("4")),
+        "every request paged by 4: {pages:#?}"
+    );
+    until("the cache equals the server", || {
+        cache_state(&inf) == server_state(&server)
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn reflector_paginating_non_consistent_reads_if_watch_cache_disabled() {
     // client-go TestReflectorPaginatingNonConsistentReadsIfWatchCacheDisabled: the list at "0"
     // came back in pages (no watch cache), so relists at an exact resourceVersion are paged.

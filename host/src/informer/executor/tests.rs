@@ -387,8 +387,16 @@ fn a_panicking_handler_is_counted_and_keeps_neither_its_listener_nor_the_worker(
     for i in 0..4 {
         add(&bad, i);
     }
-    eventually("all handed over", || bad.stats().delivered == 4);
-    assert_eq!(bad.stats().panics, 1);
+    eventually("all handed over", || {
+        let s = bad.stats();
+        s.delivered + s.failed == 4
+    });
+    let s = bad.stats();
+    assert_eq!(
+        (s.panics, s.failed, s.delivered),
+        (1, 1, 3),
+        "a handler taking its batch whole loses that batch, counted"
+    );
     assert_eq!(seqs(&rec), [1, 3, 4], "the panicking batch is skipped");
     let other_rec = Recorder::new();
     let other = listener(&exec, "other", Probe::new(&other_rec));

@@ -504,3 +504,267 @@ async fn watch_list_backs_off_and_retries_on_too_many_requests() {
     assert!(s.watch_calls[..2].iter().all(|w| w.send_initial_events));
     assert_eq!(f.len(), 1);
 }
+
+fn paged(rv: &str, names: &[&str], next: Option<&str>) -> Result<ListPage, SourceError> {
+    Ok(ListPage {
+        continue_token: next.map(Into::into),
+        ..page(rv, names)?
+    })
+}
+
+fn pages_of_4() -> ReflectorConfig {
+    ReflectorConfig {
+        page_size: NonZeroU32::new(4),
+        ..list_config()
+    }
+}
+
+/// (resourceVersion, limit, continue) of each list request.
+fn list_requests(lw: &Scripted) -> Vec<(String, Option<u32>, Option<String>)> {
+    lw.lock()
+        .list_calls
+        .iter()
+        .map(|l| {
+            (
+                l.resource_version.clone(),
+                l.limit,
+                l.continue_token.clone(),
+            )
+        })
+        .collect()
+}
+
+fn req(rv: &str, limit: Option<u32>, cont: Option<&str>) -> (String, Option<u32>, Option<String>) {
+    (rv.into(), limit, cont.map(Into::into))
+}
+
+/// client-go TestReflectorWatchListPageSize: with a page size set, a relist at an exact
+/// resourceVersion is paged too (client-go skips paging there only when it chooses by itself).
+#[tokio::test(start_paused = true)]
+async fn an_explicit_page_size_pages_a_relist_at_an_exact_resource_version() {
+    let lw = Scripted::default();
+    lw.lock().lists.extend([
+        paged("10", &["p0", "p1", "p2", "p3"], Some("C1")),
+        paged("10", &["p4", "p5", "p6", "p7"], Some("C2")),
+        paged("10", &["p8", "p9"], None),
+    ]);
+    let f = fifo();
+    let mut r = Reflector::new(
+        "t",
+        Arc::new(lw.clone()),
+        f.clone(),
+        pages_of_4(),
+        Duration::ZERO,
+        None,
+    );
+    r.set_last_sync("10".into());
+    r.list().await.unwrap();
+    assert_eq!(
+        list_requests(&lw),
+        [
+            req("10", Some(4), None),
+            req("", Some(4), Some("C1")),
+            req("", Some(4), Some("C2"))
+        ]
+    );
+    assert_eq!(f.len(), 10);
+}
+
+/// Without a page size, a relist at an exact resourceVersion goes out unpaged (the watch cache
+/// serves it), and the retry at "" after an Expired one too (client-go keeps its pager's size).
+#[tokio::test(start_paused = true)]
+async fn without_a_page_size_a_relist_at_an_exact_resource_version_is_not_paged() {
+    let lw = Scripted::default();
+    lw.lock().lists.extend([
+        page("10", &["a"]),
+        Err(SourceError::Expired("too old".into())),
+        page("12", &["a"]),
+    ]);
+    let mut r = Reflector::new(
+        "t",
+        Arc::new(lw.clone()),
+        fifo(),
+        list_config(),
+        Duration::ZERO,
+        None,
+    );
+    r.list().await.unwrap();
+    r.list().await.unwrap();
+    assert_eq!(
+        list_requests(&lw),
+        [
+            req("0", Some(AUTO_PAGE_SIZE), None),
+            req("10", None, None),
+            req("", None, None)
+        ]
+    );
+}
+
+/// client-go TestReflectorFullListIfExpired: with a page size of 4, the relist at "10" is
+/// paged; its expired continuation falls back to one unpaged list at "10".
+#[tokio::test(start_paused = true)]
+async fn reflector_full_list_if_expired() {
+    let lw = Scripted::default();
+    let eight = ["p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"];
+    lw.lock().lists.extend([
+        page("10", &eight[..4]),
+        paged("11", &eight[..4], Some("C1")),
+        Err(SourceError::Expired(
+            "The resourceVersion for the provided watch is too old.".into(),
+        )),
+        page("11", &eight),
+    ]);
+    let f = fifo();
+    let mut r = Reflector::new(
+        "t",
+        Arc::new(lw.clone()),
+        f.clone(),
+        pages_of_4(),
+        Duration::ZERO,
+        None,
+    );
+    r.list().await.unwrap();
+    assert_eq!(f.len(), 4);
+    r.list().await.unwrap();
+    assert_eq!(
+        list_requests(&lw),
+        [
+            req("0", Some(4), None),
+            req("10", Some(4), None),
+            req("", Some(4), Some("C1")),
+            req("10", None, None)
+        ]
+    );
+    assert_eq!(f.len(), 8);
+    assert_eq!(r.stats().last_sync_resource_version(), "11");
+}
+
+/// Applies every queued delta to `cache`, as the informer's controller does.
+fn drain(f: &DeltaFifo, cache: &Indexer) {
+    while !f.is_empty() {
+        f.pop(|deltas, _| {
+            for d in deltas {
+                match d {
+                    crate::informer::Delta::Deleted(o) => cache.delete(&o),
+                    other => {
+                        let o = other.object().clone();
+                        if cache.get(&o).is_some() {
+                            cache.update(o);
+                        } else {
+                            cache.add(o);
+                        }
+                    }
+                }
+            }
+        })
+        .unwrap();
+    }
+}
+
+/// client-go TestReflectorReplacesStoreOnUnsafeDelete: a 500 StorageReadError (an object was
+/// unsafe-deleted) is not an internal error: the reflector relists, inside the internal-error
+/// retry window too, and the deleted object leaves the store.
+#[tokio::test(start_paused = true)]
+async fn a_storage_read_error_relists_and_the_unsafe_deleted_object_leaves_the_store() {
+    let lw = Scripted::default();
+    let pods = ["foo-1", "foo-2", "foo-3"];
+    lw.lock().lists.extend([page("3", &pods), page("5", &pods)]);
+    let unsafe_deleted = SourceError::Api {
+        code: 500,
+        reason: "StorageReadError".into(),
+        message: "failed to prepare current and previous objects: corrupt object has been deleted"
+            .into(),
+    };
+    assert!(!unsafe_deleted.is_internal_error());
+    lw.lock().watches.push_back(Ok(vec![
+        added("foo", "4"),
+        Ok(WatchEvent::Error(unsafe_deleted)),
+    ]));
+    let cache = Indexer::new();
+    let f = Arc::new(DeltaFifo::new(Some(cache.cache()), None));
+    assert!(!list_config().max_internal_error_retry.is_zero());
+    run_for(&lw, f.clone(), Duration::from_secs(10)).await;
+    assert_eq!(
+        lw.lock()
+            .list_calls
+            .iter()
+            .map(|l| l.resource_version.as_str())
+            .collect::<Vec<_>>(),
+        ["0", "4"],
+        "relisted from the last synced version"
+    );
+    drain(&f, &cache);
+    assert!(
+        cache.get_by_key("ns/foo").is_none(),
+        "the unsafe-deleted object left the store"
+    );
+    assert!(cache.get_by_key("ns/foo-1").is_some(), "the others stay");
+}
+
+/// An internal error as apimachinery reads it: by reason first, the code only for an unknown
+/// reason.
+#[test]
+fn internal_errors_are_read_as_apimachinery_reads_them() {
+    let api = |code: u16, reason: &str| SourceError::Api {
+        code,
+        reason: reason.into(),
+        message: String::new(),
+    };
+    assert!(api(500, "InternalError").is_internal_error());
+    assert!(api(500, "").is_internal_error(), "unknown reason, 500");
+    assert!(api(500, "SomethingNew").is_internal_error());
+    assert!(!api(500, "StorageReadError").is_internal_error());
+    assert!(api(500, "StorageReadError").is_store_read_error());
+    assert!(!api(500, "ServiceUnavailable").is_internal_error());
+    assert!(!api(503, "").is_internal_error());
+    assert!(SourceError::Decode("x".into()).is_internal_error());
+}
+
+/// A custom source reporting a broken stream as a transport error: re-watch from the last
+/// resourceVersion, no relist (the kube source's own rule, for every source).
+#[tokio::test(start_paused = true)]
+async fn a_custom_source_s_broken_watch_stream_rewatches_from_the_last_version_without_relist() {
+    let lw = Scripted::default();
+    lw.lock().lists.push_back(page("10", &["a"]));
+    lw.lock().watches.push_back(Ok(vec![
+        added("b", "11"),
+        Err(SourceError::Connect("connection reset by peer".into())),
+        added("never", "12"),
+    ]));
+    let f = fifo();
+    run_for(&lw, f.clone(), Duration::from_secs(60)).await;
+    let s = lw.lock();
+    assert_eq!(s.list_calls.len(), 1, "no relist");
+    let rvs: Vec<&str> = s
+        .watch_calls
+        .iter()
+        .map(|w| w.resource_version.as_str())
+        .collect();
+    assert_eq!(rvs, ["10", "11"], "re-watched from the last version");
+    assert!(
+        f.deltas("ns/never").is_none(),
+        "the watch ended at the break"
+    );
+}
+
+/// A stream that breaks at once with no event is a very short watch: relist, as client-go.
+#[tokio::test(start_paused = true)]
+async fn a_watch_stream_broken_at_once_with_no_event_is_a_very_short_watch() {
+    let lw = Scripted::default();
+    lw.lock().lists.push_back(page("10", &["a"]));
+    lw.lock()
+        .watches
+        .push_back(Ok(vec![Err(SourceError::Connect("reset".into()))]));
+    let mut r = Reflector::new(
+        "t",
+        Arc::new(lw.clone()),
+        fifo(),
+        list_config(),
+        Duration::ZERO,
+        None,
+    );
+    assert!(matches!(
+        r.list_and_watch().await,
+        Err(ReflectorError::VeryShortWatch)
+    ));
+}
