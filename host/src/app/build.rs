@@ -50,6 +50,21 @@ fn filter_of(inf: &InformerConfig) -> anyhow::Result<ObjectFilter> {
     })
 }
 
+/// The filter of an informer on a `dir:` source: a custom kind whose CRD is in the directory
+/// supports the field labels its CRD makes selectable, as an API server serving it would.
+fn dir_filter(d: &DirCluster, inf: &InformerConfig) -> anyhow::Result<ObjectFilter> {
+    let mut filter = filter_of(inf)?;
+    if let Some((namespaced, fields)) = d.selectable_fields(&inf.api_version, &inf.kind) {
+        Selectable::Custom {
+            namespaced,
+            fields: &fields,
+        }
+        .convert_selector(&mut filter.fields)
+        .map_err(anyhow::Error::msg)?;
+    }
+    Ok(filter)
+}
+
 /// A kube client from kubeconfig (with an optional context) or the in-cluster environment.
 pub async fn kube_client(context: Option<&str>) -> anyhow::Result<kube::Client> {
     let cfg = match context {
@@ -155,7 +170,9 @@ pub async fn build_sharded_informers(
                     }
                     Err(e) => anyhow::bail!("{}: {e} (informer {:?})", at("kind"), inf.name),
                 }
-                Arc::new(d.source(filter_of(inf)?))
+                Arc::new(d.source(dir_filter(d, inf).map_err(|e| {
+                    anyhow::anyhow!("{}: {e} (informer {:?})", at("fieldSelector"), inf.name)
+                })?))
             }
             (None, None) => anyhow::bail!("no source"),
         };
@@ -356,5 +373,34 @@ mod tests {
         assert_eq!(names("spec.host=n1"), ["default/a"]);
         assert_eq!(names("spec.hostNetwork=false"), ["default/a", "default/b"]);
         assert_eq!(names("spec.nodeName!=n1"), ["default/b"]);
+    }
+
+    /// A custom kind whose CRD is in the directory selects on its `selectableFields`, and
+    /// only on them (and metadata.name, metadata.namespace), as an API server serving it.
+    #[test]
+    fn the_dir_source_selects_custom_kinds_on_their_crds_selectable_fields() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("crd.yaml"),
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widgets.example.com}\nspec:\n  group: example.com\n  scope: Namespaced\n  names: {plural: widgets, singular: widget, kind: Widget}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    selectableFields: [{jsonPath: .spec.color}]\n    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.path().join("widgets.yaml"),
+            "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: a}\nspec: {color: blue, size: 1}\n---\napiVersion: example.com/v1\nkind: Widget\nmetadata: {name: b}\nspec: {color: red, size: 1}\n",
+        )
+        .unwrap();
+        let cluster = DirCluster::open(d.path()).unwrap();
+        let widget = |fields: &str| -> InformerConfig {
+            serde_json::from_value(serde_json::json!({
+                "name": "w", "apiVersion": "example.com/v1", "kind": "Widget",
+                "fieldSelector": fields,
+            }))
+            .unwrap()
+        };
+        let src = cluster.source(dir_filter(&cluster, &widget("spec.color=blue")).unwrap());
+        assert_eq!(src.objects().into_keys().collect::<Vec<_>>(), ["default/a"]);
+        let e = dir_filter(&cluster, &widget("spec.size=1")).unwrap_err();
+        assert_eq!(e.to_string(), "field label not supported: spec.size");
     }
 }

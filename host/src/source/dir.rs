@@ -635,6 +635,34 @@ impl DirCluster {
         st.publish(defined);
     }
 
+    /// The field labels a custom `kind` served at `api_version` supports, when a
+    /// CustomResourceDefinition in the directory defines it: whether it is namespaced, and
+    /// its version's `selectableFields` as labels (`spec.color`). `None` for any other kind.
+    pub fn selectable_fields(&self, api_version: &str, kind: &str) -> Option<(bool, Vec<String>)> {
+        let (group, version) = crate::kinds::split_api_version(api_version);
+        let st = self.lock();
+        let crd = st.files.values().flat_map(|f| f.objects.iter()).find(|v| {
+            v.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition")
+                && v.pointer("/spec/group").and_then(Value::as_str) == Some(group)
+                && v.pointer("/spec/names/kind").and_then(Value::as_str) == Some(kind)
+        })?;
+        let served = crd
+            .pointer("/spec/versions")
+            .and_then(Value::as_array)?
+            .iter()
+            .find(|v| v.get("name").and_then(Value::as_str) == Some(version))?;
+        let fields = served
+            .get("selectableFields")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f.get("jsonPath").and_then(Value::as_str))
+            .map(|p| p.trim_start_matches('.').to_owned())
+            .collect();
+        let namespaced = crd.pointer("/spec/scope").and_then(Value::as_str) != Some("Cluster");
+        Some((namespaced, fields))
+    }
+
     /// Rescans every `interval` until `shutdown` completes.
     pub async fn watch(
         self: Arc<Self>,
