@@ -49,6 +49,9 @@ pub struct AdminState {
     pub executor: Option<crate::informer::Executor>,
     /// What a `dir:` source could not read: per file, why (in `/readyz` and `/metrics`).
     pub source_errors: Option<SourceErrorsFn>,
+    /// What a `dir:` source read but notes: per file, the objects it only redefines (in
+    /// `/readyz`, after the errors, as notes).
+    pub source_notes: Option<SourceErrorsFn>,
     /// With `sharding`: whether this replica leads (`wisp_lease_leading`, `/readyz`).
     pub leadership: Option<Arc<crate::scale::lease::Leadership>>,
     /// What is still starting (modules pulled, plugins compiling): in `/readyz`.
@@ -83,7 +86,8 @@ impl Startup {
     }
 }
 
-/// The files a `dir:` source could not read (whole or in part), with why.
+/// The files a `dir:` source could not read (whole or in part), with why; or (notes) the
+/// files that only redefine objects, with which.
 pub type SourceErrorsFn =
     Arc<dyn Fn() -> std::collections::BTreeMap<std::path::PathBuf, String> + Send + Sync>;
 

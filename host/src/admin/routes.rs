@@ -185,6 +185,9 @@ pub struct Readiness {
     /// (shown, not holding readiness back: the other files count, and a file that breaks
     /// keeps its previous objects).
     pub manifest_errors: Vec<String>,
+    /// One line per manifest file that only redefines objects defined before it (a note:
+    /// the file was read whole, its later definitions count).
+    pub manifest_notes: Vec<String>,
     /// With `sharding`, on a replica that does not lead: why (ready all the same: its caches
     /// are warm for when it takes over).
     pub standby: Option<String>,
@@ -198,7 +201,8 @@ impl Readiness {
 }
 
 /// `ready` when ready; then one line per item waiting, per informer synced (with its last
-/// resourceVersion), per plugin quarantined, then per manifest file not read.
+/// resourceVersion), per plugin quarantined, per manifest file not read, then the notes on
+/// manifest files that only redefine objects.
 impl std::fmt::Display for Readiness {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.ready() {
@@ -210,6 +214,7 @@ impl std::fmt::Display for Readiness {
             .chain(&self.synced)
             .chain(&self.quarantined)
             .chain(&self.manifest_errors)
+            .chain(&self.manifest_notes)
             .chain(&self.standby)
         {
             writeln!(f, "{line}")?;
@@ -263,6 +268,15 @@ pub fn readiness(state: &AdminState) -> Readiness {
                 .push(format!("manifest {}: {}", file.display(), one_line(&error)));
         }
     }
+    if let Some(notes) = &state.source_notes {
+        for (file, note) in notes() {
+            r.manifest_notes.push(format!(
+                "note: manifest {}: {}",
+                file.display(),
+                one_line(&note)
+            ));
+        }
+    }
     r
 }
 
@@ -272,4 +286,49 @@ fn one_line(s: &str) -> String {
         .filter(|l| !l.trim().is_empty())
         .collect::<Vec<_>>()
         .join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// A file that only redefines an object is a note after the real problems, not one of them.
+    #[test]
+    fn a_file_that_only_redefines_objects_is_a_note_not_a_manifest_error() {
+        let files = |pairs: &[(&str, &str)]| -> super::super::SourceErrorsFn {
+            let m: BTreeMap<PathBuf, String> = pairs
+                .iter()
+                .map(|(f, e)| (PathBuf::from(f), (*e).to_owned()))
+                .collect();
+            Arc::new(move || m.clone())
+        };
+        let state = AdminState {
+            source_errors: Some(files(&[("bad.yaml", "document 2: not an object")])),
+            source_notes: Some(files(&[(
+                "b.yaml",
+                "Pod default/web is also defined in a.yaml; this later definition replaces it",
+            )])),
+            ..AdminState::default()
+        };
+        let r = readiness(&state);
+        assert_eq!(
+            r.manifest_errors,
+            ["manifest bad.yaml: document 2: not an object"]
+        );
+        assert_eq!(
+            r.manifest_notes,
+            [
+                "note: manifest b.yaml: Pod default/web is also defined in a.yaml; this later definition replaces it"
+            ]
+        );
+        let text = r.to_string();
+        assert!(
+            text.find("manifest bad.yaml") < text.find("note: manifest b.yaml"),
+            "{text}"
+        );
+    }
 }

@@ -13,9 +13,11 @@ use crate::config::{Config, IndexSpec, InformerConfig, SourceKind};
 use crate::informer::indexer::IndexFunc;
 use crate::informer::lister_watcher::ListerWatcher;
 use crate::informer::reflector::ReflectorConfig;
-use crate::informer::selector::LabelSelector;
+use crate::informer::selector::{FieldSelector, LabelSelector};
 use crate::informer::shared_informer::InformerConfig as InformerSettings;
 use crate::informer::{Executor, SharedInformer};
+use crate::kinds::api::group_of;
+use crate::kinds::fields::Selectable;
 use crate::plugin::{EngineConfig, PluginEngine};
 use crate::source::dir::DirCluster;
 use crate::source::filter::ObjectFilter;
@@ -35,14 +37,32 @@ pub fn index_funcs(inf: &InformerConfig) -> Vec<(String, IndexFunc)> {
 }
 
 fn filter_of(inf: &InformerConfig) -> anyhow::Result<ObjectFilter> {
+    let mut fields = FieldSelector::parse(inf.field_selector.as_deref().unwrap_or(""))?;
+    Selectable::of(group_of(&inf.api_version), &inf.kind)
+        .convert_selector(&mut fields)
+        .map_err(anyhow::Error::msg)?;
     Ok(ObjectFilter {
         api_version: inf.api_version.clone(),
         kind: inf.kind.clone(),
         namespaces: inf.namespaces.clone(),
         labels: LabelSelector::parse(inf.label_selector.as_deref().unwrap_or(""))?,
-        fields: ObjectFilter::parse_fields(inf.field_selector.as_deref().unwrap_or(""))
-            .map_err(anyhow::Error::msg)?,
+        fields,
     })
+}
+
+/// The filter of an informer on a `dir:` source: a custom kind whose CRD is in the directory
+/// supports the field labels its CRD makes selectable, as an API server serving it would.
+fn dir_filter(d: &DirCluster, inf: &InformerConfig) -> anyhow::Result<ObjectFilter> {
+    let mut filter = filter_of(inf)?;
+    if let Some((namespaced, fields)) = d.selectable_fields(&inf.api_version, &inf.kind) {
+        Selectable::Custom {
+            namespaced,
+            fields: &fields,
+        }
+        .convert_selector(&mut filter.fields)
+        .map_err(anyhow::Error::msg)?;
+    }
+    Ok(filter)
 }
 
 /// A kube client from kubeconfig (with an optional context) or the in-cluster environment.
@@ -150,7 +170,9 @@ pub async fn build_sharded_informers(
                     }
                     Err(e) => anyhow::bail!("{}: {e} (informer {:?})", at("kind"), inf.name),
                 }
-                Arc::new(d.source(filter_of(inf)?))
+                Arc::new(d.source(dir_filter(d, inf).map_err(|e| {
+                    anyhow::anyhow!("{}: {e} (informer {:?})", at("fieldSelector"), inf.name)
+                })?))
             }
             (None, None) => anyhow::bail!("no source"),
         };
@@ -282,5 +304,103 @@ async fn discover(
                 served.join(", ")
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn informer(group: &str, kind: &str, labels: &str, fields: &str) -> InformerConfig {
+        let api_version = crate::kinds::builtin_api_versions(group, kind)
+            .into_iter()
+            .find(|v| !v.contains("beta") && !v.contains("alpha"))
+            .unwrap();
+        serde_json::from_value(serde_json::json!({
+            "name": "x", "apiVersion": api_version, "kind": kind,
+            "labelSelector": labels, "fieldSelector": fields,
+        }))
+        .unwrap()
+    }
+
+    /// The `dir:` source filters with the selectors the API server would accept, and only
+    /// those (the table is shared with config validation and the test API server).
+    #[test]
+    fn the_dir_sources_filter_takes_the_selectors_the_api_server_takes() {
+        let table: serde_json::Value =
+            serde_json::from_str(include_str!("../../../tests/fixtures/selectors.json")).unwrap();
+        for row in table["label"].as_array().unwrap() {
+            let (sel, want) = (row[0].as_str().unwrap(), row[1].as_str());
+            match (filter_of(&informer("", "Pod", sel, "")), want) {
+                (Ok(_), None) => {}
+                (Err(e), Some(want)) if e.to_string().contains(want) => {}
+                (got, want) => panic!("label selector {sel:?}: got {got:?}, want {want:?}"),
+            }
+        }
+        for row in table["field"].as_array().unwrap() {
+            let [group, kind, sel, want] = row.as_array().unwrap().as_slice() else {
+                panic!("{row}")
+            };
+            let inf = informer(
+                group.as_str().unwrap(),
+                kind.as_str().unwrap(),
+                "",
+                sel.as_str().unwrap(),
+            );
+            match (filter_of(&inf), want.as_str()) {
+                (Ok(_), None) => {}
+                (Err(e), Some(want)) if e.to_string().contains(want) => {}
+                (got, want) => panic!("{kind} field selector {sel}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    /// Field values are read as the API server reads them: Pod's `spec.host` is
+    /// `spec.nodeName`, an unset `spec.hostNetwork` is `false`.
+    #[test]
+    fn the_dir_sources_field_selector_reads_values_as_the_api_server_does() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("pods.yaml"),
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {nodeName: n1, containers: [{name: c, image: nginx}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: b}\nspec: {containers: [{name: c, image: nginx}]}\n",
+        )
+        .unwrap();
+        let cluster = DirCluster::open(d.path()).unwrap();
+        let names = |fields: &str| {
+            let src = cluster.source(filter_of(&informer("", "Pod", "", fields)).unwrap());
+            src.objects().into_keys().collect::<Vec<_>>()
+        };
+        assert_eq!(names("spec.host=n1"), ["default/a"]);
+        assert_eq!(names("spec.hostNetwork=false"), ["default/a", "default/b"]);
+        assert_eq!(names("spec.nodeName!=n1"), ["default/b"]);
+    }
+
+    /// A custom kind whose CRD is in the directory selects on its `selectableFields`, and
+    /// only on them (and metadata.name, metadata.namespace), as an API server serving it.
+    #[test]
+    fn the_dir_source_selects_custom_kinds_on_their_crds_selectable_fields() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("crd.yaml"),
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widgets.example.com}\nspec:\n  group: example.com\n  scope: Namespaced\n  names: {plural: widgets, singular: widget, kind: Widget}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    selectableFields: [{jsonPath: .spec.color}]\n    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.path().join("widgets.yaml"),
+            "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: a}\nspec: {color: blue, size: 1}\n---\napiVersion: example.com/v1\nkind: Widget\nmetadata: {name: b}\nspec: {color: red, size: 1}\n",
+        )
+        .unwrap();
+        let cluster = DirCluster::open(d.path()).unwrap();
+        let widget = |fields: &str| -> InformerConfig {
+            serde_json::from_value(serde_json::json!({
+                "name": "w", "apiVersion": "example.com/v1", "kind": "Widget",
+                "fieldSelector": fields,
+            }))
+            .unwrap()
+        };
+        let src = cluster.source(dir_filter(&cluster, &widget("spec.color=blue")).unwrap());
+        assert_eq!(src.objects().into_keys().collect::<Vec<_>>(), ["default/a"]);
+        let e = dir_filter(&cluster, &widget("spec.size=1")).unwrap_err();
+        assert_eq!(e.to_string(), "field label not supported: spec.size");
     }
 }

@@ -63,6 +63,10 @@ pub async fn start(
             let f: crate::admin::SourceErrorsFn = Arc::new(move || d.errors());
             f
         }),
+        source_notes: dir.clone().map(|d| {
+            let f: crate::admin::SourceErrorsFn = Arc::new(move || d.notes());
+            f
+        }),
         leadership: fencing.leadership.clone(),
         startup: Arc::new(Startup::default()),
         task_failures: Some({

@@ -591,3 +591,82 @@ fn oci_modules_and_settings_are_checked_at_load() {
     let e = err_of(&format!("{ok}oci: {{ caFile: ca.pem }}\n"));
     assert!(e.contains("oci.caFile") && e.contains("ca.pem"), "{e}");
 }
+
+/// The selector table shared with the `dir:` source's filter and the test API server.
+fn selector_table() -> serde_json::Value {
+    serde_json::from_str(include_str!("../../../tests/fixtures/selectors.json")).unwrap()
+}
+
+/// `GOOD` with its informer on `group`/`kind` and `line` (a selector) added.
+fn informer_with(group: &str, kind: &str, line: &str) -> String {
+    let api_version = crate::kinds::builtin_api_versions(group, kind)
+        .into_iter()
+        .find(|v| !v.contains("beta") && !v.contains("alpha"))
+        .unwrap();
+    GOOD.replace(
+        "apiVersion: v1\n    kind: Pod\n",
+        &format!("apiVersion: {api_version}\n    kind: {kind}\n    {line}\n"),
+    )
+}
+
+#[test]
+fn selectors_are_refused_as_the_api_server_refuses_them() {
+    let table = selector_table();
+    for row in table["label"].as_array().unwrap() {
+        let (sel, want) = (row[0].as_str().unwrap(), row[1].as_str());
+        let text = informer_with("", "Pod", &format!("labelSelector: {row0}", row0 = row[0]));
+        match (parse(&text), want) {
+            (Ok(_), None) => {}
+            (Err(e), Some(want)) => {
+                let e = e.to_string();
+                assert!(
+                    e.starts_with("wisp.yaml: informers[0].labelSelector: ") && e.contains(want),
+                    "{sel}: {e}"
+                );
+            }
+            (got, want) => panic!("label selector {sel:?}: got {got:?}, want {want:?}"),
+        }
+    }
+    for row in table["field"].as_array().unwrap() {
+        let [group, kind, sel, want] = row.as_array().unwrap().as_slice() else {
+            panic!("{row}")
+        };
+        let (group, kind) = (group.as_str().unwrap(), kind.as_str().unwrap());
+        let text = informer_with(group, kind, &format!("fieldSelector: {sel}"));
+        match (parse(&text), want.as_str()) {
+            (Ok(_), None) => {}
+            (Err(e), Some(want)) => {
+                let e = e.to_string();
+                assert!(
+                    e.starts_with("wisp.yaml: informers[0].fieldSelector: ") && e.contains(want),
+                    "{kind} {sel}: {e}"
+                );
+            }
+            (got, want) => panic!("{kind} field selector {sel}: got {got:?}, want {want:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_field_label_the_kind_does_not_support_is_refused_naming_the_informer() {
+    let e = err_of(&informer_with(
+        "",
+        "Pod",
+        "fieldSelector: metadata.labels.app=web",
+    ));
+    assert_eq!(
+        e,
+        "wisp.yaml: informers[0].fieldSelector: informer \"pods\" (v1 Pod): field label not supported: metadata.labels.app"
+    );
+    // A custom kind's CRD is not at hand: a label outside metadata may be selectable.
+    let custom = GOOD.replace(
+        "apiVersion: v1\n    kind: Pod\n",
+        "apiVersion: example.com/v1\n    kind: Widget\n    fieldSelector: spec.color=blue\n",
+    );
+    parse(&custom).unwrap();
+    let e = err_of(&custom.replace("spec.color", "metadata.labels.color"));
+    assert!(
+        e.ends_with("field label not supported: metadata.labels.color"),
+        "{e}"
+    );
+}

@@ -149,6 +149,9 @@ impl Config {
             LabelSelector::parse(sel)
                 .map_err(|e| self.error(at("labelSelector"), e.to_string()))?;
         }
+        if let Some(sel) = &inf.field_selector {
+            self.validate_field_selector(at, inf, sel)?;
+        }
         for (j, ix) in inf.indexes.iter().enumerate() {
             let spec =
                 IndexSpec::parse(ix).map_err(|e| self.error(at(&format!("indexes[{j}]")), e))?;
@@ -175,6 +178,30 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// An informer's field selector: it parses, and its kind supports every label, as the
+    /// API server checks it (a real server answers 400 BadRequest).
+    fn validate_field_selector(
+        &self,
+        at: &dyn Fn(&str) -> String,
+        inf: &InformerConfig,
+        sel: &str,
+    ) -> Result<(), ConfigError> {
+        let mut fields = crate::informer::selector::FieldSelector::parse(sel)
+            .map_err(|e| self.error(at("fieldSelector"), e.to_string()))?;
+        let group = crate::kinds::api::group_of(&inf.api_version);
+        crate::kinds::fields::Selectable::of(group, &inf.kind)
+            .convert_selector(&mut fields)
+            .map_err(|e| {
+                self.error(
+                    at("fieldSelector"),
+                    format!(
+                        "informer {:?} ({} {}): {e}",
+                        inf.name, inf.api_version, inf.kind
+                    ),
+                )
+            })
     }
 
     /// One plugin (fields named by `at`): a name not in `plugin_names` (then added), a module

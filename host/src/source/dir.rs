@@ -3,8 +3,10 @@
 //! and deleting files produce add / update / delete through the same informer pipeline, with
 //! increasing resourceVersions. The directory is rescanned every `interval` (polling works on
 //! every filesystem and never sees a half-written file twice: a file that does not parse keeps
-//! its previous objects and is reported; a file that lost objects is believed once it has been
-//! quiet for a second, so a rewrite in place caught half way deletes nothing).
+//! its previous objects and is reported; a file that lost objects is believed only once it has
+//! been quiet for [`SETTLE`], its modification time and size unchanged, so a rewrite in place
+//! caught half way deletes nothing, even from a writer that pauses a few seconds mid-file: a
+//! file cut at a document boundary parses whole, so only time tells it from a real deletion).
 //!
 //! The directory behaves as a Kubernetes 1.36 API server would have stored it: one object per
 //! group, kind, namespace and name (in any version of the group; the last definition in path
@@ -15,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
@@ -72,8 +74,11 @@ impl Scopes {
     }
 }
 
-/// How long a file that lost objects must be left unchanged before its loss counts.
-const SETTLE: Duration = Duration::from_secs(1);
+/// How long a file that lost objects must be left unchanged (modification time and size)
+/// before its loss counts. Longer than a writer's pause mid-rewrite (a second was not: a writer
+/// pausing 2 s made every object of the file DELETED then ADDED); a real deletion of documents
+/// shows this much later.
+const SETTLE: Duration = Duration::from_secs(5);
 
 /// Whether `now` lacks an object the file defined before.
 fn lost_objects(before: Option<&FileState>, now: &[Value]) -> bool {
@@ -99,6 +104,13 @@ struct FileState {
     unread: Vec<String>,
 }
 
+/// What a scan says of the files, per file: what was not read (errors), and the objects a
+/// file only redefines (notes: the later definition counts, as with `kubectl apply -f`).
+struct Reports {
+    errors: BTreeMap<PathBuf, String>,
+    notes: BTreeMap<PathBuf, String>,
+}
+
 /// An object the directory defines, with the resourceVersion of its last change and its uid:
 /// one sequence and one uid for the whole directory cluster, whichever informers keep it.
 struct Defined {
@@ -119,6 +131,10 @@ struct State {
     sources: Vec<(ObjectFilter, MemorySource)>,
     /// Files that failed to parse, with the error (reported once per change).
     errors: BTreeMap<PathBuf, String>,
+    /// Files that only redefine objects defined before them, with which (reported as notes).
+    notes: BTreeMap<PathBuf, String>,
+    /// Files that lost objects and are not yet quiet: the stamp seen and since when.
+    pending: BTreeMap<PathBuf, ((SystemTime, u64), Instant)>,
 }
 
 impl State {
@@ -138,18 +154,15 @@ impl State {
             let parsed = std::fs::read_to_string(&p)
                 .map_err(|e| e.to_string())
                 .and_then(|t| parse_manifests(&t));
+            // A file that lost objects may be being written (a rewrite in place caught at a
+            // document boundary): it is read again at each scan until it has been quiet for
+            // SETTLE, and its objects are kept until then.
+            let loses = matches!(&parsed, Ok(m) if lost_objects(self.files.get(&p), &m.objects));
+            if loses && !self.quiet_for_settle(&p, stamp) {
+                continue;
+            }
+            self.pending.remove(&p);
             let file = match parsed {
-                // A file that lost objects and changed a moment ago may be being written (a
-                // rewrite in place caught at a document boundary): it is read again once it
-                // has been quiet for SETTLE, and its objects are kept until then.
-                Ok(m)
-                    if lost_objects(self.files.get(&p), &m.objects)
-                        && md
-                            .modified()
-                            .is_ok_and(|t| t.elapsed().unwrap_or_default() < SETTLE) =>
-                {
-                    continue;
-                }
                 Ok(Manifests { objects, skipped }) => FileState {
                     stamp,
                     objects,
@@ -172,7 +185,20 @@ impl State {
             self.files.insert(p, file);
         }
         self.files.retain(|p, _| seen.contains_key(p));
+        self.pending.retain(|p, _| seen.contains_key(p));
         seen
+    }
+
+    /// Whether the file at `path`, now at `stamp`, has been quiet for [`SETTLE`]: by its
+    /// modification time, or (a clock that puts it in the future) by the scans that saw this
+    /// stamp for that long.
+    fn quiet_for_settle(&mut self, path: &Path, stamp: (SystemTime, u64)) -> bool {
+        let now = Instant::now();
+        let seen = self.pending.entry(path.to_owned()).or_insert((stamp, now));
+        if seen.0 != stamp {
+            *seen = (stamp, now);
+        }
+        stamp.0.elapsed().unwrap_or_default() >= SETTLE || now.duration_since(seen.1) >= SETTLE
     }
 
     /// The objects the files define, and what of each file could not be read.
@@ -180,12 +206,14 @@ impl State {
     /// Every object placed in its scope and admitted as an API server would; a later
     /// definition of the same object replaces an earlier one, as `kubectl apply -f` of the
     /// directory would, and is reported.
-    fn defined(&self) -> (BTreeMap<ObjKey, Value>, BTreeMap<PathBuf, String>) {
+    fn defined(&self) -> (BTreeMap<ObjKey, Value>, Reports) {
         let scopes = Scopes::of(self.files.values().flat_map(|f| f.objects.iter()));
         let mut problems: BTreeMap<PathBuf, Vec<String>> = BTreeMap::new();
+        let mut notes: BTreeMap<PathBuf, Vec<String>> = BTreeMap::new();
         let mut defined: BTreeMap<ObjKey, (Value, &Path)> = BTreeMap::new();
         for (path, f) in &self.files {
             let mut unread = f.unread.clone();
+            let mut redefined = Vec::new();
             for v in &f.objects {
                 let v = scopes.place(v.clone());
                 if let Err(e) = admit(&v) {
@@ -208,7 +236,7 @@ impl State {
                     } else {
                         format!("in {}", earlier.display())
                     };
-                    unread.push(format!(
+                    redefined.push(format!(
                         "{shown} is also defined {place}; this later definition replaces it"
                     ));
                 }
@@ -216,24 +244,39 @@ impl State {
             if !unread.is_empty() {
                 problems.insert(path.clone(), unread);
             }
+            if !redefined.is_empty() {
+                notes.insert(path.clone(), redefined);
+            }
         }
-        let errors: BTreeMap<PathBuf, String> = problems
-            .into_iter()
-            .map(|(p, e)| (p, e.join("; ")))
-            .collect();
+        let joined = |m: BTreeMap<PathBuf, Vec<String>>| -> BTreeMap<PathBuf, String> {
+            m.into_iter().map(|(p, e)| (p, e.join("; "))).collect()
+        };
         let defined: BTreeMap<ObjKey, Value> =
             defined.into_iter().map(|(k, (v, _))| (k, v)).collect();
-        (defined, errors)
+        (
+            defined,
+            Reports {
+                errors: joined(problems),
+                notes: joined(notes),
+            },
+        )
     }
 
     /// Logs the files whose errors changed and those of `seen` read whole again, and keeps
     /// `errors`.
-    fn report_errors(&mut self, errors: BTreeMap<PathBuf, String>, seen: &BTreeMap<PathBuf, ()>) {
+    fn report_errors(&mut self, reports: Reports, seen: &BTreeMap<PathBuf, ()>) {
+        let Reports { errors, notes } = reports;
         for (p, e) in &errors {
             if self.errors.get(p) != Some(e) {
                 tracing::error!(file = %p.display(), error = %e, "manifest not read whole; the rest of it counts");
             }
         }
+        for (p, n) in &notes {
+            if self.notes.get(p) != Some(n) {
+                tracing::info!(file = %p.display(), note = %n, "manifest redefines objects");
+            }
+        }
+        self.notes = notes;
         for p in self.errors.keys() {
             if !errors.contains_key(p) && seen.contains_key(p) {
                 tracing::info!(file = %p.display(), "manifest read whole again");
@@ -433,7 +476,8 @@ pub fn parse_manifests(text: &str) -> Result<Manifests, String> {
 
 /// YAML read as Kubernetes tooling reads it (kubectl's sigs.k8s.io/yaml, over go-yaml v2, a
 /// YAML 1.1 reader), not as YAML 1.2: plain `0644` is octal (420), `yes`/`no`/`on`/`off`/`y`/`n`
-/// are booleans, `<<` merge keys merge, a duplicate key is an error. Quoted scalars stay
+/// are booleans, `<<` merge keys merge, a duplicate key is read with the last one winning
+/// (kubectl 1.32/1.33 read such a file; the later value replaces the earlier whole). Quoted scalars stay
 /// strings. Limits are raised for large manifest files (the defaults stop at 1,024 documents).
 fn kubernetes_yaml() -> serde_saphyr::Options {
     let mut budget = serde_saphyr::Budget::default();
@@ -446,7 +490,7 @@ fn kubernetes_yaml() -> serde_saphyr::Options {
     o.legacy_octal_numbers = true;
     o.strict_booleans = false;
     o.merge_keys = serde_saphyr::MergeKeyPolicy::Merge;
-    o.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::Error;
+    o.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::LastWins;
     o.with_snippet = false;
     o
 }
@@ -463,24 +507,11 @@ fn stable_suffix(text: &str, doc: usize, item: usize) -> String {
         .collect()
 }
 
-/// The manifest files under `dir`, following links to directories once each (a link loop is
-/// not followed round).
+/// The manifest files under `dir`, as `kubectl apply -R -f dir` finds them: links to files
+/// are read wherever they point, links to directories are not followed (kubectl's walk,
+/// cli-runtime's `FileVisitorForSTDIN`/`ExpandPathsToFileVisitors` over `filepath.Walk`, does
+/// not follow them; kubectl 1.32 checked: neither inside the directory nor out of it).
 fn manifest_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut seen = std::collections::HashSet::new();
-    manifest_files_in(dir, out, &mut seen);
-}
-
-fn manifest_files_in(
-    dir: &Path,
-    out: &mut Vec<PathBuf>,
-    seen: &mut std::collections::HashSet<PathBuf>,
-) {
-    let Ok(real) = std::fs::canonicalize(dir) else {
-        return;
-    };
-    if !seen.insert(real) {
-        return;
-    }
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
     };
@@ -490,15 +521,16 @@ fn manifest_files_in(
             .file_name()
             .and_then(|n| n.to_str())
             .is_some_and(|n| n.starts_with('.'));
+        let Ok(ty) = e.file_type() else { continue };
         if hidden {
             continue;
         }
-        if p.is_dir() {
-            manifest_files_in(&p, out, seen);
-        } else if p
-            .extension()
-            .and_then(|x| x.to_str())
-            .is_some_and(|x| matches!(x, "yaml" | "yml" | "json"))
+        if ty.is_dir() {
+            manifest_files(&p, out);
+        } else if (ty.is_file() || (ty.is_symlink() && p.is_file()))
+            && p.extension()
+                .and_then(|x| x.to_str())
+                .is_some_and(|x| matches!(x, "yaml" | "yml" | "json"))
         {
             out.push(p);
         }
@@ -542,6 +574,12 @@ impl DirCluster {
     /// out), with what was wrong.
     pub fn errors(&self) -> BTreeMap<PathBuf, String> {
         self.lock().errors.clone()
+    }
+
+    /// Files that define objects defined before them (in path order), with which: notes, not
+    /// errors (every object of the file was read; the later definition counts).
+    pub fn notes(&self) -> BTreeMap<PathBuf, String> {
+        self.lock().notes.clone()
     }
 
     /// Whether this directory cluster serves `kind` at `api_version`, as discovery would
@@ -592,9 +630,37 @@ impl DirCluster {
         manifest_files(&self.root, &mut paths);
         let mut st = self.lock();
         let seen = st.read_files(paths);
-        let (defined, errors) = st.defined();
-        st.report_errors(errors, &seen);
+        let (defined, reports) = st.defined();
+        st.report_errors(reports, &seen);
         st.publish(defined);
+    }
+
+    /// The field labels a custom `kind` served at `api_version` supports, when a
+    /// CustomResourceDefinition in the directory defines it: whether it is namespaced, and
+    /// its version's `selectableFields` as labels (`spec.color`). `None` for any other kind.
+    pub fn selectable_fields(&self, api_version: &str, kind: &str) -> Option<(bool, Vec<String>)> {
+        let (group, version) = crate::kinds::split_api_version(api_version);
+        let st = self.lock();
+        let crd = st.files.values().flat_map(|f| f.objects.iter()).find(|v| {
+            v.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition")
+                && v.pointer("/spec/group").and_then(Value::as_str) == Some(group)
+                && v.pointer("/spec/names/kind").and_then(Value::as_str) == Some(kind)
+        })?;
+        let served = crd
+            .pointer("/spec/versions")
+            .and_then(Value::as_array)?
+            .iter()
+            .find(|v| v.get("name").and_then(Value::as_str) == Some(version))?;
+        let fields = served
+            .get("selectableFields")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f.get("jsonPath").and_then(Value::as_str))
+            .map(|p| p.trim_start_matches('.').to_owned())
+            .collect();
+        let namespaced = crd.pointer("/spec/scope").and_then(Value::as_str) != Some("Cluster");
+        Some((namespaced, fields))
     }
 
     /// Rescans every `interval` until `shutdown` completes.
@@ -817,11 +883,20 @@ mod tests {
             "quoted stays a string"
         );
         assert_eq!(p["metadata"]["labels"]["octal"], "0644");
+    }
 
-        let e = parse_manifests("apiVersion: v1\nkind: Pod\nmetadata: {name: a, name: b}\n")
-            .unwrap_err();
-        assert!(e.contains("duplicate"), "{e}");
-        assert!(!e.contains('\n'), "one line: {e}");
+    /// kubectl reads a mapping with a duplicate key, the last one winning whole (checked with
+    /// kubectl 1.32: `kubectl label --local -o json -f` of this file).
+    #[test]
+    fn a_duplicate_key_is_read_with_the_last_one_winning_as_kubectl_does() {
+        let text = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: dup\n  labels:\n    a: one\n    a: two\ndata:\n  x: '1'\ndata:\n  z: '2'\n";
+        let m = parse_manifests(text).unwrap();
+        assert!(m.skipped.is_empty(), "{:?}", m.skipped);
+        assert_eq!(
+            m.objects,
+            [serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "dup", "labels": {"a": "two"}}, "data": {"z": "2"}})]
+        );
     }
 
     /// A file of 20,000 documents (past the YAML reader's default limits) is read whole.
@@ -883,9 +958,11 @@ mod tests {
         let objs = hpas.objects();
         assert_eq!(objs.keys().collect::<Vec<_>>(), ["shop/web"]);
         assert_eq!(objs["shop/web"].meta().api_version, "autoscaling/v2");
-        let errors = c.errors();
-        assert_eq!(errors.len(), 1, "{errors:?}");
-        let e = &errors[&d.path().join("b.yaml")];
+        // A note, not an error: every object of b.yaml was read.
+        assert_eq!(c.errors(), BTreeMap::new());
+        let notes = c.notes();
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        let e = &notes[&d.path().join("b.yaml")];
         assert!(
             e.contains("HorizontalPodAutoscaler shop/web is also defined in")
                 && e.contains("a.yaml"),
@@ -1040,6 +1117,69 @@ mod tests {
         quiet(&f);
         c.rescan();
         assert_eq!(pods.objects().keys().collect::<Vec<_>>(), ["default/a"]);
+    }
+
+    /// A writer that pauses 2 s mid-rewrite, the file cut at a document boundary (it parses
+    /// whole, with fewer objects): nothing is deleted, and once it finishes nothing changed.
+    #[test]
+    fn a_writer_pausing_two_seconds_mid_rewrite_deletes_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("p.yaml");
+        let pod = |n: &str| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {n}}}\nspec: {{containers: [{{name: c, image: nginx}}]}}\n"
+            )
+        };
+        let whole = format!("{}---\n{}---\n{}", pod("a"), pod("b"), pod("c"));
+        std::fs::write(&f, &whole).unwrap();
+        let c = DirCluster::open(d.path()).unwrap();
+        let pods = c.source(pods_filter());
+        let rv = pods.resource_version();
+        std::fs::write(&f, format!("{}---\n", pod("a"))).unwrap();
+        // The writer has paused for 2 s.
+        std::fs::File::options()
+            .write(true)
+            .open(&f)
+            .unwrap()
+            .set_modified(SystemTime::now() - Duration::from_secs(2))
+            .unwrap();
+        c.rescan();
+        assert_eq!(pods.objects().len(), 3, "nothing deleted mid-rewrite");
+        std::fs::write(&f, &whole).unwrap();
+        c.rescan();
+        assert_eq!(pods.resource_version(), rv, "no phantom DELETED and ADDED");
+    }
+
+    /// `kubectl apply -R -f DIR` (1.32, checked) reads links to files wherever they point,
+    /// and follows no link to a directory, inside DIR or out of it.
+    #[cfg(unix)]
+    #[test]
+    fn links_to_directories_are_not_followed_as_kubectl_does() {
+        let outside = tempfile::tempdir().unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let pod = |n: &str| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {n}}}\nspec: {{containers: [{{name: c, image: nginx}}]}}\n"
+            )
+        };
+        std::fs::write(outside.path().join("out.yaml"), pod("out")).unwrap();
+        std::fs::write(outside.path().join("linked.yaml"), pod("linked")).unwrap();
+        std::fs::create_dir(d.path().join("sub")).unwrap();
+        std::fs::write(d.path().join("sub/in.yaml"), pod("in")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), d.path().join("outside")).unwrap();
+        std::os::unix::fs::symlink(d.path().join("sub"), d.path().join("again")).unwrap();
+        std::os::unix::fs::symlink(
+            outside.path().join("linked.yaml"),
+            d.path().join("file-link.yaml"),
+        )
+        .unwrap();
+        let c = DirCluster::open(d.path()).unwrap();
+        let objs = c.source(pods_filter()).objects();
+        assert_eq!(
+            objs.keys().collect::<Vec<_>>(),
+            ["default/in", "default/linked"]
+        );
+        assert_eq!(c.notes(), BTreeMap::new(), "sub/ is read once");
     }
 
     #[cfg(unix)]

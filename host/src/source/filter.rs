@@ -10,7 +10,7 @@ use crate::informer::Object;
 use crate::informer::lister_watcher::{
     ListOptions, ListPage, ListerWatcher, SourceError, WatchEvent, WatchOptions, WatchStream,
 };
-use crate::informer::selector::LabelSelector;
+use crate::informer::selector::{FieldSelector, LabelSelector};
 
 pub(crate) use crate::kinds::api::group_of;
 
@@ -27,35 +27,13 @@ pub struct ObjectFilter {
     pub namespaces: Option<Vec<String>>,
     /// Label selector.
     pub labels: LabelSelector,
-    /// Field selector requirements: (JSON path segments, value, equal?).
-    pub fields: Vec<(Vec<String>, String, bool)>,
+    /// Field selector, its labels converted for the kind
+    /// ([`crate::kinds::fields::Selectable::convert_selector`]); values are read as the API
+    /// server reads them ([`crate::kinds::fields::value`]).
+    pub fields: FieldSelector,
 }
 
 impl ObjectFilter {
-    /// Parses a field selector (`a.b=c`, `a.b==c`, `a.b!=c`, comma-separated).
-    pub fn parse_fields(selector: &str) -> Result<Vec<(Vec<String>, String, bool)>, String> {
-        selector
-            .split(',')
-            .filter(|p| !p.trim().is_empty())
-            .map(|p| {
-                let (k, v, eq) = if let Some((k, v)) = p.split_once("!=") {
-                    (k, v, false)
-                } else if let Some((k, v)) = p.split_once("==").or_else(|| p.split_once('=')) {
-                    (k, v, true)
-                } else {
-                    return Err(format!(
-                        "invalid field selector {selector:?}: {p:?} has no = or !="
-                    ));
-                };
-                Ok((
-                    k.trim().split('.').map(str::to_owned).collect(),
-                    v.trim().to_owned(),
-                    eq,
-                ))
-            })
-            .collect()
-    }
-
     /// Whether the object passes the filter (metadata checks first; fields parse the JSON).
     pub fn keeps(&self, o: &Object) -> bool {
         let m = o.meta();
@@ -78,15 +56,9 @@ impl ObjectFilter {
             return true;
         }
         let v = o.to_value();
-        self.fields.iter().all(|(path, want, eq)| {
-            let got = path.iter().try_fold(&v, |acc, seg| acc.get(seg));
-            let got = match got {
-                Some(serde_json::Value::String(s)) => s.clone(),
-                Some(serde_json::Value::Null) | None => String::new(),
-                Some(other) => other.to_string(),
-            };
-            (got == *want) == *eq
-        })
+        let group = group_of(&m.api_version);
+        self.fields
+            .matches_by(|label| crate::kinds::fields::value(group, &m.kind, &v, label))
     }
 }
 

@@ -1,6 +1,6 @@
-//! What the server serves and how it describes it: the built-in kinds (scope, short names,
-//! selectable fields), the custom resources its CustomResourceDefinitions define, and the
-//! discovery documents (`/version`, `/api`, `/api/v1`, `/apis`, `/apis/{group}[/{version}]`).
+//! What the server serves and how it describes it: the built-in kinds (scope, short names),
+//! the custom resources its CustomResourceDefinitions define, and the discovery documents
+//! (`/version`, `/api`, `/api/v1`, `/apis`, `/apis/{group}[/{version}]`).
 //!
 //! `/api` and `/apis` answer in the aggregated form
 //! (`application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList`) to clients that ask
@@ -22,18 +22,6 @@ use super::Shared;
 use super::resource::ResourceKey;
 use super::status::json_response;
 
-/// How a kind answers a field selector it does not support; the messages are the real ones.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum FieldRejection {
-    /// `field label not supported: X` (core kinds with their own conversion, custom resources).
-    NotSupported,
-    /// `field label "X" not supported for batchv1.Job`.
-    Job,
-    /// `"X" is not a known field selector: only "metadata.name", "metadata.namespace"`: every
-    /// kind without a conversion of its own.
-    MetaOnly,
-}
-
 /// A built-in kind.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Builtin {
@@ -43,9 +31,6 @@ pub(crate) struct Builtin {
     pub kind: &'static str,
     pub namespaced: bool,
     pub short_names: &'static [&'static str],
-    /// Field selector labels accepted (always including the metadata ones the kind accepts).
-    pub fields: &'static [&'static str],
-    pub rejection: FieldRejection,
     /// Whether the kind has a `status` subresource (filled by [`has_status`]).
     pub status: bool,
 }
@@ -100,8 +85,6 @@ const fn const_eq(a: &str, b: &str) -> bool {
     true
 }
 
-const META: &[&str] = &["metadata.name", "metadata.namespace"];
-
 macro_rules! builtin {
     ($group:expr, $version:expr, $plural:expr, $kind:expr, $ns:expr, $short:expr) => {
         Builtin {
@@ -111,132 +94,28 @@ macro_rules! builtin {
             kind: $kind,
             namespaced: $ns,
             short_names: $short,
-            fields: META,
-            rejection: FieldRejection::MetaOnly,
-            status: has_status($group, $plural),
-        }
-    };
-    ($group:expr, $version:expr, $plural:expr, $kind:expr, $ns:expr, $short:expr, $fields:expr, $rej:expr) => {
-        Builtin {
-            group: $group,
-            version: $version,
-            plural: $plural,
-            kind: $kind,
-            namespaced: $ns,
-            short_names: $short,
-            fields: $fields,
-            rejection: $rej,
             status: has_status($group, $plural),
         }
     };
 }
 
-/// The built-in kinds the server describes with short names or field selectors of their own
-/// (see [`builtins`] for every one), with the field selectors of Kubernetes 1.36
-/// (`pkg/apis/*/v1/conversion.go`: the labels each kind's field label conversion accepts).
+/// The built-in kinds the server describes with short names (see [`builtins`] for every one;
+/// the field selectors each kind supports are the host's, `wisp_host::kinds::fields`).
 pub(crate) const BUILTINS: &[Builtin] = &[
-    builtin!(
-        "",
-        "v1",
-        "pods",
-        "Pod",
-        true,
-        &["po"],
-        &[
-            "metadata.name",
-            "metadata.namespace",
-            "spec.nodeName",
-            "spec.restartPolicy",
-            "spec.schedulerName",
-            "spec.serviceAccountName",
-            "spec.hostNetwork",
-            "status.phase",
-            "status.podIP",
-            "status.podIPs",
-            "status.nominatedNodeName",
-            "spec.host",
-        ],
-        FieldRejection::NotSupported
-    ),
-    builtin!(
-        "",
-        "v1",
-        "nodes",
-        "Node",
-        false,
-        &["no"],
-        &["metadata.name", "spec.unschedulable"],
-        FieldRejection::NotSupported
-    ),
+    builtin!("", "v1", "pods", "Pod", true, &["po"]),
+    builtin!("", "v1", "nodes", "Node", false, &["no"]),
     builtin!(
         "",
         "v1",
         "replicationcontrollers",
         "ReplicationController",
         true,
-        &["rc"],
-        &["metadata.name", "metadata.namespace", "status.replicas"],
-        FieldRejection::NotSupported
+        &["rc"]
     ),
-    builtin!(
-        "",
-        "v1",
-        "events",
-        "Event",
-        true,
-        &["ev"],
-        &[
-            "involvedObject.kind",
-            "involvedObject.namespace",
-            "involvedObject.name",
-            "involvedObject.uid",
-            "involvedObject.apiVersion",
-            "involvedObject.resourceVersion",
-            "involvedObject.fieldPath",
-            "reason",
-            "reportingComponent",
-            "source",
-            "type",
-            "metadata.namespace",
-            "metadata.name",
-        ],
-        FieldRejection::NotSupported
-    ),
-    builtin!(
-        "",
-        "v1",
-        "namespaces",
-        "Namespace",
-        false,
-        &["ns"],
-        &["status.phase", "metadata.name"],
-        FieldRejection::NotSupported
-    ),
-    builtin!(
-        "",
-        "v1",
-        "secrets",
-        "Secret",
-        true,
-        &[],
-        &["type", "metadata.namespace", "metadata.name"],
-        FieldRejection::NotSupported
-    ),
-    builtin!(
-        "",
-        "v1",
-        "services",
-        "Service",
-        true,
-        &["svc"],
-        &[
-            "metadata.namespace",
-            "metadata.name",
-            "spec.clusterIP",
-            "spec.type"
-        ],
-        FieldRejection::NotSupported
-    ),
+    builtin!("", "v1", "events", "Event", true, &["ev"]),
+    builtin!("", "v1", "namespaces", "Namespace", false, &["ns"]),
+    builtin!("", "v1", "secrets", "Secret", true, &[]),
+    builtin!("", "v1", "services", "Service", true, &["svc"]),
     builtin!("", "v1", "configmaps", "ConfigMap", true, &["cm"]),
     builtin!("", "v1", "endpoints", "Endpoints", true, &["ep"]),
     builtin!("", "v1", "serviceaccounts", "ServiceAccount", true, &["sa"]),
@@ -267,16 +146,7 @@ pub(crate) const BUILTINS: &[Builtin] = &[
     ),
     builtin!("", "v1", "podtemplates", "PodTemplate", true, &[]),
     builtin!("apps", "v1", "deployments", "Deployment", true, &["deploy"]),
-    builtin!(
-        "apps",
-        "v1",
-        "replicasets",
-        "ReplicaSet",
-        true,
-        &["rs"],
-        &["metadata.name", "metadata.namespace", "status.replicas"],
-        FieldRejection::NotSupported
-    ),
+    builtin!("apps", "v1", "replicasets", "ReplicaSet", true, &["rs"]),
     builtin!("apps", "v1", "statefulsets", "StatefulSet", true, &["sts"]),
     builtin!("apps", "v1", "daemonsets", "DaemonSet", true, &["ds"]),
     builtin!(
@@ -287,16 +157,7 @@ pub(crate) const BUILTINS: &[Builtin] = &[
         true,
         &[]
     ),
-    builtin!(
-        "batch",
-        "v1",
-        "jobs",
-        "Job",
-        true,
-        &[],
-        &["metadata.name", "metadata.namespace", "status.successful"],
-        FieldRejection::Job
-    ),
+    builtin!("batch", "v1", "jobs", "Job", true, &[]),
     builtin!("batch", "v1", "cronjobs", "CronJob", true, &["cj"]),
     builtin!(
         "networking.k8s.io",
@@ -378,9 +239,7 @@ pub(crate) const BUILTINS: &[Builtin] = &[
         "certificatesigningrequests",
         "CertificateSigningRequest",
         false,
-        &["csr"],
-        &["metadata.name", "spec.signerName"],
-        FieldRejection::NotSupported
+        &["csr"]
     ),
     builtin!(
         "storage.k8s.io",
@@ -416,9 +275,8 @@ pub(crate) const BUILTINS: &[Builtin] = &[
     ),
 ];
 
-/// Every built-in kind the server serves: those of [`BUILTINS`], with their short names and
-/// field selectors, then the rest of Kubernetes 1.36's ([`wisp_host::kinds::BUILTINS`]),
-/// selectable by metadata only and without short names.
+/// Every built-in kind the server serves: those of [`BUILTINS`], with their short names, then
+/// the rest of Kubernetes 1.36's ([`wisp_host::kinds::BUILTINS`]), without short names.
 pub(crate) fn builtins() -> &'static [Builtin] {
     static ALL: std::sync::OnceLock<Vec<Builtin>> = std::sync::OnceLock::new();
     ALL.get_or_init(|| {

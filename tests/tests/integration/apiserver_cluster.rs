@@ -660,6 +660,47 @@ async fn field_labels_a_kind_does_not_support_are_refused_with_its_message() -> 
     Ok(())
 }
 
+/// The selector table shared with config validation and the `dir:` source: the server
+/// takes what apimachinery takes (200) and refuses the rest with its message (400).
+#[tokio::test]
+async fn selectors_are_parsed_and_checked_as_apimachinery_does() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let client = server.client_no_retry();
+    let table: Value = serde_json::from_str(include_str!("../../fixtures/selectors.json"))?;
+    let answer = |group: &str, kind: &str, params: ListParams| {
+        // Every kind of the table is served at v1 of its group.
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(group, "v1", kind));
+        async move { api.list(&params).await.map(|_| ()).map_err(status) }
+    };
+    for row in table["label"].as_array().expect("label rows") {
+        let (sel, want) = (row[0].as_str().expect("selector"), row[1].as_str());
+        match (
+            answer("", "Pod", ListParams::default().labels(sel)).await,
+            want,
+        ) {
+            (Ok(()), None) => {}
+            (Err(e), Some(want)) if e.code == 400 && e.message.contains(want) => {}
+            (got, want) => panic!("label selector {sel:?}: got {got:?}, want {want:?}"),
+        }
+    }
+    for row in table["field"].as_array().expect("field rows") {
+        let [group, kind, sel, want] = row.as_array().expect("row").as_slice() else {
+            panic!("{row}")
+        };
+        let (group, kind) = (group.as_str().expect("group"), kind.as_str().expect("kind"));
+        let sel = sel.as_str().expect("selector");
+        match (
+            answer(group, kind, ListParams::default().fields(sel)).await,
+            want.as_str(),
+        ) {
+            (Ok(()), None) => {}
+            (Err(e), Some(want)) if e.code == 400 && e.message.contains(want) => {}
+            (got, want) => panic!("{kind} field selector {sel:?}: got {got:?}, want {want:?}"),
+        }
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn supported_field_labels_select_on_the_values_a_real_server_derives() -> anyhow::Result<()> {
     let server = TestApiServer::start().await?;
