@@ -207,7 +207,7 @@ impl Drop for Handle {
 /// or when the last clone drops.
 ///
 /// Every state change takes the next global resourceVersion, as etcd assigns them; creates set
-/// `metadata.uid`, `creationTimestamp` and `generation: 1`. The collection of an object is named
+/// `metadata.uid`, `creationTimestamp` and, for the kinds that track it, `generation: 1`. The collection of an object is named
 /// from its kind exactly as `kube::core::ApiResource::from_gvk` names it.
 #[derive(Clone)]
 pub struct TestApiServer {
@@ -312,10 +312,12 @@ impl TestApiServer {
         Ok(self.shared().store.update(obj, false)?)
     }
 
-    /// Deletes an object as a DELETE request without options would: at once, or, when it has
-    /// finalizers, marked with `deletionTimestamp` until they are removed (a Namespace first
-    /// deletes its content). Returns its state after the delete, stamped with its
-    /// resourceVersion.
+    /// Deletes an object as a DELETE request with `gracePeriodSeconds=0` would (a Pod goes
+    /// without its grace period, as with `kubectl delete --grace-period=0 --force`): at once,
+    /// or, when it has finalizers, marked with `deletionTimestamp` until they are removed (a
+    /// Namespace first deletes its content). Returns its state after the delete, stamped with
+    /// its resourceVersion. A DELETE through the API gives a scheduled Pod its grace period
+    /// (see [`Faults::pod_stop_time`]).
     pub fn delete(
         &self,
         api_version: &str,
@@ -323,11 +325,15 @@ impl TestApiServer {
         namespace: Option<&str>,
         name: &str,
     ) -> anyhow::Result<Value> {
+        let options = store::DeleteOptions {
+            grace_period: Some(0),
+            ..store::DeleteOptions::default()
+        };
         Ok(self.shared().store.delete(
             &ResourceKey::for_kind(api_version, kind),
             namespace,
             name,
-            &store::DeleteOptions::default(),
+            &options,
         )?)
     }
 
