@@ -7,11 +7,16 @@
 //! annotation keys and their total size. Built-ins: a Pod needs containers with names and
 //! images; a Deployment a selector matching its template's labels and containers; a Service
 //! ports (unless ExternalName or headless); ConfigMap and Secret keys. On update, the data of an
-//! immutable ConfigMap or Secret, a Secret's type and a Deployment's selector may not change.
+//! immutable ConfigMap or Secret, a Secret's type and a Deployment's selector may not change,
+//! nor what [`update_errors`] lists for Pods, Services, Jobs, StatefulSets and claims.
 
 use serde_json::{Map, Value};
 
 use super::{NameRule, is_dns1123_label, is_dns1123_subdomain, is_name_part, name_rule};
+
+mod update;
+
+pub use update::{POD_UPDATE, PVC_UPDATE, STATEFUL_SET_UPDATE};
 
 /// One field error, as apimachinery's `field.Error` renders it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +56,15 @@ impl FieldError {
             reason: "FieldValueInvalid",
             field: field.into(),
             body: format!("Invalid value: {value:?}: {detail}"),
+        }
+    }
+
+    /// `field: Forbidden: detail`.
+    pub fn forbidden(field: impl Into<String>, detail: &str) -> Self {
+        Self {
+            reason: "FieldValueForbidden",
+            field: field.into(),
+            body: format!("Forbidden: {detail}"),
         }
     }
 
@@ -334,14 +348,14 @@ fn kind_rules(group: &str, kind: &str, obj: &Value, errs: &mut Vec<FieldError>) 
 const IMMUTABLE_WHEN_SET: &str = "field is immutable when `immutable` is set";
 
 /// What an update may not change, for the built-ins with immutable fields: the data of an
-/// immutable ConfigMap or Secret (and the flag itself), a Secret's type, a Deployment's selector.
+/// immutable ConfigMap or Secret (and the flag itself), a Secret's type, the selector of a
+/// Deployment, ReplicaSet or DaemonSet, a Job's selector and template, a Pod's spec but for
+/// images and a few fields, a Service's cluster IP, a StatefulSet's spec but for replicas,
+/// template and a few fields, a PersistentVolumeClaim's spec but for a bound claim's storage
+/// request.
 pub fn update_errors(group: &str, kind: &str, old: &Value, new: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
-    let forbidden = |field: &str, detail: &str| FieldError {
-        reason: "FieldValueForbidden",
-        field: field.to_string(),
-        body: format!("Forbidden: {detail}"),
-    };
+    let forbidden = FieldError::forbidden;
     let immutable = |o: &Value| o.get("immutable").and_then(Value::as_bool) == Some(true);
     match (group, kind) {
         ("", "ConfigMap" | "Secret") => {
@@ -375,6 +389,15 @@ pub fn update_errors(group: &str, kind: &str, old: &Value, new: &Value) -> Vec<F
                     ));
                 }
             }
+        }
+        ("", "Pod") => update::pod(old, new, &mut errs),
+        ("", "Service") => update::service(old, new, &mut errs),
+        ("", "PersistentVolumeClaim") => update::persistent_volume_claim(old, new, &mut errs),
+        ("apps", "StatefulSet") => update::stateful_set(old, new, &mut errs),
+        ("apps", "ReplicaSet" | "DaemonSet") => update::immutable("selector", old, new, &mut errs),
+        ("batch", "Job") => {
+            update::immutable("selector", old, new, &mut errs);
+            update::immutable("template", old, new, &mut errs);
         }
         ("apps", "Deployment") => {
             let selector = |o: &Value| o.pointer("/spec/selector").cloned();

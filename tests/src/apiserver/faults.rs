@@ -64,6 +64,9 @@ struct FaultState {
     /// How long reads from the watch cache wait for a resourceVersion the server has not
     /// reached yet.
     too_large_rv_wait: Duration,
+    /// How long the kubelet takes to stop a scheduled Pod after a graceful delete; `None`:
+    /// its whole grace period.
+    pod_stop_time: Option<Duration>,
 }
 
 /// Handle to the fault knobs of a [`TestApiServer`](super::TestApiServer); cheap to clone.
@@ -86,6 +89,7 @@ impl Default for Faults {
                 list_page: None,
                 bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
                 too_large_rv_wait: DEFAULT_TOO_LARGE_RV_WAIT,
+                pod_stop_time: None,
             })),
         }
     }
@@ -187,6 +191,22 @@ impl Faults {
         self.lock().too_large_rv_wait
     }
 
+    /// How long the kubelet takes to stop a scheduled Pod deleted with a grace period: the Pod
+    /// (marked with `deletionTimestamp` at once) goes after this or its grace period,
+    /// whichever is shorter. By default it takes the whole grace period (30 s unless the Pod or
+    /// the DELETE sets another), as on a node that lets every container use all of it. Read
+    /// when the DELETE arrives.
+    pub fn pod_stop_time(&self, wait: Duration) {
+        self.lock().pod_stop_time = Some(wait);
+    }
+
+    /// The time a graceful Pod deletion of `grace` takes.
+    pub(crate) fn pod_termination(&self, grace: Duration) -> Duration {
+        self.lock()
+            .pod_stop_time
+            .map_or(grace, |stop| stop.min(grace))
+    }
+
     /// Disarms every fault and restores the defaults.
     pub fn reset(&self) {
         let mut s = self.lock();
@@ -200,6 +220,7 @@ impl Faults {
         s.list_page = None;
         s.bookmark_interval = DEFAULT_BOOKMARK_INTERVAL;
         s.too_large_rv_wait = DEFAULT_TOO_LARGE_RV_WAIT;
+        s.pod_stop_time = None;
     }
 
     /// Consumes one armed failure for a request of `verb`, if any.

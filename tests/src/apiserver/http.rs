@@ -140,6 +140,16 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             );
         }
     };
+    if target.namespace.is_some()
+        && discovery::known(&shared, &target.resource).namespaced() == Some(false)
+    {
+        // A cluster-scoped kind has no route under `namespaces/{ns}/`, whatever the verb.
+        return error_response(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        );
+    }
     let method = parts.method;
     if target.subresource.as_deref() == Some("scale") && target.name.is_some() {
         return scale::serve(&shared, &target, &method, &query, &parts.headers, body).await;

@@ -3,7 +3,9 @@
 //! The first page of a paginated list fixes its resourceVersion; the filtered, sorted items are
 //! kept in a small cache keyed by the id inside the continue token, and continuation pages are
 //! cut from that snapshot. A token whose snapshot was evicted is served by rebuilding the state
-//! at its RV from history; a token whose RV is below the compaction floor gets 410 Expired.
+//! at its RV from history; a token whose RV is below the compaction floor gets 410 Expired,
+//! whose Status carries in `metadata.continue` a token for the rest of the list at the latest
+//! resourceVersion (an inconsistent list), as a real server's does.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -20,7 +22,7 @@ use super::http::{Query, Target};
 use super::object::Obj;
 use super::selector::Filter;
 use super::status::{
-    ApiError, bad_request, error_response, injected_failure, json_response, read_error,
+    ApiError, bad_request, injected_failure, json_response, read_error, status_body,
 };
 use super::store::ReadAt;
 
@@ -32,14 +34,35 @@ const SNAPSHOT_CACHE_SIZE: usize = 16;
 struct ContinueToken {
     /// Always `meta.k8s.io/v1`, as in Kubernetes' tokens.
     v: String,
-    /// The list's resourceVersion.
-    rv: u64,
+    /// The list's resourceVersion; -1 in the token of a 410 for a compacted one: go on from
+    /// `after` at the latest resourceVersion (as etcd3's `handleCompactedErrorForPaging`).
+    rv: i64,
     /// Index of the next item in the snapshot.
     start: usize,
     /// Snapshot cache id.
     snap: u64,
     /// Index of the page this token asks for (1 = first continuation).
     page: usize,
+    /// Namespace and name of the last object already served: where a list whose snapshot is
+    /// gone goes on.
+    #[serde(default)]
+    after: (String, String),
+}
+
+/// The continuation of a list whose resourceVersion was compacted, as the 410 message
+/// promises (staging/src/k8s.io/apiserver/pkg/storage/etcd3/store.go, `inconsistentContinue`).
+const INCONSISTENT_CONTINUE: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
+
+/// Namespace and name of an object, its place in a sorted list.
+fn key_of(obj: &Obj) -> (String, String) {
+    let text = |f: &str| {
+        obj.value
+            .pointer(&format!("/metadata/{f}"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    (text("namespace"), text("name"))
 }
 
 impl ContinueToken {
@@ -193,19 +216,28 @@ fn continue_list(
     if let Some(status) = shared.faults.take_list_page_failure(token.page) {
         return injected_failure(status, None);
     }
-    if token.rv < shared.store.floor() {
-        return error_response(
-            410,
-            "Expired",
-            "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
-        );
+    let Ok(rv) = u64::try_from(token.rv) else {
+        return continue_latest(shared, target, filter, &token, limit);
+    };
+    if rv < shared.store.floor() {
+        // The 410 carries a token that goes on at the latest resourceVersion, after the last
+        // object served.
+        let latest = ContinueToken {
+            rv: -1,
+            start: 0,
+            snap: 0,
+            ..token
+        };
+        let mut status = status_body(410, "Expired", INCONSISTENT_CONTINUE, None);
+        status["metadata"] = serde_json::json!({"continue": latest.encode()});
+        return json_response(StatusCode::GONE, status.to_string());
     }
     let (items, snapshot_id) = match shared.snapshots.get(token.snap) {
         Some(items) => (items, Some(token.snap)),
         None => match shared.store.list(
             &target.resource,
             target.namespace.as_deref(),
-            ReadAt::Exact(token.rv),
+            ReadAt::Exact(rv),
         ) {
             Ok(snapshot) => {
                 let items: Vec<Obj> = snapshot
@@ -219,11 +251,43 @@ fn continue_list(
         },
     };
     let page = Page {
-        rv: token.rv,
+        rv,
         items,
         start: token.start,
         next_page: token.page + 1,
         snapshot_id,
+    };
+    serve_page(shared, target, filter, page, limit)
+}
+
+/// The rest of a list from the token of a 410: the objects after the last one served, at the
+/// latest resourceVersion (an inconsistent list, as the message warned).
+fn continue_latest(
+    shared: &Shared,
+    target: &Target,
+    filter: &Filter,
+    token: &ContinueToken,
+    limit: Option<usize>,
+) -> Response {
+    let snapshot = match shared.store.list(
+        &target.resource,
+        target.namespace.as_deref(),
+        ReadAt::Latest,
+    ) {
+        Ok(snapshot) => snapshot,
+        Err(e) => return read_error(e),
+    };
+    let items: Vec<Obj> = snapshot
+        .objects
+        .into_iter()
+        .filter(|o| key_of(o) > token.after && filter.matches(&o.value))
+        .collect();
+    let page = Page {
+        rv: snapshot.rv,
+        items: Arc::new(items),
+        start: 0,
+        next_page: token.page + 1,
+        snapshot_id: None,
     };
     serve_page(shared, target, filter, page, limit)
 }
@@ -261,10 +325,14 @@ fn serve_page(
             .unwrap_or_else(|| shared.snapshots.insert(Arc::clone(&page.items)));
         let token = ContinueToken {
             v: "meta.k8s.io/v1".into(),
-            rv: page.rv,
+            rv: i64::try_from(page.rv).unwrap_or(i64::MAX),
             start: end,
             snap,
             page: page.next_page,
+            after: end
+                .checked_sub(1)
+                .map(|i| key_of(&page.items[i]))
+                .unwrap_or_default(),
         };
         metadata.insert("continue".into(), Value::String(token.encode()));
         if !filter.has_selectors() {
@@ -314,6 +382,7 @@ mod tests {
             start: 500,
             snap: 3,
             page: 1,
+            after: ("default".into(), "web-499".into()),
         };
         assert_eq!(ContinueToken::decode(&token.encode()), Some(token));
         assert_eq!(ContinueToken::decode("not a token"), None);

@@ -33,8 +33,27 @@
 //!   `deletionGracePeriodSeconds: 0` and keeps it (watchers see MODIFIED); the update that
 //!   removes its last finalizer deletes it (DELETED); new finalizers on it are 422. DeleteOptions
 //!   (query or body): `preconditions` (409 Conflict) and `propagationPolicy` (default
-//!   Background; Orphan for batch/v1 Jobs and v1 ReplicationControllers). Pods are not deleted
-//!   gracefully (no kubelet).
+//!   Background; Orphan for batch/v1 Jobs and v1 ReplicationControllers). A Foreground or
+//!   Orphan delete answers with the object as it marked it (`foregroundDeletion` / `orphan`
+//!   finalizer, `deletionTimestamp`), not a Status.
+//! - Graceful deletion of Pods (pkg/registry/core/pod/strategy.go `CheckGracefulDelete`): a
+//!   DELETE of a scheduled Pod sets `deletionTimestamp` (now + grace) and
+//!   `deletionGracePeriodSeconds` (`gracePeriodSeconds`, else `terminationGracePeriodSeconds`,
+//!   else 30; 1 when negative), bumps `generation` (MODIFIED), and the Pod goes (DELETED) when
+//!   the kubelet would have stopped it: after the grace or [`Faults::pod_stop_time`], whichever
+//!   is shorter. An unscheduled or terminated Pod, or `gracePeriodSeconds=0`, goes at once; a
+//!   later DELETE may only shorten the grace; finalizers keep the Pod after it
+//!   (`deletionGracePeriodSeconds: 0`). The garbage collector, the namespace controller and
+//!   [`TestApiServer::delete`] delete Pods with grace 0.
+//! - Updates may not change what the API server keeps immutable (the host's
+//!   `kinds::validation::update_errors`): a Pod's spec but for images and the few fields
+//!   `ValidatePodUpdate` allows, a Service's cluster IP, a Job's selector and template, a
+//!   StatefulSet's spec but for replicas, template and the like, a claim's spec but for a bound
+//!   claim's storage request, the selector of Deployments, ReplicaSets and DaemonSets.
+//! - `metadata.generation` only for the kinds whose strategy sets it (Pods, workloads, Ingress,
+//!   NetworkPolicy, webhooks, ..., every custom resource); a ConfigMap has none.
+//! - A namespaced path for a cluster-scoped kind (`/api/v1/namespaces/default/namespaces`) is
+//!   404 whatever the verb.
 //! - Garbage collection, synchronous within the write that deletes an owner (`store`): the
 //!   dependents (objects whose `metadata.ownerReferences` name the owner's uid) of an owner
 //!   deleted in the Background are deleted once it is gone (a dependent with another live
@@ -62,8 +81,10 @@
 //!   may not be deleted (403 Forbidden).
 //! - A list at `resourceVersion=N` (NotOlderThan or Exact) or a streaming list from N the
 //!   server has not reached waits for it (`Faults::too_large_resource_version_wait`, 3 s), then
-//!   answers 504 "Timeout: Too large resource version"; a plain watch from N just streams the
-//!   events after N (as the watch cache does).
+//!   answers 504 "Timeout: Too large resource version"; a plain watch from N starts at once and
+//!   streams only the events after N, never one at or below it (as the watch cache does). A
+//!   continue token whose resourceVersion was compacted is 410 Expired with, in
+//!   `metadata.continue`, a token for the rest of the list at the latest resourceVersion.
 //! - Label selectors parse with apimachinery's `labels.Parse` grammar (set-based, `gt` / `lt`)
 //!   and, when they do not, are 400 BadRequest with its message (`unable to parse requirement:
 //!   ...`, `found 'x', expected: ...`).
@@ -218,7 +239,7 @@ impl Drop for Handle {
 /// or when the last clone drops.
 ///
 /// Every state change takes the next global resourceVersion, as etcd assigns them; creates set
-/// `metadata.uid`, `creationTimestamp` and `generation: 1`. The collection of an object is named
+/// `metadata.uid`, `creationTimestamp` and, for the kinds that track it, `generation: 1`. The collection of an object is named
 /// from its kind exactly as `kube::core::ApiResource::from_gvk` names it.
 #[derive(Clone)]
 pub struct TestApiServer {
@@ -323,10 +344,12 @@ impl TestApiServer {
         Ok(self.shared().store.update(obj, false)?)
     }
 
-    /// Deletes an object as a DELETE request without options would: at once, or, when it has
-    /// finalizers, marked with `deletionTimestamp` until they are removed (a Namespace first
-    /// deletes its content). Returns its state after the delete, stamped with its
-    /// resourceVersion.
+    /// Deletes an object as a DELETE request with `gracePeriodSeconds=0` would (a Pod goes
+    /// without its grace period, as with `kubectl delete --grace-period=0 --force`): at once,
+    /// or, when it has finalizers, marked with `deletionTimestamp` until they are removed (a
+    /// Namespace first deletes its content). Returns its state after the delete, stamped with
+    /// its resourceVersion. A DELETE through the API gives a scheduled Pod its grace period
+    /// (see [`Faults::pod_stop_time`]).
     pub fn delete(
         &self,
         api_version: &str,
@@ -334,11 +357,15 @@ impl TestApiServer {
         namespace: Option<&str>,
         name: &str,
     ) -> anyhow::Result<Value> {
+        let options = store::DeleteOptions {
+            grace_period: Some(0),
+            ..store::DeleteOptions::default()
+        };
         Ok(self.shared().store.delete(
             &ResourceKey::for_kind(api_version, kind),
             namespace,
             name,
-            &store::DeleteOptions::default(),
+            &options,
         )?)
     }
 

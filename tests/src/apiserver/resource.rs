@@ -105,10 +105,16 @@ pub(crate) fn to_plural(word: &str) -> String {
 
 /// The current UTC time as an RFC 3339 timestamp with second precision, like Kubernetes writes.
 pub(crate) fn now_rfc3339() -> String {
-    let secs = SystemTime::now()
+    rfc3339_in(0)
+}
+
+/// The time `seconds` from now (before it when negative), as `now_rfc3339` writes it.
+pub(crate) fn rfc3339_in(seconds: i64) -> String {
+    let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
+    let secs = now.saturating_add_signed(seconds);
     rfc3339(i64::try_from(secs).unwrap_or(i64::MAX), None)
 }
 

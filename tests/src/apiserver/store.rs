@@ -17,7 +17,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::history::{EventKind, History, LoggedEvent};
 use super::object::{Obj, ObjectKey, StoreError, StoredObject, generate_name, identify, meta_mut};
-use super::resource::{ResourceKey, new_uid, now_rfc3339};
+use super::resource::{ResourceKey, new_uid, now_rfc3339, rfc3339_in};
 
 /// Default number of events kept for replay and exact reads before the oldest are compacted.
 pub const DEFAULT_HISTORY_LIMIT: usize = 100_000;
@@ -376,6 +376,9 @@ impl State {
             } else {
                 let options = DeleteOptions {
                     propagation: Some(Propagation::Background),
+                    // The collector's deletes end a Pod's grace at once (a deviation: its
+                    // kubelet would take the grace period).
+                    grace_period: Some(0),
                     ..DeleteOptions::default()
                 };
                 let _ = self.delete(&location.0, &location.1, &options);
@@ -417,7 +420,7 @@ impl State {
         } else {
             meta.insert("finalizers".into(), serde_json::json!(held));
         }
-        let kind = if held.is_empty() && !is_namespace(&resource) {
+        let kind = if goes_now(&resource, &next, &held) {
             EventKind::Deleted
         } else {
             EventKind::Modified
@@ -467,6 +470,58 @@ pub(crate) struct DeleteOptions {
     pub resource_version: Option<String>,
     /// `propagationPolicy` (or `orphanDependents`); `None`: the kind's default.
     pub propagation: Option<Propagation>,
+    /// `gracePeriodSeconds`; `None`: the object's own (a Pod's
+    /// `terminationGracePeriodSeconds`).
+    pub grace_period: Option<i64>,
+}
+
+/// The grace period of a DELETE of `obj` with `requested` (`gracePeriodSeconds`): 0 (deleted at
+/// once) for every kind but Pods. A Pod's is the request's, else its
+/// `terminationGracePeriodSeconds` (30 when unset, its default); 0 when it is not scheduled
+/// (no `nodeName`) or has terminated; 1 when negative
+/// (pkg/registry/core/pod/strategy.go `CheckGracefulDelete`).
+pub(crate) fn grace_period(resource: &ResourceKey, obj: &Value, requested: Option<i64>) -> i64 {
+    if !is_pods(resource) {
+        return 0;
+    }
+    let period = requested.unwrap_or_else(|| {
+        obj.pointer("/spec/terminationGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(DEFAULT_TERMINATION_GRACE_SECONDS)
+    });
+    let scheduled = obj
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    let phase = obj.pointer("/status/phase").and_then(Value::as_str);
+    if !scheduled || matches!(phase, Some("Succeeded" | "Failed")) {
+        0
+    } else if period < 0 {
+        1
+    } else {
+        period
+    }
+}
+
+/// A Pod's `terminationGracePeriodSeconds` when it sets none (its API default).
+const DEFAULT_TERMINATION_GRACE_SECONDS: i64 = 30;
+
+/// Whether `resource` is the core Pods collection.
+pub(crate) fn is_pods(resource: &ResourceKey) -> bool {
+    resource.group.is_empty() && resource.version == "v1" && resource.plural == "pods"
+}
+
+/// A pending graceful deletion: `deletionGracePeriodSeconds` above 0.
+fn grace_pending(obj: &Value) -> bool {
+    obj.pointer("/metadata/deletionGracePeriodSeconds")
+        .and_then(Value::as_i64)
+        .is_some_and(|g| g > 0)
+}
+
+/// Whether an object being deleted goes now: no finalizer holds it, its grace period (if any)
+/// is over, and it is not a Namespace (whose controller removes it).
+fn goes_now(resource: &ResourceKey, obj: &Value, held: &[String]) -> bool {
+    held.is_empty() && !grace_pending(obj) && !is_namespace(resource)
 }
 
 /// How dependents (objects whose `metadata.ownerReferences` name the deleted object's uid) are
@@ -485,6 +540,60 @@ pub(crate) enum Propagation {
     Background,
     Foreground,
     Orphan,
+}
+
+/// Whether objects of `kind` carry `metadata.generation`: the kinds whose registry strategy
+/// sets it to 1 on create and bumps it when `spec` changes (e.g. pkg/registry/apps/deployment/strategy.go
+/// PrepareForCreate), and every custom resource (apiextensions-apiserver's customResourceStrategy).
+/// A ConfigMap, a Secret, a Service, a Namespace have none.
+pub(crate) fn tracks_generation(resource: &ResourceKey, kind: &str) -> bool {
+    if !super::patch::is_builtin_group(&resource.group) {
+        return true;
+    }
+    matches!(
+        (resource.group.as_str(), kind),
+        ("", "Pod" | "ReplicationController")
+            | (
+                "apps" | "extensions",
+                "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet"
+            )
+            | ("batch", "Job" | "CronJob")
+            | ("policy", "PodDisruptionBudget")
+            | (
+                "networking.k8s.io" | "extensions",
+                "Ingress" | "NetworkPolicy"
+            )
+            | ("discovery.k8s.io", "EndpointSlice")
+            | (
+                "admissionregistration.k8s.io",
+                "ValidatingWebhookConfiguration"
+                    | "MutatingWebhookConfiguration"
+                    | "ValidatingAdmissionPolicy"
+                    | "ValidatingAdmissionPolicyBinding"
+                    | "MutatingAdmissionPolicy"
+                    | "MutatingAdmissionPolicyBinding"
+            )
+            | (
+                "flowcontrol.apiserver.k8s.io",
+                "FlowSchema" | "PriorityLevelConfiguration"
+            )
+            | ("apiextensions.k8s.io", "CustomResourceDefinition")
+    )
+}
+
+/// Sets `metadata.generation` of an object of `kind` about to be stored: `next` for the kinds
+/// that track it, none for the others.
+pub(crate) fn stamp_generation(
+    meta: &mut serde_json::Map<String, Value>,
+    resource: &ResourceKey,
+    kind: &str,
+    next: i64,
+) {
+    if tracks_generation(resource, kind) {
+        meta.insert("generation".into(), Value::from(next));
+    } else {
+        meta.remove("generation");
+    }
 }
 
 /// The GC policy of a DELETE without one: `Orphan` for batch/v1 Jobs and v1
@@ -689,7 +798,7 @@ impl State {
         let meta = meta_mut(&mut obj)?;
         meta.insert("uid".into(), Value::String(new_uid()));
         meta.insert("creationTimestamp".into(), Value::String(now_rfc3339()));
-        meta.insert("generation".into(), Value::from(1));
+        stamp_generation(meta, &resource, &kind, 1);
         stamp_rv(&mut obj, self.rv + 1)?;
         let stored = StoredObject::new(obj);
         self.collections.entry(resource.clone()).or_default().kind = Some(kind);
@@ -761,8 +870,8 @@ impl State {
             ));
         }
         if old.value.pointer("/metadata/deletionTimestamp").is_some() {
-            // Already being deleted: nothing changes until its finalizers are gone.
-            return Ok(old.value.clone());
+            // Already being deleted: only a shorter grace period changes anything.
+            return self.shorten_grace(resource, key, old, options.grace_period);
         }
         let propagation = options
             .propagation
@@ -773,8 +882,9 @@ impl State {
             Propagation::Orphan => Some(ORPHAN),
         };
         let namespace = is_namespace(resource);
+        let grace = grace_period(resource, &old.value, options.grace_period);
         let mut held = finalizers(&old.value);
-        if held.is_empty() && gc_finalizer.is_none() && !namespace {
+        if held.is_empty() && gc_finalizer.is_none() && !namespace && grace == 0 {
             let last = old.value.clone();
             let deleted = self.commit_value(resource, key, EventKind::Deleted, last, old)?;
             self.finish_namespace(&key.0);
@@ -787,9 +897,16 @@ impl State {
             held.push(gc.to_string());
         }
         {
+            // staging/src/k8s.io/apiserver/pkg/registry/rest/delete.go BeforeDelete: the
+            // deletion time is now plus the grace period; a graceful delete bumps generation.
             let m = meta_mut(&mut marked)?;
-            m.insert("deletionTimestamp".into(), Value::String(now_rfc3339()));
-            m.insert("deletionGracePeriodSeconds".into(), Value::from(0));
+            m.insert("deletionTimestamp".into(), Value::String(rfc3339_in(grace)));
+            m.insert("deletionGracePeriodSeconds".into(), Value::from(grace));
+            if grace > 0
+                && let Some(generation) = m.get("generation").and_then(Value::as_i64)
+            {
+                m.insert("generation".into(), Value::from(generation + 1));
+            }
             if !held.is_empty() {
                 m.insert("finalizers".into(), serde_json::json!(held));
             }
@@ -797,7 +914,10 @@ impl State {
         if namespace {
             marked["status"] = serde_json::json!({"phase": "Terminating"});
         }
+        // The answer is the object as this write marked it, deletionTimestamp and finalizers
+        // (foregroundDeletion, orphan) included: the garbage collector acts after the answer.
         let mut result = self.commit_value(resource, key, EventKind::Modified, marked, old)?;
+        let answer = result.clone();
         let uid = uid_of(&result).unwrap_or_default();
         if gc_finalizer == Some(FOREGROUND) && !namespace {
             // The garbage collector deletes the dependents, then lets go of the owner once none
@@ -810,12 +930,13 @@ impl State {
                 };
                 let options = DeleteOptions {
                     propagation: Some(policy),
+                    grace_period: Some(0),
                     ..DeleteOptions::default()
                 };
                 let _ = self.delete(&dep_resource, &dep_key, &options);
             }
             self.release_foreground(&uid);
-            return Ok(result);
+            return Ok(answer);
         }
         if gc_finalizer == Some(ORPHAN) {
             // The garbage collector orphans the dependents.
@@ -839,7 +960,7 @@ impl State {
             } else {
                 m.insert("finalizers".into(), serde_json::json!(held));
             }
-            let kind = if held.is_empty() && !namespace {
+            let kind = if goes_now(resource, &next, &held) {
                 EventKind::Deleted
             } else {
                 EventKind::Modified
@@ -854,8 +975,61 @@ impl State {
             if let Some(ns) = self.current(resource, key) {
                 result = ns.value.clone();
             }
+            return Ok(result);
+        }
+        Ok(answer)
+    }
+
+    /// A DELETE of an object already being deleted: a Pod whose grace period is pending may
+    /// have it shortened (to 0: it goes at once unless finalizers hold it); anything else is
+    /// answered as it is (rest/delete.go BeforeDelete).
+    fn shorten_grace(
+        &mut self,
+        resource: &ResourceKey,
+        key: &ObjectKey,
+        old: Obj,
+        requested: Option<i64>,
+    ) -> Result<Value, StoreError> {
+        let current = old
+            .value
+            .pointer("/metadata/deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        let Some(period) = requested.map(|p| p.max(0)).filter(|p| *p < current) else {
+            return Ok(old.value.clone());
+        };
+        let mut next = old.value.clone();
+        let m = meta_mut(&mut next)?;
+        m.insert(
+            "deletionTimestamp".into(),
+            Value::String(rfc3339_in(period)),
+        );
+        m.insert("deletionGracePeriodSeconds".into(), Value::from(period));
+        let kind = if goes_now(resource, &next, &finalizers(&next)) {
+            EventKind::Deleted
+        } else {
+            EventKind::Modified
+        };
+        let result = self.commit_value(resource, key, kind, next, old)?;
+        if kind == EventKind::Deleted {
+            self.finish_namespace(&key.0);
         }
         Ok(result)
+    }
+
+    /// The end of a Pod's grace period (the kubelet has stopped it and deletes it with grace 0):
+    /// it goes, or, while finalizers hold it, keeps `deletionGracePeriodSeconds: 0`. Only the
+    /// deletion that `deletion_timestamp` names ends: one shortened since has its own end.
+    fn end_grace(&mut self, resource: &ResourceKey, key: &ObjectKey, deletion_timestamp: &str) {
+        let Some(old) = self.current(resource, key) else {
+            return;
+        };
+        let marked = old.value.pointer("/metadata/deletionTimestamp");
+        if marked.and_then(Value::as_str) != Some(deletion_timestamp) || !grace_pending(&old.value)
+        {
+            return;
+        }
+        let _ = self.shorten_grace(resource, key, old, Some(0));
     }
 
     /// The namespace controller: deletes everything in `namespace`, then the namespace if
@@ -872,6 +1046,7 @@ impl State {
         keys.sort();
         let options = DeleteOptions {
             propagation: Some(Propagation::Background),
+            grace_period: Some(0),
             ..DeleteOptions::default()
         };
         for (resource, key) in keys {
@@ -998,16 +1173,13 @@ impl Store {
                 None => meta.remove(field),
             };
         }
-        meta.insert(
-            "generation".into(),
-            Value::from(generation + i64::from(spec_changed)),
-        );
+        stamp_generation(meta, &resource, &kind, generation + i64::from(spec_changed));
         stamp_rv(&mut obj, s.rv + 1)?;
         let stored = StoredObject::new(obj);
         s.collections.entry(resource.clone()).or_default().kind = Some(kind);
         // Removing the last finalizer of an object being deleted deletes it.
         let namespace = is_namespace(&resource);
-        let event = if deleting && finalizers(&stored.value).is_empty() && !namespace {
+        let event = if deleting && goes_now(&resource, &stored.value, &finalizers(&stored.value)) {
             EventKind::Deleted
         } else {
             EventKind::Modified
@@ -1033,6 +1205,19 @@ impl Store {
     ) -> Result<Value, StoreError> {
         let key = (namespace.unwrap_or("").to_string(), name.to_string());
         self.lock().delete(resource, &key, options)
+    }
+
+    /// Ends the graceful deletion of a Pod marked at `deletion_timestamp`, if it is still
+    /// pending: see `State::end_grace`.
+    pub fn end_grace(
+        &self,
+        resource: &ResourceKey,
+        namespace: Option<&str>,
+        name: &str,
+        deletion_timestamp: &str,
+    ) {
+        let key = (namespace.unwrap_or("").to_string(), name.to_string());
+        self.lock().end_grace(resource, &key, deletion_timestamp);
     }
 
     /// The current object, if it exists.

@@ -51,7 +51,9 @@ const MALFORMED_LINE: &[u8] = b"this is not json {\n";
 /// A streaming list (`sendInitialEvents=true`) from a resourceVersion the server has not
 /// reached waits for it (3 s by default), then answers, as the watch cache does, with a
 /// 200 stream holding one ERROR event: 504 Timeout "Too large resource version". A plain watch
-/// from such a resourceVersion is an ordinary stream of the events after it.
+/// from such a resourceVersion does not wait: it starts at once and sends only the events
+/// newer than the one asked, as the watch cache's `cacheWatcher` does
+/// (staging/src/k8s.io/apiserver/pkg/storage/cacher/cache_watcher.go, `process`).
 pub(crate) async fn watch(
     shared: &Arc<Shared>,
     target: Target,
@@ -161,6 +163,10 @@ pub(crate) async fn watch(
                 faults,
                 deadline: timeout.map(|t| Instant::now() + t),
                 synced_rv: registration.synced_rv,
+                after: match from {
+                    WatchFrom::Rv(n) => n,
+                    WatchFrom::Now | WatchFrom::InitialEvents => 0,
+                },
                 sent: 0,
                 buf: BytesMut::new(),
                 body: body_tx,
@@ -211,6 +217,9 @@ struct WatchTask {
     deadline: Option<Instant>,
     /// The RV every event up to which has been handled; what a bookmark reports.
     synced_rv: u64,
+    /// The resourceVersion the client asked to watch from: no event at or below it is sent,
+    /// even when it is newer than the server's.
+    after: u64,
     /// Object events sent, for `close_watch_after`.
     sent: usize,
     /// Lines not yet handed to the connection.
@@ -374,6 +383,9 @@ impl WatchTask {
     /// Sends a logged change as this watch sees it through its filter.
     fn event(&mut self, event: &LoggedEvent) -> Flow {
         self.synced_rv = self.synced_rv.max(event.rv);
+        if event.rv <= self.after {
+            return Flow::Continue;
+        }
         let now = self.filter.matches(&event.object.value);
         let before = event
             .prev

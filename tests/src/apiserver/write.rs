@@ -15,6 +15,9 @@
 //! `ValidateCreateOptions` and its siblings refuse it. An update, patch or apply through HTTP that
 //! changes nothing is not written (no resourceVersion, no watch event), as on a real server.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use axum::body::{Body, to_bytes};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -350,7 +353,7 @@ pub(crate) fn type_of(shared: &Shared, target: &Target) -> patch::Ty {
 /// metadata, without a resourceVersion (a dry-run create answers without one).
 fn dry_run_create(shared: &Shared, mut obj: Value) -> Result<Value, StoreError> {
     generate_name(&mut obj)?;
-    let (resource, key, _) = identify(&obj)?;
+    let (resource, key, kind) = identify(&obj)?;
     let namespace = (!key.0.is_empty()).then_some(key.0.as_str());
     shared.store.check_namespace(namespace)?;
     if shared.store.get(&resource, namespace, &key.1).is_some() {
@@ -362,7 +365,7 @@ fn dry_run_create(shared: &Shared, mut obj: Value) -> Result<Value, StoreError> 
     let meta = meta_mut(&mut obj)?;
     meta.insert("uid".into(), Value::String(new_uid()));
     meta.insert("creationTimestamp".into(), Value::String(now_rfc3339()));
-    meta.insert("generation".into(), Value::from(1));
+    store::stamp_generation(meta, &resource, &kind, 1);
     meta.remove("resourceVersion");
     Ok(obj)
 }
@@ -370,7 +373,7 @@ fn dry_run_create(shared: &Shared, mut obj: Value) -> Result<Value, StoreError> 
 /// What an update of `current` to `obj` would store, without storing it: the checks and
 /// metadata of `Store::update`, keeping the current resourceVersion.
 fn dry_run_update(current: &Value, mut obj: Value) -> Result<Value, StoreError> {
-    let (resource, key, _) = identify(&obj)?;
+    let (resource, key, kind) = identify(&obj)?;
     let old = |field: &str| current.get("metadata").and_then(|m| m.get(field)).cloned();
     let current_rv = old("resourceVersion");
     let sent_rv = obj
@@ -391,10 +394,7 @@ fn dry_run_update(current: &Value, mut obj: Value) -> Result<Value, StoreError> 
             meta.insert(field.into(), value);
         }
     }
-    meta.insert(
-        "generation".into(),
-        Value::from(generation + i64::from(spec_changed)),
-    );
+    store::stamp_generation(meta, &resource, &kind, generation + i64::from(spec_changed));
     Ok(obj)
 }
 
@@ -822,6 +822,13 @@ fn delete_options(query: &Query, body: &[u8]) -> Result<(DeleteOptions, bool), A
         .map(|v| v == "true" || v == "1");
     let mut dry_runs: Vec<String> = query.get("dryRun").into_iter().cloned().collect();
     let mut options = DeleteOptions::default();
+    if let Some(grace) = query.get("gracePeriodSeconds") {
+        options.grace_period = Some(grace.parse().map_err(|_| {
+            ApiError::bad_request(format!(
+                "gracePeriodSeconds: Invalid value: {grace:?}: must be an integer"
+            ))
+        })?);
+    }
     if !body.iter().all(u8::is_ascii_whitespace) {
         let value: Value = serde_json::from_slice(body).map_err(|e| {
             ApiError::bad_request(format!(
@@ -845,6 +852,9 @@ fn delete_options(query: &Query, body: &[u8]) -> Result<(DeleteOptions, bool), A
         }
         if let Some(o) = map.get("orphanDependents").and_then(Value::as_bool) {
             orphan = Some(o);
+        }
+        if let Some(grace) = map.get("gracePeriodSeconds").and_then(Value::as_i64) {
+            options.grace_period = Some(grace);
         }
         // kube sends dryRun in the body.
         if let Some(list) = map.get("dryRun").and_then(Value::as_array) {
@@ -889,10 +899,11 @@ fn delete_options(query: &Query, body: &[u8]) -> Result<(DeleteOptions, bool), A
 /// with the object as it is, nothing changed). An object without finalizers goes at once: 200
 /// with its last state for the kinds whose registry returns it (Pod, Service, ServiceAccount,
 /// StorageClass), else (custom resources too) 200 with a Status Success naming it. One with
-/// finalizers, and a Namespace, is marked with `deletionTimestamp` and stays until they are
-/// gone (200 with its new state).
+/// finalizers, one deleted with propagationPolicy Foreground or Orphan, and a Namespace, is
+/// marked with `deletionTimestamp` (and the `foregroundDeletion` or `orphan` finalizer) and
+/// stays until they are gone: 200 with the state the DELETE left it in.
 pub(crate) async fn delete(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     target: &Target,
     query: &Query,
     body: Body,
@@ -941,11 +952,11 @@ pub(crate) async fn delete(
         Ok(state) => state,
         Err(e) => return store_error(&e),
     };
-    let gone = shared
-        .store
-        .get(&target.resource, target.namespace.as_deref(), name)
-        .is_none();
-    if gone && !discovery::returns_deleted_object(shared, &target.resource) {
+    end_grace_later(shared, &target.resource, &state);
+    // Deleted at once, or marked (finalizers, a propagation policy's GC finalizer, a grace
+    // period): a marked object is answered as it is, whatever the kind.
+    let immediate = state.pointer("/metadata/deletionTimestamp").is_none();
+    if immediate && !discovery::returns_deleted_object(shared, &target.resource) {
         // What the registry answers for a kind without ReturnDeletedObject.
         let status = serde_json::json!({
             "kind": "Status",
@@ -964,13 +975,53 @@ pub(crate) async fn delete(
     json_response(StatusCode::OK, state.to_string())
 }
 
+/// After a DELETE that left a Pod in its grace period (`deletionGracePeriodSeconds` above 0):
+/// ends it once the kubelet has stopped the Pod, after the grace period or the
+/// [`pod_stop_time`](super::Faults::pod_stop_time), whichever is shorter. Needs a tokio runtime
+/// (without one the Pod stays marked).
+fn end_grace_later(shared: &Arc<Shared>, resource: &ResourceKey, state: &Value) {
+    let Some(grace) = state
+        .pointer("/metadata/deletionGracePeriodSeconds")
+        .and_then(Value::as_u64)
+        .filter(|g| *g > 0)
+    else {
+        return;
+    };
+    let text = |f: &str| {
+        state
+            .pointer(&format!("/metadata/{f}"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let (Some(stamp), Some(name), Ok(runtime)) = (
+        text("deletionTimestamp"),
+        text("name"),
+        tokio::runtime::Handle::try_current(),
+    ) else {
+        return;
+    };
+    let namespace = text("namespace");
+    let wait = shared.faults.pod_termination(Duration::from_secs(grace));
+    let (shared, resource) = (Arc::clone(shared), resource.clone());
+    let mut shutdown = shared.shutdown.clone();
+    // Not joined: the kubelet's work outlives the request; it ends with the server.
+    drop(runtime.spawn(async move {
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {
+                shared.store.end_grace(&resource, namespace.as_deref(), &name, &stamp);
+            }
+            _ = shutdown.changed() => {}
+        }
+    }));
+}
+
 /// DELETE of a collection (`deletecollection`): lists what the request selects
 /// (`labelSelector`, `fieldSelector`, its namespace) and deletes each object as a DELETE of it
 /// with the same DeleteOptions would (finalizers, propagation policy; nothing with `dryRun`).
 /// Answers, as the registry does, with the list of the selected objects as they were listed.
 /// Namespaces have no `deletecollection` (405).
 pub(crate) async fn delete_collection(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     target: &Target,
     query: &Query,
     body: Body,
@@ -1024,7 +1075,8 @@ pub(crate) async fn delete_collection(
                 .store
                 .delete(&target.resource, namespace, name, &options)
             {
-                Ok(_) | Err(StoreError::NotFound { .. }) => {}
+                Ok(state) => end_grace_later(shared, &target.resource, &state),
+                Err(StoreError::NotFound { .. }) => {}
                 Err(e) => return store_error(&e),
             }
         }

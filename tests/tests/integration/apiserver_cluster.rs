@@ -1671,3 +1671,329 @@ async fn label_selectors_that_do_not_parse_are_a_400_with_the_apimachinery_messa
     assert_eq!(matched.items.len(), 1);
     Ok(())
 }
+
+// ------------------------------------------------------------------------------------------
+// Graceful deletion of Pods (issue 29, item 8)
+// ------------------------------------------------------------------------------------------
+
+fn pods_api(server: &TestApiServer) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        server.client_no_retry(),
+        "default",
+        &resource("", "v1", "Pod"),
+    )
+}
+
+/// Seconds since the epoch of an RFC 3339 timestamp.
+fn epoch_seconds(value: &Value) -> i64 {
+    serde_json::from_value::<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>(value.clone())
+        .expect("a timestamp")
+        .0
+        .as_second()
+}
+
+#[tokio::test]
+async fn a_scheduled_pod_is_marked_with_its_grace_period_then_removed() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    server.faults().pod_stop_time(Duration::from_millis(300));
+    let created = server.create(pod("default", "web-1"))?;
+    let api = pods_api(&server);
+    let rv = server.resource_version().to_string();
+    let mut events = api.watch(&WatchParams::default(), &rv).await?.boxed();
+
+    let answer = api
+        .delete("web-1", &DeleteParams::default())
+        .await?
+        .left()
+        .expect("the object, not a Status");
+    // The fixture's terminationGracePeriodSeconds (30): deletionTimestamp 30 s ahead.
+    assert_eq!(answer.metadata.deletion_grace_period_seconds, Some(30));
+    let at = answer
+        .metadata
+        .deletion_timestamp
+        .clone()
+        .expect("marked")
+        .0;
+    let ahead = at.as_second() - epoch_seconds(&created["metadata"]["creationTimestamp"]);
+    assert!(
+        (29..=32).contains(&ahead),
+        "deletionTimestamp {at} is {ahead} s after creation"
+    );
+    assert_eq!(
+        answer.metadata.generation,
+        Some(2),
+        "a graceful delete bumps generation"
+    );
+    assert_ne!(
+        answer.metadata.resource_version.as_deref(),
+        created["metadata"]["resourceVersion"].as_str()
+    );
+    let WatchEvent::Modified(marked) = next_change(&mut events).await else {
+        panic!("the mark is a MODIFIED event");
+    };
+    assert_eq!(marked.metadata.deletion_grace_period_seconds, Some(30));
+    assert!(
+        api.get("web-1").await.is_ok(),
+        "the pod stays during its grace"
+    );
+    let WatchEvent::Deleted(gone) = next_change(&mut events).await else {
+        panic!("then DELETED");
+    };
+    assert_eq!(gone.metadata.name.as_deref(), Some("web-1"));
+    assert_eq!(status(api.get("web-1").await.expect_err("gone")).code, 404);
+    Ok(())
+}
+
+#[tokio::test]
+async fn unscheduled_pods_and_zero_grace_deletes_go_at_once() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let mut pending = pod("default", "pending-1");
+    pending["spec"]
+        .as_object_mut()
+        .expect("a spec")
+        .remove("nodeName");
+    server.create(pending)?;
+    server.create(pod("default", "forced-1"))?;
+    let api = pods_api(&server);
+    let answer = api
+        .delete("pending-1", &DeleteParams::default())
+        .await?
+        .left()
+        .expect("a Pod's delete answers the object");
+    assert!(answer.metadata.deletion_timestamp.is_none(), "{answer:?}");
+    assert_eq!(
+        status(api.get("pending-1").await.expect_err("gone")).code,
+        404
+    );
+    let forced = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    api.delete("forced-1", &forced).await?;
+    assert_eq!(
+        status(api.get("forced-1").await.expect_err("gone")).code,
+        404
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_shorter_grace_period_ends_a_pending_one_and_finalizers_outlast_it() -> anyhow::Result<()>
+{
+    let server = TestApiServer::start().await?;
+    let mut held = pod("default", "held-1");
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    server.create(held)?;
+    server.create(pod("default", "slow-1"))?;
+    let api = pods_api(&server);
+    // No stop time set: the pods keep their 30 s.
+    api.delete("slow-1", &DeleteParams::default()).await?;
+    assert!(
+        api.get("slow-1")
+            .await?
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+    let now = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    api.delete("slow-1", &now).await?;
+    assert_eq!(status(api.get("slow-1").await.expect_err("gone")).code, 404);
+
+    api.delete("held-1", &DeleteParams::default()).await?;
+    api.delete("held-1", &now).await?;
+    let kept = api.get("held-1").await?;
+    assert_eq!(kept.metadata.deletion_grace_period_seconds, Some(0));
+    assert_eq!(finalizers(&kept), ["example.com/hold"]);
+    let release = json!({"metadata": {"finalizers": null}});
+    api.patch("held-1", &PatchParams::default(), &Patch::Merge(&release))
+        .await?;
+    assert_eq!(status(api.get("held-1").await.expect_err("gone")).code, 404);
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------------------
+// Deletes, continue tokens, generation and scope as a real server answers them (item 11)
+// ------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn foreground_and_orphan_deletes_answer_with_the_marked_object() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let cms = config_maps(&server, "default");
+    for (name, policy, finalizer) in [
+        ("fg", DeleteParams::foreground(), "foregroundDeletion"),
+        ("or", DeleteParams::orphan(), "orphan"),
+    ] {
+        server.create(config_map("default", name, &[("k", "v")]))?;
+        let answer = cms.delete(name, &policy).await?;
+        let obj = answer.left().expect("the object, not a Status");
+        assert_eq!(
+            obj.types.as_ref().map(|t| t.kind.as_str()),
+            Some("ConfigMap")
+        );
+        assert_eq!(finalizers(&obj), [finalizer]);
+        assert!(obj.metadata.deletion_timestamp.is_some(), "{obj:?}");
+        // Nothing depends on it: the garbage collector lets it go.
+        assert_eq!(status(cms.get(name).await.expect_err("gone")).code, 404);
+    }
+    // A background delete of a kind without ReturnDeletedObject still answers a Status.
+    server.create(config_map("default", "bg", &[("k", "v")]))?;
+    assert!(
+        cms.delete("bg", &DeleteParams::background())
+            .await?
+            .is_right()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_compacted_continue_token_gets_410_with_a_token_for_the_rest() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    for i in 0..5 {
+        server.create(config_map("default", &format!("cm-{i}"), &[("k", "v")]))?;
+    }
+    let path = "/api/v1/namespaces/default/configmaps";
+    let (code, first) = raw(&server, "GET", &format!("{path}?limit=2"), None, b"").await;
+    assert_eq!(code, 200);
+    let token = first["metadata"]["continue"].as_str().expect("a token");
+    // A change after the first page, then compaction past it: the page's version is gone.
+    server.create(config_map("default", "cm-9", &[("k", "v")]))?;
+    server.compact();
+    let (code, expired) = raw(
+        &server,
+        "GET",
+        &format!("{path}?limit=2&continue={token}"),
+        None,
+        b"",
+    )
+    .await;
+    assert_eq!((code, expired["reason"].as_str()), (410, Some("Expired")));
+    assert!(
+        expired["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("use the continue token in this response"),
+        "{expired}"
+    );
+    let rest = expired["metadata"]["continue"]
+        .as_str()
+        .expect("the promised token");
+    let (code, page) = raw(
+        &server,
+        "GET",
+        &format!("{path}?limit=10&continue={rest}"),
+        None,
+        b"",
+    )
+    .await;
+    assert_eq!(code, 200, "{page}");
+    let names: Vec<&str> = page["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|o| o["metadata"]["name"].as_str())
+        .collect();
+    // Inconsistent, as the message warns: the rest at the latest version, cm-9 included.
+    assert_eq!(names, ["cm-2", "cm-3", "cm-4", "cm-9"]);
+    assert_eq!(
+        page["metadata"]["resourceVersion"].as_str(),
+        Some(server.resource_version().to_string().as_str())
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn only_kinds_whose_strategy_tracks_it_get_a_generation() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let cms = config_maps(&server, "default");
+    let cm = cms
+        .create(
+            &PostParams::default(),
+            &typed(config_map("default", "plain", &[("k", "v")])),
+        )
+        .await?;
+    assert_eq!(cm.metadata.generation, None, "{cm:?}");
+    let patch = json!({"data": {"k": "w"}});
+    let cm = cms
+        .patch("plain", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    assert_eq!(cm.metadata.generation, None, "{cm:?}");
+    let created = server.create(pod("default", "p-1"))?;
+    assert_eq!(created["metadata"]["generation"], 1);
+    let svc = server.create(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"ports": [{"port": 80}]}
+    }))?;
+    assert!(svc["metadata"].get("generation").is_none(), "{svc}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_namespaced_path_for_a_cluster_scoped_kind_is_404() {
+    let server = TestApiServer::start().await.expect("server");
+    for path in [
+        "/api/v1/namespaces/default/namespaces",
+        "/api/v1/namespaces/default/namespaces/default",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/default/clusterroles",
+    ] {
+        let (code, body) = raw(&server, "GET", path, None, b"").await;
+        assert_eq!(
+            (code, body["reason"].as_str()),
+            (404, Some("NotFound")),
+            "{path}: {body}"
+        );
+    }
+    let (code, _) = raw(&server, "GET", "/api/v1/namespaces/default", None, b"").await;
+    assert_eq!(code, 200);
+}
+
+/// End to end: an informer (and so a plugin) sees a Pod's graceful deletion as a cluster shows
+/// it: an update that sets `deletionTimestamp`, then the delete.
+#[tokio::test]
+async fn an_informer_sees_a_graceful_pod_delete_as_update_then_delete() -> anyhow::Result<()> {
+    use crate::common::{fast_config, pod_informer, start, until};
+    use wisp_host::informer::Notification;
+    use wisp_host::informer::handler::Recorder;
+
+    let server = TestApiServer::start().await?;
+    server.faults().pod_stop_time(Duration::from_millis(200));
+    server.create(pod("default", "web-1"))?;
+    let inf = pod_informer(&server, fast_config());
+    let rec = Recorder::new();
+    let reg = inf.add_event_handler("h", Box::new(rec.clone()), Duration::ZERO)?;
+    let _stop = start(&inf);
+    until("synced", || reg.has_synced()).await;
+    pods_api(&server)
+        .delete("web-1", &DeleteParams::default())
+        .await?;
+    until("the delete", || {
+        rec.deliveries()
+            .iter()
+            .any(|d| matches!(d.notification, Notification::Delete { .. }))
+    })
+    .await;
+    let seen: Vec<(&str, bool)> = rec
+        .deliveries()
+        .iter()
+        .map(|d| {
+            let marked = d
+                .notification
+                .object()
+                .to_value()
+                .pointer("/metadata/deletionTimestamp")
+                .is_some();
+            let kind = match &d.notification {
+                Notification::Add { .. } => "add",
+                Notification::Update { .. } => "update",
+                Notification::Delete { obj } if obj.is_tombstone() => "tombstone",
+                Notification::Delete { .. } => "delete",
+            };
+            (kind, marked)
+        })
+        .collect();
+    assert_eq!(seen, [("add", false), ("update", true), ("delete", true)]);
+    Ok(())
+}

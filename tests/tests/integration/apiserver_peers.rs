@@ -798,3 +798,54 @@ async fn kubectl_auth_can_i_and_whoami_are_answered_and_the_reviews_are_not_stor
     );
     Ok(())
 }
+
+/// kubectl agrees with the test API server on a Pod's immutable spec (issue 29, item 7) and on
+/// its graceful deletion (item 8): `kubectl patch` prints the server's 422, `kubectl delete`
+/// (which waits for the Pod to be gone) returns once the grace ends.
+#[tokio::test]
+async fn kubectl_sees_pod_updates_refused_and_pods_deleted_gracefully() -> anyhow::Result<()> {
+    let Some(program) = kubectl() else {
+        return Ok(());
+    };
+    let server = TestApiServer::start().await?;
+    server
+        .faults()
+        .pod_stop_time(std::time::Duration::from_millis(500));
+    server.create(pod("default", "web-1"))?;
+    let kubectl = Kubectl::new(program, &server);
+    let (ok, _, stderr) = kubectl
+        .run(&[
+            "patch",
+            "pod",
+            "web-1",
+            "-p",
+            r#"{"spec":{"nodeName":"node-2"}}"#,
+        ])
+        .await;
+    assert!(!ok);
+    assert!(
+        stderr.contains(
+            "The Pod \"web-1\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`"
+        ),
+        "{stderr}"
+    );
+    let out = kubectl
+        .ok(&["delete", "pod", "web-1", "--wait=false"])
+        .await;
+    assert_eq!(out.trim(), "pod \"web-1\" deleted");
+    let grace = kubectl
+        .ok(&[
+            "get",
+            "pod",
+            "web-1",
+            "-o",
+            "jsonpath={.metadata.deletionGracePeriodSeconds}",
+        ])
+        .await;
+    assert_eq!(grace, "30");
+    kubectl
+        .ok(&["wait", "--for=delete", "pod/web-1", "--timeout=10s"])
+        .await;
+    assert!(server.get("v1", "Pod", Some("default"), "web-1").is_none());
+    Ok(())
+}

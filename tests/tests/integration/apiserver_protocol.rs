@@ -999,3 +999,40 @@ async fn access_reviews_are_create_only_checked_and_never_stored() -> anyhow::Re
     assert_eq!(api_error(err).0, 405);
     Ok(())
 }
+
+// ------------------------------------------------------------------------------------------
+// A watch from a resourceVersion the server has not reached (issue 29, item 9)
+// ------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_watch_from_a_future_resource_version_sends_only_events_newer_than_it()
+-> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let asked = server.resource_version() + 5;
+    let api = pods(server.client());
+    let mut stream = api
+        .watch(&WatchParams::default(), &asked.to_string())
+        .await?
+        .boxed();
+    // The watch starts at once (a plain watch does not wait for the server to catch up);
+    // the first five changes are at or below the asked version and are never sent.
+    for i in 0..8 {
+        server.create(pod("default", &format!("p-{i}")))?;
+    }
+    let event = next_change(&mut stream)
+        .await
+        .expect("stream ended early")
+        .expect("watch error");
+    let WatchEvent::Added(first) = &event else {
+        panic!("expected ADDED, got {:?}", describe(&event));
+    };
+    let rv: u64 = first
+        .metadata
+        .resource_version
+        .as_deref()
+        .unwrap_or_default()
+        .parse()?;
+    assert_eq!(rv, asked + 1, "{:?}", describe(&event));
+    expect_changes(&mut stream, &[("ADDED", "p-6"), ("ADDED", "p-7")]).await;
+    Ok(())
+}

@@ -1598,3 +1598,201 @@ async fn update_entries_own_the_maps_and_lists_they_create() {
         json!({"f:data": {".": {}, "f:k": {}}})
     );
 }
+
+// ------------------------------------------------------------------------------------------
+// Immutable fields on update, through every write path (issue 29, item 7)
+// ------------------------------------------------------------------------------------------
+
+const POD_UPDATE: &str = "Pod \"web\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)\n";
+const ADD_OR_REMOVE: &str = "Pod \"web\" is invalid: spec.containers: Forbidden: pod updates may not add or remove containers";
+
+fn running_pod() -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {
+            "nodeName": "node-1",
+            "containers": [{"name": "app", "image": "app:1"}, {"name": "side", "image": "side:1"}]
+        }
+    })
+}
+
+/// A PATCH of the pod `web`: (code, message).
+async fn patch_pod(server: &TestApiServer, content_type: &str, body: Value) -> (u16, String) {
+    let path = "/api/v1/namespaces/default/pods/web?fieldManager=test&force=true";
+    let path = if content_type.starts_with("application/apply") {
+        path
+    } else {
+        path.trim_end_matches("&force=true")
+    };
+    let (code, status) = raw(server, "PATCH", path, content_type, body).await;
+    (
+        code,
+        status["message"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+#[tokio::test]
+async fn pod_updates_beyond_images_are_refused_through_every_write_path() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    server.create(running_pod())?;
+    let refused = |(code, message): (u16, String), want: &str| {
+        assert_eq!(code, 422, "{message}");
+        assert!(message.starts_with(want), "{message}");
+    };
+    // Update (PUT) adding a container.
+    let mut added = server
+        .get("v1", "Pod", Some("default"), "web")
+        .expect("stored");
+    added["spec"]["containers"]
+        .as_array_mut()
+        .expect("containers")
+        .push(json!({"name": "extra", "image": "x:1"}));
+    let (code, status) = raw(
+        &server,
+        "PUT",
+        "/api/v1/namespaces/default/pods/web",
+        "application/json",
+        added,
+    )
+    .await;
+    refused(
+        (code, status["message"].as_str().unwrap_or_default().into()),
+        ADD_OR_REMOVE,
+    );
+    // Merge patch moving it to another node.
+    let moved = json!({"spec": {"nodeName": "node-2"}});
+    refused(
+        patch_pod(&server, "application/merge-patch+json", moved).await,
+        POD_UPDATE,
+    );
+    // Strategic merge patch deleting a container.
+    let dropped = json!({"spec": {"containers": [{"name": "side", "$patch": "delete"}]}});
+    refused(
+        patch_pod(&server, "application/strategic-merge-patch+json", dropped).await,
+        ADD_OR_REMOVE,
+    );
+    // JSON patch adding a port.
+    let port = json!([{"op": "add", "path": "/spec/containers/0/ports", "value": [{"containerPort": 80}]}]);
+    refused(
+        patch_pod(&server, "application/json-patch+json", port).await,
+        POD_UPDATE,
+    );
+    // Server-side apply of one container only (the other manager's container stays, so the
+    // applied node name is what changes).
+    let mut applied = running_pod();
+    applied["spec"]["nodeName"] = json!("node-3");
+    refused(
+        patch_pod(&server, "application/apply-patch+yaml", applied).await,
+        POD_UPDATE,
+    );
+    // Images may change; nothing else was stored.
+    let image = json!({"spec": {"containers": [{"name": "app", "image": "app:2"}]}});
+    let (code, message) = patch_pod(&server, "application/strategic-merge-patch+json", image).await;
+    assert_eq!(code, 200, "{message}");
+    let stored = server
+        .get("v1", "Pod", Some("default"), "web")
+        .expect("stored");
+    assert_eq!(stored["spec"]["nodeName"], "node-1");
+    assert_eq!(stored["spec"]["containers"][0]["image"], "app:2");
+    assert_eq!(
+        stored["spec"]["containers"].as_array().map(Vec::len),
+        Some(2)
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn services_jobs_stateful_sets_and_claims_keep_their_immutable_fields() -> anyhow::Result<()>
+{
+    let server = TestApiServer::start().await?;
+    let template = json!({
+        "metadata": {"labels": {"app": "x"}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "c:1"}]}
+    });
+    server.create(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "svc", "namespace": "default"},
+        "spec": {"clusterIP": "10.96.0.10", "ports": [{"port": 80}]}
+    }))?;
+    server.create(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "job", "namespace": "default"},
+        "spec": {"template": template}
+    }))?;
+    server.create(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "sts", "namespace": "default"},
+        "spec": {"replicas": 1, "serviceName": "svc", "selector": {"matchLabels": {"app": "x"}},
+                 "template": template}
+    }))?;
+    server.create(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data", "namespace": "default"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast",
+                 "resources": {"requests": {"storage": "1Gi"}}},
+        "status": {"phase": "Bound"}
+    }))?;
+    let cases = [
+        (
+            "/api/v1/namespaces/default/services/svc",
+            json!({"spec": {"clusterIP": "10.96.0.11"}}),
+            "Service \"svc\" is invalid: spec.clusterIPs[0]: Invalid value: []string{\"10.96.0.11\"}: may not change once set",
+        ),
+        (
+            "/apis/batch/v1/namespaces/default/jobs/job",
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "c:2"}]}}}}),
+            "Job.batch \"job\" is invalid: spec.template: Invalid value: ",
+        ),
+        (
+            "/apis/apps/v1/namespaces/default/statefulsets/sts",
+            json!({"spec": {"serviceName": "other"}}),
+            "StatefulSet.apps \"sts\" is invalid: spec: Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden",
+        ),
+        (
+            "/api/v1/namespaces/default/persistentvolumeclaims/data",
+            json!({"spec": {"storageClassName": "slow"}}),
+            "PersistentVolumeClaim \"data\" is invalid: spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims\n",
+        ),
+    ];
+    for (path, patch, want) in cases {
+        let (code, status) = raw(
+            &server,
+            "PATCH",
+            path,
+            "application/merge-patch+json",
+            patch,
+        )
+        .await;
+        let message = status["message"].as_str().unwrap_or_default();
+        assert_eq!(code, 422, "{path}: {message}");
+        assert!(message.starts_with(want), "{path}: {message}");
+    }
+    // What may change does: replicas, a bigger claim, a Service's ports.
+    for (path, patch) in [
+        (
+            "/apis/apps/v1/namespaces/default/statefulsets/sts",
+            json!({"spec": {"replicas": 3}}),
+        ),
+        (
+            "/api/v1/namespaces/default/persistentvolumeclaims/data",
+            json!({"spec": {"resources": {"requests": {"storage": "2Gi"}}}}),
+        ),
+        (
+            "/api/v1/namespaces/default/services/svc",
+            json!({"spec": {"ports": [{"port": 81}]}}),
+        ),
+    ] {
+        let (code, status) = raw(
+            &server,
+            "PATCH",
+            path,
+            "application/merge-patch+json",
+            patch,
+        )
+        .await;
+        assert_eq!(code, 200, "{path}: {status}");
+    }
+    Ok(())
+}
