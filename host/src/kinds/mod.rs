@@ -8,6 +8,7 @@
 //! request is built; the test API server uses the same table and validation.
 
 pub mod api;
+pub mod schema;
 mod table;
 pub mod validation;
 
