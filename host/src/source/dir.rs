@@ -182,12 +182,20 @@ impl State {
     /// directory would, and is reported.
     fn defined(&self) -> (BTreeMap<ObjKey, Value>, BTreeMap<PathBuf, String>) {
         let scopes = Scopes::of(self.files.values().flat_map(|f| f.objects.iter()));
+        let schemas = crate::kinds::schema::CrdSchemas::of(
+            self.files.values().flat_map(|f| f.objects.iter()),
+        );
         let mut problems: BTreeMap<PathBuf, Vec<String>> = BTreeMap::new();
         let mut defined: BTreeMap<ObjKey, (Value, &Path)> = BTreeMap::new();
         for (path, f) in &self.files {
             let mut unread = f.unread.clone();
             for v in &f.objects {
-                let v = scopes.place(v.clone());
+                let mut v = scopes.place(v.clone());
+                // Custom resources: defaulted, pruned and validated by their CRD's schema.
+                if let Err(e) = schemas.admit(&mut v) {
+                    unread.push(e);
+                    continue;
+                }
                 if let Err(e) = admit(&v) {
                     unread.push(e);
                     continue;
