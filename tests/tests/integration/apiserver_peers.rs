@@ -458,3 +458,61 @@ async fn the_python_client_decodes_pods_creates_and_watches() -> anyhow::Result<
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn kubectl_waits_for_a_crd_to_be_established_and_prints_its_schemas_refusals()
+-> anyhow::Result<()> {
+    let Some(program) = kubectl() else {
+        return Ok(());
+    };
+    let server = TestApiServer::start().await?;
+    let kubectl = Kubectl::new(program, &server);
+    let dir = tempfile::tempdir()?;
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "widgets", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {
+                        "size": {"type": "string", "enum": ["low", "medium", "high"]}}}}}}}]}
+    });
+    let file = dir.path().join("crd.json");
+    std::fs::write(&file, crd.to_string())?;
+    let file = file.to_string_lossy().into_owned();
+    kubectl.ok(&["apply", "-f", &file]).await;
+    let out = kubectl
+        .ok(&[
+            "wait",
+            "--for=condition=Established",
+            "crd/widgets.example.com",
+            "--timeout=20s",
+        ])
+        .await;
+    assert_eq!(
+        out.trim(),
+        "customresourcedefinition.apiextensions.k8s.io/widgets.example.com condition met"
+    );
+    // A Widget its schema refuses: the server's 422, as kubectl prints it.
+    let cr = dir.path().join("widget.yaml");
+    std::fs::write(
+        &cr,
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: a\nspec:\n  size: urgent\n",
+    )?;
+    let cr = cr.to_string_lossy().into_owned();
+    let (ok, _, stderr) = kubectl.run(&["create", "-f", &cr]).await;
+    assert!(!ok);
+    assert!(
+        stderr.contains(
+            "is invalid: spec.size: Unsupported value: \"urgent\": supported values: \"low\", \"medium\", \"high\""
+        ),
+        "{stderr}"
+    );
+    assert!(
+        server
+            .get("example.com/v1", "Widget", Some("default"), "a")
+            .is_none()
+    );
+    Ok(())
+}
