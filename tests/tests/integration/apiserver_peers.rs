@@ -514,5 +514,22 @@ async fn kubectl_waits_for_a_crd_to_be_established_and_prints_its_schemas_refusa
             .get("example.com/v1", "Widget", Some("default"), "a")
             .is_none()
     );
+    // An unknown field: kubectl asks for strict field validation and shows the server's 400.
+    std::fs::write(
+        &cr,
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: a\nspec:\n  size: low\n  colour: red\n",
+    )?;
+    let (ok, _, stderr) = kubectl.run(&["create", "-f", &cr]).await;
+    assert!(!ok);
+    assert!(
+        stderr.contains("strict decoding error: unknown field \"spec.colour\""),
+        "{stderr}"
+    );
+    // Without validation it is stored, the field pruned.
+    kubectl.ok(&["create", "--validate=false", "-f", &cr]).await;
+    let stored = server
+        .get("example.com/v1", "Widget", Some("default"), "a")
+        .expect("created");
+    assert_eq!(stored["spec"], json!({"size": "low"}));
     Ok(())
 }
