@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod fields;
+pub mod schema;
 mod table;
 pub mod validation;
 

@@ -208,6 +208,9 @@ impl State {
     /// directory would, and is reported.
     fn defined(&self) -> (BTreeMap<ObjKey, Value>, Reports) {
         let scopes = Scopes::of(self.files.values().flat_map(|f| f.objects.iter()));
+        let schemas = crate::kinds::schema::CrdSchemas::of(
+            self.files.values().flat_map(|f| f.objects.iter()),
+        );
         let mut problems: BTreeMap<PathBuf, Vec<String>> = BTreeMap::new();
         let mut notes: BTreeMap<PathBuf, Vec<String>> = BTreeMap::new();
         let mut defined: BTreeMap<ObjKey, (Value, &Path)> = BTreeMap::new();
@@ -215,7 +218,12 @@ impl State {
             let mut unread = f.unread.clone();
             let mut redefined = Vec::new();
             for v in &f.objects {
-                let v = scopes.place(v.clone());
+                let mut v = scopes.place(v.clone());
+                // Custom resources: defaulted, pruned and validated by their CRD's schema.
+                if let Err(e) = schemas.admit(&mut v) {
+                    unread.push(e);
+                    continue;
+                }
                 if let Err(e) = admit(&v) {
                     unread.push(e);
                     continue;
@@ -1211,5 +1219,34 @@ mod tests {
         assert_eq!(pods.objects().len(), 1);
         let e = c.errors().values().next().unwrap().clone();
         assert!(e.contains("line 3"), "{e}");
+    }
+
+    #[test]
+    fn custom_resources_are_defaulted_pruned_and_checked_by_their_crds_schema() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("a.yaml"),
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widgets.example.com}\nspec: {group: example.com, scope: Namespaced, names: {kind: Widget, plural: widgets}, versions: [{name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, properties: {spec: {type: object, properties: {replicas: {type: integer, default: 1}, size: {type: string, enum: [low, high]}}}}}}}]}\n---\napiVersion: example.com/v1\nkind: Widget\nmetadata: {name: good}\nspec: {size: low, colour: red}\n---\napiVersion: example.com/v1\nkind: Widget\nmetadata: {name: bad}\nspec: {size: urgent}\n",
+        )
+        .unwrap();
+        let c = DirCluster::open(d.path()).unwrap();
+        let widgets = c
+            .source(ObjectFilter {
+                api_version: "example.com/v1".into(),
+                kind: "Widget".into(),
+                ..Default::default()
+            })
+            .objects();
+        assert_eq!(widgets.keys().collect::<Vec<_>>(), ["default/good"]);
+        assert_eq!(
+            widgets["default/good"].to_value()["spec"],
+            serde_json::json!({"size": "low", "replicas": 1}),
+            "defaulted, the unknown field pruned"
+        );
+        let e = &c.errors()[&d.path().join("a.yaml")];
+        assert!(
+            e.contains("Widget.example.com \"bad\" is invalid: spec.size: Unsupported value: \"urgent\": supported values: \"low\", \"high\""),
+            "{e}"
+        );
     }
 }

@@ -392,6 +392,90 @@ pub(crate) fn crd_resource() -> ResourceKey {
     }
 }
 
+/// What a CustomResourceDefinition looks like once stored and seen by the API server's
+/// controllers (apiextensions-apiserver `pkg/apis/apiextensions/v1/defaults.go`, the naming
+/// controller `pkg/controller/status/naming_controller.go` and the establishing controller):
+/// `spec.names` defaulted (`singular`, `listKind`), `status.acceptedNames` the names,
+/// `status.storedVersions` holding the storage version, and the conditions `NamesAccepted`
+/// (reason `NoConflicts`) and `Established` (reason `InitialNamesAccepted`) True. A real server
+/// sets the conditions a moment after the create (watchers see a MODIFIED); this one at once.
+pub(crate) fn settle_crd(crd: &mut Value) {
+    let Some(names) = crd
+        .pointer_mut("/spec/names")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    let kind = names
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if !kind.is_empty() {
+        names
+            .entry("singular")
+            .or_insert_with(|| json!(kind.to_ascii_lowercase()));
+        names
+            .entry("listKind")
+            .or_insert_with(|| json!(format!("{kind}List")));
+    }
+    let accepted = Value::Object(names.clone());
+    let storage: Vec<Value> = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+        .filter_map(|v| v.get("name").cloned())
+        .collect();
+    let Some(map) = crd.as_object_mut() else {
+        return;
+    };
+    let status = map.entry("status").or_insert_with(|| json!({}));
+    if !status.is_object() {
+        *status = json!({});
+    }
+    status["acceptedNames"] = accepted;
+    let stored = status
+        .as_object_mut()
+        .map(|s| s.entry("storedVersions").or_insert_with(|| json!([])));
+    if let Some(Value::Array(stored)) = stored {
+        for v in storage {
+            if !stored.contains(&v) {
+                stored.push(v);
+            }
+        }
+    }
+    let now = super::resource::now_rfc3339();
+    let mut conditions: Vec<Value> = status
+        .get("conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for (ty, reason, message) in [
+        ("NamesAccepted", "NoConflicts", "no conflicts found"),
+        (
+            "Established",
+            "InitialNamesAccepted",
+            "the initial names have been accepted",
+        ),
+    ] {
+        let current = conditions
+            .iter()
+            .position(|c| c.get("type").and_then(Value::as_str) == Some(ty));
+        if current.is_some_and(|i| conditions[i].get("status") == Some(&json!("True"))) {
+            continue;
+        }
+        let condition = json!({"type": ty, "status": "True", "lastTransitionTime": now,
+            "reason": reason, "message": message});
+        match current {
+            Some(i) => conditions[i] = condition,
+            None => conditions.push(condition),
+        }
+    }
+    status["conditions"] = Value::Array(conditions);
+}
+
 /// What the server knows of a collection: built-in, defined by a CRD, or only seen in writes.
 #[derive(Debug, Clone)]
 pub(crate) enum Known {

@@ -91,6 +91,15 @@
 //! - Field selectors: the labels each kind supports, else 400 with the kind's own message.
 //! - Creates and replaces over HTTP are validated (`validation`); objects created through
 //!   [`TestApiServer::create`] are not, so tests can seed anything.
+//! - Custom resources are defaulted, pruned and validated by their CRD version's
+//!   `openAPIV3Schema` on every write over HTTP (create, update, patch, apply, `status`): 422
+//!   in the server's words; unknown fields dropped, each named in a `Warning` header (the
+//!   default `fieldValidation=Warn`), refused with 400 under `Strict`, silent under `Ignore`.
+//!   A CRD whose schema does not compile is 422.
+//! - A stored CRD gets what the API server's controllers give it: `spec.names` defaulted,
+//!   `status.acceptedNames`, `status.storedVersions` and the conditions `NamesAccepted`
+//!   (`NoConflicts`) and `Established` (`InitialNamesAccepted`) True, at once (a real server
+//!   sets them a moment later), so `kubectl wait --for=condition=Established` returns.
 //! - Bodies: JSON or YAML; protobuf for every kind of kubernetes/api (what kubectl's typed
 //!   clients send); anything else (protobuf custom resources) 415.
 //! - `{deployments,replicasets,statefulsets,replicationcontrollers}/{name}/scale`: an

@@ -795,6 +795,9 @@ impl State {
             // As the API server's namespace strategy does on create.
             prepare_namespace(&mut obj);
         }
+        if resource == super::discovery::crd_resource() {
+            super::discovery::settle_crd(&mut obj);
+        }
         let meta = meta_mut(&mut obj)?;
         meta.insert("uid".into(), Value::String(new_uid()));
         meta.insert("creationTimestamp".into(), Value::String(now_rfc3339()));
@@ -1147,6 +1150,9 @@ impl Store {
                 plural: resource.plural,
                 name: key.1,
             });
+        }
+        if resource == super::discovery::crd_resource() {
+            super::discovery::settle_crd(&mut obj);
         }
         let generation = old_meta("generation").and_then(|g| g.as_i64()).unwrap_or(1);
         let spec_changed = old.value.get("spec") != obj.get("spec");

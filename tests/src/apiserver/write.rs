@@ -254,12 +254,15 @@ pub(crate) struct WriteOptions {
     pub explicit_manager: bool,
     /// `force` (apply only).
     pub force: Option<bool>,
+    /// `fieldValidation`: what to do with the unknown fields of a custom resource.
+    pub field_validation: validation::FieldValidation,
 }
 
 impl WriteOptions {
-    /// Reads `dryRun`, `fieldManager` and `force` and checks `fieldValidation` (unknown fields
-    /// are not detected: every value is accepted as `Ignore`); `options_kind` names the options
-    /// in errors (`CreateOptions`, `UpdateOptions`, `PatchOptions`).
+    /// Reads `dryRun`, `fieldManager`, `force` and `fieldValidation` (unknown fields are
+    /// detected in custom resources only, by their CRD's schema: see [`validation`]);
+    /// `options_kind` names the options in errors (`CreateOptions`, `UpdateOptions`,
+    /// `PatchOptions`).
     pub(crate) fn parse(
         query: &Query,
         headers: &HeaderMap,
@@ -314,11 +317,15 @@ impl WriteOptions {
                 .take(128)
                 .collect()
         };
+        let field_validation = validation::FieldValidation::parse(
+            query.get("fieldValidation").map_or("", String::as_str),
+        );
         Ok(Self {
             dry_run,
             manager,
             explicit_manager,
             force,
+            field_validation,
         })
     }
 }
@@ -414,6 +421,18 @@ fn refuse_create(shared: &Shared, target: &Target) -> Option<Response> {
         .map(|e| store_error(&e))
 }
 
+/// `response` with one `Warning` header per warning (`299 - "text"`), as the API server sends
+/// them.
+fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let text = w.replace('\\', "\\\\").replace('"', "\\\"");
+        if let Ok(value) = axum::http::HeaderValue::from_str(&format!("299 - \"{text}\"")) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
+    response
+}
+
 /// Stores a new object, or with `dryRun` only says what would be stored.
 fn commit_create(shared: &Shared, obj: Value, dry_run: bool) -> Result<Value, StoreError> {
     if dry_run {
@@ -463,9 +482,10 @@ pub(crate) async fn create(
     if let Some(e) = refuse_create(shared, target) {
         return e;
     }
-    if let Err(e) = validation::validate(shared, target, &mut obj) {
-        return e.into_response();
-    }
+    let warnings = match validation::validate(shared, target, &mut obj, options.field_validation) {
+        Ok(warnings) => warnings,
+        Err(e) => return e.into_response(),
+    };
     let writer = Writer {
         manager: &options.manager,
         status: false,
@@ -474,7 +494,10 @@ pub(crate) async fn create(
     };
     apply::record_update(None, &mut obj, &writer);
     match commit_create(shared, obj, options.dry_run) {
-        Ok(created) => json_response(StatusCode::CREATED, created.to_string()),
+        Ok(created) => with_warnings(
+            json_response(StatusCode::CREATED, created.to_string()),
+            &warnings,
+        ),
         Err(e) => store_error(&e),
     }
 }
@@ -502,8 +525,12 @@ pub(crate) async fn replace(
     if let Err(e) = conform(shared, target, &mut sent) {
         return e.into_response();
     }
-    if !status_only && let Err(e) = validation::validate(shared, target, &mut sent) {
-        return e.into_response();
+    let mut warnings = Vec::new();
+    if !status_only {
+        match validation::validate(shared, target, &mut sent, options.field_validation) {
+            Ok(w) => warnings = w,
+            Err(e) => return e.into_response(),
+        }
     }
     let name = target.name.as_deref().unwrap_or("");
     let explicit_rv = sent
@@ -526,6 +553,10 @@ pub(crate) async fn replace(
         let mut obj = sent.clone();
         if status_only {
             obj = status_update(shared, target, &current.value, obj);
+            match validation::validate_status(shared, target, &mut obj, options.field_validation) {
+                Ok(w) => warnings = w,
+                Err(e) => return e.into_response(),
+            }
         } else {
             keep_on_update(shared, target, &current.value, &mut obj);
         }
@@ -543,7 +574,7 @@ pub(crate) async fn replace(
             commit_update(shared, &current.value, obj, options.dry_run),
             explicit_rv,
         ) {
-            return answer;
+            return with_warnings(answer, &warnings);
         }
     }
     conflict_after_retries(target, name)
@@ -732,11 +763,16 @@ pub(crate) async fn patch(
             if let Some(e) = refuse_create(shared, target) {
                 return e;
             }
-            if let Err(e) = validation::validate(shared, target, &mut obj) {
-                return e.into_response();
-            }
+            let warnings =
+                match validation::validate(shared, target, &mut obj, options.field_validation) {
+                    Ok(warnings) => warnings,
+                    Err(e) => return e.into_response(),
+                };
             match commit_create(shared, obj, options.dry_run) {
-                Ok(created) => return json_response(StatusCode::CREATED, created.to_string()),
+                Ok(created) => {
+                    let created = json_response(StatusCode::CREATED, created.to_string());
+                    return with_warnings(created, &warnings);
+                }
                 Err(StoreError::AlreadyExists { .. }) => continue,
                 Err(e) => return store_error(&e),
             }
@@ -778,9 +814,15 @@ pub(crate) async fn patch(
         if let Err(e) = conform(shared, target, &mut patched) {
             return e.into_response();
         }
-        if !status_only && let Err(e) = validation::validate(shared, target, &mut patched) {
-            return e.into_response();
-        }
+        let checked = if status_only {
+            validation::validate_status(shared, target, &mut patched, options.field_validation)
+        } else {
+            validation::validate(shared, target, &mut patched, options.field_validation)
+        };
+        let warnings = match checked {
+            Ok(warnings) => warnings,
+            Err(e) => return e.into_response(),
+        };
         if kind != PatchKind::Apply {
             apply::record_update(Some(live), &mut patched, &writer);
         }
@@ -788,7 +830,7 @@ pub(crate) async fn patch(
             commit_update(shared, live, patched, options.dry_run),
             explicit_rv,
         ) {
-            return answer;
+            return with_warnings(answer, &warnings);
         }
     }
     conflict_after_retries(target, name)

@@ -849,3 +849,156 @@ async fn kubectl_sees_pod_updates_refused_and_pods_deleted_gracefully() -> anyho
     assert!(server.get("v1", "Pod", Some("default"), "web-1").is_none());
     Ok(())
 }
+
+#[tokio::test]
+async fn kubectl_waits_for_a_crd_to_be_established_and_prints_its_schemas_refusals()
+-> anyhow::Result<()> {
+    let Some(program) = kubectl() else {
+        return Ok(());
+    };
+    let server = TestApiServer::start().await?;
+    let kubectl = Kubectl::new(program, &server);
+    let dir = tempfile::tempdir()?;
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "widgets", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {
+                        "size": {"type": "string", "enum": ["low", "medium", "high"]}}}}}}}]}
+    });
+    let file = dir.path().join("crd.json");
+    std::fs::write(&file, crd.to_string())?;
+    let file = file.to_string_lossy().into_owned();
+    kubectl.ok(&["apply", "-f", &file]).await;
+    let out = kubectl
+        .ok(&[
+            "wait",
+            "--for=condition=Established",
+            "crd/widgets.example.com",
+            "--timeout=20s",
+        ])
+        .await;
+    assert_eq!(
+        out.trim(),
+        "customresourcedefinition.apiextensions.k8s.io/widgets.example.com condition met"
+    );
+    // A Widget its schema refuses: the server's 422, as kubectl prints it.
+    let cr = dir.path().join("widget.yaml");
+    std::fs::write(
+        &cr,
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: a\nspec:\n  size: urgent\n",
+    )?;
+    let cr = cr.to_string_lossy().into_owned();
+    let (ok, _, stderr) = kubectl.run(&["create", "-f", &cr]).await;
+    assert!(!ok);
+    assert!(
+        stderr.contains(
+            "is invalid: spec.size: Unsupported value: \"urgent\": supported values: \"low\", \"medium\", \"high\""
+        ),
+        "{stderr}"
+    );
+    assert!(
+        server
+            .get("example.com/v1", "Widget", Some("default"), "a")
+            .is_none()
+    );
+    // An unknown field: kubectl asks for strict field validation and shows the server's 400.
+    std::fs::write(
+        &cr,
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: a\nspec:\n  size: low\n  colour: red\n",
+    )?;
+    let (ok, _, stderr) = kubectl.run(&["create", "-f", &cr]).await;
+    assert!(!ok);
+    assert!(
+        stderr.contains("strict decoding error: unknown field \"spec.colour\""),
+        "{stderr}"
+    );
+    // Without validation it is stored, the field pruned.
+    kubectl.ok(&["create", "--validate=false", "-f", &cr]).await;
+    let stored = server
+        .get("example.com/v1", "Widget", Some("default"), "a")
+        .expect("created");
+    assert_eq!(stored["spec"], json!({"size": "low"}));
+    Ok(())
+}
+
+/// Reads a CRD into the typed model, creates a Widget its schema refuses and one with an
+/// unknown field; prints one JSON object with what it saw.
+const PYTHON_CRD_SCRIPT: &str = r#"
+import json, sys
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+config = client.Configuration()
+config.host = sys.argv[1]
+api_client = client.ApiClient(config)
+out = {}
+
+crd = client.ApiextensionsV1Api(api_client).read_custom_resource_definition("widgets.example.com")
+out["conditions"] = sorted([c.type, c.status, c.reason] for c in crd.status.conditions)
+out["stored_versions"] = crd.status.stored_versions
+
+custom = client.CustomObjectsApi(api_client)
+def widget(name, spec):
+    return {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": name}, "spec": spec}
+try:
+    custom.create_namespaced_custom_object("example.com", "v1", "default", "widgets", widget("bad", {"size": "urgent"}))
+    out["refused"] = None
+except ApiException as e:
+    out["refused"] = [e.status, json.loads(e.body)["message"]]
+created = custom.create_namespaced_custom_object("example.com", "v1", "default", "widgets", widget("good", {"size": "low", "colour": "red"}))
+out["created_spec"] = created["spec"]
+print(json.dumps(out))
+"#;
+
+#[tokio::test]
+async fn the_python_client_reads_an_established_crd_and_meets_its_schema() -> anyhow::Result<()> {
+    let Some(program) = python() else {
+        return Ok(());
+    };
+    let server = TestApiServer::start().await?;
+    server.create(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "widgets", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {
+                        "replicas": {"type": "integer", "default": 1},
+                        "size": {"type": "string", "enum": ["low", "medium", "high"]}}}}}}}]}
+    }))?;
+    let dir = tempfile::tempdir()?;
+    let script = dir.path().join("crd.py");
+    std::fs::write(&script, PYTHON_CRD_SCRIPT)?;
+    let url = server.url();
+    let out =
+        tokio::task::spawn_blocking(move || Command::new(program).arg(&script).arg(url).output())
+            .await??;
+    assert!(
+        out.status.success(),
+        "python client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(
+        seen["conditions"],
+        json!([
+            ["Established", "True", "InitialNamesAccepted"],
+            ["NamesAccepted", "True", "NoConflicts"]
+        ])
+    );
+    assert_eq!(seen["stored_versions"], json!(["v1"]));
+    assert_eq!(
+        seen["refused"],
+        json!([
+            422,
+            "Widget.example.com \"bad\" is invalid: spec.size: Unsupported value: \"urgent\": supported values: \"low\", \"medium\", \"high\""
+        ])
+    );
+    assert_eq!(seen["created_spec"], json!({"size": "low", "replicas": 1}));
+    Ok(())
+}

@@ -17,6 +17,7 @@ mod abi;
 mod admin;
 mod admin_auth;
 mod apiserver_cluster;
+mod apiserver_crd;
 mod apiserver_peers;
 mod apiserver_protocol;
 mod apiserver_writes;

@@ -547,3 +547,41 @@ async fn a_cluster_scoped_violation_goes_to_the_cluster_report() {
     until("the cluster report deleted", || get().is_none()).await;
     host.stop().await;
 }
+
+#[tokio::test]
+async fn a_malformed_report_is_refused_by_the_report_crds_schema() {
+    let server = server(vec![]).await;
+    let reports: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+        server.client_no_retry(),
+        "default",
+        &kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+            "openreports.io",
+            "v1alpha1",
+            "Report",
+        )),
+    );
+    let malformed = json!({
+        "apiVersion": "openreports.io/v1alpha1", "kind": "Report",
+        "metadata": {"name": "bad", "namespace": "default"},
+        "summary": {"pass": 0, "fail": "one"},
+        "results": [{"policy": "p", "result": "fail", "severity": "urgent"}],
+    });
+    let refused = reports
+        .create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(malformed).unwrap(),
+        )
+        .await;
+    match refused {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 422, "{}", status.message);
+            assert_eq!(
+                status.message,
+                "Report.openreports.io \"bad\" is invalid: [results[0].severity: Unsupported value: \"urgent\": supported values: \"critical\", \"high\", \"low\", \"medium\", \"info\", summary.fail: Invalid value: \"string\": summary.fail in body must be of type integer: \"string\"]"
+            );
+        }
+        other => panic!("a malformed report was accepted: {other:?}"),
+    }
+    let stored = server.get("openreports.io/v1alpha1", "Report", Some("default"), "bad");
+    assert!(stored.is_none());
+}
