@@ -1528,6 +1528,8 @@ async fn update_entries_own_the_maps_and_lists_they_create() {
     };
     // A create owns the maps it brings (`.`), but not the nodes the type's zero value has
     // (`spec`, the pod template), nor `metadata`; list items are nodes; atomic maps are leaves.
+    // The fields the create's defaulting set are the creator's too (as `kubectl create
+    // deployment` shows on a real server).
     let created = deployments(&server)
         .create(
             &as_manager("creator"),
@@ -1540,12 +1542,26 @@ async fn update_entries_own_the_maps_and_lists_they_create() {
         json!({
             "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
             "f:spec": {
+                "f:progressDeadlineSeconds": {},
                 "f:replicas": {},
+                "f:revisionHistoryLimit": {},
                 "f:selector": {},
+                "f:strategy": {
+                    "f:rollingUpdate": {".": {}, "f:maxSurge": {}, "f:maxUnavailable": {}},
+                    "f:type": {}
+                },
                 "f:template": {
                     "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
-                    "f:spec": {"f:containers": {"k:{\"name\":\"app\"}": {
-                        ".": {}, "f:image": {}, "f:name": {}}}}
+                    "f:spec": {
+                        "f:containers": {"k:{\"name\":\"app\"}": {
+                            ".": {}, "f:image": {}, "f:imagePullPolicy": {}, "f:name": {},
+                            "f:terminationMessagePath": {}, "f:terminationMessagePolicy": {}}},
+                        "f:dnsPolicy": {},
+                        "f:restartPolicy": {},
+                        "f:schedulerName": {},
+                        "f:securityContext": {},
+                        "f:terminationGracePeriodSeconds": {}
+                    }
                 }
             }
         })
