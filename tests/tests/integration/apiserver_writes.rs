@@ -1614,3 +1614,38 @@ async fn update_entries_own_the_maps_and_lists_they_create() {
         json!({"f:data": {".": {}, "f:k": {}}})
     );
 }
+
+/// A create is defaulted as a real API server defaults it (pkg/apis/core/v1/defaults.go, the
+/// pod strategy's PrepareForCreate): `kubectl run` makes a Pod that `status.phase=Pending`
+/// selects, with the PodSpec's and the container's defaults.
+#[tokio::test]
+async fn kubectl_run_makes_a_pending_pod_with_the_api_servers_defaults() {
+    let server = TestApiServer::start().await.expect("server");
+    let Some(kubectl) = Kubectl::new(&server) else {
+        return;
+    };
+    kubectl.ok(&["run", "web", "--image=nginx"]).await;
+    let pending = kubectl
+        .ok(&[
+            "get",
+            "pods",
+            "--field-selector=status.phase=Pending",
+            "-o",
+            "name",
+        ])
+        .await;
+    assert_eq!(pending.trim(), "pod/web");
+    let fields = kubectl
+        .ok(&[
+            "get",
+            "pod",
+            "web",
+            "-o",
+            "jsonpath={.spec.dnsPolicy},{.spec.restartPolicy},{.spec.schedulerName},{.spec.terminationGracePeriodSeconds},{.spec.enableServiceLinks},{.spec.containers[0].imagePullPolicy},{.spec.containers[0].terminationMessagePath},{.status.qosClass}",
+        ])
+        .await;
+    assert_eq!(
+        fields,
+        "ClusterFirst,Always,default-scheduler,30,true,Always,/dev/termination-log,BestEffort"
+    );
+}
