@@ -10,7 +10,10 @@
 //! group, kind, namespace and name (in any version of the group; the last definition in path
 //! order wins, as `kubectl apply -f` would leave it), placed in its kind's scope, and only
 //! objects the API server would admit ([`crate::kinds`]): the others are left out and reported
-//! in [`DirCluster::errors`].
+//! in [`DirCluster::errors`]. A built-in object is decoded, defaulted and validated as a create
+//! would be ([`crate::kinds::decode`]: a type error leaves it out, an unknown field is dropped
+//! and reported; [`crate::kinds::defaults`]), and an informer on another version of its group
+//! gets it converted or, where the kind does not convert, reported ([`crate::kinds::convert`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
