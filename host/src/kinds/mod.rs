@@ -1,13 +1,18 @@
 //! What Kubernetes says about its kinds, shared by every part that stands in for an API server
 //! or checks what will be sent to one: the built-in kinds of Kubernetes 1.36 (group, version,
-//! kind, plural, scope), the name rules of each kind, and object validation
-//! ([`validation`]) as the API server answers it.
+//! kind, plural, scope), the name rules of each kind, and what the API server does to an
+//! object it is given: decoding ([`decode`]: type errors refuse it, unknown fields are dropped),
+//! defaulting ([`defaults`]), validation ([`validation`]) and serving it in another version of
+//! its group ([`convert`]).
 //!
 //! The `dir:` source uses them to place objects in their scope, to refuse objects a cluster
 //! would refuse and to check the config's kinds at start; actions use the name rules before a
 //! request is built; the test API server uses the same table and validation.
 
 pub mod api;
+pub mod convert;
+pub mod decode;
+pub mod defaults;
 pub mod fields;
 pub mod schema;
 mod table;

@@ -12,7 +12,10 @@
 //! group, kind, namespace and name (in any version of the group; the last definition in path
 //! order wins, as `kubectl apply -f` would leave it), placed in its kind's scope, and only
 //! objects the API server would admit ([`crate::kinds`]): the others are left out and reported
-//! in [`DirCluster::errors`].
+//! in [`DirCluster::errors`]. A built-in object is decoded, defaulted and validated as a create
+//! would be ([`crate::kinds::decode`]: a type error leaves it out, an unknown field is dropped
+//! and reported; [`crate::kinds::defaults`]), and an informer on another version of its group
+//! gets it converted or, where the kind does not convert, reported ([`crate::kinds::convert`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -135,6 +138,16 @@ struct State {
     notes: BTreeMap<PathBuf, String>,
     /// Files that lost objects and are not yet quiet: the stamp seen and since when.
     pending: BTreeMap<PathBuf, ((SystemTime, u64), Instant)>,
+    /// The last decoding of each object (by file and place in it), so a rescan decodes only
+    /// what changed.
+    decoded: std::cell::RefCell<std::collections::HashMap<(PathBuf, usize), Decoding>>,
+}
+
+/// An object as placed in its scope, and what [`decode_and_default`] made of it.
+struct Decoding {
+    placed: Value,
+    result: Result<Value, String>,
+    warnings: Vec<String>,
 }
 
 impl State {
@@ -214,11 +227,35 @@ impl State {
         let mut problems: BTreeMap<PathBuf, Vec<String>> = BTreeMap::new();
         let mut notes: BTreeMap<PathBuf, Vec<String>> = BTreeMap::new();
         let mut defined: BTreeMap<ObjKey, (Value, &Path)> = BTreeMap::new();
+        let mut last = self.decoded.take();
+        let mut decoded = std::collections::HashMap::new();
         for (path, f) in &self.files {
             let mut unread = f.unread.clone();
             let mut redefined = Vec::new();
-            for v in &f.objects {
-                let mut v = scopes.place(v.clone());
+            for (i, v) in f.objects.iter().enumerate() {
+                let placed = scopes.place(v.clone());
+                let d = match last.remove(&(path.clone(), i)) {
+                    Some(d) if d.placed == placed => d,
+                    _ => {
+                        let mut warnings = Vec::new();
+                        let result = decode_and_default(placed.clone(), &mut warnings);
+                        Decoding {
+                            placed,
+                            result,
+                            warnings,
+                        }
+                    }
+                };
+                unread.extend(d.warnings.iter().cloned());
+                let v = d.result.clone();
+                decoded.insert((path.clone(), i), d);
+                let mut v = match v {
+                    Ok(v) => v,
+                    Err(e) => {
+                        unread.push(e);
+                        continue;
+                    }
+                };
                 // Custom resources: defaulted, pruned and validated by their CRD's schema.
                 if let Err(e) = schemas.admit(&mut v) {
                     unread.push(e);
@@ -228,6 +265,7 @@ impl State {
                     unread.push(e);
                     continue;
                 }
+                unread.extend(unservable(&v, self.sources.iter().map(|(f, _)| f)));
                 let Some(k) = key_of(&v) else { continue };
                 let shown = format!(
                     "{} {}",
@@ -256,6 +294,7 @@ impl State {
                 notes.insert(path.clone(), redefined);
             }
         }
+        self.decoded.replace(decoded);
         let joined = |m: BTreeMap<PathBuf, Vec<String>>| -> BTreeMap<PathBuf, String> {
             m.into_iter().map(|(p, e)| (p, e.join("; "))).collect()
         };
@@ -333,7 +372,10 @@ impl State {
                 format!("{}/{}", k.2, k.3)
             };
             for (f, src) in &self.sources {
-                if Object::from_value(d.value.clone(), true).is_ok_and(|o| f.keeps(&o)) {
+                let kept = served(&d.value, f)
+                    .and_then(|v| Object::from_value(v, true).map_err(|e| e.to_string()))
+                    .is_ok_and(|o| f.keeps(&o));
+                if kept {
                     src.delete_at(&key, self.rv);
                 }
             }
@@ -384,6 +426,84 @@ fn admit(v: &Value) -> Result<(), String> {
     } else {
         Err(kinds::validation::message(group, kind, name, &errs))
     }
+}
+
+/// `v` decoded and defaulted as an API server would on create, if of a built-in kind
+/// ([`crate::kinds::decode`], [`crate::kinds::defaults`]): a value of the wrong type refuses
+/// it (the error names the object, the field and the types); each unknown field is dropped
+/// and named in `warnings`. Objects of other groups, and kinds Kubernetes does not serve (left
+/// to [`admit`] to refuse), are returned as they are.
+fn decode_and_default(v: Value, warnings: &mut Vec<String>) -> Result<Value, String> {
+    use crate::kinds;
+    let text = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("");
+    let (group, version) = kinds::split_api_version(text("/apiVersion"));
+    let kind = text("/kind");
+    if kinds::builtin(group, version, kind).is_none() {
+        return Ok(v);
+    }
+    let (group, version, kind) = (group.to_owned(), version.to_owned(), kind.to_owned());
+    let shown = shown(&v);
+    let mut d = kinds::decode::decode(&group, &version, &kind, &v)
+        .map_err(|e| format!("{shown} is refused: {e}"))?;
+    warnings.extend(d.warnings.iter().map(|w| {
+        format!("{shown}: {w} (dropped, as an API server does with fieldValidation=Warn)")
+    }));
+    kinds::defaults::apply_defaults(&group, &version, &kind, &mut d.value);
+    Ok(d.value)
+}
+
+/// `Kind namespace/name` (`Kind name` when cluster-scoped).
+fn shown(v: &Value) -> String {
+    let text = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("");
+    let (kind, ns, name) = (
+        text("/kind"),
+        text("/metadata/namespace"),
+        text("/metadata/name"),
+    );
+    if ns.is_empty() {
+        format!("{kind} {name}")
+    } else {
+        format!("{kind} {ns}/{name}")
+    }
+}
+
+/// `v` as an informer of `filter` is served it: converted to the informer's version if `v`
+/// is a built-in object written in another version of its group ([`crate::kinds::convert`]);
+/// `Err` if it cannot be.
+fn served(v: &Value, filter: &ObjectFilter) -> Result<Value, String> {
+    let written = v.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let group = group_of(written);
+    if filter.api_version.is_empty()
+        || filter.api_version == written
+        || !crate::kinds::is_builtin_group(group)
+        || group_of(&filter.api_version) != group
+    {
+        return Ok(v.clone());
+    }
+    crate::kinds::convert::convert(v, &filter.api_version)
+}
+
+/// Why informers of `filters` on the kind of `v`, in another version than it is written in,
+/// cannot be served it (one line per version).
+fn unservable<'a>(v: &Value, filters: impl Iterator<Item = &'a ObjectFilter>) -> Vec<String> {
+    let kind = v.get("kind").and_then(Value::as_str).unwrap_or("");
+    let mut versions: Vec<&str> = filters
+        .filter(|f| f.kind == kind)
+        .map(|f| f.api_version.as_str())
+        .collect();
+    versions.sort_unstable();
+    versions.dedup();
+    versions
+        .into_iter()
+        .filter_map(|api_version| {
+            let f = ObjectFilter {
+                api_version: api_version.to_owned(),
+                kind: kind.to_owned(),
+                ..Default::default()
+            };
+            served(v, &f).err()
+        })
+        .collect()
 }
 
 /// Why Kubernetes serves no `kind` at `api_version` (of one of its own groups), with what it
@@ -575,6 +695,11 @@ impl DirCluster {
             apply_if_kept(&src, &filter, d);
         }
         st.sources.push((filter, src.clone()));
+        // What the new informer cannot be served (an object in a version of its kind that
+        // does not convert) is reported now, not at the next rescan.
+        let (_, errors) = st.defined();
+        let seen = st.files.keys().map(|p| (p.clone(), ())).collect();
+        st.report_errors(errors, &seen);
         src
     }
 
@@ -693,9 +818,14 @@ impl DirCluster {
 }
 
 fn apply_if_kept(src: &MemorySource, filter: &ObjectFilter, d: &Defined) {
-    match Object::from_value(d.value.clone(), true) {
+    // An object that cannot be served in the filter's version is reported by
+    // `State::defined` (`unservable`).
+    let Ok(value) = served(&d.value, filter) else {
+        return;
+    };
+    match Object::from_value(value.clone(), true) {
         Ok(o) if filter.keeps(&o) => {
-            if let Err(e) = src.apply_at(d.value.clone(), d.rv, &d.uid) {
+            if let Err(e) = src.apply_at(value, d.rv, &d.uid) {
                 tracing::error!(error = %e, "manifest object refused");
             }
         }
@@ -920,13 +1050,13 @@ mod tests {
     }
 
     /// An API server serves one object in every version of its group and kind: an informer on
-    /// autoscaling/v2 sees an HPA written as autoscaling/v1 (as written: no conversion).
+    /// autoscaling/v2 sees an HPA written as autoscaling/v1, converted to autoscaling/v2.
     #[test]
-    fn an_informer_on_one_version_sees_the_objects_written_in_another() {
+    fn an_informer_on_autoscaling_v2_sees_an_hpa_written_as_v1_converted() {
         let d = tempfile::tempdir().unwrap();
         std::fs::write(
             d.path().join("hpa.yaml"),
-            "apiVersion: autoscaling/v1\nkind: HorizontalPodAutoscaler\nmetadata: {name: web, namespace: shop}\nspec: {maxReplicas: 3, scaleTargetRef: {kind: Deployment, name: web}}\n---\napiVersion: v1\nkind: HorizontalPodAutoscaler\nmetadata: {name: not-autoscaling, namespace: shop}\n",
+            "apiVersion: autoscaling/v1\nkind: HorizontalPodAutoscaler\nmetadata: {name: web, namespace: shop}\nspec: {maxReplicas: 3, targetCPUUtilizationPercentage: 60, scaleTargetRef: {kind: Deployment, name: web}}\n---\napiVersion: v1\nkind: HorizontalPodAutoscaler\nmetadata: {name: not-autoscaling, namespace: shop}\n",
         )
         .unwrap();
         let c = DirCluster::open(d.path()).unwrap();
@@ -941,7 +1071,110 @@ mod tests {
             ["shop/web"],
             "another group is not"
         );
-        assert_eq!(objs["shop/web"].meta().api_version, "autoscaling/v1");
+        let web = objs["shop/web"].to_value();
+        assert_eq!(web["apiVersion"], "autoscaling/v2");
+        assert_eq!(
+            web["spec"]["metrics"],
+            serde_json::json!([{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 60}}}])
+        );
+        assert!(web["spec"].get("targetCPUUtilizationPercentage").is_none());
+        assert_eq!(web["spec"]["minReplicas"], 1, "defaulted");
+        let v1 = c.source(ObjectFilter {
+            api_version: "autoscaling/v1".into(),
+            kind: "HorizontalPodAutoscaler".into(),
+            ..Default::default()
+        });
+        assert_eq!(
+            v1.objects()["shop/web"].to_value()["spec"]["targetCPUUtilizationPercentage"],
+            60,
+            "and as written to an informer on the version it is written in"
+        );
+    }
+
+    /// A kind whose versions the dir source does not convert is refused to an informer on
+    /// another version, and reported naming the version to write it in.
+    #[test]
+    fn an_object_in_a_version_that_does_not_convert_is_refused_and_reported() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("ip.yaml"),
+            "apiVersion: networking.k8s.io/v1beta1\nkind: IPAddress\nmetadata: {name: 10.0.0.1}\nspec: {parentRef: {resource: services, namespace: default, name: web}}\n",
+        )
+        .unwrap();
+        let c = DirCluster::open(d.path()).unwrap();
+        assert!(c.errors().is_empty(), "{:?}", c.errors());
+        let ips = c.source(ObjectFilter {
+            api_version: "networking.k8s.io/v1".into(),
+            kind: "IPAddress".into(),
+            ..Default::default()
+        });
+        assert!(ips.objects().is_empty());
+        let e = &c.errors()[&d.path().join("ip.yaml")];
+        assert!(
+            e.contains("IPAddress 10.0.0.1 is written as networking.k8s.io/v1beta1; the dir source does not convert IPAddress to networking.k8s.io/v1: write it as networking.k8s.io/v1"),
+            "{e}"
+        );
+    }
+
+    /// The demo's pods (deploy/demo/cluster) get the API server's defaults: a field selector
+    /// on `status.phase=Pending` matches every one of them, as on a cluster that just created
+    /// them.
+    #[test]
+    fn the_demo_pods_are_defaulted_and_match_status_phase_pending() {
+        let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/demo/cluster");
+        let c = DirCluster::open(&demo).unwrap();
+        let all = c.source(pods_filter()).objects();
+        let pending = c
+            .source(ObjectFilter {
+                fields: crate::informer::selector::FieldSelector::parse("status.phase=Pending").unwrap(),
+                ..pods_filter()
+            })
+            .objects();
+        assert_eq!(all.len(), 4);
+        assert_eq!(
+            pending.keys().collect::<Vec<_>>(),
+            all.keys().collect::<Vec<_>>()
+        );
+        let db = pending["shop/db-0"].to_value();
+        assert_eq!(db["spec"]["dnsPolicy"], "ClusterFirst");
+        assert_eq!(
+            db["spec"]["containers"][0]["imagePullPolicy"], "Always",
+            "postgres:latest"
+        );
+    }
+
+    /// Decoded as the API server decodes: a value of the wrong type refuses the object and is
+    /// reported with the file, the object and the field; an unknown field is dropped and
+    /// reported (fieldValidation=Warn); the rest of the file counts.
+    #[test]
+    fn type_errors_refuse_an_object_and_unknown_fields_are_dropped_and_reported() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("a.yaml"),
+            concat!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: numbered, labels: {version: 2}}\nspec: {containers: [{name: c, image: nginx}]}\n---\n",
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: iscsi}\nspec:\n  containers: [{name: c, image: nginx}]\n  volumes: [{name: d, iscsi: {targetPortal: '10.0.0.1:3260', iqn: iqn.x, lun: <ADD LUN ID Here>}}]\n---\n",
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: typo}\nspec: {containers: [{name: c, image: nginx, protectionDoamin: x}]}\n",
+            ),
+        )
+        .unwrap();
+        let c = DirCluster::open(d.path()).unwrap();
+        let pods = c.source(pods_filter()).objects();
+        assert_eq!(pods.keys().collect::<Vec<_>>(), ["default/typo"]);
+        assert!(
+            pods["default/typo"].to_value()["spec"]["containers"][0]
+                .get("protectionDoamin")
+                .is_none(),
+            "dropped"
+        );
+        let e = &c.errors()[&d.path().join("a.yaml")];
+        for part in [
+            "Pod default/numbered is refused: Pod in version \"v1\" cannot be handled as a Pod: json: cannot unmarshal number into field metadata.labels.version of type string",
+            "Pod default/iscsi is refused: Pod in version \"v1\" cannot be handled as a Pod: json: cannot unmarshal string into field spec.volumes[0].iscsi.lun of type int32",
+            "Pod default/typo: unknown field \"spec.containers[0].protectionDoamin\" (dropped, as an API server does with fieldValidation=Warn)",
+        ] {
+            assert!(e.contains(part), "{part} not in {e}");
+        }
     }
 
     /// One object per group, kind, namespace and name, whichever version it is written in:

@@ -18,8 +18,8 @@ pub(crate) use crate::kinds::api::group_of;
 #[derive(Clone, Debug, Default)]
 pub struct ObjectFilter {
     /// `apiVersion` to keep (empty: any). Objects of another version of the same group are
-    /// kept too, as written (no conversion): an API server serves one object in every served
-    /// version of its group and kind, and an informer on any of them sees it.
+    /// kept too: an API server serves one object in every served version of its group and
+    /// kind, and an informer on any of them sees it (the dir source converts it first).
     pub api_version: String,
     /// `kind` to keep (empty: any).
     pub kind: String,

@@ -460,6 +460,20 @@ pub(crate) fn commit_update(
     }
 }
 
+/// The API server's defaults of a built-in kind, as a create decodes the object
+/// ([`wisp_host::kinds::defaults`], shared with the `dir:` source).
+fn default_built_in(obj: &mut Value) {
+    let text = |p: &str| {
+        obj.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    };
+    let (api_version, kind) = (text("/apiVersion"), text("/kind"));
+    let (group, version) = split_api_version(&api_version);
+    wisp_host::kinds::defaults::apply_defaults(group, version, &kind, obj);
+}
+
 /// POST to a collection.
 pub(crate) async fn create(
     shared: &Shared,
@@ -482,6 +496,7 @@ pub(crate) async fn create(
     if let Some(e) = refuse_create(shared, target) {
         return e;
     }
+    default_built_in(&mut obj);
     let warnings = match validation::validate(shared, target, &mut obj, options.field_validation) {
         Ok(warnings) => warnings,
         Err(e) => return e.into_response(),

@@ -1528,6 +1528,8 @@ async fn update_entries_own_the_maps_and_lists_they_create() {
     };
     // A create owns the maps it brings (`.`), but not the nodes the type's zero value has
     // (`spec`, the pod template), nor `metadata`; list items are nodes; atomic maps are leaves.
+    // The fields the create's defaulting set are the creator's too (as `kubectl create
+    // deployment` shows on a real server).
     let created = deployments(&server)
         .create(
             &as_manager("creator"),
@@ -1540,12 +1542,26 @@ async fn update_entries_own_the_maps_and_lists_they_create() {
         json!({
             "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
             "f:spec": {
+                "f:progressDeadlineSeconds": {},
                 "f:replicas": {},
+                "f:revisionHistoryLimit": {},
                 "f:selector": {},
+                "f:strategy": {
+                    "f:rollingUpdate": {".": {}, "f:maxSurge": {}, "f:maxUnavailable": {}},
+                    "f:type": {}
+                },
                 "f:template": {
                     "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
-                    "f:spec": {"f:containers": {"k:{\"name\":\"app\"}": {
-                        ".": {}, "f:image": {}, "f:name": {}}}}
+                    "f:spec": {
+                        "f:containers": {"k:{\"name\":\"app\"}": {
+                            ".": {}, "f:image": {}, "f:imagePullPolicy": {}, "f:name": {},
+                            "f:terminationMessagePath": {}, "f:terminationMessagePolicy": {}}},
+                        "f:dnsPolicy": {},
+                        "f:restartPolicy": {},
+                        "f:schedulerName": {},
+                        "f:securityContext": {},
+                        "f:terminationGracePeriodSeconds": {}
+                    }
                 }
             }
         })
@@ -1795,4 +1811,39 @@ async fn services_jobs_stateful_sets_and_claims_keep_their_immutable_fields() ->
         assert_eq!(code, 200, "{path}: {status}");
     }
     Ok(())
+}
+
+/// A create is defaulted as a real API server defaults it (pkg/apis/core/v1/defaults.go, the
+/// pod strategy's PrepareForCreate): `kubectl run` makes a Pod that `status.phase=Pending`
+/// selects, with the PodSpec's and the container's defaults.
+#[tokio::test]
+async fn kubectl_run_makes_a_pending_pod_with_the_api_servers_defaults() {
+    let server = TestApiServer::start().await.expect("server");
+    let Some(kubectl) = Kubectl::new(&server) else {
+        return;
+    };
+    kubectl.ok(&["run", "web", "--image=nginx"]).await;
+    let pending = kubectl
+        .ok(&[
+            "get",
+            "pods",
+            "--field-selector=status.phase=Pending",
+            "-o",
+            "name",
+        ])
+        .await;
+    assert_eq!(pending.trim(), "pod/web");
+    let fields = kubectl
+        .ok(&[
+            "get",
+            "pod",
+            "web",
+            "-o",
+            "jsonpath={.spec.dnsPolicy},{.spec.restartPolicy},{.spec.schedulerName},{.spec.terminationGracePeriodSeconds},{.spec.enableServiceLinks},{.spec.containers[0].imagePullPolicy},{.spec.containers[0].terminationMessagePath},{.status.qosClass}",
+        ])
+        .await;
+    assert_eq!(
+        fields,
+        "ClusterFirst,Always,default-scheduler,30,true,Always,/dev/termination-log,BestEffort"
+    );
 }
