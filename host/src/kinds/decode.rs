@@ -264,6 +264,21 @@ mod tests {
         );
     }
 
+    /// The types are Kubernetes 1.36's, the version the kinds table stands for: fields added
+    /// in 1.34 (`spec.hostnameOverride`, a container's `restartPolicyRules`) are known, not
+    /// dropped as unknown.
+    #[test]
+    fn fields_of_kubernetes_1_36_are_known() {
+        let v = pod(
+            json!({"hostnameOverride": "h", "containers": [{"name": "c", "image": "i", "restartPolicy": "Never",
+                   "restartPolicyRules": [{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]}]}),
+            json!({}),
+        );
+        let d = decode("", "v1", "Pod", &v).unwrap();
+        assert_eq!(d.warnings, Vec::<String>::new());
+        assert_eq!(d.value, v);
+    }
+
     #[test]
     fn unknown_fields_are_dropped_and_reported_and_the_rest_is_kept_as_written() {
         let v: Value = serde_json::from_str(

@@ -1126,7 +1126,8 @@ mod tests {
         let all = c.source(pods_filter()).objects();
         let pending = c
             .source(ObjectFilter {
-                fields: crate::informer::selector::FieldSelector::parse("status.phase=Pending").unwrap(),
+                fields: crate::informer::selector::FieldSelector::parse("status.phase=Pending")
+                    .unwrap(),
                 ..pods_filter()
             })
             .objects();
