@@ -343,8 +343,8 @@ impl State {
                 Some(d) if d.value == v => d,
                 old => {
                     self.rv += 1;
-                    let uid = match old {
-                        Some(d) => d.uid,
+                    let uid = match &old {
+                        Some(d) => d.uid.clone(),
                         None => {
                             self.uids += 1;
                             format!("dir-{:08}", self.uids)
@@ -356,7 +356,7 @@ impl State {
                         uid,
                     };
                     for (f, src) in &self.sources {
-                        apply_if_kept(src, f, &d);
+                        apply_if_kept(src, f, &d, old.as_ref());
                     }
                     d
                 }
@@ -372,10 +372,7 @@ impl State {
                 format!("{}/{}", k.2, k.3)
             };
             for (f, src) in &self.sources {
-                let kept = served(&d.value, f)
-                    .and_then(|v| Object::from_value(v, true).map_err(|e| e.to_string()))
-                    .is_ok_and(|o| f.keeps(&o));
-                if kept {
+                if kept_by(f, &d.value).is_ok_and(|v| v.is_some()) {
                     src.delete_at(&key, self.rv);
                 }
             }
@@ -692,7 +689,7 @@ impl DirCluster {
         let mut st = self.lock();
         let src = MemorySource::new();
         for d in st.current.values() {
-            apply_if_kept(&src, &filter, d);
+            apply_if_kept(&src, &filter, d, None);
         }
         st.sources.push((filter, src.clone()));
         // What the new informer cannot be served (an object in a version of its kind that
@@ -817,20 +814,38 @@ impl DirCluster {
     }
 }
 
-fn apply_if_kept(src: &MemorySource, filter: &ObjectFilter, d: &Defined) {
+/// `value` as `filter`'s informer is served it, when the informer keeps it.
+fn kept_by(filter: &ObjectFilter, value: &Value) -> Result<Option<Value>, String> {
+    let value = served(value, filter)?;
+    let o = Object::from_value(value.clone(), true).map_err(|e| e.to_string())?;
+    Ok(filter.keeps(&o).then_some(value))
+}
+
+/// Hands `d` (whose earlier state was `old`) to the informer of `filter` when it keeps it.
+fn apply_if_kept(src: &MemorySource, filter: &ObjectFilter, d: &Defined, old: Option<&Defined>) {
     // An object that cannot be served in the filter's version is reported by
     // `State::defined` (`unservable`).
-    let Ok(value) = served(&d.value, filter) else {
-        return;
-    };
-    match Object::from_value(value.clone(), true) {
-        Ok(o) if filter.keeps(&o) => {
+    match kept_by(filter, &d.value) {
+        Ok(Some(value)) => {
             if let Err(e) = src.apply_at(value, d.rv, &d.uid) {
                 tracing::error!(error = %e, "manifest object refused");
             }
         }
-        Ok(_) => {}
-        Err(e) => tracing::error!(error = %e, "manifest object refused"),
+        // An object the informer kept and no longer keeps (its labels or fields stopped
+        // matching, or it can no longer be served in the informer's version) leaves it as a
+        // watch cache makes it leave: DELETED with its last state at the new resourceVersion
+        // (apiserver cacher, cacheWatcher.convertToWatchEvent).
+        _ if old.is_some_and(|old| kept_by(filter, &old.value).is_ok_and(|v| v.is_some())) => {
+            let md = &d.value["metadata"];
+            let name = md["name"].as_str().unwrap_or("");
+            let key = match md["namespace"].as_str() {
+                Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
+                _ => name.to_owned(),
+            };
+            src.delete_at(&key, d.rv);
+        }
+        Ok(None) => {}
+        Err(e) => tracing::debug!(error = %e, "manifest object not served to an informer"),
     }
 }
 
@@ -898,6 +913,52 @@ mod tests {
         std::fs::remove_file(d.path().join("a.yaml")).unwrap();
         c.rescan();
         assert!(pods.objects().is_empty());
+    }
+
+    /// An object whose labels stop matching an informer's selector leaves that informer, as a
+    /// watch with a selector gets DELETED from a real server; matching again adds it back.
+    #[test]
+    fn an_object_that_stops_matching_a_selector_leaves_the_informer() {
+        let d = tempfile::tempdir().unwrap();
+        let write = |team: &str| {
+            std::fs::write(
+                d.path().join("a.yaml"),
+                format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c, labels: {{team: {team}}}}}\n"),
+            )
+            .unwrap();
+            quiet(&d.path().join("a.yaml"));
+        };
+        write("a");
+        let c = DirCluster::open(d.path()).unwrap();
+        let team_a = c.source(ObjectFilter {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            labels: crate::informer::selector::LabelSelector::parse("team=a").unwrap(),
+            ..Default::default()
+        });
+        assert_eq!(team_a.objects().keys().collect::<Vec<_>>(), ["default/c"]);
+        let rv1: u64 = team_a.objects()["default/c"]
+            .resource_version()
+            .parse()
+            .unwrap();
+
+        write("b");
+        c.rescan();
+        assert!(
+            team_a.objects().is_empty(),
+            "relabelled team=b, it left the team=a informer"
+        );
+
+        write("a");
+        c.rescan();
+        let back: u64 = team_a.objects()["default/c"]
+            .resource_version()
+            .parse()
+            .unwrap();
+        assert!(
+            back > rv1 + 1,
+            "back at a newer version: {back} after {rv1}"
+        );
     }
 
     #[test]
