@@ -74,6 +74,9 @@ pub struct QueueView {
     pub overflow: Option<&'static str>,
     /// Notifications handed to the plugin so far.
     pub delivered: u64,
+    /// Notifications in a call to the plugin that panicked in the host (counted apart from
+    /// `delivered`; a plugin's own traps are its `traps` counter).
+    pub failed: u64,
     /// Notifications queued so far (the last sequence number).
     pub queued: u64,
     /// Notifications dropped on overflow.
@@ -127,6 +130,7 @@ pub fn view(h: &PluginHandle) -> PluginView {
                     QueueBound::Bounded { overflow, .. } => Some(overflow_name(overflow)),
                 },
                 delivered: s.delivered,
+                failed: s.failed,
                 queued: s.queued,
                 dropped: s.dropped,
                 coalesced: s.coalesced,

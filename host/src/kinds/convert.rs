@@ -51,8 +51,9 @@ pub fn convert(v: &Value, api_version: &str) -> Result<Value, String> {
     Ok(out)
 }
 
-/// `Kind namespace/name`.
-fn shown(v: &Value) -> String {
+/// `Kind namespace/name` (`Kind name` when cluster-scoped), as the `dir:` source's reports
+/// name an object.
+pub(crate) fn shown(v: &Value) -> String {
     let text = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("");
     let (kind, ns, name) = (
         text("/kind"),

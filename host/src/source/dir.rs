@@ -439,7 +439,7 @@ fn decode_and_default(v: Value, warnings: &mut Vec<String>) -> Result<Value, Str
         return Ok(v);
     }
     let (group, version, kind) = (group.to_owned(), version.to_owned(), kind.to_owned());
-    let shown = shown(&v);
+    let shown = kinds::convert::shown(&v);
     let mut d = kinds::decode::decode(&group, &version, &kind, &v)
         .map_err(|e| format!("{shown} is refused: {e}"))?;
     warnings.extend(d.warnings.iter().map(|w| {
@@ -447,21 +447,6 @@ fn decode_and_default(v: Value, warnings: &mut Vec<String>) -> Result<Value, Str
     }));
     kinds::defaults::apply_defaults(&group, &version, &kind, &mut d.value);
     Ok(d.value)
-}
-
-/// `Kind namespace/name` (`Kind name` when cluster-scoped).
-fn shown(v: &Value) -> String {
-    let text = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("");
-    let (kind, ns, name) = (
-        text("/kind"),
-        text("/metadata/namespace"),
-        text("/metadata/name"),
-    );
-    if ns.is_empty() {
-        format!("{kind} {name}")
-    } else {
-        format!("{kind} {ns}/{name}")
-    }
 }
 
 /// `v` as an informer of `filter` is served it: converted to the informer's version if `v`

@@ -127,14 +127,8 @@ fn replication_controller(obj: &mut Map<String, Value>) {
         spec.insert("selector".into(), labels.clone());
     }
     template_of(spec);
-    if let Some(labels) = labels
-        && let Some(md) = obj.get_mut("metadata").and_then(Value::as_object_mut)
-        && md
-            .get("labels")
-            .and_then(Value::as_object)
-            .is_none_or(Map::is_empty)
-    {
-        md.insert("labels".into(), labels);
+    if let Some(labels) = labels {
+        labels_unless_set(obj, labels);
     }
 }
 
@@ -283,8 +277,15 @@ fn job(obj: &mut Map<String, Value>) {
         .cloned();
     let spec = child(obj, "spec");
     job_spec(spec);
-    if let Some(labels) = template_labels
-        && let Some(md) = obj.get_mut("metadata").and_then(Value::as_object_mut)
+    if let Some(labels) = template_labels {
+        labels_unless_set(obj, labels);
+    }
+}
+
+/// `metadata.labels` set to `labels` when the object has none (the workloads' and Job's
+/// defaulting from their template's labels).
+fn labels_unless_set(obj: &mut Map<String, Value>, labels: Value) {
+    if let Some(md) = obj.get_mut("metadata").and_then(Value::as_object_mut)
         && md
             .get("labels")
             .and_then(Value::as_object)
