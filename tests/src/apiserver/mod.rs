@@ -89,8 +89,11 @@
 //!   and, when they do not, are 400 BadRequest with its message (`unable to parse requirement:
 //!   ...`, `found 'x', expected: ...`).
 //! - Field selectors: the labels each kind supports, else 400 with the kind's own message.
-//! - Creates and replaces over HTTP are validated (`validation`); objects created through
-//!   [`TestApiServer::create`] are not, so tests can seed anything.
+//! - Every write over HTTP (create, update, patch, apply) defaults a built-in object as the
+//!   API server decodes it ([`wisp_host::kinds::defaults`]: a PUT leaving out a defaulted field
+//!   gets it back, not a change) and is validated (`validation`); objects created through
+//!   [`TestApiServer::create`] are defaulted too (every stored object in a cluster is) but not
+//!   validated, so tests can seed anything.
 //! - Custom resources are defaulted, pruned and validated by their CRD version's
 //!   `openAPIV3Schema` on every write over HTTP (create, update, patch, apply, `status`): 422
 //!   in the server's words; unknown fields dropped, each named in a `Warning` header (the
@@ -342,8 +345,10 @@ impl TestApiServer {
     ///
     /// Unlike a create through the API (404 NotFound in a namespace that does not exist), this
     /// seeding path first creates the object's Namespace when it is missing (one more ADDED
-    /// event, on the namespaces collection).
-    pub fn create(&self, obj: Value) -> anyhow::Result<Value> {
+    /// event, on the namespaces collection). A built-in object gets the API server's defaults,
+    /// as every object stored in a cluster has them.
+    pub fn create(&self, mut obj: Value) -> anyhow::Result<Value> {
+        write::default_built_in(&mut obj);
         Ok(self.shared().store.seed(obj)?)
     }
 

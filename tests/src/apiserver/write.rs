@@ -460,9 +460,10 @@ pub(crate) fn commit_update(
     }
 }
 
-/// The API server's defaults of a built-in kind, as a create decodes the object
-/// ([`wisp_host::kinds::defaults`], shared with the `dir:` source).
-fn default_built_in(obj: &mut Value) {
+/// The API server's defaults of a built-in kind, as every write decodes the object: a create,
+/// an update (a field left out of a PUT comes back defaulted, not as a change), a patch's
+/// result, an apply ([`wisp_host::kinds::defaults`], shared with the `dir:` source).
+pub(crate) fn default_built_in(obj: &mut Value) {
     let text = |p: &str| {
         obj.pointer(p)
             .and_then(Value::as_str)
@@ -542,6 +543,7 @@ pub(crate) async fn replace(
     }
     let mut warnings = Vec::new();
     if !status_only {
+        default_built_in(&mut sent);
         match validation::validate(shared, target, &mut sent, options.field_validation) {
             Ok(w) => warnings = w,
             Err(e) => return e.into_response(),
@@ -778,6 +780,7 @@ pub(crate) async fn patch(
             if let Some(e) = refuse_create(shared, target) {
                 return e;
             }
+            default_built_in(&mut obj);
             let warnings =
                 match validation::validate(shared, target, &mut obj, options.field_validation) {
                     Ok(warnings) => warnings,
@@ -828,6 +831,9 @@ pub(crate) async fn patch(
         }
         if let Err(e) = conform(shared, target, &mut patched) {
             return e.into_response();
+        }
+        if !status_only {
+            default_built_in(&mut patched);
         }
         let checked = if status_only {
             validation::validate_status(shared, target, &mut patched, options.field_validation)

@@ -262,7 +262,7 @@ async fn plugins_lists_a_running_plugin_with_its_hash_counters_queues_and_logs()
     assert!([1, 2].contains(&max_depth.as_u64().unwrap()), "{max_depth}");
     assert_eq!(
         q,
-        json!({"informer": "pods", "depth": 0, "delivered": 2, "queued": 2,
+        json!({"informer": "pods", "depth": 0, "delivered": 2, "failed": 0, "queued": 2,
             "max": 100000, "overflow": "coalesce", "dropped": 0, "coalesced": 0})
     );
     let logs: Vec<&str> = p["recentLogs"]

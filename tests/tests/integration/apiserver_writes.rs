@@ -244,7 +244,8 @@ async fn strategic_merge_patch_follows_merge_keys_and_directives_of_built_in_typ
     );
     assert_eq!(
         pod_spec["containers"][0]["ports"],
-        json!([{"containerPort": 80}, {"containerPort": 443}])
+        json!([{"containerPort": 80, "protocol": "TCP"}, {"containerPort": 443, "protocol": "TCP"}]),
+        "merged by containerPort, then defaulted as every write is"
     );
 }
 
@@ -1846,4 +1847,41 @@ async fn kubectl_run_makes_a_pending_pod_with_the_api_servers_defaults() {
         fields,
         "ClusterFirst,Always,default-scheduler,30,true,Always,/dev/termination-log,BestEffort"
     );
+}
+
+/// A real API server defaults the object of every write, not only of a create: a PUT of the
+/// manifest as written (no `dnsPolicy`, `imagePullPolicy`, ... which the create defaulted)
+/// changing only an image is an image change, not a change of every defaulted field, and the
+/// stored pod keeps its defaults.
+#[tokio::test]
+async fn an_update_is_defaulted_as_a_create_is() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let (code, created) = raw(
+        &server,
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        "application/json",
+        running_pod(),
+    )
+    .await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(created["spec"]["dnsPolicy"], "ClusterFirst");
+    let mut sent = running_pod();
+    sent["spec"]["containers"][0]["image"] = json!("app:2");
+    let (code, updated) = raw(
+        &server,
+        "PUT",
+        "/api/v1/namespaces/default/pods/web",
+        "application/json",
+        sent,
+    )
+    .await;
+    assert_eq!(code, 200, "{updated}");
+    assert_eq!(updated["spec"]["containers"][0]["image"], "app:2");
+    assert_eq!(updated["spec"]["dnsPolicy"], "ClusterFirst");
+    assert_eq!(
+        updated["spec"]["containers"][1]["imagePullPolicy"],
+        "IfNotPresent"
+    );
+    Ok(())
 }
