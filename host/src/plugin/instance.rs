@@ -16,6 +16,23 @@ use super::engine::PluginEngine;
 use super::spec::Limits;
 use super::state::{HostApi, StoreData};
 
+/// Most bytes one host call may make the host copy out of a plugin, whatever its memory limit
+/// (see [`host_call_budget`]): above the API server's largest request body (3 MiB), so any
+/// manifest `apply` can send fits, and far below wasmtime's default of 128 MiB.
+pub const MAX_HOST_CALL_BYTES: usize = 4 << 20;
+
+/// The byte budget of one host call of a plugin with `memory` bytes of memory: everything it
+/// passes (strings and lists, and what `handle` or `describe` return), counted as the host
+/// copies it, so a string referenced N times costs N times its length. The plugin's memory limit,
+/// at most [`MAX_HOST_CALL_BYTES`]: a plugin cannot make the host hold more for one call than
+/// it may hold itself. Enforced by wasmtime while it lifts the arguments (its "hostcall fuel"),
+/// before any host code runs: a call over it traps, as a plugin error.
+pub fn host_call_budget(memory: u64) -> usize {
+    usize::try_from(memory)
+        .unwrap_or(usize::MAX)
+        .min(MAX_HOST_CALL_BYTES)
+}
+
 /// How a call into a plugin failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CallError {
@@ -87,6 +104,9 @@ impl Instance {
             StoreData::new(api, limits.memory, limits.startup_deadline),
         );
         store.limiter(|s| &mut s.limiter);
+        store.set_hostcall_fuel(host_call_budget(limits.memory));
+        // Handles of component resources live in host tables: wasmtime's default is 100,000.
+        store.set_max_component_handles(super::state::MAX_WASI_RESOURCES);
         store.epoch_deadline_callback(deadline_check(engine.tick()));
         // Instantiation runs wasm (start functions): arm the startup deadline first.
         store.data_mut().clock.start();
@@ -258,12 +278,18 @@ impl Instance {
         }
     }
 
-    /// `snapshot()`.
+    /// `snapshot()`. Its state may be as large as the plugin's memory (one list, which cannot
+    /// be aliased): the host-call budget is the memory limit for this call only.
     pub fn snapshot(&mut self) -> Result<Option<Vec<u8>>, CallError> {
-        self.call(1, |p, s| match p {
+        let memory = usize::try_from(self.limits.memory).unwrap_or(usize::MAX);
+        self.store.set_hostcall_fuel(memory);
+        let r = self.call(1, |p, s| match p {
             Guest::V0_2(p) => p.wisp_plugin_listener().call_snapshot(s),
             Guest::V0_1(p) => p.wisp_plugin_listener().call_snapshot(s),
-        })
+        });
+        self.store
+            .set_hostcall_fuel(host_call_budget(self.limits.memory));
+        r
     }
 
     /// `restore(state)`.
@@ -382,6 +408,18 @@ fn classify(
     match e.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => cut(),
         Some(Trap::OutOfFuel) => CallError::OutOfFuel,
+        // wasmtime's error type for it is private: its message is what names it.
+        _ if e.chain().any(|c| {
+            c.to_string()
+                .contains("fuel allocated for hostcalls has been exhausted")
+        }) =>
+        {
+            CallError::Trap(format!(
+                "a host call passed more than {} bytes (strings and lists as copied, a repeated string counted each time; the budget is limits.memory, at most {} MiB)",
+                store.hostcall_fuel(),
+                MAX_HOST_CALL_BYTES >> 20
+            ))
+        }
         _ => {
             // The root cause ("wasm trap: ..."), without the wasm backtrace.
             let mut msg = e.root_cause().to_string();

@@ -11,6 +11,9 @@
 //!   values of that many bytes.
 //! - `counter` / `gauge`: add 1 to a counter, set a gauge, of that name (no labels).
 //! - `errorBytes`: fail each notification with a message of that many bytes.
+//! - `aliasLabels` x `aliasBytes`: one `counter-add` whose `aliasLabels` label values all point
+//!   at ONE string of `aliasBytes` bytes in the plugin's memory (the guest holds it once; the
+//!   host, lifting the list, would copy it `aliasLabels` times).
 //!
 //! Its `describe` gives a version of 1 MiB and a name with a newline in it.
 
@@ -31,6 +34,8 @@ struct Settings {
     counter: Option<String>,
     gauge: Option<String>,
     error_bytes: usize,
+    alias_labels: usize,
+    alias_bytes: usize,
 }
 
 struct Hostile {
@@ -44,6 +49,28 @@ fn padded(prefix: &str, bytes: usize) -> String {
         s.push('x');
     }
     s
+}
+
+/// `counter-add` with `n` label values that are one `bytes`-byte string, aliased: the list holds
+/// `n` pointers to the same bytes, as a guest may lower it by hand.
+fn aliased_counter(n: usize, bytes: usize) {
+    let mut big = padded("", bytes);
+    let (ptr, len, cap) = (big.as_mut_ptr(), big.len(), big.capacity());
+    let labels: Vec<(String, String)> = (0..n)
+        .map(|i| {
+            // SAFETY: every alias points at `big`'s buffer, which outlives `labels`; none is
+            // written to or dropped (the vector is forgotten below), so the buffer is neither
+            // mutated through an alias nor freed twice.
+            let v = unsafe { String::from_raw_parts(ptr, len, cap) };
+            (format!("l{i}"), v)
+        })
+        .collect();
+    wisp_sdk::bindings::wisp::plugin::host::counter_add("aliased", &labels, 1);
+    for (k, v) in labels {
+        drop(k);
+        std::mem::forget(v);
+    }
+    drop(big);
 }
 
 impl Hostile {
@@ -71,6 +98,9 @@ impl Hostile {
         }
         if let Some(g) = &s.gauge {
             metrics::gauge_set(g, &[], 1.0);
+        }
+        if s.alias_labels > 0 {
+            aliased_counter(s.alias_labels, s.alias_bytes);
         }
         if s.error_bytes > 0 {
             return Err(padded("refused ", s.error_bytes));
