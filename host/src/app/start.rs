@@ -27,8 +27,11 @@ use crate::source::dir::DirCluster;
 use crate::sync::lock;
 
 /// Builds and starts everything; returns once the plugins run (or, on a standby, wait for the
-/// Lease) and the informers list (they sync in the background). Every plugin is checked before
-/// any starts: a bad one refuses the start. When `shutdown` completes, the host stops taking
+/// Lease) and the informers list (they sync in the background). Every plugin with a local module
+/// is checked before any starts: a bad one refuses the start. Modules from OCI registries are
+/// pulled meanwhile (each pull within `oci.pullTimeout`); the plugins with local modules do not
+/// wait for them (except on a standby, which starts every plugin when it leads). A module that
+/// cannot be pulled or is refused still refuses the start. When `shutdown` completes, the host stops taking
 /// reloads and its informers stop; [`Host::finish`] (or dropping the host) stops the rest.
 pub async fn start(
     config: &Config,
@@ -79,13 +82,13 @@ pub async fn start(
     }
     let (admin_addr, metrics_addr) = listeners.serve(config, &admin, &sup);
 
-    let config = pull_modules(config, &admin.startup).await?;
-    let manager = plugin_manager(&config, services, &informers, &sup)?;
-    let specs = config.plugin_specs();
-    warn_over_budget(&specs);
+    let pulls = Pulls::spawn(config, &admin.startup, &sup);
+    let manager = plugin_manager(config, services, &informers, &sup)?;
+    warn_over_budget(&config.plugin_specs());
     let workers = config.executor.workers();
-    let (manager, checked) = check_plugins(manager, specs, workers, &admin.startup).await?;
-    let starter = PluginStarter {
+    let local = pulls.local_specs(config);
+    let (manager, checked) = check_plugins(manager, local, workers, &admin.startup).await?;
+    let mut starter = PluginStarter {
         manager,
         checked,
         plugins: plugins.clone(),
@@ -96,11 +99,20 @@ pub async fn start(
     };
     match fencing.elector.take() {
         None => {
-            starter.start()?;
+            // The plugins with local modules run now; a pull holds only its own plugins.
+            starter.attach_checked()?;
+            run_informers(&sup, &informers, dir);
+            starter
+                .add_pulled(pulls, workers, &admin.startup)
+                .await?
+                .start()?;
         }
-        Some(elector) => lead_then_start(&sup, elector, starter),
+        Some(elector) => {
+            let starter = starter.add_pulled(pulls, workers, &admin.startup).await?;
+            lead_then_start(&sup, elector, starter);
+            run_informers(&sup, &informers, dir);
+        }
     }
-    run_informers(&sup, &informers, dir);
     if let Some(m) = fencing.membership.take() {
         sup.spawn(
             Phase::Handover,
@@ -112,7 +124,7 @@ pub async fn start(
             },
         );
     }
-    write_reports(&sup, &config, client, &admin.services, &fencing);
+    write_reports(&sup, config, client, &admin.services, &fencing);
     Ok(Host {
         informers,
         plugins,
@@ -338,30 +350,72 @@ fn reload_action(
     }))
 }
 
-/// Step: OCI modules pulled (and their signatures checked); the config with their local paths.
-async fn pull_modules(config: &Config, startup: &Startup) -> anyhow::Result<Config> {
-    let oci: Vec<String> = config
-        .plugins
-        .iter()
-        .filter(|p| p.module.to_str().is_some_and(crate::oci::is_oci))
-        .map(|p| p.name.clone())
-        .collect();
-    if oci.is_empty() {
-        return Ok(config.clone());
+/// Step: the OCI modules, pulled (and their signatures checked) by a task of their own from the
+/// start on, all at once and each within `oci.pullTimeout`, while the plugins with local modules
+/// are checked and started: a pull holds only the plugins that need it.
+struct Pulls {
+    /// The plugins whose module is pulled.
+    names: Vec<String>,
+    /// The config with their local paths, or why not.
+    done: Option<tokio::sync::oneshot::Receiver<Result<Config, String>>>,
+}
+
+impl Pulls {
+    fn spawn(config: &Config, startup: &Startup, sup: &Arc<Supervisor>) -> Self {
+        let names: Vec<String> = config
+            .plugins
+            .iter()
+            .filter(|p| p.module.to_str().is_some_and(crate::oci::is_oci))
+            .map(|p| p.name.clone())
+            .collect();
+        if names.is_empty() {
+            return Self { names, done: None };
+        }
+        for name in &names {
+            startup.begin(name, "pulling its module");
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut c = config.clone();
+        sup.spawn(
+            Phase::Intake,
+            "OCI pulls",
+            OnError::Log,
+            |stop| async move {
+                let pulled = async move { c.pull_oci(None).await.map(|()| c) };
+                tokio::select! {
+                    r = pulled => { let _ = tx.send(r); }
+                    _ = stop.cancelled() => {}
+                }
+                Ok(())
+            },
+        );
+        Self {
+            names,
+            done: Some(rx),
+        }
     }
-    for name in &oci {
-        startup.begin(name, "pulling its module");
+
+    /// The specs of the plugins whose module is a local file.
+    fn local_specs(&self, config: &Config) -> Vec<PluginSpec> {
+        let mut specs = config.plugin_specs();
+        specs.retain(|s| !self.names.contains(&s.name));
+        specs
     }
-    let mut c = config.clone();
-    let pulled = c
-        .pull_oci(None)
-        .await
-        .map(|()| c)
-        .map_err(anyhow::Error::msg);
-    for name in &oci {
-        startup.begin(name, "waiting to compile");
+
+    /// Waits for the pulls: the config with the pulled modules' paths (`None`: nothing to pull).
+    async fn wait(self, startup: &Startup) -> anyhow::Result<Option<Config>> {
+        let Some(rx) = self.done else {
+            return Ok(None);
+        };
+        let config = rx
+            .await
+            .map_err(|_| anyhow::anyhow!("the OCI pulls stopped: the host is shutting down"))?
+            .map_err(anyhow::Error::msg)?;
+        for name in &self.names {
+            startup.begin(name, "waiting to compile");
+        }
+        Ok(Some(config))
     }
-    pulled
 }
 
 /// Step: the plugin engine (its epoch ticker joined last) and a manager with the services and
@@ -458,12 +512,43 @@ struct PluginStarter {
 }
 
 impl PluginStarter {
-    /// Attaches every plugin, then starts live reloads (file watch, OCI poll) when the host
-    /// has a config file; returns the reloader.
-    fn start(self) -> anyhow::Result<Option<Arc<Reloader>>> {
-        for c in self.checked {
+    /// Attaches the plugins checked so far (they run from now on).
+    fn attach_checked(&mut self) -> anyhow::Result<()> {
+        for c in std::mem::take(&mut self.checked) {
             self.plugins.push(Arc::new(self.manager.attach(c)?));
         }
+        Ok(())
+    }
+
+    /// Waits for `pulls`, then checks the plugins they were for: they start with the rest (or,
+    /// once the others run, as soon as they are checked). A module that cannot be pulled, or
+    /// is refused, refuses the start.
+    async fn add_pulled(
+        mut self,
+        pulls: Pulls,
+        workers: usize,
+        startup: &Arc<Startup>,
+    ) -> anyhow::Result<Self> {
+        let names = pulls.names.clone();
+        let Some(config) = pulls.wait(startup).await? else {
+            return Ok(self);
+        };
+        let mut specs = config.plugin_specs();
+        specs.retain(|s| names.contains(&s.name));
+        let (manager, checked) = check_plugins(self.manager, specs, workers, startup).await?;
+        self.manager = manager;
+        self.checked.extend(checked);
+        // In config order, as they would have been checked together.
+        let at = |name: &str| config.plugins.iter().position(|p| p.name == name);
+        self.checked.sort_by_key(|c| at(c.name()));
+        self.config = config;
+        Ok(self)
+    }
+
+    /// Attaches every plugin checked and not yet attached, then starts live reloads (file
+    /// watch, OCI poll) when the host has a config file; returns the reloader.
+    fn start(mut self) -> anyhow::Result<Option<Arc<Reloader>>> {
+        self.attach_checked()?;
         let Some(path) = self.config_path else {
             return Ok(None);
         };

@@ -14,8 +14,9 @@ impl Config {
     }
 
     /// Pulls every `oci://` module it has not pulled yet (into `oci_pulled`), keeping what was
-    /// `previous`ly pulled (another config's `oci_pulled`) for modules still configured. An
-    /// error names the plugin.
+    /// `previous`ly pulled (another config's `oci_pulled`) for modules still configured. The
+    /// references are pulled at once, each within `oci.pullTimeout`: a slow registry holds
+    /// only its own. An error names the plugin (the first in config order, when several fail).
     pub async fn pull_oci(
         &mut self,
         previous: Option<&BTreeMap<String, Pulled>>,
@@ -24,24 +25,30 @@ impl Config {
             .oci_settings()
             .map_err(|(field, e)| format!("{}: {field}: {e}", self.file))?;
         let mut pulled = BTreeMap::new();
+        // Each reference once: (module, the first plugin naming it, its index, the reference).
+        let mut wanted: Vec<(String, usize, String, Reference)> = Vec::new();
         for (i, p) in self.plugins.iter().enumerate() {
             let Some(m) = p.module.to_str().filter(|m| is_oci(m)) else {
                 continue;
             };
-            if pulled.contains_key(m) {
+            if pulled.contains_key(m) || wanted.iter().any(|w| w.0 == m) {
                 continue;
             }
             if let Some(prev) = previous.and_then(|p| p.get(m)) {
                 pulled.insert(m.to_owned(), prev.clone());
                 continue;
             }
-            let at = format!("{}: plugins[{i}].module", self.file);
-            let r = Reference::parse(m).map_err(|e| format!("{at}: {e}"))?;
-            let got = pull::pull(&settings, &r)
-                .await
-                .map_err(|e| format!("{at}: plugin {:?}: {e}", p.name))?;
+            let r = Reference::parse(m)
+                .map_err(|e| format!("{}: plugins[{i}].module: {e}", self.file))?;
+            wanted.push((m.to_owned(), i, p.name.clone(), r));
+        }
+        let got =
+            futures::future::join_all(wanted.iter().map(|w| pull::pull(&settings, &w.3))).await;
+        for ((m, i, name, _), got) in wanted.into_iter().zip(got) {
+            let got = got
+                .map_err(|e| format!("{}: plugins[{i}].module: plugin {name:?}: {e}", self.file))?;
             tracing::info!(
-                plugin = %p.name,
+                plugin = %name,
                 reference = %got.reference,
                 digest = %got.digest,
                 media_type = %got.media_type,
@@ -49,7 +56,7 @@ impl Config {
                 cached = got.from_cache,
                 "module pulled"
             );
-            pulled.insert(m.to_owned(), got);
+            pulled.insert(m, got);
         }
         self.oci_pulled = pulled;
         Ok(())

@@ -592,6 +592,47 @@ fn oci_modules_and_settings_are_checked_at_load() {
     assert!(e.contains("oci.caFile") && e.contains("ca.pem"), "{e}");
 }
 
+#[test]
+fn oci_pull_bounds_default_and_zero_is_refused_naming_the_field() {
+    let ok = GOOD.replace(
+        "module: p.wasm",
+        "module: oci://localhost:5000/acme/audit:v1",
+    );
+    let s = parse(&ok).unwrap().oci_settings().unwrap();
+    assert_eq!(
+        (
+            s.max_signature_layers,
+            s.max_signature_bytes,
+            s.pull_timeout
+        ),
+        (16, 256 * 1024, std::time::Duration::from_secs(120))
+    );
+    let c = parse(&format!(
+        "{ok}oci: {{ maxSignatureLayers: 2, maxSignatureBytes: 4Ki, pullTimeout: 30s }}\n"
+    ))
+    .unwrap();
+    let s = c.oci_settings().unwrap();
+    assert_eq!(
+        (
+            s.max_signature_layers,
+            s.max_signature_bytes,
+            s.pull_timeout
+        ),
+        (2, 4096, std::time::Duration::from_secs(30))
+    );
+    for (field, value) in [
+        ("maxSignatureLayers", "0"),
+        ("maxSignatureBytes", "0"),
+        ("pullTimeout", "0s"),
+    ] {
+        let e = err_of(&format!("{ok}oci: {{ {field}: {value} }}\n"));
+        assert!(
+            e.contains(&format!("oci.{field}")) && e.contains("must be"),
+            "{e}"
+        );
+    }
+}
+
 /// The selector table shared with the `dir:` source's filter and the test API server.
 fn selector_table() -> serde_json::Value {
     serde_json::from_str(include_str!("../../../tests/fixtures/selectors.json")).unwrap()

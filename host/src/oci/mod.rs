@@ -30,6 +30,15 @@ use crate::units::{Bytes, Dur};
 
 /// Default bound of a module download (`oci.maxModuleSize`).
 pub const DEFAULT_MAX_MODULE_SIZE: u64 = 64 * 1024 * 1024;
+/// Default bound of the layers of one signature manifest (`oci.maxSignatureLayers`): one per
+/// signer, as `cosign sign` appends them; far more than a module is signed by.
+pub const DEFAULT_MAX_SIGNATURE_LAYERS: usize = 16;
+/// Default bound of the signature payloads fetched for one reference, together
+/// (`oci.maxSignatureBytes`): a cosign payload is under 1 KiB.
+pub const DEFAULT_MAX_SIGNATURE_BYTES: u64 = 256 * 1024;
+/// Default deadline of one whole pull (`oci.pullTimeout`): manifest, signature and module,
+/// with every redirect, challenge and retry.
+pub const DEFAULT_PULL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// A failure about one reference: which, and what went wrong.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
@@ -52,7 +61,7 @@ impl OciError {
 }
 
 /// What pulling needs, read from the `oci` section of the config.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Settings {
     /// Registries reached over plain http.
     pub insecure: Vec<String>,
@@ -64,8 +73,31 @@ pub struct Settings {
     pub keys: Vec<sign::PublicKey>,
     /// Largest module layer downloaded.
     pub max_module_size: u64,
+    /// Most layers of a signature manifest: more refuses the signature before any is fetched.
+    pub max_signature_layers: usize,
+    /// Most bytes of signature payloads fetched for one reference, all layers together.
+    pub max_signature_bytes: u64,
+    /// One deadline for a whole pull (or tag look-up): every request, redirect and layer.
+    pub pull_timeout: std::time::Duration,
     /// The cache of pulled content.
     pub cache_dir: PathBuf,
+}
+
+impl Default for Settings {
+    /// The defaults of the `oci` section, caching in [`default_cache_dir`].
+    fn default() -> Self {
+        Self {
+            insecure: Vec::new(),
+            ca_file: None,
+            credentials: BTreeMap::new(),
+            keys: Vec::new(),
+            max_module_size: DEFAULT_MAX_MODULE_SIZE,
+            max_signature_layers: DEFAULT_MAX_SIGNATURE_LAYERS,
+            max_signature_bytes: DEFAULT_MAX_SIGNATURE_BYTES,
+            pull_timeout: DEFAULT_PULL_TIMEOUT,
+            cache_dir: default_cache_dir(),
+        }
+    }
 }
 
 /// `$XDG_CACHE_HOME/wisp/oci` or `$HOME/.cache/wisp/oci`.
@@ -122,12 +154,16 @@ impl Settings {
                 .map_or_else(default_cache_dir, |p| p.join("oci")),
             None => default_cache_dir(),
         };
+        let (max_signature_layers, max_signature_bytes, pull_timeout) = c.bounds()?;
         Ok(Self {
             insecure: c.insecure.clone(),
             ca_file,
             credentials,
             keys,
             max_module_size: c.max_module_size.map_or(DEFAULT_MAX_MODULE_SIZE, |b| b.0),
+            max_signature_layers,
+            max_signature_bytes,
+            pull_timeout,
             cache_dir: c.cache_dir.as_deref().map_or(default_cache, resolve),
         })
     }
@@ -207,7 +243,52 @@ pub struct OciConfig {
     /// Largest module downloaded (default 64Mi).
     #[serde(default)]
     pub max_module_size: Option<Bytes>,
+    /// Most layers of a module's signature manifest (default 16); more refuses the module
+    /// before any payload is fetched.
+    #[serde(default)]
+    pub max_signature_layers: Option<u32>,
+    /// Most bytes of signature payloads fetched for one module, all layers together (default
+    /// 256Ki).
+    #[serde(default)]
+    pub max_signature_bytes: Option<Bytes>,
+    /// One deadline for a whole pull: manifest, signature and module, every redirect,
+    /// challenge and retry (default 2m).
+    #[serde(default)]
+    pub pull_timeout: Option<Dur>,
     /// The cache of pulled content by digest (default `~/.cache/wisp/oci`).
     #[serde(default)]
     pub cache_dir: Option<PathBuf>,
+}
+
+impl OciConfig {
+    /// `maxSignatureLayers`, `maxSignatureBytes` and `pullTimeout` with their defaults; zero is
+    /// refused, naming the field (it would refuse every signature, or every pull).
+    fn bounds(&self) -> Result<(usize, u64, std::time::Duration), (String, String)> {
+        let layers = self
+            .max_signature_layers
+            .map_or(DEFAULT_MAX_SIGNATURE_LAYERS, |n| n as usize);
+        if layers == 0 {
+            return Err((
+                "oci.maxSignatureLayers".into(),
+                "must be at least 1 (a signature is one layer)".into(),
+            ));
+        }
+        let bytes = self
+            .max_signature_bytes
+            .map_or(DEFAULT_MAX_SIGNATURE_BYTES, |b| b.0);
+        if bytes == 0 {
+            return Err((
+                "oci.maxSignatureBytes".into(),
+                "must be more than 0 (it bounds the payloads of a signature)".into(),
+            ));
+        }
+        let timeout = self.pull_timeout.map_or(DEFAULT_PULL_TIMEOUT, |d| d.0);
+        if timeout.is_zero() {
+            return Err((
+                "oci.pullTimeout".into(),
+                "must be more than 0 (it bounds every pull)".into(),
+            ));
+        }
+        Ok((layers, bytes, timeout))
+    }
 }

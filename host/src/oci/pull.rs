@@ -65,8 +65,33 @@ async fn get_blob(s: &mut Session, digest: &str, size: u64, max: u64) -> Result<
     Ok(a.body.to_vec())
 }
 
-/// The digest `reference` resolves to now (one manifest request).
+/// Runs `f` (one pull or look-up of `reference`) within `settings.pull_timeout`: every
+/// request, redirect, challenge and layer it makes count against one deadline.
+async fn within_deadline<T>(
+    settings: &Settings,
+    reference: &Reference,
+    f: impl Future<Output = Result<T, OciError>>,
+) -> Result<T, OciError> {
+    tokio::time::timeout(settings.pull_timeout, f)
+        .await
+        .unwrap_or_else(|_| {
+            Err(OciError::new(
+                reference,
+                format!(
+                    "not pulled within oci.pullTimeout ({:?}): manifest, signature and module, \
+                     with every redirect and retry, share that deadline",
+                    settings.pull_timeout
+                ),
+            ))
+        })
+}
+
+/// The digest `reference` resolves to now (one manifest request, within `oci.pullTimeout`).
 pub async fn resolve(settings: &Settings, reference: &Reference) -> Result<String, OciError> {
+    within_deadline(settings, reference, resolve_now(settings, reference)).await
+}
+
+async fn resolve_now(settings: &Settings, reference: &Reference) -> Result<String, OciError> {
     let t = Transport::new(settings.shared()).map_err(|e| OciError::new(reference, e))?;
     let mut s = Session::new(
         t,
@@ -81,8 +106,15 @@ pub async fn resolve(settings: &Settings, reference: &Reference) -> Result<Strin
 }
 
 /// Pulls `reference` (from the cache when it is pinned by digest and cached), checks its
-/// signature when keys are configured, and returns where the module is.
+/// signature when keys are configured, and returns where the module is. The whole pull has
+/// `oci.pullTimeout`.
 pub async fn pull(settings: &Settings, reference: &Reference) -> Result<Pulled, OciError> {
+    within_deadline(settings, reference, pull_now(settings, reference)).await
+}
+
+/// [`pull`], without its deadline. The signature is checked before the module is fetched:
+/// a module whose signature is refused is neither downloaded nor kept.
+async fn pull_now(settings: &Settings, reference: &Reference) -> Result<Pulled, OciError> {
     let store = Store::new(settings.cache_dir.clone());
     let t = Transport::new(settings.shared()).map_err(|e| OciError::new(reference, e))?;
     let mut s = Session::new(
@@ -113,16 +145,16 @@ pub async fn pull(settings: &Settings, reference: &Reference) -> Result<Pulled, 
             layer.digest
         )));
     }
-    let blob_cached = store.blob(&layer.digest).is_some();
-    if !blob_cached {
-        let blob = get_blob(&mut s, &layer.digest, layer.size, settings.max_module_size).await?;
-        store.put_blob(&layer.digest, &blob).map_err(|e| s.err(e))?;
-    }
     let signed_by = if settings.keys.is_empty() {
         None
     } else {
         Some(verify_signature(settings, &store, &mut s, reference, &digest).await?)
     };
+    let blob_cached = store.blob(&layer.digest).is_some();
+    if !blob_cached {
+        let blob = get_blob(&mut s, &layer.digest, layer.size, settings.max_module_size).await?;
+        store.put_blob(&layer.digest, &blob).map_err(|e| s.err(e))?;
+    }
     if !from_cache {
         store.put_manifest(&digest, &bytes).map_err(|e| s.err(e))?;
     }
@@ -140,8 +172,43 @@ pub async fn pull(settings: &Settings, reference: &Reference) -> Result<Pulled, 
     })
 }
 
+/// The cosign layers of signature manifest `m`, within `oci.maxSignatureLayers` (all its
+/// layers counted) and `oci.maxSignatureBytes` (their declared sizes together, each fetched
+/// payload being checked against its size): over either, nothing is fetched.
+fn signature_layers<'m>(
+    settings: &Settings,
+    m: &'m Manifest,
+) -> Result<Vec<&'m manifest::Descriptor>, String> {
+    if m.layers.len() > settings.max_signature_layers {
+        return Err(format!(
+            "the signature manifest has {} layers, more than oci.maxSignatureLayers ({})",
+            m.layers.len(),
+            settings.max_signature_layers
+        ));
+    }
+    let layers: Vec<_> = m
+        .layers
+        .iter()
+        .filter(|l| l.media_type == manifest::COSIGN_LAYER)
+        .collect();
+    let declared = layers.iter().fold(0u64, |n, l| n.saturating_add(l.size));
+    if declared > settings.max_signature_bytes {
+        return Err(format!(
+            "its {} payloads declare {declared} bytes together, more than oci.maxSignatureBytes ({})",
+            layers.len(),
+            settings.max_signature_bytes
+        ));
+    }
+    if layers.is_empty() {
+        return Err(format!("no layer of media type {}", manifest::COSIGN_LAYER));
+    }
+    Ok(layers)
+}
+
 /// Checks the cosign signature of `manifest_digest`: from the cache if one was verified before
-/// (it is verified again, against today's keys), else from the registry.
+/// (it is verified again, against today's keys), else from the registry. Only what verified is
+/// kept in the cache (the payload, the signature manifest, and which one it was): the payloads
+/// of refused layers are dropped.
 async fn verify_signature(
     settings: &Settings,
     store: &Store,
@@ -165,13 +232,11 @@ async fn verify_signature(
             }
         },
     };
+    let refused = format!("signature refused: {}:{tag}", reference.repo_path());
     let m = Manifest::parse(&bytes, None).map_err(|e| s.err(format!("signature {tag}: {e}")))?;
+    let layers = signature_layers(settings, &m).map_err(|e| s.err(format!("{refused}: {e}")))?;
     let mut why = Vec::new();
-    for l in m
-        .layers
-        .iter()
-        .filter(|l| l.media_type == manifest::COSIGN_LAYER)
-    {
+    for l in layers {
         let Some(sig) = l.annotations.get(manifest::COSIGN_SIGNATURE_ANNOTATION) else {
             why.push(format!(
                 "layer {}: no {} annotation",
@@ -180,13 +245,10 @@ async fn verify_signature(
             ));
             continue;
         };
-        let payload = match store.blob(&l.digest) {
-            Some(p) => p,
+        let (payload, payload_fetched) = match store.blob(&l.digest) {
+            Some(p) => (p, false),
             None => match get_blob(s, &l.digest, l.size, MAX_PAYLOAD as u64).await {
-                Ok(p) => {
-                    store.put_blob(&l.digest, &p).map_err(|e| s.err(e))?;
-                    p
-                }
+                Ok(p) => (p, true),
                 Err(e) => {
                     why.push(e.problem);
                     continue;
@@ -195,6 +257,9 @@ async fn verify_signature(
         };
         match sign::verify(&settings.keys, &payload, sig, manifest_digest) {
             Ok(key) => {
+                if payload_fetched {
+                    store.put_blob(&l.digest, &payload).map_err(|e| s.err(e))?;
+                }
                 if fetched {
                     store
                         .put_manifest(&sig_digest, &bytes)
@@ -205,15 +270,8 @@ async fn verify_signature(
                 }
                 return Ok(key.display().to_string());
             }
-            Err(e) => why.push(e),
+            Err(e) => why.push(format!("layer {}: {e}", l.digest)),
         }
     }
-    if why.is_empty() {
-        why.push(format!("no layer of media type {}", manifest::COSIGN_LAYER));
-    }
-    Err(s.err(format!(
-        "signature refused: {}:{tag}: {}",
-        reference.repo_path(),
-        why.join("; ")
-    )))
+    Err(s.err(format!("{refused}: {}", why.join("; "))))
 }

@@ -11,8 +11,10 @@ use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use common::http::get;
 use common::rig::variant;
 use common::{plugin_path, skip_unless_ci};
 use wisp_host::config::Config;
@@ -246,6 +248,32 @@ fn openssl_sign(
     signed_digest: &str,
     key: &Path,
 ) {
+    let (payload, sig_b64) = openssl_signature(reg, repo, signed_digest, key);
+    upload(
+        reg,
+        repo,
+        &signature_tag(manifest_digest),
+        ("application/vnd.oci.image.config.v1+json", b"{}"),
+        (COSIGN_LAYER, payload.as_bytes()),
+        &[(COSIGN_ANNOTATION, &sig_b64)],
+    );
+}
+
+const COSIGN_LAYER: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
+const COSIGN_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
+
+fn signature_tag(manifest_digest: &str) -> String {
+    format!("sha256-{}.sig", &manifest_digest["sha256:".len()..])
+}
+
+/// A cosign payload naming `signed_digest` of `repo`, and its signature by `key` made with
+/// openssl (base64 DER).
+fn openssl_signature(
+    reg: &Registry,
+    repo: &str,
+    signed_digest: &str,
+    key: &Path,
+) -> (String, String) {
     let payload = serde_json::json!({
         "critical": {
             "identity": {"docker-reference": format!("{}/{repo}", reg.host)},
@@ -269,18 +297,47 @@ fn openssl_sign(
     ]));
     use base64::Engine as _;
     let sig_b64 = base64::engine::general_purpose::STANDARD.encode(std::fs::read(&sig).unwrap());
-    let tag = format!("sha256-{}.sig", &manifest_digest["sha256:".len()..]);
-    upload(
-        reg,
-        repo,
-        &tag,
-        ("application/vnd.oci.image.config.v1+json", b"{}"),
-        (
-            "application/vnd.dev.cosign.simplesigning.v1+json",
-            payload.as_bytes(),
-        ),
-        &[("dev.cosignproject.cosign/signature", &sig_b64)],
-    );
+    (payload, sig_b64)
+}
+
+/// Uploads, with Python's urllib, a signature manifest at `tag` whose layers are `layers`
+/// (payload, signature annotation), each a cosign layer. Returns the manifest's size.
+fn upload_signature(reg: &Registry, repo: &str, tag: &str, layers: &[(String, String)]) -> usize {
+    const SCRIPT: &str = r#"
+import sys, json, hashlib, urllib.request
+base, repo, tag, spec = sys.argv[1:5]
+spec = json.load(open(spec))
+def blob(mt, data):
+    d = 'sha256:' + hashlib.sha256(data).hexdigest()
+    r = urllib.request.urlopen(urllib.request.Request(base + '/v2/' + repo + '/blobs/uploads/', method='POST', data=b''))
+    loc = r.headers['Location']
+    if loc.startswith('/'):
+        loc = base + loc
+    loc += ('&' if '?' in loc else '?') + 'digest=' + d
+    urllib.request.urlopen(urllib.request.Request(loc, method='PUT', data=data, headers={'Content-Type': 'application/octet-stream'}))
+    return {'mediaType': mt, 'digest': d, 'size': len(data)}
+layers = []
+for l in spec['layers']:
+    d = blob(spec['layerType'], l['payload'].encode())
+    d['annotations'] = {spec['annotation']: l['signature']}
+    layers.append(d)
+m = {'schemaVersion': 2, 'mediaType': 'application/vnd.oci.image.manifest.v1+json',
+     'config': blob('application/vnd.oci.image.config.v1+json', b'{}'), 'layers': layers}
+body = json.dumps(m).encode()
+urllib.request.urlopen(urllib.request.Request(base + '/v2/' + repo + '/manifests/' + tag, method='PUT', data=body,
+    headers={'Content-Type': 'application/vnd.oci.image.manifest.v1+json'}))
+print(len(body))
+"#;
+    let spec = serde_json::json!({
+        "layerType": COSIGN_LAYER,
+        "annotation": COSIGN_ANNOTATION,
+        "layers": layers.iter().map(|(p, s)| serde_json::json!({"payload": p, "signature": s})).collect::<Vec<_>>(),
+    });
+    let path = reg.dir.join(format!("signature-{tag}.json"));
+    std::fs::write(&path, spec.to_string()).unwrap();
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", SCRIPT, &reg.base(), repo, tag]).arg(&path);
+    run(&mut cmd).trim().parse().unwrap()
 }
 
 fn sha256(bytes: &[u8]) -> String {
@@ -959,4 +1016,272 @@ async fn a_registry_with_token_auth_is_reached_through_the_bearer_flow() {
     assert_eq!(std::fs::read(&pulled.path).unwrap(), module);
     let _ = service.kill();
     let _ = service.wait();
+}
+
+/// The blobs kept in the OCI cache `cache` (modules and signature payloads), by digest.
+fn cached_blobs(cache: &Path) -> std::collections::BTreeSet<String> {
+    std::fs::read_dir(cache.join("blobs/sha256"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| format!("sha256:{}", e.file_name().to_string_lossy()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `n` distinct, valid cosign payloads naming `digest`, each about 2 KiB, with signatures that
+/// verify under no key.
+fn forged_layers(reg: &Registry, repo: &str, digest: &str, n: usize) -> Vec<(String, String)> {
+    use base64::Engine as _;
+    (0..n)
+        .map(|i| {
+            let payload = serde_json::json!({
+                "critical": {
+                    "identity": {"docker-reference": format!("{}/{repo}", reg.host)},
+                    "image": {"docker-manifest-digest": digest},
+                    "type": "cosign container image signature",
+                },
+                "optional": {"n": i, "pad": "x".repeat(2000)},
+            })
+            .to_string();
+            let sig = base64::engine::general_purpose::STANDARD.encode([i as u8; 72]);
+            (payload, sig)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signature_layers_and_bytes_are_capped_and_refused_payloads_are_not_kept() {
+    if !tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let reg = Registry::start(&dir.path().join("reg"));
+    let (key, public) = keypair(dir.path(), "good");
+    let repo = "acme/sigbomb";
+    let push = |tag: &str| {
+        let r = reg.reference(&format!("{repo}:{tag}"));
+        let s = reg.settings(&dir.path().join("push"));
+        let m = std::fs::read(variant(&plugin_path("test_faults"), tag, dir.path())).unwrap();
+        async move { oci::push::push(&s, &m, &r, None).await.unwrap().digest }
+    };
+    let cache = dir.path().join("oci");
+    let mut settings = reg.settings(&cache);
+    settings.keys = vec![oci::sign::PublicKey::load(&public).unwrap()];
+    let pull = |s: &Settings, tag: &str| {
+        let r = reg.reference(&format!("{repo}:{tag}"));
+        let s = s.clone();
+        async move { oci::pull::pull(&s, &r).await.map_err(|e| e.to_string()) }
+    };
+
+    // 40 layers of distinct valid payloads, forged signatures: refused at the default cap of 16
+    // layers, before any payload (or the module) is fetched.
+    let digest = push("many").await;
+    upload_signature(
+        &reg,
+        repo,
+        &signature_tag(&digest),
+        &forged_layers(&reg, repo, &digest, 40),
+    );
+    let e = pull(&settings, "many").await.unwrap_err();
+    assert!(
+        e.contains("signature refused")
+            && e.contains(
+                "the signature manifest has 40 layers, more than oci.maxSignatureLayers (16)"
+            ),
+        "{e}"
+    );
+    assert_eq!(cached_blobs(&cache), Default::default());
+
+    // Under a cap that lets them through, each is fetched and refused: none is kept, and the
+    // module of a refused signature is not downloaded.
+    settings.max_signature_layers = 64;
+    let e = pull(&settings, "many").await.unwrap_err();
+    assert!(
+        e.contains("does not verify under any configured key"),
+        "{e}"
+    );
+    assert_eq!(cached_blobs(&cache), Default::default());
+
+    // The bytes cap: 40 payloads of ~2 KiB declare more than 16 KiB together.
+    settings.max_signature_bytes = 16 * 1024;
+    let e = pull(&settings, "many").await.unwrap_err();
+    assert!(
+        e.contains("payloads declare") && e.contains("more than oci.maxSignatureBytes (16384)"),
+        "{e}"
+    );
+
+    // One good signature after five forged ones, at the defaults: accepted; of the payloads only
+    // the one that verified is kept, beside the module.
+    let settings = Settings {
+        keys: settings.keys.clone(),
+        ..reg.settings(&cache)
+    };
+    let digest = push("mixed").await;
+    let mut layers = forged_layers(&reg, repo, &digest, 5);
+    let good = openssl_signature(&reg, repo, &digest, &key);
+    layers.push(good.clone());
+    upload_signature(&reg, repo, &signature_tag(&digest), &layers);
+    let p = pull(&settings, "mixed").await.unwrap();
+    assert_eq!(p.signed_by.as_deref(), Some(public.to_str().unwrap()));
+    assert_eq!(
+        cached_blobs(&cache),
+        [p.layer_digest.clone(), sha256(good.0.as_bytes())].into()
+    );
+}
+
+/// A registry peer answering every request, after `delay`, with a redirect to itself. Returns
+/// its `host:port` and how many answers it gave.
+async fn slow_redirector(delay: Duration) -> (String, std::sync::Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let host = l.local_addr().unwrap().to_string();
+    let hops = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = hops.clone();
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = l.accept().await {
+            let hops = counted.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let end = loop {
+                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                        match c.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    buf.drain(..end);
+                    tokio::time::sleep(delay).await;
+                    let n = hops.fetch_add(1, Ordering::SeqCst) + 1;
+                    let answer = format!(
+                        "HTTP/1.1 307 Temporary Redirect\r\nLocation: /v2/acme/slow/manifests/v1?hop={n}\r\nContent-Length: 0\r\n\r\n"
+                    );
+                    if c.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (host, hops)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_deadline_bounds_a_whole_pull_across_slow_redirects() {
+    // 1.5 s per hop: the 6 requests the redirect limit allows took 9 s.
+    let (host, hops) = slow_redirector(Duration::from_millis(1500)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let settings = Settings {
+        insecure: vec![host.clone()],
+        cache_dir: dir.path().join("oci"),
+        pull_timeout: Duration::from_millis(2500),
+        ..Settings::default()
+    };
+    let r = Reference::parse(&format!("oci://{host}/acme/slow:v1")).unwrap();
+    let t = Instant::now();
+    let e = oci::pull::pull(&settings, &r)
+        .await
+        .unwrap_err()
+        .to_string();
+    let took = t.elapsed();
+    assert!(
+        e.contains("not pulled within oci.pullTimeout (2.5s)"),
+        "{e}"
+    );
+    assert!(
+        took >= Duration::from_millis(2500) && took < Duration::from_millis(4000),
+        "{took:?}"
+    );
+    assert_eq!(hops.load(Ordering::SeqCst), 1);
+    // A tag look-up (the poller's) has the same deadline.
+    let t = Instant::now();
+    let e = oci::pull::resolve(&settings, &r)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("oci.pullTimeout"), "{e}");
+    assert!(t.elapsed() < Duration::from_millis(4000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_pull_holds_only_the_plugin_whose_module_it_is() {
+    // 2.5 s per hop: the 6 requests the redirect limit allows took 15 s, all of it before any
+    // plugin started.
+    let (peer, _) = slow_redirector(Duration::from_millis(2500)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cluster = d.join("cluster");
+    std::fs::create_dir_all(&cluster).unwrap();
+    std::fs::write(
+        cluster.join("pod.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: default, resourceVersion: \"1\"}\nspec: {containers: [{name: c, image: nginx}]}\n",
+    )
+    .unwrap();
+    let admin = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let path = d.join("wisp.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"source: dir:cluster
+informers:
+  - {{name: pods, apiVersion: v1, kind: Pod}}
+plugins:
+  - {{name: local, module: {local}, informers: [pods]}}
+  - {{name: remote, module: "oci://{peer}/acme/slow:v1", informers: [pods]}}
+admin: {{listen: "{admin}"}}
+engine: {{cacheDir: {engine}}}
+oci: {{cacheDir: {cache}, insecure: ["{peer}"], pullTimeout: 10s}}
+"#,
+            local = plugin_path("test_faults").display(),
+            engine = d.join("engine").display(),
+            cache = d.join("oci").display(),
+        ),
+    )
+    .unwrap();
+    let t = Instant::now();
+    let starting = tokio::spawn(async move { start(&path).await.map(|_| ()) });
+
+    // The local plugin runs and handles its pod while the other module is still being pulled.
+    let delivered = |all: &serde_json::Value| {
+        all.as_array()
+            .and_then(|a| a.iter().find(|p| p["name"] == "local"))
+            .and_then(|p| p["counters"]["delivered"].as_u64())
+            .unwrap_or(0)
+    };
+    loop {
+        assert!(
+            !starting.is_finished(),
+            "the start ended before the local plugin ran: {:?}",
+            starting.await
+        );
+        if tokio::net::TcpStream::connect(admin).await.is_ok()
+            && delivered(&get(admin, "/plugins").await.json()) >= 1
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ready = get(admin, "/readyz").await;
+    assert_eq!(ready.status, 503, "{ready:?}");
+    assert!(
+        ready.body.contains("plugin remote: pulling its module"),
+        "{}",
+        ready.body
+    );
+    assert!(!starting.is_finished());
+
+    // The pull still refuses the start, at its deadline, naming the plugin.
+    let e = starting.await.unwrap().unwrap_err().to_string();
+    assert!(
+        e.contains("plugin \"remote\"") && e.contains("not pulled within oci.pullTimeout (10s)"),
+        "{e}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(14), "{:?}", t.elapsed());
 }
