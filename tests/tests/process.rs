@@ -705,7 +705,7 @@ async fn a_fifo_a_device_link_a_link_out_and_a_file_over_the_cap_in_dir_block_no
         std::os::unix::fs::symlink("/dev/zero", cluster.join(format!("zero{tag}.yaml"))).unwrap();
         let out = cluster.join(format!("out{tag}.yaml"));
         std::os::unix::fs::symlink("../outside.yaml", out).unwrap();
-        let big = format!("{}\n#{}\n", pod(&format!("big{tag}")), "x".repeat(2048));
+        let big = format!("{}\n#{}\n", pod(&format!("big{tag}")), "x".repeat(8192));
         std::fs::write(cluster.join(format!("big{tag}.yaml")), big).unwrap();
     };
     std::fs::write(cluster.join("ok.yaml"), pod("web-0")).unwrap();
@@ -714,7 +714,7 @@ async fn a_fifo_a_device_link_a_link_out_and_a_file_over_the_cap_in_dir_block_no
     std::fs::write(
         &config,
         "source: dir:cluster\ninformers:\n  - {name: pods, apiVersion: v1, kind: Pod}\n\
-         dir: {maxFileSize: 1Ki}\nadmin: {listen: \"127.0.0.1:0\"}\n",
+         dir: {maxFileSize: 4Ki}\nadmin: {listen: \"127.0.0.1:0\"}\n",
     )
     .unwrap();
     let mut w = Wisp::run("hostile-dir", dir.path(), &config, "5s");
@@ -728,8 +728,8 @@ async fn a_fifo_a_device_link_a_link_out_and_a_file_over_the_cap_in_dir_block_no
                 "zero{tag}.yaml: {kept} resolves to /dev/zero, outside"
             )) && body.contains(&format!("out{tag}.yaml: {kept} resolves to "))
                 && body.contains("outside.yaml, outside ")
-                && body.contains(&format!("big{tag}.yaml: {kept} is 2"))
-                && body.contains("over the cap of 1024 bytes (dir.maxFileSize)")
+                && body.contains(&format!("big{tag}.yaml: {kept} is 1"))
+                && body.contains("over the cap of 4096 bytes (dir.maxFileSize)")
         }
     };
     until(
