@@ -710,6 +710,9 @@ async fn a_fifo_a_device_link_a_link_out_and_a_file_over_the_cap_in_dir_block_no
     };
     std::fs::write(cluster.join("ok.yaml"), pod("web-0")).unwrap();
     hostile("");
+    // 2 GiB, sparse: it used to be read whole (2 GiB of RSS) before failing to parse.
+    let huge = std::fs::File::create(cluster.join("huge.yaml")).unwrap();
+    huge.set_len(2 << 30).unwrap();
     let config = dir.path().join("wisp.yaml");
     std::fs::write(
         &config,
@@ -781,6 +784,22 @@ async fn a_fifo_a_device_link_a_link_out_and_a_file_over_the_cap_in_dir_block_no
         assert!(matches!(answer, Ok(Some(_))), "{path} answers");
     }
     assert!(pods(2)().await, "the pod linked from outside is not listed");
+    let (_, body) = get(admin, "/readyz").await.unwrap_or_default();
+    assert!(
+        body.contains(
+            "huge.yaml: not read (its previous objects are kept): it is 2147483648 bytes"
+        ),
+        "{body}"
+    );
+    // The peak resident memory of the host: nothing of /dev/zero or the 2 GiB file was read.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", w.child.id())).unwrap();
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmHWM");
+    eprintln!("hostile dir: peak RSS {} MiB", peak_kib / 1024);
+    assert!(peak_kib < 128 * 1024, "peak RSS {peak_kib} KiB");
     let start = Instant::now();
     w.signal("TERM");
     let exit = w.exited(Duration::from_secs(10)).await;

@@ -501,3 +501,28 @@ fn registration_changed(
         || old.resync != new.resync
         || old.relist_resyncs != new.relist_resyncs
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Settings read once at start are named when a reload would change them; `dir` among them
+    /// (the dir source's cap is fixed when it opens).
+    #[test]
+    fn a_reload_changing_settings_read_at_start_names_them() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("cluster")).unwrap();
+        let base = "source: dir:cluster\ninformers: [{name: pods, apiVersion: v1, kind: Pod}]\n";
+        let parse = |extra: &str| Config::parse(&format!("{base}{extra}"), "w.yaml", d.path());
+        let a = parse("").unwrap();
+        assert_eq!(needs_restart(&a, &parse("").unwrap()), None);
+        assert_eq!(
+            needs_restart(&a, &parse("dir: {maxFileSize: 1Mi}\n").unwrap()),
+            Some("dir changed; the dir source's settings need a restart")
+        );
+        assert_eq!(
+            needs_restart(&a, &parse("executor: {workers: 3}\n").unwrap()),
+            Some("executor changed; the number of workers needs a restart")
+        );
+    }
+}
