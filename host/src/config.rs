@@ -43,6 +43,7 @@
 //! admin: { listen: 127.0.0.1:9090, tokenFile: /var/run/secrets/wisp/token, metricsAddress: 0.0.0.0:9091 }
 //! engine: { cacheDir: /var/cache/wisp, epochTick: 10ms, fuel: false }
 //! executor: { workers: 4 }     # threads that run the plugins (default: one per core)
+//! dir: { maxFileSize: 16Mi }   # source dir: only: larger manifest files are refused (default)
 //! audit: { file: /var/log/wisp/audit.jsonl }   # actions also go to the log and to /audit
 //! policyReports: { apiGroup: openreports.io, interval: 10s, maxResults: 1000 }   # kube only
 //! ```
@@ -133,6 +134,9 @@ pub struct Config {
     /// The worker threads that run the plugins.
     #[serde(default)]
     pub executor: ExecutorSettings,
+    /// The `dir:` source: the largest manifest file it reads.
+    #[serde(default)]
+    pub dir: crate::source::dir::DirSettings,
     /// Several replicas over Leases (see [`crate::scale`]); omitted: this host is alone.
     #[serde(default)]
     pub sharding: Option<ShardingConfig>,

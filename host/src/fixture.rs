@@ -30,13 +30,16 @@
 //!       gauges: {'pods_per_node{node="n1"}': 2}
 //! ```
 //!
-//! An OBJECT is the object itself or `{file: path}`, a YAML or JSON manifest (relative to the
-//! fixture file). The update of an object has the cached one as its old version.
+//! An OBJECT is the object itself or `{file: path}`, a YAML or JSON manifest relative to the
+//! fixture file's directory, and inside it: an absolute path, a `..` or a link leading out of
+//! it, anything but a regular file and a file over 16 MiB are refused, naming the path and why
+//! (a fixture may come with a plugin under review). The update of an object has the cached one
+//! as its old version.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
@@ -51,6 +54,10 @@ use crate::plugin::state::Grants;
 use crate::plugin::{CheckedPlugin, PluginEngine, PluginSpec, PluginStatus};
 use crate::policy::VerdictFilter;
 use crate::record::{Fed, feed};
+use crate::source::files::{self, FileRefused};
+
+/// The largest fixture file, and object file, read: the `dir:` source's default cap.
+pub const MAX_FILE_SIZE: u64 = crate::source::dir::DEFAULT_MAX_FILE_SIZE;
 
 /// A fixture file.
 #[derive(Debug, Deserialize)]
@@ -174,14 +181,20 @@ pub fn run(
     fixtures: &Path,
     out: &mut dyn Write,
 ) -> anyhow::Result<TestSummary> {
-    let text = std::fs::read_to_string(fixtures)
+    let text = std::fs::canonicalize(fixtures)
+        .map_err(|e| FileRefused::Io(e.to_string()))
+        .and_then(|f| files::read_regular(&f, MAX_FILE_SIZE))
         .with_context(|| format!("fixture file {}", fixtures.display()))?;
     let file: File = serde_yaml_ng::from_str(&text)
         .with_context(|| format!("fixture file {}", fixtures.display()))?;
     if file.cases.is_empty() {
         bail!("fixture file {}: no cases", fixtures.display());
     }
-    let base = fixtures.parent().unwrap_or(Path::new("."));
+    // `fix.yaml`'s parent is "": the current directory.
+    let base = fixtures
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     // The steps' informer: the file's, else the first the plugin asks for (once per file).
     let default_informer = match &file.informer {
         Some(i) => i.clone(),
@@ -218,15 +231,15 @@ pub fn run(
     Ok(summary)
 }
 
-/// An object of the fixture: inline, or `{file: path}` relative to the fixture file.
+/// An object of the fixture: inline, or `{file: path}` relative to the fixture file, read as
+/// [`files::read_inside`] reads it: inside the fixture's directory, a regular file of at most
+/// [`MAX_FILE_SIZE`].
 fn object(v: &Value, base: &Path) -> anyhow::Result<Arc<Object>> {
     let v = match v.as_object().and_then(|o| o.get("file")) {
         Some(Value::String(f)) => {
-            let path: PathBuf = base.join(f);
-            let text = std::fs::read_to_string(&path)
-                .with_context(|| format!("object file {}", path.display()))?;
-            serde_yaml_ng::from_str::<Value>(&text)
-                .with_context(|| format!("object file {}", path.display()))?
+            let text = files::read_inside(base, Path::new(f), MAX_FILE_SIZE)
+                .with_context(|| format!("object file {f:?}"))?;
+            serde_yaml_ng::from_str::<Value>(&text).with_context(|| format!("object file {f:?}"))?
         }
         _ => v.clone(),
     };

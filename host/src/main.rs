@@ -51,6 +51,9 @@ Size caps (per informer): a watch event line over maxEventSize (default 16Mi) or
   and the cap, wisp_informer_oversized_responses_total counts it, and the informer relists after
   backoff. etcd refuses objects over 1.5 MiB; a list at resourceVersion 0 comes unpaged from the
   API server's watch cache, so raise maxListSize for informers of over ~50,000 objects of 10 KiB.
+  Source dir: reads regular files inside the directory of at most dir.maxFileSize (default
+  16Mi); a FIFO, device, socket, link leading out of it or larger file is refused unread and
+  listed in /readyz with why, blocking nothing.
 
 Plugin limits (per plugin, `limits:`): memory 64Mi, one budget for all of an instance's linear
   memories and tables; deadline 50ms per call of one notification, CPU time plus time blocked in
@@ -119,7 +122,8 @@ enum Command {
     },
     /// Run fixture files (objects in; expected outcomes, verdicts, actions, logs, counters) against
     /// a plugin, offline: a fresh instance per case; actions are audited, never sent. Fails when
-    /// any case does. The format is in docs/plugins/testing.md.
+    /// any case does. Object files (`{file: path}`) are read only inside the fixture's directory,
+    /// regular files of at most 16 MiB. The format is in docs/plugins/testing.md.
     Test {
         /// The component (.wasm).
         #[arg(long)]

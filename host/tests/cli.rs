@@ -797,6 +797,98 @@ fn test_refuses_a_bad_fixture_naming_where() {
     }
 }
 
+/// A fixture may come with a plugin under review: its object files are read only inside the
+/// fixture's directory, only as regular files of at most 16 MiB. A `..` or a link out of it,
+/// an absolute path, `/dev/zero`, a FIFO and a larger file are each one error naming the path
+/// and why, at once (`/dev/zero` used to be read until the OOM killer came; a FIFO blocked for
+/// ever), and nothing of the file read reaches the output.
+#[cfg(unix)]
+#[test]
+fn test_reads_object_files_only_inside_the_fixtures_directory_and_under_the_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::create_dir(&secret).unwrap();
+    let token = "token: s3cr3t-t0ken";
+    std::fs::write(secret.join("kubeconfig"), format!("{token}\n")).unwrap();
+    let fx = dir.path().join("fx");
+    std::fs::create_dir(&fx).unwrap();
+    std::os::unix::fs::symlink("../secret/kubeconfig", fx.join("link.yaml")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", fx.join("zero.yaml")).unwrap();
+    let fifo = fx.join("pipe.yaml");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let big = std::fs::File::create(fx.join("big.yaml")).unwrap();
+    big.set_len((16 << 20) + 1).unwrap();
+    let absolute = secret.join("kubeconfig").display().to_string();
+    let outside = format!(
+        "resolves to {}, outside {} (only files inside it are read)",
+        secret.canonicalize().unwrap().join("kubeconfig").display(),
+        fx.canonicalize().unwrap().display()
+    );
+    let absolute_refused = format!(
+        "is an absolute path (only paths relative to {} are read)",
+        fx.display()
+    );
+    for (file, want) in [
+        ("../secret/kubeconfig", outside.as_str()),
+        ("link.yaml", outside.as_str()),
+        (absolute.as_str(), absolute_refused.as_str()),
+        ("/dev/zero", absolute_refused.as_str()),
+        ("zero.yaml", "resolves to /dev/zero, outside"),
+        (
+            "pipe.yaml",
+            "is a FIFO, not a regular file (only regular files are read)",
+        ),
+        (
+            "big.yaml",
+            "is 16777217 bytes, over the cap of 16777216 bytes",
+        ),
+    ] {
+        let f = fx.join("hostile.yaml");
+        std::fs::write(
+            &f,
+            format!("cases:\n  - name: f\n    steps:\n      - add: {{file: {file:?}}}\n"),
+        )
+        .unwrap();
+        let start = Instant::now();
+        let o = wisp()
+            .args(["test", "--plugin"])
+            .arg(plugin("audit_log"))
+            .arg(&f)
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert!(start.elapsed() < Duration::from_secs(20), "{file}");
+        assert!(!o.status.success(), "{file}: {out}");
+        assert!(
+            err.contains(&format!("object file {file:?}: {want}")),
+            "{file}: {want:?} not in {err}"
+        );
+        assert!(
+            !out.contains("s3cr3t") && !err.contains("s3cr3t"),
+            "{out}{err}"
+        );
+    }
+    // The fixture file itself: a FIFO is refused, not waited on.
+    let o = wisp()
+        .args(["test", "--plugin"])
+        .arg(plugin("audit_log"))
+        .arg(&fifo)
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("pipe.yaml: is a FIFO, not a regular file"),
+        "{err}"
+    );
+}
+
 /// `wisp push` through the binary: bad input gets one clear error; against a real
 /// `docker-registry` (skipped when it is missing, except under `CI=true`), it publishes and
 /// prints the digest, which the registry then serves (tests/tests/integration/oci.rs covers the rest).

@@ -357,6 +357,9 @@ pub mod actions {
     }
 
     /// Records a Kubernetes Event about `regarding`. Needs verb `create` on kind `Event`.
+    /// `reason` is machine-readable, as a Condition's: 1 to 128 characters [A-Za-z0-9_,:],
+    /// starting with a letter, ending alphanumeric or '_' (`PolicyViolation`); another is
+    /// `ActionError::Invalid`. `message` is cut to 1024 bytes.
     pub fn create_event(
         regarding: &ObjectRef,
         event_type: EventType,

@@ -679,3 +679,135 @@ async fn a_module_compiling_past_compile_timeout_is_refused_and_the_running_one_
             .is_some_and(|s| s.success())
     );
 }
+
+/// A hostile `dir:` source: a FIFO `pipe.yaml`, `zero.yaml` linked to `/dev/zero`, a link to a
+/// manifest outside the directory and a file over `dir.maxFileSize`, present at the start and
+/// added to the running host. Each is refused and named in `/readyz` (and logged once) while
+/// the good files are read; `/healthz`, `/metrics` and `/plugins` keep answering and SIGTERM
+/// stops the host within its grace with the FIFO still there. On the old code the host never
+/// started (the FIFO's open blocked) and `/dev/zero` was read until the OOM killer came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_a_device_link_a_link_out_and_a_file_over_the_cap_in_dir_block_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("cluster");
+    std::fs::create_dir(&cluster).unwrap();
+    let pod = |name: &str| serde_json::to_string(&wisp_tests::pod("shop", name)).unwrap();
+    std::fs::write(dir.path().join("outside.yaml"), pod("outsider")).unwrap();
+    let hostile = |tag: &str| {
+        let fifo = cluster.join(format!("pipe{tag}.yaml"));
+        assert!(
+            Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        std::os::unix::fs::symlink("/dev/zero", cluster.join(format!("zero{tag}.yaml"))).unwrap();
+        let out = cluster.join(format!("out{tag}.yaml"));
+        std::os::unix::fs::symlink("../outside.yaml", out).unwrap();
+        let big = format!("{}\n#{}\n", pod(&format!("big{tag}")), "x".repeat(8192));
+        std::fs::write(cluster.join(format!("big{tag}.yaml")), big).unwrap();
+    };
+    std::fs::write(cluster.join("ok.yaml"), pod("web-0")).unwrap();
+    hostile("");
+    // 2 GiB, sparse: it used to be read whole (2 GiB of RSS) before failing to parse.
+    let huge = std::fs::File::create(cluster.join("huge.yaml")).unwrap();
+    huge.set_len(2 << 30).unwrap();
+    let config = dir.path().join("wisp.yaml");
+    std::fs::write(
+        &config,
+        "source: dir:cluster\ninformers:\n  - {name: pods, apiVersion: v1, kind: Pod}\n\
+         dir: {maxFileSize: 4Ki}\nadmin: {listen: \"127.0.0.1:0\"}\n",
+    )
+    .unwrap();
+    let mut w = Wisp::run("hostile-dir", dir.path(), &config, "5s");
+    let admin = w.admin().await;
+    let refused = |tag: &'static str| {
+        move |body: &str| {
+            let kept = "not read (its previous objects are kept): it";
+            body.contains(&format!(
+                "pipe{tag}.yaml: {kept} is a FIFO, not a regular file"
+            )) && body.contains(&format!(
+                "zero{tag}.yaml: {kept} resolves to /dev/zero, outside"
+            )) && body.contains(&format!("out{tag}.yaml: {kept} resolves to "))
+                && body.contains("outside.yaml, outside ")
+                && body.contains(&format!("big{tag}.yaml: {kept} is 1"))
+                && body.contains("over the cap of 4096 bytes (dir.maxFileSize)")
+        }
+    };
+    until(
+        "the files refused at the start",
+        Duration::from_secs(10),
+        || async {
+            let (_, body) = get(admin, "/readyz").await.unwrap_or_default();
+            refused("")(&body)
+        },
+    )
+    .await;
+    let (_, body) = get(admin, "/readyz").await.expect("/readyz answers");
+    assert!(!body.contains("ok.yaml"), "{body}");
+    let pods = |n: usize| {
+        move || async move {
+            let (_, m) = get(admin, "/metrics").await.unwrap_or_default();
+            let line = format!("wisp_informer_cache_size{{informer=\"pods\"}} {n}");
+            m.lines().any(|l| l == line)
+        }
+    };
+    until("the good pod listed", Duration::from_secs(10), pods(1)).await;
+
+    // Added to the running host: refused as well; a good file added with them is read.
+    hostile("-late");
+    std::fs::write(cluster.join("late.yaml"), pod("web-1")).unwrap();
+    let took = until(
+        "the late files refused",
+        Duration::from_secs(10),
+        || async {
+            let (_, body) = get(admin, "/readyz").await.unwrap_or_default();
+            refused("-late")(&body)
+        },
+    )
+    .await;
+    eprintln!("hostile dir: late files reported after {took:?}");
+    until("the late pod listed", Duration::from_secs(10), pods(2)).await;
+    // A few more scans (every 250 ms): each refusal is logged once, not at every scan.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for f in ["pipe.yaml", "zero-late.yaml", "out.yaml", "big-late.yaml"] {
+        let log = w.log();
+        let n = log
+            .lines()
+            .filter(|l| l.contains(f) && l.contains("not read"))
+            .count();
+        assert_eq!(n, 1, "{f} logged {n} times:\n{log}");
+    }
+    for path in ["/healthz", "/readyz", "/metrics", "/plugins"] {
+        let answer = tokio::time::timeout(Duration::from_secs(2), get(admin, path)).await;
+        assert!(matches!(answer, Ok(Some(_))), "{path} answers");
+    }
+    assert!(pods(2)().await, "the pod linked from outside is not listed");
+    let (_, body) = get(admin, "/readyz").await.unwrap_or_default();
+    assert!(
+        body.contains(
+            "huge.yaml: not read (its previous objects are kept): it is 2147483648 bytes"
+        ),
+        "{body}"
+    );
+    // The peak resident memory of the host: nothing of /dev/zero or the 2 GiB file was read.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", w.child.id())).unwrap();
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmHWM");
+    eprintln!("hostile dir: peak RSS {} MiB", peak_kib / 1024);
+    assert!(peak_kib < 128 * 1024, "peak RSS {peak_kib} KiB");
+    let start = Instant::now();
+    w.signal("TERM");
+    let exit = w.exited(Duration::from_secs(10)).await;
+    eprintln!("hostile dir: stopped {:?} after SIGTERM", start.elapsed());
+    assert!(exit.is_some_and(|s| s.success()), "{exit:?}\n{}", w.log());
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+}

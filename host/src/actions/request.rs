@@ -6,7 +6,7 @@ use std::time::SystemTime;
 use serde_json::{Value, json};
 
 use super::spec::ActionVerb;
-use super::validate::{check_key, check_label_value, check_target};
+use super::validate::{check_event_reason, check_key, check_label_value, check_target};
 use crate::policy::rfc3339;
 
 /// The object an action is about.
@@ -182,9 +182,7 @@ pub fn event_body(
     message: &str,
 ) -> Result<(Target, Value), String> {
     check_target(regarding)?;
-    if reason.is_empty() || reason.len() > 128 {
-        return Err("reason must be 1 to 128 characters".into());
-    }
+    check_event_reason(reason)?;
     let mut message = message.to_owned();
     if message.len() > 1024 {
         let mut cut = 1024;

@@ -57,6 +57,33 @@ pub fn check_label_value(key: &str, v: &str) -> Result<(), String> {
     }
 }
 
+/// Most bytes of an Event's `reason`: the API server's `ReasonLengthLimit`
+/// (`pkg/apis/core/validation/events.go`).
+pub const REASON_MAX: usize = 128;
+
+/// An Event's `reason`. The API server requires it and caps it at [`REASON_MAX`] bytes (for
+/// Events with an `eventTime`; client-go's recorders send every reason they are given). Its
+/// characters are those of the API's one rule for a machine-readable reason, a Condition's
+/// (`metav1.Condition`: `^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`), which is what client-go's
+/// callers pass (`FailedScheduling`, `BackOff`): no space, newline or control character, so a
+/// reason cannot forge rows in `kubectl get events` or `kubectl describe`.
+pub fn check_event_reason(reason: &str) -> Result<(), String> {
+    let b = reason.as_bytes();
+    let inner = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'_' | b',' | b':');
+    let ok = (1..=REASON_MAX).contains(&b.len())
+        && b[0].is_ascii_alphabetic()
+        && b.iter().all(inner)
+        && b.last()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_');
+    if ok {
+        return Ok(());
+    }
+    Err(format!(
+        "reason {} must be 1 to {REASON_MAX} characters [A-Za-z0-9_,:], starting with a letter and ending alphanumeric or '_' (as a Condition's reason, e.g. \"PolicyViolation\")",
+        shown(reason)
+    ))
+}
+
 /// `v1` or `group/version`: the group a DNS subdomain, the version a DNS label.
 fn is_api_version(s: &str) -> bool {
     match s.split_once('/') {
@@ -178,6 +205,36 @@ mod tests {
             assert!(e.starts_with("kind "), "{e}");
         }
         assert!(check_target(&t("apps/v1", "Deployment", Some("a"), "d")).is_ok());
+    }
+
+    #[test]
+    fn event_reasons_are_machine_readable_and_at_most_128_bytes() {
+        for ok in [
+            "R",
+            "PolicyViolation",
+            "Failed_Create",
+            "a:b,c",
+            &"R".repeat(128),
+        ] {
+            assert_eq!(check_event_reason(ok), Ok(()), "{ok:?}");
+        }
+        for bad in [
+            "",
+            "Bad\nReason",
+            "Bad\r",
+            "Tab\there",
+            "has space",
+            "latest-tag",
+            "9Lives",
+            "Ends,",
+            "Ünicode",
+            "Nul\0",
+            &"R".repeat(129),
+        ] {
+            let e = check_event_reason(bad).unwrap_err();
+            assert!(e.starts_with("reason \""), "{bad:?}: {e}");
+            assert!(!e.contains('\n'), "the error quotes the value: {e}");
+        }
     }
 
     #[test]

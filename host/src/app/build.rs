@@ -123,7 +123,10 @@ pub async fn build_sharded_informers(
         },
         SourceKind::Dir(p) => (
             None,
-            Some(DirCluster::open(p).with_context(|| format!("source dir:{}", p.display()))?),
+            Some(
+                DirCluster::open(p, config.dir.max_file_size())
+                    .with_context(|| format!("source dir:{}", p.display()))?,
+            ),
         ),
     };
     let mut out = Vec::new();
@@ -365,7 +368,8 @@ mod tests {
             "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {nodeName: n1, containers: [{name: c, image: nginx}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: b}\nspec: {containers: [{name: c, image: nginx}]}\n",
         )
         .unwrap();
-        let cluster = DirCluster::open(d.path()).unwrap();
+        let cluster =
+            DirCluster::open(d.path(), crate::source::dir::DEFAULT_MAX_FILE_SIZE).unwrap();
         let names = |fields: &str| {
             let src = cluster.source(filter_of(&informer("", "Pod", "", fields)).unwrap());
             src.objects().into_keys().collect::<Vec<_>>()
@@ -390,7 +394,8 @@ mod tests {
             "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: a}\nspec: {color: blue, size: 1}\n---\napiVersion: example.com/v1\nkind: Widget\nmetadata: {name: b}\nspec: {color: red, size: 1}\n",
         )
         .unwrap();
-        let cluster = DirCluster::open(d.path()).unwrap();
+        let cluster =
+            DirCluster::open(d.path(), crate::source::dir::DEFAULT_MAX_FILE_SIZE).unwrap();
         let widget = |fields: &str| -> InformerConfig {
             serde_json::from_value(serde_json::json!({
                 "name": "w", "apiVersion": "example.com/v1", "kind": "Widget",

@@ -711,3 +711,25 @@ fn a_field_label_the_kind_does_not_support_is_refused_naming_the_informer() {
         "{e}"
     );
 }
+
+#[test]
+fn dir_max_file_size_defaults_to_16_mib_and_is_refused_at_zero_or_without_a_dir_source() {
+    let d = dir_with_module();
+    let c = Config::parse(GOOD, "wisp.yaml", d.path()).unwrap();
+    assert_eq!(c.dir.max_file_size(), 16 << 20);
+    let set = format!("{GOOD}dir: {{maxFileSize: 1Ki}}\n");
+    let c = Config::parse(&set, "wisp.yaml", d.path()).unwrap();
+    assert_eq!(c.dir.max_file_size(), 1024);
+    let e = err_of(&format!("{GOOD}dir: {{maxFileSize: 0}}\n"));
+    assert!(
+        e.contains("dir.maxFileSize") && e.contains("at least 1 byte"),
+        "{e}"
+    );
+    let e = err_of(&format!("{GOOD}dir: {{maxFileSzie: 1Ki}}\n"));
+    assert!(e.contains("maxFileSzie"), "{e}");
+    let e = err_of(&set.replace("source: dir:cluster", "source: kube"));
+    assert!(
+        e.contains("dir") && e.contains("needs `source: dir:PATH`"),
+        "{e}"
+    );
+}

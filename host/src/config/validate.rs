@@ -29,14 +29,25 @@ impl Config {
         self.validate_admin()
     }
 
-    /// A `dir` source names a directory that exists.
+    /// A `dir` source names a directory that exists; `dir` settings go with a `dir` source,
+    /// and its file size cap is at least a byte.
     fn validate_source(&self) -> Result<(), ConfigError> {
-        if let SourceKind::Dir(d) = self.source_kind()?
+        let kind = self.source_kind()?;
+        if let SourceKind::Dir(d) = &kind
             && !d.is_dir()
         {
             return Err(self.error(
                 "source",
                 format!("directory {} does not exist", d.display()),
+            ));
+        }
+        if self.dir != Default::default() && kind == SourceKind::Kube {
+            return Err(self.error("dir", "needs `source: dir:PATH`"));
+        }
+        if self.dir.max_file_size.is_some_and(|b| b.0 == 0) {
+            return Err(self.error(
+                "dir.maxFileSize",
+                "must be at least 1 byte (omit it for 16Mi)",
             ));
         }
         Ok(())

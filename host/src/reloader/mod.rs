@@ -60,6 +60,21 @@ fn same_config(a: &Config, b: &Config) -> bool {
     a.informers == b.informers
 }
 
+/// What changed from `a` to `b` that a running host cannot take: settings read once at start.
+fn needs_restart(a: &Config, b: &Config) -> Option<&'static str> {
+    if a.executor != b.executor {
+        Some("executor changed; the number of workers needs a restart")
+    } else if a.policy_reports != b.policy_reports {
+        Some("policyReports changed; the report writer's settings need a restart")
+    } else if a.dir != b.dir {
+        Some("dir changed; the dir source's settings need a restart")
+    } else if !same_config(a, b) {
+        Some("informers changed; informer changes need a restart")
+    } else {
+        None
+    }
+}
+
 impl Reloader {
     /// A reloader for the host started from `config` (read from `config_path`).
     pub fn new(
@@ -145,25 +160,9 @@ impl Reloader {
             .and_then(|pulled| pulled)
             .map_err(|e| refused(&e))?;
         let mut cfg = lock(&self.config);
-        if cfg.executor != next.executor {
+        if let Some(why) = needs_restart(&cfg, &next) {
             let msg = format!(
-                "config reload refused, nothing changed: {}: executor changed; the number of workers needs a restart",
-                next.file
-            );
-            tracing::error!("{msg}");
-            return Err(ReloadError::Refused(msg));
-        }
-        if cfg.policy_reports != next.policy_reports {
-            let msg = format!(
-                "config reload refused, nothing changed: {}: policyReports changed; the report writer's settings need a restart",
-                next.file
-            );
-            tracing::error!("{msg}");
-            return Err(ReloadError::Refused(msg));
-        }
-        if !same_config(&cfg, &next) {
-            let msg = format!(
-                "config reload refused, nothing changed: {}: informers changed; informer changes need a restart",
+                "config reload refused, nothing changed: {}: {why}",
                 next.file
             );
             tracing::error!("{msg}");
@@ -501,4 +500,29 @@ fn registration_changed(
     old.informers != new.informers
         || old.resync != new.resync
         || old.relist_resyncs != new.relist_resyncs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Settings read once at start are named when a reload would change them; `dir` among them
+    /// (the dir source's cap is fixed when it opens).
+    #[test]
+    fn a_reload_changing_settings_read_at_start_names_them() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("cluster")).unwrap();
+        let base = "source: dir:cluster\ninformers: [{name: pods, apiVersion: v1, kind: Pod}]\n";
+        let parse = |extra: &str| Config::parse(&format!("{base}{extra}"), "w.yaml", d.path());
+        let a = parse("").unwrap();
+        assert_eq!(needs_restart(&a, &parse("").unwrap()), None);
+        assert_eq!(
+            needs_restart(&a, &parse("dir: {maxFileSize: 1Mi}\n").unwrap()),
+            Some("dir changed; the dir source's settings need a restart")
+        );
+        assert_eq!(
+            needs_restart(&a, &parse("executor: {workers: 3}\n").unwrap()),
+            Some("executor changed; the number of workers needs a restart")
+        );
+    }
 }

@@ -16,6 +16,12 @@
 //! would be ([`crate::kinds::decode`]: a type error leaves it out, an unknown field is dropped
 //! and reported; [`crate::kinds::defaults`]), and an informer on another version of its group
 //! gets it converted or, where the kind does not convert, reported ([`crate::kinds::convert`]).
+//!
+//! Whoever writes the directory may be hostile: only regular files of at most `dir.maxFileSize`
+//! are read ([`super::files`]). A FIFO, a device, a socket, a link that leads out of the
+//! directory or a larger file is refused (reported once, with why; the file's previous objects
+//! are kept) without blocking a scan, and no lock is held while files are read, so the admin
+//! endpoints, the informers and shutdown never wait on a file.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -24,6 +30,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
+use super::files::{self, FileRefused};
 use super::filter::{ObjectFilter, group_of};
 use super::memory::MemorySource;
 use crate::informer::Object;
@@ -150,23 +157,96 @@ struct Decoding {
     warnings: Vec<String>,
 }
 
+/// What a scan made of one manifest file.
+enum Read {
+    /// Unchanged since it was last read (same modification time and size).
+    Unchanged,
+    /// Read again (or refused): its stamp, and its manifests or what of it could not be read.
+    Changed {
+        stamp: (SystemTime, u64),
+        parsed: Result<Manifests, String>,
+    },
+}
+
+/// The default of [`DirCluster::open`]'s cap on a manifest file's size (`dir.maxFileSize`):
+/// 16 MiB, a YAML file of some thousands of objects (the API server's etcd request limit is
+/// 1.5 MiB per object).
+pub const DEFAULT_MAX_FILE_SIZE: u64 = 16 << 20;
+
+/// The `dir:` source's settings (`dir:` in the config).
+#[derive(Debug, serde::Deserialize, Clone, Default, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DirSettings {
+    /// The largest manifest file read (default 16Mi): a larger one is refused and reported
+    /// (its previous objects are kept), without being read.
+    pub max_file_size: Option<crate::units::Bytes>,
+}
+
+impl DirSettings {
+    /// The cap in force, in bytes.
+    pub fn max_file_size(&self) -> u64 {
+        self.max_file_size.map_or(DEFAULT_MAX_FILE_SIZE, |b| b.0)
+    }
+}
+
+/// Reads the files of `paths` whose stamp differs from `known`, without any lock held: the
+/// regular files inside `root` (the canonical root) of at most `cap` bytes, as
+/// [`files::read_regular`] reads them. A link to a file is followed inside `root` only; a link
+/// out of it, a FIFO, a device, a socket or a file over `cap` is refused, and reported as the
+/// file's error. A path gone (or a dangling link) is left out.
+fn read_changed(
+    root: &Path,
+    paths: Vec<PathBuf>,
+    known: &BTreeMap<PathBuf, (SystemTime, u64)>,
+    cap: u64,
+) -> Vec<(PathBuf, Read)> {
+    let mut out = Vec::new();
+    for p in paths {
+        let target = files::resolve_inside(root, &p);
+        // The stamp is what the path leads to (a link's target), stat'ed, never opened.
+        let Ok(md) = std::fs::metadata(&p) else {
+            continue;
+        };
+        let stamp = (md.modified().unwrap_or(SystemTime::UNIX_EPOCH), md.len());
+        if known.get(&p) == Some(&stamp) {
+            out.push((p, Read::Unchanged));
+            continue;
+        }
+        let parsed = target
+            .and_then(|t| files::read_regular(&t, cap))
+            .map_err(|e| {
+                let cap_field = matches!(e, FileRefused::TooLarge { .. })
+                    .then_some(" (dir.maxFileSize)")
+                    .unwrap_or_default();
+                format!("not read (its previous objects are kept): it {e}{cap_field}")
+            })
+            .and_then(|t| {
+                parse_manifests(&t)
+                    .map_err(|e| format!("does not parse (its previous objects are kept): {e}"))
+            });
+        out.push((p, Read::Changed { stamp, parsed }));
+    }
+    out
+}
+
 impl State {
-    /// Reads the files of `paths` that changed since the last scan and forgets the files that
-    /// are gone; returns the files there are.
-    fn read_files(&mut self, paths: Vec<PathBuf>) -> BTreeMap<PathBuf, ()> {
+    /// The stamp of each file read so far, for a scan to read only the files that changed.
+    fn stamps(&self) -> BTreeMap<PathBuf, (SystemTime, u64)> {
+        self.files
+            .iter()
+            .map(|(p, f)| (p.clone(), f.stamp))
+            .collect()
+    }
+
+    /// Takes what a scan read of the files there are ([`read_changed`]) and forgets the files
+    /// that are gone; returns the files there are.
+    fn take_reads(&mut self, reads: Vec<(PathBuf, Read)>) -> BTreeMap<PathBuf, ()> {
         let mut seen = BTreeMap::new();
-        for p in paths {
-            let Ok(md) = std::fs::metadata(&p) else {
+        for (p, read) in reads {
+            seen.insert(p.clone(), ());
+            let Read::Changed { stamp, parsed } = read else {
                 continue;
             };
-            let stamp = (md.modified().unwrap_or(SystemTime::UNIX_EPOCH), md.len());
-            seen.insert(p.clone(), ());
-            if self.files.get(&p).is_some_and(|f| f.stamp == stamp) {
-                continue;
-            }
-            let parsed = std::fs::read_to_string(&p)
-                .map_err(|e| e.to_string())
-                .and_then(|t| parse_manifests(&t));
             // A file that lost objects may be being written (a rewrite in place caught at a
             // document boundary): it is read again at each scan until it has been quiet for
             // SETTLE, and its objects are kept until then.
@@ -181,8 +261,8 @@ impl State {
                     objects,
                     unread: skipped,
                 },
-                // The stamp is remembered so the same broken content is not read again every
-                // scan, and the objects read before are kept.
+                // The stamp is remembered so the same broken (or refused) content is not read
+                // again every scan, and the objects read before are kept.
                 Err(e) => FileState {
                     stamp,
                     objects: self
@@ -190,9 +270,7 @@ impl State {
                         .get(&p)
                         .map(|f| f.objects.clone())
                         .unwrap_or_default(),
-                    unread: vec![format!(
-                        "does not parse (its previous objects are kept): {e}"
-                    )],
+                    unread: vec![e],
                 },
             };
             self.files.insert(p, file);
@@ -315,7 +393,7 @@ impl State {
         let Reports { errors, notes } = reports;
         for (p, e) in &errors {
             if self.errors.get(p) != Some(e) {
-                tracing::error!(file = %p.display(), error = %e, "manifest not read whole; the rest of it counts");
+                tracing::error!(file = %p.display(), error = %e, "manifest not read whole");
             }
         }
         for (p, n) in &notes {
@@ -383,7 +461,16 @@ impl State {
 
 /// A directory acting as a cluster.
 pub struct DirCluster {
+    /// The directory, as given (for messages).
     root: PathBuf,
+    /// The directory with every link resolved: a link to a file is followed inside it only.
+    canonical_root: PathBuf,
+    /// The largest manifest file read, in bytes (`dir.maxFileSize`).
+    max_file_size: u64,
+    /// Held by a scan from start to end, so two scans never interleave; the state lock is
+    /// taken only around what needs no file IO, so a slow file never holds up the admin
+    /// endpoints or the informers.
+    scan: Mutex<()>,
     state: Mutex<State>,
 }
 
@@ -617,10 +704,12 @@ fn stable_suffix(text: &str, doc: usize, item: usize) -> String {
         .collect()
 }
 
-/// The manifest files under `dir`, as `kubectl apply -R -f dir` finds them: links to files
-/// are read wherever they point, links to directories are not followed (kubectl's walk,
-/// cli-runtime's `FileVisitorForSTDIN`/`ExpandPathsToFileVisitors` over `filepath.Walk`, does
-/// not follow them; kubectl 1.32 checked: neither inside the directory nor out of it).
+/// The manifest files under `dir`, as `kubectl apply -R -f dir` finds them: links to
+/// directories are not followed (kubectl's walk, cli-runtime's `FileVisitorForSTDIN`/
+/// `ExpandPathsToFileVisitors` over `filepath.Walk`, does not follow them; kubectl 1.32
+/// checked: neither inside the directory nor out of it). Every other entry with a manifest's
+/// extension is listed, whatever its type, for [`read_changed`] to read or refuse and report
+/// (kubectl reads links to files wherever they point; a host does not follow them out).
 fn manifest_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
@@ -637,7 +726,7 @@ fn manifest_files(dir: &Path, out: &mut Vec<PathBuf>) {
         }
         if ty.is_dir() {
             manifest_files(&p, out);
-        } else if (ty.is_file() || (ty.is_symlink() && p.is_file()))
+        } else if !(ty.is_symlink() && p.is_dir())
             && p.extension()
                 .and_then(|x| x.to_str())
                 .is_some_and(|x| matches!(x, "yaml" | "yml" | "json"))
@@ -648,8 +737,9 @@ fn manifest_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 impl DirCluster {
-    /// Scans `root` once.
-    pub fn open(root: impl Into<PathBuf>) -> std::io::Result<Arc<Self>> {
+    /// Scans `root` once, reading manifest files of at most `max_file_size` bytes
+    /// ([`DEFAULT_MAX_FILE_SIZE`] unless configured).
+    pub fn open(root: impl Into<PathBuf>, max_file_size: u64) -> std::io::Result<Arc<Self>> {
         let root = root.into();
         if !root.is_dir() {
             return Err(std::io::Error::new(
@@ -658,7 +748,10 @@ impl DirCluster {
             ));
         }
         let c = Arc::new(Self {
+            canonical_root: std::fs::canonicalize(&root)?,
             root,
+            max_file_size,
+            scan: Mutex::default(),
             state: Mutex::default(),
         });
         c.rescan();
@@ -741,10 +834,13 @@ impl DirCluster {
 
     /// Reads changed files and applies the differences to every source.
     pub fn rescan(&self) {
+        let _scan = lock(&self.scan);
         let mut paths = Vec::new();
         manifest_files(&self.root, &mut paths);
+        let known = self.lock().stamps();
+        let reads = read_changed(&self.canonical_root, paths, &known, self.max_file_size);
         let mut st = self.lock();
-        let seen = st.read_files(paths);
+        let seen = st.take_reads(reads);
         let (defined, reports) = st.defined();
         st.report_errors(reports, &seen);
         st.publish(defined);
@@ -864,7 +960,7 @@ mod tests {
             "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec: {containers: [{name: c, image: nginx}]}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n",
         )
         .unwrap();
-        let c = DirCluster::open(d.path()).unwrap();
+        let c = DirCluster::open(d.path(), DEFAULT_MAX_FILE_SIZE).unwrap();
         let pods = c.source(pods_filter());
         let objs = pods.objects();
         assert_eq!(
@@ -914,7 +1010,7 @@ mod tests {
             quiet(&d.path().join("a.yaml"));
         };
         write("a");
-        let c = DirCluster::open(d.path()).unwrap();
+        let c = DirCluster::open(d.path(), DEFAULT_MAX_FILE_SIZE).unwrap();
         let team_a = c.source(ObjectFilter {
             api_version: "v1".into(),
             kind: "ConfigMap".into(),
@@ -954,7 +1050,7 @@ mod tests {
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, labels: {team: a}}\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: c}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: c}\nspec: {containers: [{name: c, image: nginx}]}\n",
         )
         .unwrap();
-        let c = DirCluster::open(d.path()).unwrap();
+        let c = DirCluster::open(d.path(), DEFAULT_MAX_FILE_SIZE).unwrap();
         let of = |kind: &str, labels: Option<&str>| {
             c.source(ObjectFilter {
                 api_version: "v1".into(),
@@ -1105,7 +1201,7 @@ mod tests {
             "apiVersion: autoscaling/v1\nkind: HorizontalPodAutoscaler\nmetadata: {name: web, namespace: shop}\nspec: {maxReplicas: 3, targetCPUUtilizationPercentage: 60, scaleTargetRef: {kind: Deployment, name: web}}\n---\napiVersion: v1\nkind: HorizontalPodAutoscaler\nmetadata: {name: not-autoscaling, namespace: shop}\n",
         )
         .unwrap();
-        let c = DirCluster::open(d.path()).unwrap();
+        let c = DirCluster::open(d.path(), DEFAULT_MAX_FILE_SIZE).unwrap();
         let hpas = c.source(ObjectFilter {
             api_version: "autoscaling/v2".into(),
             kind: "HorizontalPodAutoscaler".into(),
@@ -1147,7 +1243,7 @@ mod tests {
             "apiVersion: networking.k8s.io/v1beta1\nkind: IPAddress\nmetadata: {name: 10.0.0.1}\nspec: {parentRef: {resource: services, namespace: default, name: web}}\n",
         )
         .unwrap();
-        let c = DirCluster::open(d.path()).unwrap();
+        let c = DirCluster::open(d.path(), DEFAULT_MAX_FILE_SIZE).unwrap();
         assert!(c.errors().is_empty(), "{:?}", c.errors());
         let ips = c.source(ObjectFilter {
             api_version: "networking.k8s.io/v1".into(),
@@ -1168,7 +1264,7 @@ mod tests {
     #[test]
     fn the_demo_pods_are_defaulted_and_match_status_phase_pending() {
         let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/demo/cluster");
-        let c = DirCluster::open(&demo).unwrap();
+        let c = DirCluster::open(&demo, DEFAULT_MAX_FILE_SIZE).unwrap();
         let all = c.source(pods_filter()).objects();
         let pending = c
             .source(ObjectFilter {
@@ -1205,7 +1301,7 @@ mod tests {
             ),
         )
         .unwrap();
-        let c = DirCluster::open(d.path()).unwrap();
+        let c = DirCluster::open(d.path(), DEFAULT_MAX_FILE_SIZE).unwrap();
         let pods = c.source(pods_filter()).objects();
         assert_eq!(pods.keys().collect::<Vec<_>>(), ["default/typo"]);
         assert!(
@@ -1237,7 +1333,7 @@ mod tests {
         };
         std::fs::write(d.path().join("a.yaml"), hpa("v1", 3)).unwrap();
         std::fs::write(d.path().join("b.yaml"), hpa("v2", 5)).unwrap();
-        let c = DirCluster::open(d.path()).unwrap();
+        let c = DirCluster::open(d.path(), DEFAULT_MAX_FILE_SIZE).unwrap();
         let hpas = c.source(ObjectFilter {
             api_version: "autoscaling/v2".into(),
             kind: "HorizontalPodAutoscaler".into(),
@@ -1276,7 +1372,7 @@ mod tests {
             ),
         )
         .unwrap();
-        let c = DirCluster::open(d.path()).unwrap();
+        let c = DirCluster::open(d.path(), DEFAULT_MAX_FILE_SIZE).unwrap();
         let all = |api_version: &str, kind: &str| {
             let mut keys: Vec<String> = c
                 .source(ObjectFilter {
@@ -1318,7 +1414,7 @@ mod tests {
             "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widgets.example.com}\nspec: {group: example.com, scope: Namespaced, names: {kind: Widget, plural: widgets}, versions: [{name: v1, served: true, storage: true}]}\n",
         )
         .unwrap();
-        let c = DirCluster::open(d.path()).unwrap();
+        let c = DirCluster::open(d.path(), DEFAULT_MAX_FILE_SIZE).unwrap();
         assert_eq!(c.check_kind("apps/v1", "Deployment"), Ok(None));
         assert_eq!(
             c.check_kind("autoscaling/v1", "HorizontalPodAutoscaler"),
@@ -1346,7 +1442,7 @@ mod tests {
             "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widgets.example.com}\nspec: {group: example.com, scope: Cluster, names: {kind: Widget, plural: widgets}}\n---\napiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n---\napiVersion: example.com/v1\nkind: Gadget\nmetadata: {name: g}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: r, namespace: edge}\n---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata: {name: v}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: ''}\n",
         )
         .unwrap();
-        let c = DirCluster::open(d.path()).unwrap();
+        let c = DirCluster::open(d.path(), DEFAULT_MAX_FILE_SIZE).unwrap();
         let keys = |api_version: &str, kind: &str| {
             c.source(ObjectFilter {
                 api_version: api_version.into(),
@@ -1388,7 +1484,7 @@ mod tests {
         let f = d.path().join("p.yaml");
         let three = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: nginx}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: b}\nspec: {containers: [{name: c, image: nginx}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: c}\nspec: {containers: [{name: c, image: nginx}]}\n";
         std::fs::write(&f, three).unwrap();
-        let c = DirCluster::open(d.path()).unwrap();
+        let c = DirCluster::open(d.path(), DEFAULT_MAX_FILE_SIZE).unwrap();
         let pods = c.source(pods_filter());
         let rv = pods.resource_version();
         // Caught at a document boundary: one document written so far.
@@ -1420,7 +1516,7 @@ mod tests {
         };
         let whole = format!("{}---\n{}---\n{}", pod("a"), pod("b"), pod("c"));
         std::fs::write(&f, &whole).unwrap();
-        let c = DirCluster::open(d.path()).unwrap();
+        let c = DirCluster::open(d.path(), DEFAULT_MAX_FILE_SIZE).unwrap();
         let pods = c.source(pods_filter());
         let rv = pods.resource_version();
         std::fs::write(&f, format!("{}---\n", pod("a"))).unwrap();
@@ -1438,11 +1534,13 @@ mod tests {
         assert_eq!(pods.resource_version(), rv, "no phantom DELETED and ADDED");
     }
 
-    /// `kubectl apply -R -f DIR` (1.32, checked) reads links to files wherever they point,
-    /// and follows no link to a directory, inside DIR or out of it.
+    /// `kubectl apply -R -f DIR` (1.32, checked) follows no link to a directory, inside DIR or
+    /// out of it, and reads links to files wherever they point. A host is not a one-off
+    /// command: a link to a file out of the directory is refused and reported (it could name
+    /// any file the host may read), one inside it is read.
     #[cfg(unix)]
     #[test]
-    fn links_to_directories_are_not_followed_as_kubectl_does() {
+    fn links_to_directories_are_not_followed_and_links_to_files_only_inside_it() {
         let outside = tempfile::tempdir().unwrap();
         let d = tempfile::tempdir().unwrap();
         let pod = |n: &str| {
@@ -1461,13 +1559,90 @@ mod tests {
             d.path().join("file-link.yaml"),
         )
         .unwrap();
-        let c = DirCluster::open(d.path()).unwrap();
+        std::fs::write(d.path().join("inner.json"), pod("inner")).unwrap();
+        std::os::unix::fs::symlink("../inner.json", d.path().join("sub/inner-link.yaml")).unwrap();
+        let c = DirCluster::open(d.path(), DEFAULT_MAX_FILE_SIZE).unwrap();
         let objs = c.source(pods_filter()).objects();
         assert_eq!(
             objs.keys().collect::<Vec<_>>(),
-            ["default/in", "default/linked"]
+            ["default/in", "default/inner"]
         );
-        assert_eq!(c.notes(), BTreeMap::new(), "sub/ is read once");
+        let errors = c.errors();
+        assert_eq!(
+            errors.keys().collect::<Vec<_>>(),
+            [&d.path().join("file-link.yaml")]
+        );
+        let e = &errors[&d.path().join("file-link.yaml")];
+        assert!(
+            e.contains("not read (its previous objects are kept): it resolves to ")
+                && e.contains(", outside ")
+                && e.contains("(only files inside it are read)"),
+            "{e}"
+        );
+        assert_eq!(
+            c.notes().keys().collect::<Vec<_>>(),
+            [&d.path().join("sub/inner-link.yaml")],
+            "sub/ is read once; the link inside redefines inner.json's pod"
+        );
+    }
+
+    /// A FIFO, a link to a device (out of the directory; a device itself is refused by
+    /// [`files::read_regular`]) and a file over the cap are each refused and reported, at the
+    /// first scan and when they appear later; the other files are read; no scan blocks.
+    #[cfg(unix)]
+    #[test]
+    fn only_regular_files_under_the_size_cap_are_read() {
+        let d = tempfile::tempdir().unwrap();
+        let pod = |n: &str| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {n}}}\nspec: {{containers: [{{name: c, image: nginx}}]}}\n"
+            )
+        };
+        let hostile = |dir: &Path, tag: &str| {
+            let fifo = dir.join(format!("pipe{tag}.yaml"));
+            let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+            assert!(made.unwrap().success());
+            std::os::unix::fs::symlink("/dev/zero", dir.join(format!("zero{tag}.yaml"))).unwrap();
+            let big = format!("{}# {}\n", pod(&format!("big{tag}")), "x".repeat(600));
+            std::fs::write(dir.join(format!("big{tag}.yaml")), big).unwrap();
+        };
+        let refused = |c: &DirCluster, tag: &str| {
+            let errors = c.errors();
+            let e = |n: &str| errors[&d.path().join(format!("{n}{tag}.yaml"))].clone();
+            assert!(
+                e("pipe").contains("it is a FIFO, not a regular file"),
+                "{}",
+                e("pipe")
+            );
+            assert!(
+                e("zero").contains("resolves to /dev/zero, outside"),
+                "{}",
+                e("zero")
+            );
+            assert!(
+                e("big").contains("over the cap of 512 bytes (dir.maxFileSize)"),
+                "{}",
+                e("big")
+            );
+        };
+        std::fs::write(d.path().join("ok.yaml"), pod("ok")).unwrap();
+        hostile(d.path(), "");
+        let c = DirCluster::open(d.path(), 512).unwrap();
+        let pods = c.source(pods_filter());
+        assert_eq!(pods.objects().keys().collect::<Vec<_>>(), ["default/ok"]);
+        refused(&c, "");
+        assert_eq!(c.errors().len(), 3);
+
+        // Added to a running source: refused too, and what else was added is read.
+        hostile(d.path(), "-late");
+        std::fs::write(d.path().join("late.yaml"), pod("late")).unwrap();
+        c.rescan();
+        assert_eq!(
+            pods.objects().keys().collect::<Vec<_>>(),
+            ["default/late", "default/ok"]
+        );
+        refused(&c, "-late");
+        assert_eq!(c.errors().len(), 6);
     }
 
     #[cfg(unix)]
@@ -1482,7 +1657,7 @@ mod tests {
         )
         .unwrap();
         std::os::unix::fs::symlink(d.path(), sub.join("loop")).unwrap();
-        let c = DirCluster::open(d.path()).unwrap();
+        let c = DirCluster::open(d.path(), DEFAULT_MAX_FILE_SIZE).unwrap();
         assert_eq!(c.source(pods_filter()).objects().len(), 1);
     }
 
@@ -1491,7 +1666,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let f = d.path().join("p.yaml");
         std::fs::write(&f, "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec: {containers: [{name: c, image: nginx}]}\n").unwrap();
-        let c = DirCluster::open(d.path()).unwrap();
+        let c = DirCluster::open(d.path(), DEFAULT_MAX_FILE_SIZE).unwrap();
         let pods = c.source(pods_filter());
         std::thread::sleep(Duration::from_millis(20));
         std::fs::write(&f, "apiVersion: v1\nkind: Pod\nmetadata: {name: web\n").unwrap();
@@ -1509,7 +1684,7 @@ mod tests {
             "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widgets.example.com}\nspec: {group: example.com, scope: Namespaced, names: {kind: Widget, plural: widgets}, versions: [{name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, properties: {spec: {type: object, properties: {replicas: {type: integer, default: 1}, size: {type: string, enum: [low, high]}}}}}}}]}\n---\napiVersion: example.com/v1\nkind: Widget\nmetadata: {name: good}\nspec: {size: low, colour: red}\n---\napiVersion: example.com/v1\nkind: Widget\nmetadata: {name: bad}\nspec: {size: urgent}\n",
         )
         .unwrap();
-        let c = DirCluster::open(d.path()).unwrap();
+        let c = DirCluster::open(d.path(), DEFAULT_MAX_FILE_SIZE).unwrap();
         let widgets = c
             .source(ObjectFilter {
                 api_version: "example.com/v1".into(),

@@ -12,7 +12,8 @@
 //! queue-full, unavailable). Objects that already carry the label `n` are left alone, so the
 //! patches' own updates do not ask again. `"targetName"` and `"targetNamespace"` replace the
 //! patched object's name and namespace (a hostile plugin forging paths); `"eventMessage"` makes
-//! every Event say the same thing (instead of `event <n>`).
+//! every Event say the same thing (instead of `event <n>`), `"eventReason"` gives their reason
+//! (instead of `Tested`; a hostile plugin forging rows with a newline).
 //!
 //! Mode `verdicts` reports the object as violating the rule `churn` `actions` times in a row, each
 //! time with another message (`verdict <n>`), and counts the answers in `verdict_total{result}`
@@ -59,6 +60,8 @@ struct Settings {
     target_name: Option<String>,
     target_namespace: Option<String>,
     event_message: Option<String>,
+    /// The Events' reason (default `Tested`).
+    event_reason: Option<String>,
     panic_in_init: bool,
     /// Busy (CPU) that long in `init`: a start-up slower than a call's deadline.
     busy_in_init_ms: u64,
@@ -233,7 +236,7 @@ impl Faults {
                         ActionVerb::Event => actions::create_event(
                             &target,
                             actions::EventType::Warning,
-                            "Tested",
+                            self.settings.event_reason.as_deref().unwrap_or("Tested"),
                             &self
                                 .settings
                                 .event_message

@@ -4,6 +4,7 @@
 //!   nor change its query (field manager, dry-run);
 //! - the Events the host makes for verdicts need the plugin's grant and tokens, and a repeated
 //!   Event is a count patch of the first;
+//! - an Event reason that is not machine-readable (a newline forging a row) is refused unsent;
 //! - a plugin refused in a loop neither floods the audit log nor evicts another plugin's entries.
 
 use crate::actions_rig;
@@ -291,6 +292,73 @@ async fn a_repeated_identical_event_is_a_count_patch_not_a_second_create() {
             .iter()
             .all(|w| routed(&w.path).last().map(String::as_str) == Some(name))
     );
+}
+
+/// Event reasons are checked before any grant or request: a newline (a forged row of
+/// `kubectl get events`), a carriage return, a space, a control character and 129 characters
+/// (over the API server's 128) are each `invalid`, counted and audited naming the reason, and
+/// no request carries them; the control's `Tested` is created.
+#[tokio::test]
+async fn event_reasons_forging_rows_or_over_the_api_servers_limit_are_refused_unsent() {
+    let r = Rig::start(vec![]).await;
+    let long = "R".repeat(129);
+    let bad = [
+        (
+            "newline",
+            "Tested\nWarning   Forged   pod/ask-1   all is well",
+        ),
+        ("return", "Tested\r"),
+        ("space", "Two words"),
+        ("escape", "Red\u{1b}[31m"),
+        ("long", long.as_str()),
+    ];
+    let asking = |name: &str, reason: Option<&str>| {
+        let mut settings =
+            json!({"mode": "actions", "namePrefix": "ask-", "actions": 1, "actionVerb": "event"});
+        if let Some(reason) = reason {
+            settings["eventReason"] = json!(reason);
+        }
+        let mut s = spec(name, "test_faults", &["pods"], settings);
+        s.actions.grants = vec![grant(
+            &[ActionVerb::Create],
+            "v1",
+            "Event",
+            Some(&["default"]),
+        )];
+        s
+    };
+    let hostile: Vec<_> = bad
+        .iter()
+        .map(|(n, reason)| r.start_plugin(asking(n, Some(reason))))
+        .collect();
+    let control = r.start_plugin(asking("control", None));
+    r.server.create(pod("default", "ask-1")).unwrap();
+    until("the control's Event created", || {
+        counter(&control, |c| &c.actions_applied) == 1
+    })
+    .await;
+    until("every hostile plugin answered", || {
+        hostile
+            .iter()
+            .all(|h| answers(h).values().sum::<u64>() == 1)
+    })
+    .await;
+    let events = r.server.objects("v1", "Event");
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["reason"], "Tested");
+    assert_eq!(event_writes(&r).len(), 1, "{:?}", event_writes(&r));
+    for (h, (name, _)) in hostile.iter().zip(&bad) {
+        assert_eq!(answers(h), [("invalid", 1)].into_iter().collect(), "{name}");
+        assert_eq!(counter(h, |c| &c.actions_refused), 1, "{name}");
+        let audit = r.services.audit.entries(Some(name));
+        assert_eq!(audit.len(), 1, "{name}: {audit:?}");
+        assert!(
+            audit[0].detail.starts_with("invalid: reason \"")
+                && audit[0].detail.contains("[A-Za-z0-9_,:]"),
+            "{name}: {audit:?}"
+        );
+        assert!(!audit[0].detail.contains('\n'), "{name}: {audit:?}");
+    }
 }
 
 #[tokio::test]
