@@ -506,6 +506,18 @@ pub struct AdminConfig {
     /// e.g. `0.0.0.0:9091` while `listen` stays on 127.0.0.1.
     #[serde(default)]
     pub metrics_address: Option<String>,
+    /// Connections each server (admin, metrics) holds open at once (default 128): past it the
+    /// oldest without a request in flight is closed, and when every one has a request in flight
+    /// a reserve of 16 answers one request each (`/healthz`) within 2 s.
+    #[serde(default)]
+    pub max_connections: Option<u32>,
+    /// From a request's first byte to the end of its headers (default 10s): a slower peer is
+    /// disconnected.
+    #[serde(default)]
+    pub header_read_timeout: Option<Dur>,
+    /// A connection with no request in flight and no byte for this long is closed (default 30s).
+    #[serde(default)]
+    pub idle_timeout: Option<Dur>,
 }
 
 impl Default for AdminConfig {
@@ -514,6 +526,9 @@ impl Default for AdminConfig {
             listen: "127.0.0.1:9090".into(),
             token_file: None,
             metrics_address: None,
+            max_connections: None,
+            header_read_timeout: None,
+            idle_timeout: None,
         }
     }
 }

@@ -38,7 +38,13 @@ Admin server (admin.listen, default 127.0.0.1:9090):
   the contents of admin.tokenFile (read again when the file changes). Without admin.tokenFile
   they are served only when admin.listen is a loopback address; on any other address they
   answer 403 and the host warns at start. admin.metricsAddress (e.g. 0.0.0.0:9091) serves only
-  the three open endpoints, so the admin API can stay on loopback.
+  the three open endpoints, so the admin API can stay on loopback. The open endpoints show no
+  plugin text (a quarantined plugin's reason is in /plugins only). Failed token checks: 20 at
+  once, then 5 a second per server; past that protected endpoints answer 429. Each server holds
+  at most admin.maxConnections (128; past it the oldest idle one is closed, and a reserve of 16
+  answers /healthz when all are busy), closes a connection idle for admin.idleTimeout (30s) or
+  whose headers take longer than admin.headerReadTimeout (10s). The soft open-files limit is
+  raised to the hard limit at start.
 
 Module cache (engine.cacheDir, default $XDG_CACHE_HOME/wisp/modules or ~/.cache/wisp/modules):
   precompiled plugins, each authenticated by HMAC-SHA256 under the key in the sibling file
@@ -285,6 +291,17 @@ async fn main() {
     match cli.log_format {
         LogFormat::Text => b.init(),
         LogFormat::Json => b.json().init(),
+    }
+    match wisp_host::admin::server::raise_open_files_limit() {
+        Ok((old, new)) if new > old => {
+            tracing::debug!(
+                old,
+                new,
+                "raised the soft open-files limit to the hard limit"
+            );
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot raise the soft open-files limit"),
     }
     if let Err(e) = run(cli.command).await {
         eprintln!("error: {e:#}");

@@ -53,7 +53,20 @@ impl Wisp {
     /// `wisp run --config <config> --grace <grace>` in `dir`, with `KUBECONFIG` at
     /// `dir/kubeconfig` and a module cache of its own under `dir`.
     fn run(name: &str, dir: &Path, config: &Path, grace: &str) -> Self {
-        let mut c = Command::new(wisp_bin());
+        Self::run_via(&[], name, dir, config, grace)
+    }
+
+    /// [`Wisp::run`] through a program that executes it (`prefix`, e.g. `prlimit ... --`), so
+    /// the process keeps the id the test sees.
+    fn run_via(prefix: &[&str], name: &str, dir: &Path, config: &Path, grace: &str) -> Self {
+        let mut c = match prefix {
+            [] => Command::new(wisp_bin()),
+            [program, args @ ..] => {
+                let mut c = Command::new(program);
+                c.args(args).arg(wisp_bin());
+                c
+            }
+        };
         c.args(["run", "--config"])
             .arg(config)
             .args(["--grace", grace])
@@ -135,9 +148,12 @@ impl Wisp {
 
     /// The admin server's address, from its "listening" line.
     async fn admin(&mut self) -> SocketAddr {
-        let line = self
-            .logged("admin server listening", Duration::from_secs(60))
-            .await;
+        self.listening("admin server listening").await
+    }
+
+    /// The address of the server whose log line holds `what` (e.g. "metrics server listening").
+    async fn listening(&mut self, what: &str) -> SocketAddr {
+        let line = self.logged(what, Duration::from_secs(60)).await;
         let addr = line
             .split("addr=")
             .nth(1)
@@ -809,5 +825,87 @@ async fn a_fifo_a_device_link_a_link_out_and_a_file_over_the_cap_in_dir_block_no
         start.elapsed() < Duration::from_secs(5),
         "{:?}",
         start.elapsed()
+    );
+}
+
+/// The soft and hard open-files limits of process `pid`, from /proc/<pid>/limits.
+fn open_files_limits(pid: u32) -> (String, String) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap_or_else(|| panic!("{limits}"));
+    let mut n = line["Max open files".len()..].split_whitespace();
+    (n.next().unwrap().to_owned(), n.next().unwrap().to_owned())
+}
+
+/// Started with a soft open-files limit of 64 (the hard one higher), the host raises its soft
+/// limit to the hard one; then 400 idle connections to its metrics port (past the old soft
+/// limit and past `admin.maxConnections`) leave `/healthz` answering on both ports, and the
+/// host holds at most the cap of them (its descriptors, from /proc/<pid>/fd).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_low_soft_open_files_limit_is_raised_and_idle_connections_cannot_starve_healthz() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("cluster")).unwrap();
+    let config = dir.path().join("wisp.yaml");
+    std::fs::write(
+        &config,
+        "source: dir:cluster\ninformers:\n  - {name: pods, apiVersion: v1, kind: Pod}\n\
+         admin: {listen: \"127.0.0.1:0\", metricsAddress: \"127.0.0.1:0\", maxConnections: 100}\n",
+    )
+    .unwrap();
+    let mut w = Wisp::run_via(
+        &["prlimit", "--nofile=64:", "--"],
+        "nofile",
+        dir.path(),
+        &config,
+        "5s",
+    );
+    let admin = w.admin().await;
+    let metrics = w.listening("metrics server listening").await;
+    let pid = w.child.id();
+    let (soft, hard) = open_files_limits(pid);
+    assert_ne!(hard, "64", "the test needs a hard limit above 64");
+    assert_eq!(
+        soft, hard,
+        "the soft open-files limit is raised to the hard one"
+    );
+    let fds = || {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .count()
+    };
+    let before = fds();
+    let mut conns = Vec::new();
+    for _ in 0..400 {
+        conns.push(tokio::net::TcpStream::connect(metrics).await.unwrap());
+    }
+    for addr in [metrics, admin] {
+        let start = Instant::now();
+        let r = get(addr, "/healthz").await;
+        assert_eq!(r, Some((200, "ok".to_owned())), "{addr}");
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+    // Shed connections close as the server gets to them.
+    let held = until(
+        "the host holds at most the cap",
+        Duration::from_secs(10),
+        || async { fds() <= before + 100 + 4 },
+    )
+    .await;
+    eprintln!(
+        "nofile: soft {soft} (started at 64); {} descriptors with 400 idle connections \
+         ({before} before), within {held:?}",
+        fds()
+    );
+    w.signal("TERM");
+    assert!(
+        w.exited(Duration::from_secs(10))
+            .await
+            .is_some_and(|s| s.success())
     );
 }

@@ -42,6 +42,11 @@ impl TokenBucket {
                 .unwrap_or(Duration::MAX),
         )
     }
+
+    /// Returns a token taken for something that turned out not to count (up to the burst).
+    pub fn give_back(&mut self) {
+        self.tokens = (self.tokens + 1.0).min(self.burst);
+    }
 }
 
 #[cfg(test)]
@@ -60,6 +65,20 @@ mod tests {
         // Ten idle seconds refill to the burst only.
         let later = t0 + Duration::from_secs(11);
         assert_eq!((0..10).filter(|_| b.take(later).is_ok()).count(), 3);
+    }
+
+    #[test]
+    fn a_token_given_back_can_be_taken_again_up_to_the_burst() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(1.0, 2, t0);
+        assert!(b.take(t0).is_ok() && b.take(t0).is_ok());
+        b.give_back();
+        assert!(b.take(t0).is_ok());
+        assert!(b.take(t0).is_err());
+        b.give_back();
+        b.give_back();
+        b.give_back();
+        assert_eq!((0..5).filter(|_| b.take(t0).is_ok()).count(), 2);
     }
 
     #[test]

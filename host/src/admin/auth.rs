@@ -12,10 +12,18 @@
 //! - without it, protected endpoints are served only when the admin server listens on a
 //!   loopback address (only local processes reach it); on any other address they answer 403
 //!   naming `admin.tokenFile`, and the host warns at start.
+//!
+//! Failed token checks (missing or wrong) are rate-limited per server: [`FAILURE_BURST`] at
+//! once, then [`FAILURES_PER_SECOND`]. Past that, every request to a protected endpoint gets 429
+//! with `Retry-After` and its token is not looked at, a good one included: a guesser learns
+//! nothing from a request answered 429, however many connections it opens. Failures are counted
+//! in `wisp_admin_auth_failures_total`, refusals in `wisp_admin_auth_rate_limited_total`; the
+//! host warns when a server starts refusing.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -23,6 +31,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
+use crate::actions::ratelimit::TokenBucket;
 use crate::plugin::cache::constant_time_eq;
 use crate::sync::lock;
 
@@ -33,12 +42,30 @@ pub struct AdminAuth {
     pub token_file: Option<PathBuf>,
 }
 
+/// Failed token checks a server answers at once (401) before it rate-limits them.
+pub const FAILURE_BURST: u32 = 20;
+
+/// Failed token checks a server answers per second (401) past [`FAILURE_BURST`]; past that
+/// rate, protected endpoints answer 429 whatever the token.
+pub const FAILURES_PER_SECOND: f64 = 5.0;
+
+/// Failed token checks (missing or wrong token) answered 401, over every admin server of the
+/// process (`wisp_admin_auth_failures_total`).
+pub static AUTH_FAILURES: AtomicU64 = AtomicU64::new(0);
+
+/// Requests to protected endpoints answered 429 because failed checks were over their rate
+/// (`wisp_admin_auth_rate_limited_total`).
+pub static AUTH_RATE_LIMITED: AtomicU64 = AtomicU64::new(0);
+
 /// The guard of one server: the policy plus whether it listens on loopback only, and the token
 /// as last read.
 #[derive(Clone, Debug)]
 pub(crate) struct Guard {
     token: Option<Arc<TokenFile>>,
     loopback: bool,
+    /// Failed checks still allowed ([`FAILURE_BURST`], refilled at [`FAILURES_PER_SECOND`]),
+    /// and whether the server is refusing now (to warn once per episode).
+    failures: Arc<Mutex<(TokenBucket, bool)>>,
 }
 
 impl Guard {
@@ -51,7 +78,40 @@ impl Guard {
                 })
             }),
             loopback,
+            failures: Arc::new(Mutex::new((
+                TokenBucket::new(FAILURES_PER_SECOND, FAILURE_BURST, Instant::now()),
+                false,
+            ))),
         }
+    }
+
+    /// Takes the allowance of one failed check before the token is compared (given back when
+    /// it matches); `Err` with the wait (429) when failures are over their rate.
+    fn admit(&self) -> Result<(), Duration> {
+        let mut f = lock(&self.failures);
+        match f.0.take(Instant::now()) {
+            Ok(()) => {
+                f.1 = false;
+                Ok(())
+            }
+            Err(wait) => {
+                if !std::mem::replace(&mut f.1, true) {
+                    tracing::warn!(
+                        burst = FAILURE_BURST,
+                        per_second = FAILURES_PER_SECOND,
+                        "admin server: failed token checks over their rate; protected endpoints \
+                         answer 429 until it drops"
+                    );
+                }
+                AUTH_RATE_LIMITED.fetch_add(1, Ordering::Relaxed);
+                Err(wait)
+            }
+        }
+    }
+
+    /// A good token: the allowance [`admit`](Self::admit) took is given back.
+    fn succeeded(&self) {
+        lock(&self.failures).0.give_back();
     }
 
     /// Whether protected endpoints are refused to everyone (non-loopback, no token).
@@ -139,21 +199,39 @@ pub(crate) async fn require(State(guard): State<Guard>, req: Request, next: Next
             );
         }
     };
-    match bearer(req.headers()) {
-        None => refuse(
-            StatusCode::UNAUTHORIZED,
-            "missing bearer token: send Authorization: Bearer <the token of admin.tokenFile>\n"
-                .into(),
-        ),
-        Some(t) => {
-            let got: [u8; 32] = Sha256::digest(t.as_bytes()).into();
-            if constant_time_eq(&got, &want) {
-                next.run(req).await
-            } else {
-                refuse(StatusCode::UNAUTHORIZED, "invalid bearer token\n".into())
-            }
-        }
+    if let Err(wait) = guard.admit() {
+        return too_many(wait);
     }
+    let good = bearer(req.headers()).map(|t| {
+        let got: [u8; 32] = Sha256::digest(t.as_bytes()).into();
+        constant_time_eq(&got, &want)
+    });
+    if good == Some(true) {
+        guard.succeeded();
+        return next.run(req).await;
+    }
+    AUTH_FAILURES.fetch_add(1, Ordering::Relaxed);
+    let msg = if good.is_none() {
+        "missing bearer token: send Authorization: Bearer <the token of admin.tokenFile>\n"
+    } else {
+        "invalid bearer token\n"
+    };
+    refuse(StatusCode::UNAUTHORIZED, msg.into())
+}
+
+/// 429 with `Retry-After` (whole seconds, at least 1).
+fn too_many(wait: Duration) -> Response {
+    let secs = wait.as_secs_f64().ceil().clamp(1.0, 3600.0) as u64;
+    let mut r = refuse(
+        StatusCode::TOO_MANY_REQUESTS,
+        format!(
+            "too many failed token checks on this server (over {FAILURE_BURST} at once, then \
+             {FAILURES_PER_SECOND} a second): retry in {secs} s\n"
+        ),
+    );
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
+    r
 }
 
 #[cfg(test)]

@@ -220,6 +220,7 @@ impl Live {
             }
         }
 
+        self.admin(out)?;
         if let Some(failures) = &self.state.task_failures {
             out.counter(
                 "host_task_failures",
@@ -230,6 +231,48 @@ impl Live {
                     .map(|(t, n)| ([("task", t.as_str())], *n))
                     .collect::<Vec<_>>(),
             )?;
+        }
+        Ok(())
+    }
+
+    /// The admin and metrics servers: failed token checks, connections shed, refused and
+    /// timed out.
+    fn admin(&self, out: &mut Out<'_>) -> Result<(), std::fmt::Error> {
+        use super::{auth, server};
+        let unlabelled: [(&str, &str); 0] = [];
+        for (name, help, v) in [
+            (
+                "admin_auth_failures",
+                "Requests to protected endpoints answered 401: a missing or wrong token.",
+                &auth::AUTH_FAILURES,
+            ),
+            (
+                "admin_auth_rate_limited",
+                "Requests to protected endpoints answered 429, their token not checked: failed \
+                 token checks over their rate (20 at once, then 5 a second per server).",
+                &auth::AUTH_RATE_LIMITED,
+            ),
+            (
+                "admin_connections_shed",
+                "Connections to the admin or metrics server closed to make room for a new one \
+                 (admin.maxConnections reached): the oldest without a request in flight.",
+                &server::CONNECTIONS_SHED,
+            ),
+            (
+                "admin_connections_refused",
+                "Connections to the admin or metrics server closed at accept: every slot \
+                 (admin.maxConnections) had a request in flight and the reserve was taken.",
+                &server::CONNECTIONS_REFUSED,
+            ),
+            (
+                "admin_connections_timed_out",
+                "Connections to the admin or metrics server closed for being idle past \
+                 admin.idleTimeout or sending headers for longer than admin.headerReadTimeout.",
+                &server::CONNECTIONS_TIMED_OUT,
+            ),
+        ] {
+            let n = v.load(std::sync::atomic::Ordering::Relaxed);
+            out.counter(name, help, [(unlabelled, n)])?;
         }
         Ok(())
     }

@@ -7,6 +7,8 @@
 //! - [`metrics`]: the Prometheus collector, read at scrape time; [`guest`]: the plugins' own
 //!   series in it.
 //! - [`plugins`]: the `/plugins` JSON view.
+//! - [`server`]: the accept loop: connection cap with a reserve for probes, idle and
+//!   header-read timeouts.
 //! - `/verdicts` (filter `plugin`, `namespace`, `rule`): current policy violations; `/audit`
 //!   (filter `plugin`): the last actions plugins asked for and what became of them.
 //! - `POST /reload`, `POST /plugins/{name}/reload`: the host's reload action, when it gives one.
@@ -16,8 +18,10 @@ pub mod guest;
 pub mod metrics;
 pub mod plugins;
 pub mod routes;
+pub mod server;
 
 pub use auth::AdminAuth;
+pub use server::ServerLimits;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -58,6 +62,9 @@ pub struct AdminState {
     pub startup: Arc<Startup>,
     /// Failures of the host's own tasks, by task (`wisp_host_task_failures_total`).
     pub task_failures: Option<TaskFailuresFn>,
+    /// The bounds on the connections of the admin and metrics servers (`admin.maxConnections`,
+    /// `admin.headerReadTimeout`, `admin.idleTimeout`).
+    pub limits: ServerLimits,
 }
 
 /// Failures so far of the host's tasks that are logged and counted, by task name.
@@ -122,9 +129,8 @@ pub async fn serve_with_auth(
         tracing::warn!(%addr, "admin server on a non-loopback address without admin.tokenFile: /plugins, /verdicts, /audit and reloads are refused (403); set admin.tokenFile to use them");
     }
     tracing::info!(%addr, token = auth.token_file.is_some(), "admin server listening");
-    axum::serve(listener, routes::router(state, guard))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let limits = state.limits;
+    server::run(listener, routes::router(state, guard), limits, shutdown).await
 }
 
 /// Serves only `/metrics`, `/healthz` and `/readyz` on `listener` (`admin.metricsAddress`), so
@@ -137,9 +143,8 @@ pub async fn serve_metrics(
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "metrics server listening");
     }
-    axum::serve(listener, routes::metrics_router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let limits = state.limits;
+    server::run(listener, routes::metrics_router(state), limits, shutdown).await
 }
 
 /// One per-plugin counter: how it is named in `/metrics` and `/plugins`, and where it is read.

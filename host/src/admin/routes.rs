@@ -179,7 +179,8 @@ pub struct Readiness {
     /// One line per synced informer, with the last resourceVersion it synced
     /// (client-go's `LastSyncResourceVersion`).
     pub synced: Vec<String>,
-    /// One line per quarantined plugin.
+    /// One line per quarantined plugin: its name only (the reason holds plugin text, shown
+    /// behind the token in `/plugins`).
     pub quarantined: Vec<String>,
     /// One line per manifest file of a `dir:` source that was not read, whole or in part
     /// (shown, not holding readiness back: the other files count, and a file that breaks
@@ -244,11 +245,11 @@ pub fn readiness(state: &AdminState) -> Readiness {
     }
     for p in state.plugins() {
         match p.state() {
-            PluginState::Quarantined { reason } => r.quarantined.push(format!(
-                "plugin {}: quarantined: {}",
-                p.name(),
-                one_line(&reason)
-            )),
+            // The reason carries the plugin's last error (its text, possibly object data it
+            // read): only `/plugins`, behind the token, shows it.
+            PluginState::Quarantined { .. } => r
+                .quarantined
+                .push(format!("plugin {}: quarantined (why: /plugins)", p.name())),
             PluginState::Running if !p.has_synced() => r
                 .waiting
                 .push(format!("plugin {}: initial list not handled", p.name())),

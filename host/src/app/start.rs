@@ -15,8 +15,8 @@ use super::build::{build_sharded_informers, engine, services};
 use super::supervisor::{OnError, Phase, Supervisor};
 use super::{DIR_RESCAN, Host, RunOptions};
 use crate::actions::HostServices;
-use crate::admin::{AdminState, ReloadError, ReloadFn, Startup};
-use crate::config::{Config, ShardingMode};
+use crate::admin::{AdminState, ReloadError, ReloadFn, ServerLimits, Startup};
+use crate::config::{AdminConfig, Config, ShardingMode};
 use crate::informer::{Executor, SharedInformer};
 use crate::plugin::{CheckedPlugin, PluginManager, PluginSet, PluginSpec};
 use crate::reloader::Reloader;
@@ -76,6 +76,7 @@ pub async fn start(
             let s = Arc::downgrade(&sup);
             Arc::new(move || s.upgrade().map(|s| s.failures()).unwrap_or_default())
         }),
+        limits: admin_limits(&config.admin),
     };
     for p in &config.plugins {
         admin.startup.begin(&p.name, "waiting to compile");
@@ -688,4 +689,18 @@ fn write_reports(
             Ok(())
         },
     );
+}
+
+/// The admin and metrics servers' connection bounds of `admin`, defaults filled in.
+fn admin_limits(admin: &AdminConfig) -> ServerLimits {
+    let d = ServerLimits::default();
+    ServerLimits {
+        max_connections: admin
+            .max_connections
+            .map_or(d.max_connections, |n| n as usize),
+        header_read_timeout: admin
+            .header_read_timeout
+            .map_or(d.header_read_timeout, |t| t.0),
+        idle_timeout: admin.idle_timeout.map_or(d.idle_timeout, |t| t.0),
+    }
 }

@@ -733,3 +733,41 @@ fn dir_max_file_size_defaults_to_16_mib_and_is_refused_at_zero_or_without_a_dir_
         "{e}"
     );
 }
+
+#[test]
+fn admin_connection_bounds_are_read_and_zero_is_refused_naming_the_field() {
+    let c = parse(&GOOD.replace(
+        "admin: { listen: 127.0.0.1:0 }",
+        "admin: { listen: 127.0.0.1:0, maxConnections: 7, headerReadTimeout: 2s, idleTimeout: 9s }",
+    ))
+    .unwrap();
+    assert_eq!(c.admin.max_connections, Some(7));
+    assert_eq!(
+        c.admin.header_read_timeout.unwrap().0,
+        Duration::from_secs(2)
+    );
+    assert_eq!(c.admin.idle_timeout.unwrap().0, Duration::from_secs(9));
+    for (field, value, want) in [
+        (
+            "maxConnections",
+            "0",
+            "admin.maxConnections: must be at least 1",
+        ),
+        (
+            "headerReadTimeout",
+            "0s",
+            "admin.headerReadTimeout: must be longer than 0",
+        ),
+        (
+            "idleTimeout",
+            "0s",
+            "admin.idleTimeout: must be longer than 0",
+        ),
+    ] {
+        let e = err_of(&GOOD.replace(
+            "admin: { listen: 127.0.0.1:0 }",
+            &format!("admin: {{ listen: 127.0.0.1:0, {field}: {value} }}"),
+        ));
+        assert!(e.starts_with("wisp.yaml: ") && e.contains(want), "{e}");
+    }
+}

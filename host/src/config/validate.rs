@@ -325,7 +325,8 @@ impl Config {
         Ok(())
     }
 
-    /// The admin addresses parse, and a token file, when given, is named.
+    /// The admin addresses parse, a token file, when given, is named, and the connection
+    /// bounds are not zero.
     fn validate_admin(&self) -> Result<(), ConfigError> {
         for (field, addr) in [
             ("admin.listen", Some(&self.admin.listen)),
@@ -345,6 +346,20 @@ impl Config {
                 "admin.tokenFile",
                 "must not be empty (omit it for no token: loopback-only admin)",
             ));
+        }
+        if self.admin.max_connections == Some(0) {
+            return Err(self.error(
+                "admin.maxConnections",
+                "must be at least 1 (omit it for 128)",
+            ));
+        }
+        for (field, t) in [
+            ("admin.headerReadTimeout", self.admin.header_read_timeout),
+            ("admin.idleTimeout", self.admin.idle_timeout),
+        ] {
+            if t.is_some_and(|t| t.0.is_zero()) {
+                return Err(self.error(field, "must be longer than 0 (e.g. 10s)"));
+            }
         }
         Ok(())
     }

@@ -316,8 +316,8 @@ async fn a_quarantined_plugin_is_listed_with_its_reason_and_does_not_hold_readin
         lines[1].starts_with("informer pods: synced, last resourceVersion "),
         "{lines:?}"
     );
-    assert!(
-        lines[2].starts_with("plugin failing: quarantined: "),
+    assert_eq!(
+        lines[2], "plugin failing: quarantined (why: /plugins)",
         "{lines:?}"
     );
     assert_eq!(lines.len(), 3, "{lines:?}");
@@ -332,4 +332,92 @@ async fn a_quarantined_plugin_is_listed_with_its_reason_and_does_not_hold_readin
         Some(1.0)
     );
     admin.stop().await;
+}
+
+/// The quarantine reason embeds the plugin's last error: text the plugin wrote, which can hold
+/// what it read from its cache (a Secret's data; here an object name carrying a marker). The
+/// open endpoints (`/healthz`, `/readyz`, `/metrics`) name the plugin and its state only, on the
+/// metrics port and on the admin port; `/plugins`, behind the token, says why.
+#[tokio::test]
+async fn open_endpoints_carry_no_plugin_text_and_the_quarantine_reason_needs_the_token() {
+    const MARKER: &str = "s3cret-7f1c2";
+    let rig = Rig::running(0).await;
+    let mut spec = PluginSpec::new("leaky", plugin_path("test_faults"), &["pods"]);
+    spec.settings = json!({"mode": "error"});
+    assert_eq!(
+        spec.on_failure.quarantine_after, 20,
+        "the default onFailure"
+    );
+    let leaky = rig.start(spec);
+    for i in 0..20 {
+        rig.server
+            .create(pod("default", &format!("{MARKER}-{i}")))
+            .unwrap();
+    }
+    until("quarantined", || {
+        matches!(leaky.state(), PluginState::Quarantined { .. })
+    })
+    .await;
+    let PluginState::Quarantined { reason } = leaky.state() else {
+        unreachable!()
+    };
+    assert!(
+        reason.contains(MARKER),
+        "the reason holds plugin text: {reason}"
+    );
+    let state = rig.state(&[&leaky]);
+
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let metrics_port = l.local_addr().unwrap();
+    tokio::spawn(admin::serve_metrics(
+        l,
+        state.clone(),
+        std::future::pending(),
+    ));
+    let d = tempfile::tempdir().unwrap();
+    let token = d.path().join("token");
+    std::fs::write(&token, "t0ken\n").unwrap();
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin_port = l.local_addr().unwrap();
+    let auth = admin::AdminAuth {
+        token_file: Some(token),
+    };
+    tokio::spawn(admin::serve_with_auth(
+        l,
+        state,
+        auth,
+        std::future::pending(),
+    ));
+
+    for addr in [metrics_port, admin_port] {
+        for path in ["/healthz", "/readyz", "/metrics"] {
+            let r = get(addr, path).await;
+            assert!(r.status == 200, "{addr}{path}: {r:?}");
+            assert!(!r.body.contains(MARKER), "{addr}{path}: {}", r.body);
+        }
+        let r = get(addr, "/readyz").await;
+        assert!(
+            r.body
+                .lines()
+                .any(|l| l == "plugin leaky: quarantined (why: /plugins)"),
+            "{}",
+            r.body
+        );
+        let r = get(addr, "/metrics").await;
+        assert_eq!(
+            r.sample(r#"wisp_plugin_quarantined{plugin="leaky"}"#),
+            Some(1.0)
+        );
+    }
+    assert_eq!(get(metrics_port, "/plugins").await.status, 404);
+    let r = get(admin_port, "/plugins").await;
+    assert_eq!(r.status, 401, "{r:?}");
+    assert!(!r.body.contains(MARKER), "{}", r.body);
+    let r = common::http::request(admin_port, "GET", "/plugins", Some("t0ken")).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let v: Value = r.json();
+    assert!(
+        v[0]["quarantineReason"].as_str().unwrap().contains(MARKER),
+        "{v}"
+    );
 }

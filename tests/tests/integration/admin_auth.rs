@@ -141,3 +141,72 @@ async fn a_metrics_address_serves_only_the_open_endpoints() {
         assert_eq!(call(addr, m, p, Some("anything")).await.0, 404, "{m} {p}");
     }
 }
+
+/// A peer guessing tokens: the first 20 failures get 401, then every request to a protected
+/// endpoint gets 429 with `Retry-After` without its token being looked at (the right one
+/// included, so a guess answered 429 tells nothing), at most ~5 failures a second get an
+/// answer, both are counted in `/metrics`, and once the rate drops the right token works.
+#[tokio::test]
+async fn token_guesses_past_the_failure_rate_get_429_whatever_the_token_and_are_counted() {
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("token");
+    std::fs::write(&file, "the-right-token\n").unwrap();
+    let addr = serve_everywhere(
+        state(Arc::new(AtomicUsize::new(0))),
+        AdminAuth {
+            token_file: Some(file),
+        },
+    )
+    .await;
+    for i in 0..admin::auth::FAILURE_BURST {
+        let (code, body) = call(addr, "GET", "/plugins", Some(&format!("guess-{i}"))).await;
+        assert_eq!(code, 401, "guess {i}: {body}");
+    }
+    let r = request(addr, "GET", "/plugins", Some("guess-x")).await;
+    assert_eq!(r.status, 429, "{r:?}");
+    assert!(r.header("retry-after").is_some(), "{r:?}");
+    assert!(r.body.contains("too many failed token checks"), "{r:?}");
+    let r = request(addr, "GET", "/plugins", Some("the-right-token")).await;
+    assert_eq!(
+        r.status, 429,
+        "the token is not checked while limited: {r:?}"
+    );
+
+    // A flood for two seconds: 401s (answers about a guess) stay within the refill rate.
+    let start = std::time::Instant::now();
+    let (mut unauthorized, mut limited) = (0u32, 0u32);
+    while start.elapsed() < std::time::Duration::from_secs(2) {
+        match call(addr, "GET", "/audit", Some("guess-y")).await.0 {
+            401 => unauthorized += 1,
+            429 => limited += 1,
+            other => panic!("unexpected {other}"),
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let bound = (admin::auth::FAILURES_PER_SECOND * secs).ceil() as u32 + 1;
+    eprintln!("flood: {unauthorized} answered 401, {limited} answered 429 in {secs:.2} s");
+    assert!(unauthorized <= bound, "{unauthorized} 401s in {secs:.2} s");
+    assert!(limited > 10 * unauthorized.max(1), "{limited} 429s");
+    let r = request(addr, "GET", "/metrics", None).await;
+    assert!(
+        r.sample("wisp_admin_auth_failures_total").unwrap() >= f64::from(20 + unauthorized),
+        "{}",
+        r.body
+    );
+    assert!(
+        r.sample("wisp_admin_auth_rate_limited_total").unwrap() >= f64::from(limited + 2),
+        "{}",
+        r.body
+    );
+
+    // After the Retry-After pause the right token is served, and does not use up the allowance.
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    for _ in 0..30 {
+        assert_eq!(
+            call(addr, "GET", "/plugins", Some("the-right-token"))
+                .await
+                .0,
+            200
+        );
+    }
+}

@@ -16,6 +16,7 @@ mod actions_rig;
 mod abi;
 mod admin;
 mod admin_auth;
+mod admin_limits;
 mod apiserver_cluster;
 mod apiserver_crd;
 mod apiserver_peers;
