@@ -334,14 +334,17 @@ pub struct WholeList {
 }
 
 /// Every page of a list at `rv` with pages of `limit`; an Expired continuation lists again
-/// without pages (as client-go's pager does). The pages together keep to `caps`: over them,
+/// without pages (as client-go's pager does). The pages are counted into `budget` (which may
+/// hold earlier parts of the same list, e.g. other namespaces): over its caps,
 /// [`SourceError::ListOverCap`] and what was read is dropped.
 pub async fn list_all<L: ListerWatcher + ?Sized>(
     lw: &L,
     rv: &str,
     limit: Option<u32>,
-    caps: Option<ListCaps>,
+    budget: &mut ListBudget,
 ) -> Result<WholeList, SourceError> {
+    let caps = budget.caps;
+    let before = (budget.bytes, budget.objects);
     let first = lw
         .list(ListOptions {
             resource_version: rv.to_owned(),
@@ -350,7 +353,6 @@ pub async fn list_all<L: ListerWatcher + ?Sized>(
             caps,
         })
         .await?;
-    let mut budget = ListBudget::new(caps, lw.describe());
     budget.take(&first.items)?;
     let resource_version = first.resource_version;
     let mut items = first.items;
@@ -373,6 +375,9 @@ pub async fn list_all<L: ListerWatcher + ?Sized>(
             }
             Err(e) if e.is_expired() => {
                 tracing::info!(source = %lw.describe(), "list continuation expired; listing again without pages");
+                // What was read goes before the list is read again, and out of the budget.
+                drop(std::mem::take(&mut items));
+                (budget.bytes, budget.objects) = before;
                 let full = lw
                     .list(ListOptions {
                         resource_version: rv.to_owned(),
@@ -381,8 +386,7 @@ pub async fn list_all<L: ListerWatcher + ?Sized>(
                         caps,
                     })
                     .await?;
-                drop(items);
-                ListBudget::new(caps, lw.describe()).take(&full.items)?;
+                budget.take(&full.items)?;
                 return Ok(WholeList {
                     items: full.items,
                     resource_version: full.resource_version,

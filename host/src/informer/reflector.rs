@@ -351,13 +351,13 @@ impl Reflector {
         let rv = self.relist_resource_version();
         // Chosen once, for the retry at "" too (client-go keeps its pager's page size).
         let limit = self.page_limit(&rv);
-        let caps = Some(self.config.list_caps);
-        let list = match list_all(&*self.lw, &rv, limit, caps).await {
+        let budget = || ListBudget::new(Some(self.config.list_caps), self.lw.describe());
+        let list = match list_all(&*self.lw, &rv, limit, &mut budget()).await {
             Err(e) if e.is_expired() || e.is_too_large_resource_version() => {
                 tracing::info!(informer = %self.name, resource_version = %rv, error = %e, "list at resourceVersion failed; listing the latest state");
                 self.last_sync_rv_unavailable = true;
                 let latest = self.relist_resource_version();
-                list_all(&*self.lw, &latest, limit, caps)
+                list_all(&*self.lw, &latest, limit, &mut budget())
                     .await
                     .map_err(|e| self.over_cap(e))?
             }

@@ -60,8 +60,8 @@ impl<S: ListerWatcher + Clone> MultiNamespace<S> {
                 items: mut page_items,
                 resource_version: list_rv,
                 ..
-            } = crate::informer::lister_watcher::list_all(src, &rv, opts.limit, opts.caps).await?;
-            budget.take(&page_items)?;
+            } = crate::informer::lister_watcher::list_all(src, &rv, opts.limit, &mut budget)
+                .await?;
             items.append(&mut page_items);
             listed.push(list_rv);
         }
