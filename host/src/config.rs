@@ -16,6 +16,8 @@
 //!     metadataOnly: false      # true: metadata alone (PartialObjectMetadata from the server)
 //!     maxEventSize: 16Mi       # longest watch event read (default); longer: refused, relist
 //!     maxListSize: 512Mi       # longest list response read (default)
+//!     maxListTotalSize: 512Mi  # a whole list, all pages (default: maxListSize); over: relist
+//!     maxListObjects: 1000000  # objects in a whole list, all pages (default)
 //! plugins:
 //!   - name: image-policy
 //!     module: plugins/dist/image_policy.wasm   # relative to this file, or oci://REG/REPO:TAG
@@ -207,6 +209,14 @@ pub struct InformerConfig {
     /// size: raise this for informers of more than some 50,000 objects of 10 KiB.
     #[serde(default)]
     pub max_list_size: Option<Bytes>,
+    /// Most bytes of objects one whole list holds: all its pages, or a streaming list's
+    /// initial events (default: `maxListSize`). Over it the partial list is dropped, the error
+    /// names the informer and the cap, it is counted, and the informer relists after backoff.
+    #[serde(default)]
+    pub max_list_total_size: Option<Bytes>,
+    /// Most objects one whole list holds, as `maxListTotalSize` (default 1000000).
+    #[serde(default)]
+    pub max_list_objects: Option<u64>,
     /// The queue between the reflector and the process loop: `realFIFO` (default, as in
     /// client-go 1.36: every event in arrival order, relists and resyncs atomic),
     /// `realFIFONonAtomic` (client-go 1.33–1.35) or `deltaFIFO` (the legacy queue: deltas merged
@@ -236,6 +246,20 @@ impl InformerConfig {
         SizeCaps {
             watch_event: to(&self.max_event_size, SizeCaps::DEFAULT_WATCH_EVENT),
             list_body: to(&self.max_list_size, SizeCaps::DEFAULT_LIST_BODY),
+        }
+    }
+
+    /// The bounds of one whole list of this informer: `maxListTotalSize` (default
+    /// `maxListSize`, itself 512Mi by default) and `maxListObjects`.
+    pub fn list_caps(&self) -> crate::informer::lister_watcher::ListCaps {
+        use crate::informer::lister_watcher::ListCaps;
+        ListCaps {
+            bytes: self
+                .max_list_total_size
+                .as_ref()
+                .or(self.max_list_size.as_ref())
+                .map_or(ListCaps::DEFAULT_BYTES, |b| b.0),
+            objects: self.max_list_objects.unwrap_or(ListCaps::DEFAULT_OBJECTS),
         }
     }
 }

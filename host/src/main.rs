@@ -57,9 +57,18 @@ Size caps (per informer): a watch event line over maxEventSize (default 16Mi) or
   and the cap, wisp_informer_oversized_responses_total counts it, and the informer relists after
   backoff. etcd refuses objects over 1.5 MiB; a list at resourceVersion 0 comes unpaged from the
   API server's watch cache, so raise maxListSize for informers of over ~50,000 objects of 10 KiB.
+  A whole list (all its pages, or a streaming list's initial events) over maxListTotalSize
+  (default maxListSize) or maxListObjects (default 1000000) is dropped as it is read; the error
+  names the informer, the setting and the cap, wisp_informer_lists_over_cap_total counts it, and
+  the informer relists after backoff.
   Source dir: reads regular files inside the directory of at most dir.maxFileSize (default
   16Mi); a FIFO, device, socket, link leading out of it or larger file is refused unread and
   listed in /readyz with why, blocking nothing.
+
+Sharding (sharding.mode leader or shards): no plugin grant may reach the Lease kind in
+  sharding.leaseNamespace (or in all namespaces); the config is refused, naming the grant. In
+  shards mode a Lease of the group that no Wisp replica wrote (field manager wisp) is not a
+  member: logged once, counted in wisp_shard_foreign_members_total.
 
 Plugin limits (per plugin, `limits:`): memory 64Mi, one budget for all of an instance's linear
   memories and tables; deadline 50ms per call of one notification, CPU time plus time blocked in

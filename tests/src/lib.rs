@@ -11,6 +11,6 @@
 pub mod apiserver;
 
 pub use apiserver::{
-    DEFAULT_BOOKMARK_INTERVAL, DEFAULT_HISTORY_LIMIT, DEFAULT_TOO_LARGE_RV_WAIT, Faults,
-    RecordedRequest, TestApiServer, Verb, config_map, pod,
+    DEFAULT_BOOKMARK_INTERVAL, DEFAULT_HISTORY_LIMIT, DEFAULT_TOO_LARGE_RV_WAIT, EndlessList,
+    Faults, RecordedRequest, TestApiServer, Verb, config_map, pod,
 };

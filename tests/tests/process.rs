@@ -909,3 +909,113 @@ async fn a_low_soft_open_files_limit_is_raised_and_idle_connections_cannot_starv
             .is_some_and(|s| s.success())
     );
 }
+
+/// The resident set of process `pid`, in bytes (`VmRSS` of `/proc/PID/status`).
+fn rss_of(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kib| kib << 10)
+}
+
+/// The value of the sample `series` (name and labels, exactly) on `admin`'s `/metrics`.
+async fn sample(admin: SocketAddr, series: &str) -> u64 {
+    let (_, metrics) = get(admin, "/metrics").await.unwrap_or_default();
+    metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .parse::<f64>()
+                .ok()
+        })
+        .map_or(0, |v| v as u64)
+}
+
+/// A hostile API server sends lists without end, as in issue 32: pages of 500 objects of
+/// 10 KiB (5 MB each) with a continue token every time, and a streaming list (the default
+/// `watchList: true`) whose initial events never end; it gives up only after 256 MiB per list
+/// (so a host without the bound fails the test, not the machine). Under a 16 MiB whole-list
+/// cap, each informer's list stops at the cap with an error naming the informer and the
+/// setting, `wisp_informer_lists_over_cap_total` counts three rounds of each, and the host's
+/// RSS stays under 160 MiB (a debug build; before: 1,996 MiB at 20 s, then an OOM kill). Once
+/// the server behaves, both informers list its pods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_without_end_stop_at_the_whole_list_cap_and_the_hosts_memory_stays_bounded() {
+    const BOUND: u64 = 160 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::server_with_pods(3).await;
+    common::kubeconfig(dir.path(), &server);
+    let config = dir.path().join("wisp.yaml");
+    std::fs::write(
+        &config,
+        "source: kube\ninformers:\n  \
+         - {name: paged, apiVersion: v1, kind: Pod, watchList: false, maxListTotalSize: 16Mi}\n  \
+         - {name: streamed, apiVersion: v1, kind: Pod, maxListTotalSize: 16Mi}\n\
+         admin: {listen: \"127.0.0.1:0\"}\n",
+    )
+    .unwrap();
+    server.faults().endless_lists(Some(wisp_tests::EndlessList {
+        object_bytes: 10 << 10,
+        give_up_after: 256 << 20,
+    }));
+    let mut w = Wisp::run("endless", dir.path(), &config, "5s");
+    let admin = w.admin().await;
+    let pid = w.child.id();
+    let over = |informer: &'static str| async move {
+        sample(
+            admin,
+            &format!("wisp_informer_lists_over_cap_total{{informer=\"{informer}\"}}"),
+        )
+        .await
+    };
+    let mut peak = 0;
+    let took = until(
+        "three lists of each over the cap",
+        Duration::from_secs(90),
+        || {
+            peak = peak.max(rss_of(pid));
+            async { over("paged").await >= 3 && over("streamed").await >= 3 }
+        },
+    )
+    .await;
+    eprintln!(
+        "three endless lists of each informer stopped in {took:?}; peak RSS {} MiB",
+        peak >> 20
+    );
+    assert!(w.running(), "the host died:\n{}", w.log());
+    assert!(
+        peak <= BOUND,
+        "peak RSS {} MiB over {} MiB",
+        peak >> 20,
+        BOUND >> 20
+    );
+    for informer in ["paged", "streamed"] {
+        w.logged(
+            &format!(
+                "informer \"{informer}\" (v1/Pod in all namespaces): the list is over maxListTotalSize"
+            ),
+            Duration::from_secs(5),
+        )
+        .await;
+    }
+    server.faults().endless_lists(None);
+    for informer in ["paged", "streamed"] {
+        let cached = format!("wisp_informer_cache_size{{informer=\"{informer}\"}} 3");
+        until(
+            "the cache holds the server's pods",
+            Duration::from_secs(60),
+            || has_metric(admin, &cached),
+        )
+        .await;
+    }
+    eprintln!("RSS once both hold the 3 pods: {} MiB", rss_of(pid) >> 20);
+    w.signal("TERM");
+    assert!(
+        w.exited(Duration::from_secs(10))
+            .await
+            .is_some_and(|s| s.success())
+    );
+}

@@ -89,6 +89,15 @@ impl Live {
                 .iter()
                 .map(|(n, _, _)| ([("informer", *n)], oversized.get(*n).copied().unwrap_or(0))),
         )?;
+        let over_cap = crate::informer::reflector::lists_over_cap();
+        out.counter(
+            "informer_lists_over_cap",
+            "Whole lists (all pages, or a streaming list's initial events) stopped over \
+             maxListObjects / maxListTotalSize: the partial list dropped, a relist after backoff.",
+            informers
+                .iter()
+                .map(|(n, _, _)| ([("informer", *n)], over_cap.get(*n).copied().unwrap_or(0))),
+        )?;
         out.counter(
             "informer_lists",
             "Lists done (first list and relists).",
@@ -184,6 +193,13 @@ impl Live {
                 "1 while this replica holds the sharding Lease and runs the plugins (see \
                  docs/scale-out.md); 0 on a standby.",
                 [(none, u64::from(l.is_leader()))],
+            )?;
+            out.counter(
+                "shard_foreign_members",
+                "Leases labelled with this replica's shard group that no Wisp replica wrote (no \
+                 managedFields entry of field manager `wisp`): ignored, not members; each counted \
+                 once (always 0 with mode leader).",
+                [(none, l.foreign_members())],
             )?;
         }
         if let Some(e) = &self.state.executor {

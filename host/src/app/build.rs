@@ -183,6 +183,7 @@ pub async fn build_sharded_informers(
             default_resync: inf.resync.0,
             reflector: ReflectorConfig {
                 use_watch_list: inf.watch_list,
+                list_caps: inf.list_caps(),
                 ..ReflectorConfig::default()
             },
             executor: executor.cloned(),

@@ -771,3 +771,75 @@ fn admin_connection_bounds_are_read_and_zero_is_refused_naming_the_field() {
         assert!(e.starts_with("wisp.yaml: ") && e.contains(want), "{e}");
     }
 }
+
+#[test]
+fn grants_reaching_the_hosts_own_leases_are_refused_naming_the_plugin_and_grant() {
+    let kube = "source: kube\ninformers:\n  - {name: pods, apiVersion: v1, kind: Pod}\n";
+    let with = |sharding: &str, grant: &str| {
+        parse(&format!(
+            "{kube}sharding: {sharding}\nplugins:\n  - name: evil\n    module: p.wasm\n    informers: [pods]\n    actions:\n      grants:\n        - {{ verbs: [patch], apiVersion: v1, kind: Pod }}\n        - {grant}\n"
+        ))
+    };
+    let shards = "{mode: shards, identity: r1, leaseNamespace: ops}";
+    for grant in [
+        // In the lease namespace, by version or spelling of the kind, and in every namespace.
+        "{ verbs: [apply], apiVersion: coordination.k8s.io/v1, kind: Lease, namespaces: [ops] }",
+        "{ verbs: [patch], apiVersion: coordination.k8s.io/v1beta1, kind: lease, namespaces: [x, ops] }",
+        "{ verbs: [apply, patch], apiVersion: coordination.k8s.io/v1, kind: Lease }",
+    ] {
+        for sharding in [shards, "{mode: leader, identity: r1, leaseNamespace: ops}"] {
+            let e = with(sharding, grant)
+                .expect_err("a grant on the host's Leases must be refused")
+                .to_string();
+            assert!(
+                e.starts_with("wisp.yaml: plugins[0].actions.grants[1]: plugin \"evil\": the grant of coordination.k8s.io/")
+                    && e.contains("in namespace \"ops\" reaches the host's own coordination")
+                    && e.contains("the sharding Lease \"wisp\"")
+                    && e.contains("wisp.io/shard-group=wisp"),
+                "{grant} with {sharding}: {e}"
+            );
+        }
+    }
+    // Leases elsewhere, and any Lease grant without sharding, are the plugin's business.
+    with(
+        shards,
+        "{ verbs: [apply], apiVersion: coordination.k8s.io/v1, kind: Lease, namespaces: [apps] }",
+    )
+    .unwrap();
+    parse(&format!(
+        "{kube}plugins:\n  - name: p\n    module: p.wasm\n    informers: [pods]\n    actions:\n      grants: [{{ verbs: [apply], apiVersion: coordination.k8s.io/v1, kind: Lease }}]\n"
+    ))
+    .unwrap();
+}
+
+#[test]
+fn whole_list_caps_default_to_max_list_size_and_are_checked() {
+    use crate::informer::lister_watcher::ListCaps;
+    let informer = |extra: &str| {
+        format!("source: kube\ninformers:\n  - {{name: pods, apiVersion: v1, kind: Pod{extra}}}\n")
+    };
+    let caps = |extra: &str| parse(&informer(extra)).unwrap().informers[0].list_caps();
+    assert_eq!(caps(""), ListCaps::default());
+    assert_eq!(
+        caps(", maxListSize: 64Mi"),
+        ListCaps {
+            bytes: 64 << 20,
+            objects: 1_000_000
+        }
+    );
+    assert_eq!(
+        caps(", maxListSize: 64Mi, maxListTotalSize: 1Gi, maxListObjects: 5000"),
+        ListCaps {
+            bytes: 1 << 30,
+            objects: 5000
+        }
+    );
+    assert_eq!(
+        err_of(&informer(", maxListTotalSize: 1Ki")),
+        "wisp.yaml: informers[0].maxListTotalSize: must be at least 4Ki (one object and its envelope)"
+    );
+    assert_eq!(
+        err_of(&informer(", maxListObjects: 0")),
+        "wisp.yaml: informers[0].maxListObjects: must be at least 1 (objects in one whole list)"
+    );
+}

@@ -130,6 +130,7 @@ impl Config {
         for (field, v) in [
             ("maxEventSize", &inf.max_event_size),
             ("maxListSize", &inf.max_list_size),
+            ("maxListTotalSize", &inf.max_list_total_size),
         ] {
             if v.as_ref().is_some_and(|b| b.0 < 4096) {
                 return Err(self.error(
@@ -137,6 +138,12 @@ impl Config {
                     "must be at least 4Ki (one object and its envelope)",
                 ));
             }
+        }
+        if inf.max_list_objects == Some(0) {
+            return Err(self.error(
+                at("maxListObjects"),
+                "must be at least 1 (objects in one whole list)",
+            ));
         }
         if let Some(ns) = &inf.namespaces
             && ns.is_empty()
@@ -283,6 +290,7 @@ impl Config {
             return Err(self.error(at("batch"), "must be at least 1"));
         }
         self.validate_actions(&p.actions, at)?;
+        self.refuse_coordination_grants(&p.name, &p.actions, at)?;
         let events_granted = p.actions.grants.iter().any(|g| {
             g.verbs.contains(&ActionVerb::Create) && g.kind == "Event" && g.api_version == "v1"
         });
@@ -379,6 +387,53 @@ impl Config {
         }
         if kind.is_empty() {
             return Err(self.error(at("kind"), "must not be empty"));
+        }
+        Ok(())
+    }
+
+    /// With `sharding`, no grant reaches the host's own coordination: the Lease kind
+    /// (`coordination.k8s.io`, any version, kind matched as the request path is built, without
+    /// case) in the lease namespace, or in every namespace (a grant without `namespaces`). A
+    /// grant names a kind and namespaces only (no object names, no labels), so a grant that
+    /// could touch the host's Lease or a shard-group membership Lease is one of these.
+    fn refuse_coordination_grants(
+        &self,
+        plugin: &str,
+        a: &ActionsConfig,
+        at: &dyn Fn(&str) -> String,
+    ) -> Result<(), ConfigError> {
+        let Some(sh) = &self.sharding else {
+            return Ok(());
+        };
+        let lease = sh.lease();
+        for (j, g) in a.grants.iter().enumerate() {
+            let group = crate::kinds::api::group_of(&g.api_version);
+            if !(group.eq_ignore_ascii_case("coordination.k8s.io")
+                && g.kind.eq_ignore_ascii_case("Lease"))
+            {
+                continue;
+            }
+            let reaches = match &g.namespaces {
+                None => true,
+                Some(list) => list.contains(&lease.namespace),
+            };
+            if reaches {
+                return Err(self.error(
+                    at(&format!("actions.grants[{j}]")),
+                    format!(
+                        "plugin {plugin:?}: the grant of {} {} in namespace {:?} reaches the host's own \
+                         coordination (the sharding Lease {:?} and the shard group's membership \
+                         Leases, labelled {}={}); grant Leases only in other namespaces, or move \
+                         sharding.leaseNamespace",
+                        g.api_version,
+                        g.kind,
+                        lease.namespace,
+                        lease.name,
+                        crate::scale::members::GROUP_LABEL,
+                        lease.name,
+                    ),
+                ));
+            }
         }
         Ok(())
     }

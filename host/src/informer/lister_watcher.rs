@@ -18,6 +18,88 @@ pub struct ListOptions {
     pub limit: Option<u32>,
     /// Continue token of the previous page.
     pub continue_token: Option<String>,
+    /// The bounds of the whole list this page belongs to (a source that lists several times
+    /// to answer one page, as one over several namespaces, keeps to them). `None`: unbounded.
+    pub caps: Option<ListCaps>,
+}
+
+/// Bounds of one whole list: every page of it, or a streaming list's initial events
+/// (`informers[].maxListTotalSize`, `informers[].maxListObjects`). Bytes are what the host
+/// holds of the objects ([`Object::heap_size`]: their JSON and metadata).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListCaps {
+    /// Most bytes of objects in one list.
+    pub bytes: u64,
+    /// Most objects in one list.
+    pub objects: u64,
+}
+
+impl ListCaps {
+    /// Default most bytes: 512 MiB (as `maxListSize`, the longest one response may be: a
+    /// list served whole from the watch cache is that size paged or not).
+    pub const DEFAULT_BYTES: u64 = 512 << 20;
+    /// Default most objects: 1,000,000 (some 20 times the objects of a 5,000-node cluster's
+    /// largest kind).
+    pub const DEFAULT_OBJECTS: u64 = 1_000_000;
+}
+
+impl Default for ListCaps {
+    fn default() -> Self {
+        Self {
+            bytes: Self::DEFAULT_BYTES,
+            objects: Self::DEFAULT_OBJECTS,
+        }
+    }
+}
+
+/// What one list has taken so far against its [`ListCaps`].
+#[derive(Debug)]
+pub struct ListBudget {
+    caps: Option<ListCaps>,
+    what: String,
+    bytes: u64,
+    objects: u64,
+}
+
+impl ListBudget {
+    /// A budget of `caps` (`None`: unbounded) for a list of `what` (named in its error).
+    pub fn new(caps: Option<ListCaps>, what: impl Into<String>) -> Self {
+        Self {
+            caps,
+            what: what.into(),
+            bytes: 0,
+            objects: 0,
+        }
+    }
+
+    /// Counts `items` in; [`SourceError::ListOverCap`] once the list is over a cap.
+    pub fn take<'a>(
+        &mut self,
+        items: impl IntoIterator<Item = &'a Arc<Object>>,
+    ) -> Result<(), SourceError> {
+        let Some(caps) = self.caps else {
+            return Ok(());
+        };
+        for o in items {
+            self.objects += 1;
+            self.bytes += o.heap_size() as u64;
+        }
+        let over = |taken: u64, cap: u64, unit: &'static str, setting: &'static str| {
+            (taken > cap).then(|| SourceError::ListOverCap {
+                what: self.what.clone(),
+                taken,
+                cap,
+                unit,
+                setting,
+            })
+        };
+        match over(self.objects, caps.objects, "objects", "maxListObjects")
+            .or_else(|| over(self.bytes, caps.bytes, "bytes", "maxListTotalSize"))
+        {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Options of one watch request.
@@ -134,6 +216,24 @@ pub enum SourceError {
         /// The setting that sets the cap.
         setting: &'static str,
     },
+    /// One list, all its pages (or a streaming list's initial events) together, holds more
+    /// objects or bytes than the host accepts: the partial list is dropped and the reflector
+    /// relists after backoff (no fall-back from a streaming list to a list).
+    #[error(
+        "{what}: the list is over {setting}: {taken} {unit} or more across its pages (or initial events), the cap is {cap}; the partial list was dropped (raise {setting} if it is legitimate)"
+    )]
+    ListOverCap {
+        /// What was listed, naming the informer once the reflector has it.
+        what: String,
+        /// What was taken when the list was stopped.
+        taken: u64,
+        /// The cap.
+        cap: u64,
+        /// `objects` or `bytes`.
+        unit: &'static str,
+        /// The setting that sets the cap.
+        setting: &'static str,
+    },
     /// A local problem building the request; not retryable.
     #[error("invalid request: {0}")]
     Request(String),
@@ -234,19 +334,26 @@ pub struct WholeList {
 }
 
 /// Every page of a list at `rv` with pages of `limit`; an Expired continuation lists again
-/// without pages (as client-go's pager does).
+/// without pages (as client-go's pager does). The pages are counted into `budget` (which may
+/// hold earlier parts of the same list, e.g. other namespaces): over its caps,
+/// [`SourceError::ListOverCap`] and what was read is dropped.
 pub async fn list_all<L: ListerWatcher + ?Sized>(
     lw: &L,
     rv: &str,
     limit: Option<u32>,
+    budget: &mut ListBudget,
 ) -> Result<WholeList, SourceError> {
+    let caps = budget.caps;
+    let before = (budget.bytes, budget.objects);
     let first = lw
         .list(ListOptions {
             resource_version: rv.to_owned(),
             limit,
             continue_token: None,
+            caps,
         })
         .await?;
+    budget.take(&first.items)?;
     let resource_version = first.resource_version;
     let mut items = first.items;
     let mut token = first.continue_token.filter(|t| !t.is_empty());
@@ -257,22 +364,29 @@ pub async fn list_all<L: ListerWatcher + ?Sized>(
                 resource_version: String::new(),
                 limit,
                 continue_token: Some(t),
+                caps,
             })
             .await;
         match page {
             Ok(p) => {
+                budget.take(&p.items)?;
                 items.extend(p.items);
                 token = p.continue_token.filter(|t| !t.is_empty());
             }
             Err(e) if e.is_expired() => {
                 tracing::info!(source = %lw.describe(), "list continuation expired; listing again without pages");
+                // What was read goes before the list is read again, and out of the budget.
+                drop(std::mem::take(&mut items));
+                (budget.bytes, budget.objects) = before;
                 let full = lw
                     .list(ListOptions {
                         resource_version: rv.to_owned(),
                         limit: None,
                         continue_token: None,
+                        caps,
                     })
                     .await?;
+                budget.take(&full.items)?;
                 return Ok(WholeList {
                     items: full.items,
                     resource_version: full.resource_version,

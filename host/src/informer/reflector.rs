@@ -36,7 +36,8 @@ use tokio::time::Instant;
 use super::backoff::{Backoff, BackoffConfig};
 use super::key::object_key;
 use super::lister_watcher::{
-    ListerWatcher, SourceError, WatchEvent, WatchOptions, WatchStream, list_all,
+    ListBudget, ListCaps, ListerWatcher, SourceError, WatchEvent, WatchOptions, WatchStream,
+    list_all,
 };
 use super::object::{DeletedObject, Object};
 use super::real_fifo::Queue;
@@ -61,11 +62,16 @@ pub struct ReflectorConfig {
     /// backoff) before the reflector gives up and relists. Zero relists at once (client-go's
     /// default; Wisp retries for 30 s).
     pub max_internal_error_retry: Duration,
+    /// Bounds of one whole list: all its pages, or a streaming list's initial events. Over
+    /// them the partial list is dropped, counted ([`lists_over_cap`]), and the reflector
+    /// relists after backoff.
+    pub list_caps: ListCaps,
 }
 
 impl Default for ReflectorConfig {
     fn default() -> Self {
         Self {
+            list_caps: ListCaps::default(),
             page_size: None,
             min_watch_timeout: Duration::from_secs(300),
             backoff: BackoffConfig::default(),
@@ -73,6 +79,15 @@ impl Default for ReflectorConfig {
             max_internal_error_retry: Duration::from_secs(30),
         }
     }
+}
+
+/// Lists stopped for being over their [`ListCaps`], per informer name.
+static OVER_CAP: Mutex<std::collections::BTreeMap<String, u64>> =
+    Mutex::new(std::collections::BTreeMap::new());
+
+/// How many lists of each informer were stopped over `maxListObjects` / `maxListTotalSize`.
+pub fn lists_over_cap() -> std::collections::BTreeMap<String, u64> {
+    lock(&OVER_CAP).clone()
 }
 
 /// Page size of the automatic paging choice (client-go's pager default).
@@ -262,6 +277,10 @@ impl Reflector {
         if self.config.use_watch_list {
             match self.watch_list().await {
                 Ok(s) => stream = Some(s),
+                // The same objects listed would be over the same caps: no fall-back.
+                Err(e @ SourceError::ListOverCap { .. }) => {
+                    return Err(ReflectorError::ListFailed(e));
+                }
                 Err(e) => {
                     tracing::warn!(informer = %self.name, error = %e, "streaming list failed; falling back to a list");
                     if e.is_expired() || e.is_too_large_resource_version() {
@@ -305,18 +324,44 @@ impl Reflector {
         self.last_sync_rv = rv;
     }
 
+    /// `e`, when a list over its caps, naming the informer and counted.
+    fn over_cap(&self, e: SourceError) -> SourceError {
+        match e {
+            SourceError::ListOverCap {
+                what,
+                taken,
+                cap,
+                unit,
+                setting,
+            } => {
+                *lock(&OVER_CAP).entry(self.name.clone()).or_default() += 1;
+                SourceError::ListOverCap {
+                    what: format!("informer {:?} ({what})", self.name),
+                    taken,
+                    cap,
+                    unit,
+                    setting,
+                }
+            }
+            other => other,
+        }
+    }
+
     async fn list(&mut self) -> Result<(), SourceError> {
         let rv = self.relist_resource_version();
         // Chosen once, for the retry at "" too (client-go keeps its pager's page size).
         let limit = self.page_limit(&rv);
-        let list = match list_all(&*self.lw, &rv, limit).await {
+        let budget = || ListBudget::new(Some(self.config.list_caps), self.lw.describe());
+        let list = match list_all(&*self.lw, &rv, limit, &mut budget()).await {
             Err(e) if e.is_expired() || e.is_too_large_resource_version() => {
                 tracing::info!(informer = %self.name, resource_version = %rv, error = %e, "list at resourceVersion failed; listing the latest state");
                 self.last_sync_rv_unavailable = true;
                 let latest = self.relist_resource_version();
-                list_all(&*self.lw, &latest, limit).await?
+                list_all(&*self.lw, &latest, limit, &mut budget())
+                    .await
+                    .map_err(|e| self.over_cap(e))?
             }
-            other => other?,
+            other => other.map_err(|e| self.over_cap(e))?,
         };
         // A list at "0" that came back paged: the server has no watch cache for this resource.
         if rv == "0" && list.paged {
@@ -393,8 +438,16 @@ impl Reflector {
         let mut stream = self.lw.watch(opts).await?;
         let mut order: Vec<String> = Vec::new();
         let mut temp: HashMap<String, Arc<Object>> = HashMap::new();
+        // Every initial event counts, a replaced object's too: a stream of endless changes to
+        // one object is bounded like one of endless objects.
+        let mut budget = ListBudget::new(Some(self.config.list_caps), self.lw.describe());
         while let Some(item) = stream.next().await {
             let item = item?;
+            if let WatchEvent::Added(o) | WatchEvent::Modified(o) = &item {
+                budget
+                    .take(std::iter::once(o))
+                    .map_err(|e| self.over_cap(e))?;
+            }
             if matches!(item, WatchEvent::Progress(_)) {
                 // The end bookmark carries the version the list is synced to.
                 continue;

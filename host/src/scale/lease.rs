@@ -71,6 +71,9 @@ impl LeaseSettings {
 #[derive(Debug, Default)]
 pub struct Leadership {
     state: Mutex<LeaderState>,
+    /// `mode: shards`: Leases of the shard group seen that no Wisp replica wrote, each counted
+    /// once (`wisp_shard_foreign_members_total`).
+    foreign_members: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -125,6 +128,18 @@ impl Leadership {
             s.until = None;
             s.lost = Some(why);
         });
+    }
+
+    /// One more foreign Lease in the shard group (see [`super::members::FIELD_MANAGER`]).
+    pub(crate) fn count_foreign_member(&self) {
+        self.foreign_members
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Foreign Leases of the shard group seen so far (0 with `mode: leader`).
+    pub fn foreign_members(&self) -> u64 {
+        self.foreign_members
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether [`Leadership::check`] passes.

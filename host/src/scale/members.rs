@@ -11,7 +11,7 @@
 //! once. So no part is unowned longer than `leaseDuration` plus one list. A replica that cannot
 //! renew its own Lease for `renewDeadline` serves nothing until it is a member again.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -26,6 +26,20 @@ use super::shards::{Ranges, ShardView, assignment};
 /// Label of the membership Leases: the group (the configured lease name).
 pub const GROUP_LABEL: &str = "wisp.io/shard-group";
 
+/// Field manager of every write of a membership Lease (`metadata.managedFields[].manager`).
+/// A Lease of the group that no write by this manager touched is not a member: it was written
+/// by something other than a Wisp replica (a plugin's writes carry `wisp-<plugin>`, never this).
+pub const FIELD_MANAGER: &str = "wisp";
+
+/// Whether a write by [`FIELD_MANAGER`] is recorded in `l`'s managedFields.
+fn written_by_wisp(l: &Lease) -> bool {
+    l.metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .any(|m| m.manager.as_deref() == Some(FIELD_MANAGER))
+}
+
 /// One replica's membership in a shard group.
 pub struct Membership {
     api: Api<Lease>,
@@ -39,6 +53,9 @@ pub struct Membership {
     prev: Option<BTreeMap<String, Ranges>>,
     /// Parts gained from a member still alive, taken at the instant given.
     held: Vec<(Ranges, Instant)>,
+    /// Leases of the group not written by a Wisp replica (name and uid), each logged and
+    /// counted once while it exists.
+    foreign: HashSet<(String, String)>,
 }
 
 impl Membership {
@@ -51,6 +68,7 @@ impl Membership {
             observed: HashMap::new(),
             prev: None,
             held: Vec::new(),
+            foreign: HashSet::new(),
         }
     }
 
@@ -61,6 +79,40 @@ impl Membership {
 
     fn own_name(&self) -> String {
         format!("{}-{}", self.settings.name, self.settings.identity)
+    }
+
+    /// Every write of the own Lease names [`FIELD_MANAGER`].
+    fn post_params() -> PostParams {
+        PostParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PostParams::default()
+        }
+    }
+
+    /// Whether `l` (named `name`) was written by a Wisp replica; a foreign one is logged and
+    /// counted the first time it is seen.
+    fn is_wisp_member(&mut self, name: &str, l: &Lease) -> bool {
+        if written_by_wisp(l) {
+            return true;
+        }
+        let uid = l.metadata.uid.clone().unwrap_or_default();
+        if self.foreign.insert((name.to_owned(), uid)) {
+            let managers: Vec<&str> = l
+                .metadata
+                .managed_fields
+                .iter()
+                .flatten()
+                .filter_map(|m| m.manager.as_deref())
+                .collect();
+            tracing::warn!(
+                lease = %format!("{}/{name}", self.settings.namespace),
+                managers = ?managers,
+                expected = FIELD_MANAGER,
+                "ignoring a Lease of the shard group not written by a Wisp replica (not a member)"
+            );
+            self.fresh.count_foreign_member();
+        }
+        false
     }
 
     /// Creates or renews the own Lease.
@@ -88,7 +140,7 @@ impl Membership {
                         ..spec
                     }),
                 };
-                self.api.create(&PostParams::default(), &lease).await?;
+                self.api.create(&Self::post_params(), &lease).await?;
             }
             Some(mut l) => {
                 let acquire = l.spec.as_ref().and_then(|s| s.acquire_time.clone());
@@ -96,7 +148,7 @@ impl Membership {
                     acquire_time: acquire.or_else(|| Some(now_micro())),
                     ..spec
                 });
-                self.api.replace(&name, &PostParams::default(), &l).await?;
+                self.api.replace(&name, &Self::post_params(), &l).await?;
             }
         }
         Ok(())
@@ -113,8 +165,11 @@ impl Membership {
             let Some(name) = l.metadata.name.clone() else {
                 continue;
             };
-            let spec = l.spec.unwrap_or_default();
             names.push(name.clone());
+            if !self.is_wisp_member(&name, &l) {
+                continue;
+            }
+            let spec = l.spec.unwrap_or_default();
             let o = Observed::of(self.observed.get(&name), spec, now);
             if let Some(holder) = o.holder()
                 && (holder == self.settings.identity || o.current(now))
@@ -124,6 +179,7 @@ impl Membership {
             self.observed.insert(name, o);
         }
         self.observed.retain(|n, _| names.contains(n));
+        self.foreign.retain(|(n, _)| names.contains(n));
         live.sort();
         live.dedup();
         Ok(live)

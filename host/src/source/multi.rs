@@ -51,6 +51,8 @@ impl<S: ListerWatcher + Clone> MultiNamespace<S> {
             ));
         }
         let rvs = self.split_rv(&opts.resource_version);
+        let mut budget =
+            crate::informer::lister_watcher::ListBudget::new(opts.caps, self.describe());
         let mut items = Vec::new();
         let mut listed = Vec::with_capacity(rvs.len());
         for ((_, src), rv) in self.parts.iter().zip(rvs) {
@@ -58,7 +60,8 @@ impl<S: ListerWatcher + Clone> MultiNamespace<S> {
                 items: mut page_items,
                 resource_version: list_rv,
                 ..
-            } = crate::informer::lister_watcher::list_all(src, &rv, opts.limit).await?;
+            } = crate::informer::lister_watcher::list_all(src, &rv, opts.limit, &mut budget)
+                .await?;
             items.append(&mut page_items);
             listed.push(list_rv);
         }

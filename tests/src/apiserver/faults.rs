@@ -29,6 +29,42 @@ struct FailRule {
     remaining: usize,
 }
 
+/// A list without end, armed by [`Faults::endless_lists`]: what a hostile or broken API server
+/// could send an informer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndlessList {
+    /// Bytes of JSON of each generated object (padded with an annotation).
+    pub object_bytes: usize,
+    /// Bytes the server sends in one list (all its pages, or a streaming list's initial
+    /// events) before it gives up with a 500, so a client without a bound fails the test
+    /// instead of taking the machine's memory.
+    pub give_up_after: usize,
+}
+
+impl EndlessList {
+    /// The JSON of generated object number `n` of a list of `kind` (`api_version`) in
+    /// `namespace`, at `rv`: `object_bytes` long, or a little more when its metadata is.
+    pub(crate) fn object(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        n: u64,
+        rv: u64,
+    ) -> Vec<u8> {
+        let head = format!(
+            r#"{{"apiVersion":"{api_version}","kind":"{kind}","metadata":{{"name":"endless-{n}","namespace":"{namespace}","uid":"00000000-0000-4000-8000-{n:012x}","resourceVersion":"{rv}","annotations":{{"pad":""#
+        );
+        let tail = r#""}}}"#;
+        let pad = self.object_bytes.saturating_sub(head.len() + tail.len());
+        let mut out = Vec::with_capacity(head.len() + pad + tail.len());
+        out.extend_from_slice(head.as_bytes());
+        out.resize(out.len() + pad, b'x');
+        out.extend_from_slice(tail.as_bytes());
+        out
+    }
+}
+
 /// A failure the server answers a request with instead of serving it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct InjectedFailure {
@@ -67,6 +103,8 @@ struct FaultState {
     /// How long the kubelet takes to stop a scheduled Pod after a graceful delete; `None`:
     /// its whole grace period.
     pod_stop_time: Option<Duration>,
+    /// Paged lists and streaming lists without end.
+    endless: Option<EndlessList>,
 }
 
 /// Handle to the fault knobs of a [`TestApiServer`](super::TestApiServer); cheap to clone.
@@ -90,6 +128,7 @@ impl Default for Faults {
                 bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
                 too_large_rv_wait: DEFAULT_TOO_LARGE_RV_WAIT,
                 pod_stop_time: None,
+                endless: None,
             })),
         }
     }
@@ -207,6 +246,21 @@ impl Faults {
             .map_or(grace, |stop| stop.min(grace))
     }
 
+    /// While armed (`Some`), lists never end: a paged list (one with `limit`) is answered with
+    /// `limit` new objects of `object_bytes` each and a continue token on every page, and a
+    /// streaming list (`sendInitialEvents=true`) sends new objects as its initial events and
+    /// never its end bookmark. Once a list has sent `give_up_after` bytes the server gives up:
+    /// a 500 page, or an ERROR event (500) that ends the stream. Lists without `limit` and
+    /// plain watches are served as usual. `None` disarms it.
+    pub fn endless_lists(&self, endless: Option<EndlessList>) {
+        self.lock().endless = endless;
+    }
+
+    /// The endless-list fault, when armed.
+    pub(crate) fn endless(&self) -> Option<EndlessList> {
+        self.lock().endless
+    }
+
     /// Disarms every fault and restores the defaults.
     pub fn reset(&self) {
         let mut s = self.lock();
@@ -221,6 +275,7 @@ impl Faults {
         s.bookmark_interval = DEFAULT_BOOKMARK_INTERVAL;
         s.too_large_rv_wait = DEFAULT_TOO_LARGE_RV_WAIT;
         s.pod_stop_time = None;
+        s.endless = None;
     }
 
     /// Consumes one armed failure for a request of `verb`, if any.
@@ -264,6 +319,7 @@ impl Faults {
             malformed_line: std::mem::take(&mut s.malformed_next),
             cut_after: s.cut_after.pop_front(),
             bookmark_interval: s.bookmark_interval,
+            endless: s.endless,
         }
     }
 }
@@ -279,6 +335,8 @@ pub(crate) struct WatchFaults {
     pub cut_after: Option<usize>,
     /// Bookmark period; zero = never.
     pub bookmark_interval: Duration,
+    /// A streaming list's initial events without end.
+    pub endless: Option<EndlessList>,
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::Shared;
+use super::faults::EndlessList;
 use super::http::{Query, Target};
 use super::object::Obj;
 use super::selector::Filter;
@@ -166,6 +167,9 @@ pub(crate) async fn list(shared: &Shared, target: &Target, query: &Query) -> Res
         Some(Ok(n)) => Some(n),
         Some(Err(_)) => return bad_request("limit: Invalid value: must be a non-negative integer"),
     };
+    if let (Some(endless), Some(limit)) = (shared.faults.endless(), limit) {
+        return endless_page(shared, target, query, endless, limit);
+    }
     if let Some(token) = query.get("continue").filter(|t| !t.is_empty()) {
         return continue_list(shared, target, &filter, token, limit);
     }
@@ -201,6 +205,55 @@ pub(crate) async fn list(shared: &Shared, target: &Target, query: &Query) -> Res
         snapshot_id: None,
     };
     serve_page(shared, target, &filter, page, limit)
+}
+
+/// A page of a list without end ([`super::faults::Faults::endless_lists`]): `limit` new
+/// objects and a continue token, until the list has sent `give_up_after` bytes (then 500).
+fn endless_page(
+    shared: &Shared,
+    target: &Target,
+    query: &Query,
+    endless: EndlessList,
+    limit: usize,
+) -> Response {
+    let page = query
+        .get("continue")
+        .and_then(|t| ContinueToken::decode(t))
+        .map_or(0, |t| t.page);
+    let sent = page
+        .saturating_mul(limit)
+        .saturating_mul(endless.object_bytes);
+    if sent >= endless.give_up_after {
+        return injected_failure(500, None);
+    }
+    let rv = shared.store.resource_version();
+    let (api_version, kind) = (
+        target.resource.api_version(),
+        shared.store.kind_of(&target.resource),
+    );
+    let namespace = target.namespace.as_deref().unwrap_or("endless");
+    let token = ContinueToken {
+        v: "meta.k8s.io/v1".into(),
+        rv: i64::try_from(rv).unwrap_or(i64::MAX),
+        start: 0,
+        snap: 0,
+        page: page + 1,
+        after: Default::default(),
+    };
+    let mut body = format!(
+        r#"{{"kind":"{kind}List","apiVersion":"{api_version}","metadata":{{"resourceVersion":"{rv}","continue":"{}"}},"items":["#,
+        token.encode()
+    )
+    .into_bytes();
+    for i in 0..limit {
+        if i > 0 {
+            body.push(b',');
+        }
+        let n = (page * limit + i) as u64;
+        body.extend(endless.object(&api_version, &kind, namespace, n, rv));
+    }
+    body.extend_from_slice(b"]}");
+    json_response(StatusCode::OK, body)
 }
 
 fn continue_list(

@@ -159,7 +159,7 @@ use anyhow::Context as _;
 use serde_json::Value;
 use tokio::net::TcpListener;
 
-pub use faults::{DEFAULT_BOOKMARK_INTERVAL, DEFAULT_TOO_LARGE_RV_WAIT, Faults};
+pub use faults::{DEFAULT_BOOKMARK_INTERVAL, DEFAULT_TOO_LARGE_RV_WAIT, EndlessList, Faults};
 pub use fixtures::{config_map, pod};
 pub use store::DEFAULT_HISTORY_LIMIT;
 

@@ -18,7 +18,7 @@ use tokio::sync::mpsc::{self, UnboundedReceiver};
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 
 use super::Shared;
-use super::faults::WatchFaults;
+use super::faults::{EndlessList, WatchFaults};
 use super::history::{EventKind, LoggedEvent};
 use super::http::{Query, Target, flag};
 use super::object::Obj;
@@ -263,6 +263,10 @@ impl WatchTask {
             self.end().await;
             return;
         }
+        if let (true, Some(endless)) = (end_bookmark, self.faults.endless) {
+            self.endless_initial_events(endless).await;
+            return;
+        }
         if end_bookmark {
             self.bookmark(true);
         }
@@ -299,6 +303,34 @@ impl WatchTask {
             }
         }
         self.end().await;
+    }
+
+    /// Initial events without end ([`super::faults::Faults::endless_lists`]): new objects and
+    /// never the end bookmark, until `give_up_after` bytes (then an ERROR event, 500) or until
+    /// the client hangs up.
+    async fn endless_initial_events(&mut self, endless: EndlessList) {
+        let rv = self.shared.store.resource_version();
+        let api_version = self.resource.api_version();
+        let namespace = self.filter.namespace.clone();
+        let namespace = namespace.as_deref().unwrap_or("endless");
+        let mut sent = 0usize;
+        for n in 0u64.. {
+            if sent >= endless.give_up_after {
+                let status = status_body(500, "InternalError", "gave up (injected fault)", None);
+                self.line(&json!({"type": "ERROR", "object": status}).to_string());
+                self.flush().await;
+                return;
+            }
+            let obj = endless.object(&api_version, &self.kind, namespace, n, rv);
+            sent += obj.len();
+            self.buf
+                .extend_from_slice(b"{\"type\":\"ADDED\",\"object\":");
+            self.buf.extend_from_slice(&obj);
+            self.buf.extend_from_slice(b"}\n");
+            if !self.flush().await {
+                return;
+            }
+        }
     }
 
     /// Ends the stream: cleanly, or with a cut connection when that fault was armed and due.

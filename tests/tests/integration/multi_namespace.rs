@@ -73,3 +73,35 @@ async fn an_informer_on_two_namespaces_lists_and_watches_only_in_them() {
         "each namespace resumes from a plain resourceVersion of its own: {rewatch:?}"
     );
 }
+
+/// `maxListObjects` bounds the whole list of an informer over several namespaces, not each
+/// namespace's: 300 pods in each of two namespaces under a cap of 450 (set in the config, as a
+/// user sets it) never sync, each list stops in the second namespace and is counted, and the
+/// informer keeps relisting after backoff.
+#[tokio::test]
+async fn the_whole_list_cap_counts_every_namespace_of_an_informer() {
+    use wisp_host::informer::reflector::lists_over_cap;
+    let server = wisp_tests::TestApiServer::start().await.unwrap();
+    for ns in ["capped-a", "capped-b"] {
+        for i in 0..300 {
+            server.create(pod(ns, &format!("p-{i}"))).unwrap();
+        }
+    }
+    let informers = informers_from_yaml(
+        &server,
+        "source: kube\ninformers:\n  - {name: capped-two, apiVersion: v1, kind: Pod, namespaces: [capped-a, capped-b], watchList: false, maxListObjects: 450}\n",
+    )
+    .await;
+    let inf = informers[0].clone();
+    let _stop = start(&inf);
+    let over = || lists_over_cap().get("capped-two").copied().unwrap_or(0);
+    until("two lists over the cap", || over() >= 2).await;
+    assert!(!inf.has_synced() && cache_state(&inf).is_empty());
+    let lists_in = |ns: &str| {
+        lists(&server)
+            .iter()
+            .filter(|r| r.path == format!("/api/v1/namespaces/{ns}/pods"))
+            .count()
+    };
+    assert!(lists_in("capped-b") >= 2 && lists_in("capped-b") <= lists_in("capped-a"));
+}

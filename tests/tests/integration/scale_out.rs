@@ -698,3 +698,82 @@ async fn a_watch_after_the_shard_ranges_changed_since_the_list_relists() {
         "a change of the ranges ends the watch, got {end:?}"
     );
 }
+
+/// A hostile peer (what a plugin granted Leases in the lease namespace did before the config
+/// refused such grants) creates a membership Lease for the shard group, with a field manager
+/// that is not a Wisp replica's, a holder `evil` and an hour's duration. It is not a member:
+/// the only replica keeps every pod (before, it counted two members and dropped about half
+/// of them, which then belonged to no replica), says so once in its log, and counts it in
+/// `wisp_shard_foreign_members_total`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_membership_lease_not_written_by_a_wisp_replica_is_ignored() {
+    use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+    use kube::api::{Api, PostParams};
+    let dir = tempfile::tempdir().unwrap();
+    let server = shop_server(30).await;
+    let mut r1 = Replica::start_in(dir.path(), "r1", server.client(), "shards").await;
+    let r1s = std::slice::from_ref(&r1);
+    until("r1 holds every pod", || split_exactly(&server, r1s)).await;
+    until("every pod labelled", || labelled(&server) == 30).await;
+    let own = server
+        .get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            Some("default"),
+            "wisp-r1",
+        )
+        .expect("r1's membership Lease");
+    assert_eq!(
+        own["metadata"]["managedFields"][0]["manager"], "wisp",
+        "{own}"
+    );
+
+    let evil = Lease {
+        metadata: kube::api::ObjectMeta {
+            name: Some("wisp-evil".into()),
+            labels: Some([("wisp.io/shard-group".to_owned(), "wisp".to_owned())].into()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("evil".into()),
+            lease_duration_seconds: Some(3600),
+            renew_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                k8s_openapi::jiff::Timestamp::now(),
+            )),
+            ..Default::default()
+        }),
+    };
+    let pp = PostParams {
+        field_manager: Some("wisp-evil".into()),
+        ..Default::default()
+    };
+    Api::<Lease>::namespaced(server.client(), "default")
+        .create(&pp, &evil)
+        .await
+        .expect("the peer's Lease");
+    // Two rounds of the membership (each lists the group's Leases) after the peer's Lease.
+    let lease_lists = || {
+        server
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.path == "/apis/coordination.k8s.io/v1/namespaces/default/leases"
+                    && r.query.contains_key("labelSelector")
+            })
+            .count()
+    };
+    let seen = lease_lists();
+    until("two more membership rounds", || lease_lists() >= seen + 2).await;
+    // New pods land anywhere in the hash space: r1 must still serve all of it.
+    for i in 30..36 {
+        server.create(pod("shop", &format!("web-{i}"))).unwrap();
+    }
+    let r1s = std::slice::from_ref(&r1);
+    until("r1 holds and labels every pod, the new ones too", || {
+        split_exactly(&server, r1s) && labelled(&server) == 36
+    })
+    .await;
+    let foreign = r1.host.leadership.as_ref().unwrap().foreign_members();
+    assert_eq!(foreign, 1, "the foreign Lease is counted, once");
+    r1.stop().await;
+}

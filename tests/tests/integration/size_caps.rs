@@ -132,3 +132,81 @@ async fn oversized_watch_lines_and_lists_are_cut_at_the_cap_and_the_informer_rec
         "the host stopped reading at the cap: it took {written} bytes of a {HUGE_LINE}-byte line"
     );
 }
+
+/// The test API server's `endless_lists` fault, through the real `kube::Client`: pages of 500
+/// new 4 KiB objects with a continue token every time, and a streaming list whose initial
+/// events never end (the server would give up only after 256 MiB per list). One informer lists
+/// in pages, one streams, each under a whole-list cap of 8 MiB: each list stops at the cap,
+/// nothing of it reaches the cache, each stop is counted, the informers relist after backoff
+/// (the paged one reads no more than the pages the cap allows each time, and the streaming one
+/// never falls back to a list), and once the server behaves both list its pods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_without_end_stop_at_the_whole_list_cap_are_counted_and_relist_after_backoff() {
+    use wisp_host::informer::lister_watcher::ListCaps;
+    use wisp_host::informer::reflector::lists_over_cap;
+    use wisp_tests::Verb;
+    const OBJECT: usize = 4 << 10;
+    let server = server_with_pods(3).await;
+    server.faults().endless_lists(Some(wisp_tests::EndlessList {
+        object_bytes: OBJECT,
+        give_up_after: 256 << 20,
+    }));
+    let config = |watch_list: bool| {
+        let mut c = fast_config();
+        c.reflector.use_watch_list = watch_list;
+        c.reflector.list_caps = ListCaps {
+            bytes: 8 << 20,
+            objects: 1_000_000,
+        };
+        c
+    };
+    let paged = informer_of(&server, "endless-paged", "v1", "Pod", config(false));
+    let streamed = informer_of(&server, "endless-streamed", "v1", "Pod", config(true));
+    let (_p, _s) = (start(&paged), start(&streamed));
+    let over = |n: &str| lists_over_cap().get(n).copied().unwrap_or(0);
+    until("three lists of each over the cap", || {
+        over("endless-paged") >= 3 && over("endless-streamed") >= 3
+    })
+    .await;
+    assert!(cache_state(&paged).is_empty() && cache_state(&streamed).is_empty());
+    assert_eq!((paged.stats().lists, streamed.stats().lists), (0, 0));
+
+    let requests = server.requests();
+    let pages = requests
+        .iter()
+        .filter(|r| r.verb == Verb::List && r.path == "/api/v1/pods")
+        .count() as u64;
+    let firsts = requests
+        .iter()
+        .filter(|r| r.verb == Verb::List && !r.query.contains_key("continue"))
+        .count() as u64;
+    // 8 MiB of 4 KiB objects is ~2,000 objects: the list stops on the 5th page of 500.
+    let per_list = (8 << 20) / (OBJECT as u64 * 500) + 1;
+    assert!(
+        pages <= firsts * per_list,
+        "{pages} pages read in {firsts} lists (at most {per_list} each)"
+    );
+    let streams = requests
+        .iter()
+        .filter(|r| {
+            r.query
+                .get("sendInitialEvents")
+                .is_some_and(|v| v == "true")
+        })
+        .count() as u64;
+    assert!(streams >= 3, "{streams} streaming lists");
+    assert_eq!(
+        requests
+            .iter()
+            .filter(|r| r.verb == Verb::List && r.query.contains_key("limit"))
+            .count() as u64,
+        pages,
+        "every list is the paged informer's: the streaming one never fell back to a list"
+    );
+
+    server.faults().endless_lists(None);
+    until("both informers hold the server's pods", || {
+        cache_state(&paged).len() == 3 && cache_state(&streamed).len() == 3
+    })
+    .await;
+}

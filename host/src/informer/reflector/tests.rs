@@ -768,3 +768,189 @@ async fn a_watch_stream_broken_at_once_with_no_event_is_a_very_short_watch() {
         Err(ReflectorError::VeryShortWatch)
     ));
 }
+
+/// A hostile API server: every list page holds 4 new objects and a continue token, and the
+/// first streaming list sends new objects without end (never its end bookmark). After
+/// `valve` pages or events it gives up with a 500 (so code without a cap fails instead of
+/// growing until the test runs out of memory); later watches are refused (403).
+struct Endless {
+    valve: u64,
+    pages: AtomicU64,
+    watches: AtomicU64,
+    events: Arc<AtomicU64>,
+}
+
+impl Endless {
+    fn new(valve: u64) -> Arc<Self> {
+        Arc::new(Self {
+            valve,
+            pages: AtomicU64::new(0),
+            watches: AtomicU64::new(0),
+            events: Arc::default(),
+        })
+    }
+
+    fn gave_up() -> SourceError {
+        SourceError::Api {
+            code: 500,
+            reason: "InternalError".into(),
+            message: "the hostile server gave up".into(),
+        }
+    }
+}
+
+impl ListerWatcher for Endless {
+    fn list(&self, _: ListOptions) -> BoxFuture<'_, Result<ListPage, SourceError>> {
+        let n = self.pages.fetch_add(1, Ordering::SeqCst);
+        let r = if n >= self.valve {
+            Err(Self::gave_up())
+        } else {
+            Ok(ListPage {
+                resource_version: "10".into(),
+                continue_token: Some(format!("page-{}", n + 1)),
+                items: (0..4)
+                    .map(|i| obj(Some("ns"), &format!("o-{n}-{i}"), "10"))
+                    .collect(),
+            })
+        };
+        async move { r }.boxed()
+    }
+
+    fn watch(&self, opts: WatchOptions) -> BoxFuture<'_, Result<WatchStream, SourceError>> {
+        let first = self.watches.fetch_add(1, Ordering::SeqCst) == 0;
+        let r = if first && opts.send_initial_events {
+            let (valve, events) = (self.valve, self.events.clone());
+            Ok(futures::stream::iter(0u64..)
+                .map(move |i| {
+                    events.fetch_add(1, Ordering::SeqCst);
+                    if i >= valve {
+                        Err(Self::gave_up())
+                    } else {
+                        Ok(WatchEvent::Added(obj(Some("ns"), &format!("e-{i}"), "10")))
+                    }
+                })
+                .boxed())
+        } else {
+            Err(SourceError::Api {
+                code: 403,
+                reason: "Forbidden".into(),
+                message: "no".into(),
+            })
+        };
+        async move { r }.boxed()
+    }
+
+    fn describe(&self) -> String {
+        "v1/Pod in all namespaces".into()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_list_of_endless_pages_stops_at_the_object_cap_drops_what_it_read_and_relists() {
+    let lw = Endless::new(10_000);
+    let config = ReflectorConfig {
+        list_caps: ListCaps {
+            objects: 10,
+            bytes: u64::MAX,
+        },
+        ..pages_of_4()
+    };
+    let f = fifo();
+    let mut r = Reflector::new(
+        "endless-pages",
+        lw.clone(),
+        f.clone(),
+        config.clone(),
+        Duration::ZERO,
+        None,
+    );
+    let e = r.list_and_watch().await.unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            ReflectorError::ListFailed(SourceError::ListOverCap {
+                taken: 12,
+                cap: 10,
+                unit: "objects",
+                setting: "maxListObjects",
+                ..
+            })
+        ),
+        "{e}"
+    );
+    assert!(
+        e.to_string().starts_with(
+            "list failed: informer \"endless-pages\" (v1/Pod in all namespaces): the list is over maxListObjects: 12 objects or more"
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        lw.pages.load(Ordering::SeqCst),
+        3,
+        "pages read past the cap"
+    );
+    assert!(f.is_empty(), "the partial list reached the store");
+    assert_eq!(lists_over_cap().get("endless-pages"), Some(&1));
+    // Run: each round stops at the cap again, after a backoff.
+    let r = Reflector::new(
+        "endless-pages",
+        lw.clone(),
+        f.clone(),
+        config,
+        Duration::ZERO,
+        None,
+    );
+    r.run(tokio::time::sleep(Duration::from_secs(30))).await;
+    let over = lists_over_cap()["endless-pages"];
+    assert!(over >= 3, "{over} lists over the cap in 30 s");
+    assert_eq!(lw.pages.load(Ordering::SeqCst), 3 * over, "3 pages a round");
+    assert!(f.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streaming_list_of_endless_initial_events_stops_at_the_byte_cap_without_a_fallback_list()
+{
+    let lw = Endless::new(100_000);
+    let one = obj(Some("ns"), "e-0", "10").heap_size() as u64;
+    let config = ReflectorConfig {
+        list_caps: ListCaps {
+            objects: u64::MAX,
+            bytes: 50 * one,
+        },
+        ..ReflectorConfig::default()
+    };
+    let f = fifo();
+    let mut r = Reflector::new(
+        "endless-stream",
+        lw.clone(),
+        f.clone(),
+        config,
+        Duration::ZERO,
+        None,
+    );
+    let e = r.list_and_watch().await.unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            ReflectorError::ListFailed(SourceError::ListOverCap {
+                unit: "bytes",
+                setting: "maxListTotalSize",
+                ..
+            })
+        ),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .contains("informer \"endless-stream\" (v1/Pod in all namespaces): the list is over maxListTotalSize"),
+        "{e}"
+    );
+    let events = lw.events.load(Ordering::SeqCst);
+    assert!(
+        (45..=52).contains(&events),
+        "{events} initial events read for a cap of 50 objects' bytes"
+    );
+    assert_eq!(lw.pages.load(Ordering::SeqCst), 0, "fell back to a list");
+    assert!(f.is_empty());
+    assert_eq!(lists_over_cap().get("endless-stream"), Some(&1));
+}
