@@ -80,9 +80,9 @@ pub async fn start(
     let (admin_addr, metrics_addr) = listeners.serve(config, &admin, &sup);
 
     let config = pull_modules(config, &admin.startup).await?;
-    let manager = plugin_manager(&config, services, &informers, &sup)?;
+    let manager = plugin_manager(&config, opts, services, &informers, &sup)?;
     let specs = config.plugin_specs();
-    warn_over_budget(&specs);
+    warn_over_budget(&config, &specs);
     let workers = config.executor.workers();
     let (manager, checked) = check_plugins(manager, specs, workers, &admin.startup).await?;
     let starter = PluginStarter {
@@ -368,11 +368,12 @@ async fn pull_modules(config: &Config, startup: &Startup) -> anyhow::Result<Conf
 /// informers plugins may use.
 fn plugin_manager(
     config: &Config,
+    opts: &RunOptions,
     services: HostServices,
     informers: &[Arc<SharedInformer>],
     sup: &Supervisor,
 ) -> anyhow::Result<PluginManager> {
-    let engine = engine(config)?;
+    let engine = engine(config, opts.compiler.clone())?;
     let e = engine.clone();
     sup.join_on_stop("epoch ticker", move || e.stop_ticker());
     let mut manager = PluginManager::new(engine);
@@ -383,16 +384,27 @@ fn plugin_manager(
     Ok(manager)
 }
 
-/// Warns when the plugins' memory limits add up to more than the host's cgroup allows.
-fn warn_over_budget(specs: &[PluginSpec]) {
+/// Warns when the plugins' memory limits and the compiles that run at once at start (one per
+/// executor worker, each up to `engine.compileMemory`) add up to more than the host's cgroup
+/// allows.
+fn warn_over_budget(config: &Config, specs: &[PluginSpec]) {
+    use crate::plugin::budget;
     let budgets: Vec<(&str, u64)> = specs
         .iter()
         .map(|s| (s.name.as_str(), s.limits.memory))
         .collect();
-    if let Some(w) = crate::plugin::budget::over_limit(
+    let compiles = budget::Compiles {
+        at_once: config.executor.workers().min(specs.len()),
+        each: config
+            .engine
+            .compile_memory
+            .map_or(crate::plugin::engine::DEFAULT_COMPILE_MEMORY, |m| m.0),
+    };
+    if let Some(w) = budget::over_limit(
         &budgets,
-        crate::plugin::budget::HOST_BASE,
-        crate::plugin::budget::cgroup_memory_limit(),
+        budget::HOST_BASE,
+        compiles,
+        budget::cgroup_memory_limit(),
     ) {
         tracing::warn!("{w}");
     }
