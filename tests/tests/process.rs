@@ -779,6 +779,25 @@ async fn a_compile_bomb_over_a_running_plugin_is_refused_at_its_bound_and_holds_
         || async { !children(pid).is_empty() },
     )
     .await;
+    // It is the kernel's first choice in an OOM, and runs at nice 10 (set between its fork and
+    // its exec: looked at once it runs `wisp __compile`).
+    until(
+        "the compile at nice 10, OOM score 1000",
+        Duration::from_secs(5),
+        || async {
+            children(pid).iter().all(|c| {
+                let read =
+                    |f: &str| std::fs::read_to_string(format!("/proc/{c}/{f}")).unwrap_or_default();
+                let stat = read("stat");
+                let nice = stat
+                    .rsplit(')')
+                    .next()
+                    .and_then(|s| s.split_whitespace().nth(16));
+                read("oom_score_adj").trim() == "1000" && nice == Some("10")
+            })
+        },
+    )
+    .await;
     // Meanwhile a new version of the other plugin: its reload does not wait for the bomb.
     let next = common::rig::variant(&plugin_path("audit_log"), "next", dir.path());
     replace(&b, &std::fs::read(next).unwrap());

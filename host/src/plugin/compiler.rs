@@ -80,9 +80,6 @@ pub fn own_executable() -> Option<PathBuf> {
 /// exit code: 0 when compiled, [`EXIT_INVALID`] when the module does not compile (wasmtime's
 /// message on stderr), [`EXIT_IO`] when stdin or stdout failed.
 pub fn child_main(settings: ArtifactSettings) -> i32 {
-    // The kernel's first choice when the container runs out of memory: this compile, not the
-    // host (raising one's own score needs no privilege; where it fails, the limits still hold).
-    let _ = std::fs::write("/proc/self/oom_score_adj", "1000");
     let mut bytes = Vec::new();
     if let Err(e) = std::io::stdin().lock().read_to_end(&mut bytes) {
         eprintln!("reading the module from stdin: {e}");
@@ -319,7 +316,9 @@ fn wait4(
 }
 
 /// Sets the child's limits between fork and exec: address space `memory`, CPU `cpu` seconds,
-/// no core file, killed with the thread that spawned it, nice 10.
+/// no core file, killed with the thread that spawned it, nice 10, and the kernel's first choice
+/// when the container runs out of memory (`oom_score_adj` 1000: this compile, not the host;
+/// raising one's own score needs no privilege, and where it fails the limits still hold).
 #[allow(unsafe_code)]
 fn limit_child(c: &mut Command, memory: u64, cpu: u64) {
     let limits = [
@@ -328,9 +327,9 @@ fn limit_child(c: &mut Command, memory: u64, cpu: u64) {
         (libc::RLIMIT_CORE, 0, 0),
     ];
     // SAFETY: the closure runs in the forked child before exec. It makes only async-signal-safe
-    // system calls (getrlimit, setrlimit, prctl, setpriority) on values copied into it and on
-    // its own stack, and neither allocates nor takes a lock (an `io::Error` of an OS code does
-    // not allocate).
+    // system calls (getrlimit, setrlimit, prctl, setpriority, open, write, close) on values
+    // copied into it, static strings and its own stack, and neither allocates nor takes a lock
+    // (an `io::Error` of an OS code does not allocate).
     unsafe {
         c.pre_exec(move || {
             for (resource, soft, hard) in limits {
@@ -357,6 +356,14 @@ fn limit_child(c: &mut Command, memory: u64, cpu: u64) {
             }
             // Best effort: a host already at nice 10 or more stays where it is.
             let _ = libc::setpriority(libc::PRIO_PROCESS, 0, 10);
+            let fd = libc::open(
+                c"/proc/self/oom_score_adj".as_ptr(),
+                libc::O_WRONLY | libc::O_CLOEXEC,
+            );
+            if fd >= 0 {
+                let _ = libc::write(fd, b"1000".as_ptr().cast(), 4);
+                libc::close(fd);
+            }
             Ok(())
         });
     }

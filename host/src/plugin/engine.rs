@@ -60,10 +60,11 @@ pub struct EngineConfig {
 /// JavaScript components (~20 MB) in seconds; a debug host on two loaded cores in under a minute.
 pub const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The default of `engine.compileMemory`, the address space of a compile's child process:
-/// compiling the example Python component (20 MB) peaks at ~330 MiB resident in ~600 MiB of
-/// address space (measured: `cargo xtask plugins`, then `wisp check` with `RUST_LOG=info`, which
-/// logs each child's peak); 1 GiB leaves room for larger modules.
+/// The default of `engine.compileMemory`, the address space of a compile's child process. The
+/// example Python and JavaScript components (19 and 12 MB) each fail to compile in 480 MiB and
+/// compile in 512 MiB, peaking at 374 and 383 MiB resident; a Rust one (0.9 MB) at 66 MiB
+/// (debug host, 2 cores; `cargo xtask plugins`, then `RUST_LOG=info wisp check` with an empty
+/// cache logs each child's peak, `--compile-memory` sets the bound). 1 GiB leaves them twice that.
 pub const DEFAULT_COMPILE_MEMORY: u64 = 1 << 30;
 
 /// The least `engine.compileMemory` accepted: the child's own code, threads and engine.
