@@ -604,3 +604,38 @@ fn registration_changed(
         || old.resync != new.resync
         || old.relist_resyncs != new.relist_resyncs
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(engine: &str) -> Config {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("cluster")).unwrap();
+        std::fs::write(d.path().join("p.wasm"), b"\0asm").unwrap();
+        let text = format!(
+            "source: dir:cluster\ninformers:\n  - {{name: pods, apiVersion: v1, kind: Pod}}\n\
+             plugins:\n  - {{name: a, module: p.wasm, informers: [pods]}}\n{engine}"
+        );
+        Config::parse(&text, "wisp.yaml", d.path()).unwrap()
+    }
+
+    #[test]
+    fn a_config_reload_changing_the_compile_bounds_needs_a_restart() {
+        let old = config("engine: {compileTimeout: 60s}\n");
+        assert_eq!(
+            needs_restart(&old, &config("engine: {compileTimeout: 60s}\n")),
+            None
+        );
+        for next in [
+            "engine: {compileTimeout: 30s}\n",
+            "engine: {compileTimeout: 60s, compileMemory: 512Mi}\n",
+        ] {
+            assert_eq!(
+                needs_restart(&old, &config(next)),
+                Some("engine changed; the compile bounds need a restart"),
+                "{next}"
+            );
+        }
+    }
+}
