@@ -571,6 +571,10 @@ pub struct EngineSettings {
     /// How long one module's compile may take (default 120s): a module over it is refused
     /// (the start fails; a reload keeps the running version).
     pub compile_timeout: Option<Dur>,
+    /// How much address space one module's compile may take (default 1Gi, at least 128Mi): a
+    /// module over it is refused as one over `compileTimeout` is. Each compile runs in a child
+    /// process of `wisp`, killed at the first bound it passes.
+    pub compile_memory: Option<Bytes>,
 }
 
 /// The shared executor that runs the plugins' listeners.

@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use wisp_host::app::{self, RunOptions};
 use wisp_host::config::{Config, parse_duration};
+use wisp_host::plugin::compiler::{self, ArtifactSettings};
 use wisp_host::plugin::{EngineConfig, PluginEngine, check_module};
 
 /// Wisp: a Kubernetes informer host whose event listeners are sandboxed WebAssembly components.
@@ -20,6 +21,51 @@ struct Cli {
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The bounds of a module's compile, for the commands that load a module themselves (`wisp run`
+/// reads them from `engine:` in its config).
+#[derive(clap::Args)]
+struct CompileArgs {
+    /// Longest a module's compile may take (engine.compileTimeout); over it the module is
+    /// refused.
+    #[arg(long, value_name = "DURATION", default_value = "120s")]
+    compile_timeout: String,
+    /// Most address space a module's compile may take (engine.compileMemory, at least 128Mi);
+    /// over it the module is refused.
+    #[arg(long, value_name = "SIZE", default_value = "1Gi")]
+    compile_memory: String,
+}
+
+impl CompileArgs {
+    /// `--compile-memory`, checked.
+    fn memory(&self) -> anyhow::Result<u64> {
+        let memory = wisp_host::config::parse_bytes(&self.compile_memory)
+            .map_err(|e| anyhow::anyhow!("--compile-memory: {e}"))?;
+        let min = wisp_host::plugin::engine::MIN_COMPILE_MEMORY;
+        if memory < min {
+            anyhow::bail!(
+                "--compile-memory: {memory} bytes is too little: at least {}Mi",
+                min >> 20
+            );
+        }
+        Ok(memory)
+    }
+
+    /// An engine that compiles in child processes of this binary, within these bounds.
+    fn engine(&self) -> anyhow::Result<std::sync::Arc<PluginEngine>> {
+        let timeout = parse_duration(&self.compile_timeout)
+            .map_err(|e| anyhow::anyhow!("--compile-timeout: {e}"))?;
+        if timeout.is_zero() {
+            anyhow::bail!("--compile-timeout: must be more than 0");
+        }
+        Ok(PluginEngine::new(EngineConfig {
+            compile_timeout: timeout,
+            compile_memory: self.memory()?,
+            compiler: compiler::own_executable(),
+            ..EngineConfig::default()
+        })?)
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -51,6 +97,12 @@ Module cache (engine.cacheDir, default $XDG_CACHE_HOME/wisp/modules or ~/.cache/
   <cacheDir>.key (created 0600). An artifact that fails its check is compiled again and
   overwritten. A directory that is a symlink, owned by another user or writable by group or
   others is not used at all: the host warns and compiles in memory only.
+
+Compiles (engine.compileTimeout 120s, engine.compileMemory 1Gi): each module compiles in a child
+  process of wisp, killed at the timeout (wall clock) and limited to that much address space, at
+  nice 10 and first in line for the kernel's OOM killer; a module over a bound is refused naming
+  it (the start fails; a reload keeps the running version). At most executor.workers compile at
+  once; reloads of different plugins do not wait for one another.
 
 Size caps (per informer): a watch event line over maxEventSize (default 16Mi) or a list response
   over maxListSize (default 512Mi) is not read further; the error names the informer, the size
@@ -121,6 +173,8 @@ enum Command {
         /// Settings to pass to `init` (JSON).
         #[arg(long, default_value = "{}")]
         settings: String,
+        #[command(flatten)]
+        compile: CompileArgs,
     },
     /// Feed recorded notifications (from `wisp record`) to a plugin offline; prints each
     /// outcome and the plugin's logs, then its metrics.
@@ -134,6 +188,8 @@ enum Command {
         /// Settings to pass to `init` (JSON).
         #[arg(long, default_value = "{}")]
         settings: String,
+        #[command(flatten)]
+        compile: CompileArgs,
     },
     /// Run fixture files (objects in; expected outcomes, verdicts, actions, logs, counters) against
     /// a plugin, offline: a fresh instance per case; actions are audited, never sent. Fails when
@@ -146,6 +202,8 @@ enum Command {
         /// Fixture files (YAML).
         #[arg(required = true)]
         fixtures: Vec<PathBuf>,
+        #[command(flatten)]
+        compile: CompileArgs,
     },
     /// Save the informers' notifications (JSON Lines) for `wisp replay`. Plugins in the config
     /// are not run.
@@ -206,6 +264,17 @@ enum Command {
     /// Run the informer pipeline on a small embedded in-memory cluster (no cluster, no
     /// plugins): list pods, apply changes, print what a listener sees.
     Demo,
+    /// One module's compile, run by the host in a child process of its own (module on stdin,
+    /// artifact on stdout; see wisp_host::plugin::compiler). Not for direct use.
+    #[command(name = "__compile", hide = true)]
+    Compile {
+        /// Compile fuel checks in.
+        #[arg(long)]
+        fuel: bool,
+        /// Leave the epoch checks out.
+        #[arg(long)]
+        no_epoch_interruption: bool,
+    },
 }
 
 async fn shutdown_signal() {
@@ -281,9 +350,19 @@ fn settings_json(s: &str) -> anyhow::Result<serde_json::Value> {
     serde_json::from_str(s).with_context(|| format!("--settings is not valid JSON: {s}"))
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let cli = Cli::parse();
+    // A compile child: no runtime, no log, nothing but the compile (its limits are already set).
+    if let Command::Compile {
+        fuel,
+        no_epoch_interruption,
+    } = cli.command
+    {
+        std::process::exit(compiler::child_main(ArtifactSettings {
+            epoch_interruption: !no_epoch_interruption,
+            fuel,
+        }));
+    }
     // `wisp test` prints what the plugin logged under each failed case; the host's own log of
     // those lines would only repeat them (RUST_LOG still says otherwise).
     let default = match cli.command {
@@ -312,7 +391,14 @@ async fn main() {
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "cannot raise the soft open-files limit"),
     }
-    if let Err(e) = run(cli.command).await {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| {
+            eprintln!("error: cannot start the async runtime: {e}");
+            std::process::exit(1);
+        });
+    if let Err(e) = runtime.block_on(run(cli.command)) {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
@@ -335,13 +421,18 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
             ca_file,
             insecure,
         } => push(module, reference, sign, docker_config, ca_file, insecure).await,
-        Command::Check { module, settings } => check(&module, &settings),
+        Command::Check {
+            module,
+            settings,
+            compile,
+        } => check(&module, &settings, &compile),
         Command::Replay {
             plugin,
             events,
             settings,
+            compile,
         } => {
-            let engine = PluginEngine::new(EngineConfig::default())?;
+            let engine = compile.engine()?;
             let mut out = std::io::stdout().lock();
             let s = wisp_host::record::replay(
                 &engine,
@@ -355,8 +446,12 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Test { plugin, fixtures } => {
-            let engine = PluginEngine::new(EngineConfig::default())?;
+        Command::Test {
+            plugin,
+            fixtures,
+            compile,
+        } => {
+            let engine = compile.engine()?;
             let mut out = std::io::stdout().lock();
             let (mut cases, mut passed) = (0, 0);
             for f in &fixtures {
@@ -389,6 +484,7 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
             wisp_host::demo::run().await?;
             Ok(())
         }
+        Command::Compile { .. } => anyhow::bail!("__compile is run before the runtime starts"),
     }
 }
 
@@ -407,6 +503,7 @@ async fn run_host(
         context,
         admin,
         config_path: Some(config.clone()),
+        compiler: compiler::own_executable(),
         ..RunOptions::default()
     };
     let hups = catch_sighup();
@@ -484,8 +581,8 @@ async fn push(
 }
 
 /// `wisp check`: is it a plugin, does its init accept these settings.
-fn check(module: &std::path::Path, settings: &str) -> anyhow::Result<()> {
-    let engine = PluginEngine::new(EngineConfig::default())?;
+fn check(module: &std::path::Path, settings: &str, compile: &CompileArgs) -> anyhow::Result<()> {
+    let engine = compile.engine()?;
     let c = check_module(&engine, module, settings_json(settings)?)?;
     println!(
         "ok: {} {} is a wisp:plugin/plugin@{} component ({})",
@@ -506,6 +603,10 @@ fn check(module: &std::path::Path, settings: &str) -> anyhow::Result<()> {
     if let Some(w) = budget::over_limit(
         &[(&c.info.name, memory)],
         budget::HOST_BASE,
+        budget::Compiles {
+            at_once: 1,
+            each: compile.memory()?,
+        },
         budget::cgroup_memory_limit(),
     ) {
         eprintln!("warning: {w}");

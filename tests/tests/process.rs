@@ -1019,3 +1019,244 @@ async fn lists_without_end_stop_at_the_whole_list_cap_and_the_hosts_memory_stays
             .is_some_and(|s| s.success())
     );
 }
+
+/// The pids of `pid`'s child processes (from each process's `PPid` in /proc).
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    procs
+        .flatten()
+        .filter_map(|p| p.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/status")).is_ok_and(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("PPid:"))
+                    .is_some_and(|v| v.trim() == pid.to_string())
+            })
+        })
+        .collect()
+}
+
+/// A process's peak resident memory (`VmHWM`), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        .unwrap();
+    kb << 10
+}
+
+/// Writes `bytes` over `path` as an editor or a deploy would: a new file renamed into place.
+fn replace(path: &Path, bytes: &[u8]) {
+    let tmp = path.with_extension("next");
+    std::fs::write(&tmp, bytes).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// A bomb that compiles slowly in little memory: 4,000 functions of 200 locals in 40 loops,
+/// 7.5 MB (the debug host compiles ~25 of them a second on two cores, growing ~3 MB a second).
+fn slow_bomb() -> Vec<u8> {
+    common::rig::compile_bomb(4000, 200, 40)
+}
+
+/// The issue's bomb: one function of 3,000 locals in 5,000 loops (over 1 GiB to compile).
+fn big_bomb() -> Vec<u8> {
+    common::rig::compile_bomb(1, 3000, 5000)
+}
+
+/// Issue 32, hole 1: a compile bomb written over a running plugin's module (hot reload). The
+/// host compiles in a child process, killed at the first bound it passes: the slow bomb at
+/// `engine.compileTimeout`, the large one at `engine.compileMemory`. Each is refused naming the
+/// bound, the running version goes on delivering, another plugin's reload completes while the
+/// bomb compiles, no compile process is left, and the host's own peak memory stays small (the
+/// issue's host was OOM-killed at 384 MiB; another plugin's reload waited 19 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compile_bomb_over_a_running_plugin_is_refused_at_its_bound_and_holds_up_no_other_reload()
+{
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("cluster")).unwrap();
+    let pod = |name: &str| {
+        std::fs::write(
+            dir.path().join(format!("cluster/{name}.yaml")),
+            serde_json::to_string(&wisp_tests::pod("shop", name)).unwrap(),
+        )
+        .unwrap();
+    };
+    pod("web-0");
+    let (a, b) = (dir.path().join("a.wasm"), dir.path().join("b.wasm"));
+    std::fs::copy(plugin_path("audit_log"), &a).unwrap();
+    std::fs::copy(plugin_path("audit_log"), &b).unwrap();
+    let config = dir.path().join("wisp.yaml");
+    std::fs::write(
+        &config,
+        "source: dir:cluster\ninformers:\n  - {name: pods, apiVersion: v1, kind: Pod}\n\
+         plugins:\n  - {name: audit, module: a.wasm, informers: [pods]}\n  \
+         - {name: other, module: b.wasm, informers: [pods]}\n\
+         engine: {cacheDir: modules, compileTimeout: 15s, compileMemory: 512Mi}\n\
+         executor: {workers: 2}\nadmin: {listen: \"127.0.0.1:0\"}\n",
+    )
+    .unwrap();
+    let mut w = Wisp::run("bombed", dir.path(), &config, "5s");
+    let admin = w.admin().await;
+    let pid = w.child.id();
+    for p in ["audit", "other"] {
+        let line = format!("wisp_plugin_delivered_total{{plugin=\"{p}\"}} 1");
+        until("the first pod delivered", Duration::from_secs(60), || {
+            has_metric(admin, &line)
+        })
+        .await;
+    }
+
+    // The slow bomb: the compile runs in a child, killed at the timeout.
+    replace(&a, &slow_bomb());
+    let began = Instant::now();
+    until(
+        "a compile process runs",
+        Duration::from_secs(10),
+        || async { !children(pid).is_empty() },
+    )
+    .await;
+    // It is the kernel's first choice in an OOM, and runs at nice 10 (set between its fork and
+    // its exec: looked at once it runs `wisp __compile`).
+    until(
+        "the compile at nice 10, OOM score 1000",
+        Duration::from_secs(5),
+        || async {
+            children(pid).iter().all(|c| {
+                let read =
+                    |f: &str| std::fs::read_to_string(format!("/proc/{c}/{f}")).unwrap_or_default();
+                let stat = read("stat");
+                let nice = stat
+                    .rsplit(')')
+                    .next()
+                    .and_then(|s| s.split_whitespace().nth(16));
+                read("oom_score_adj").trim() == "1000" && nice == Some("10")
+            })
+        },
+    )
+    .await;
+    // Meanwhile a new version of the other plugin: its reload does not wait for the bomb.
+    let next = common::rig::variant(&plugin_path("audit_log"), "next", dir.path());
+    replace(&b, &std::fs::read(next).unwrap());
+    let reloaded = "wisp_plugin_reloads_total{plugin=\"other\"} 1";
+    let other = until("the other plugin reloaded", Duration::from_secs(12), || {
+        has_metric(admin, reloaded)
+    })
+    .await;
+    let timeout = "compiling took longer than engine.compileTimeout (15s); refused";
+    assert!(
+        !w.log().contains(timeout) && !children(pid).is_empty(),
+        "the other plugin's reload waited for the bomb's compile:\n{}",
+        w.log()
+    );
+    w.logged(timeout, Duration::from_secs(40)).await;
+    let took = began.elapsed();
+    assert!(
+        took >= Duration::from_secs(15) && took < Duration::from_secs(25),
+        "refused after {took:?}"
+    );
+    eprintln!("slow bomb refused after {took:?}; the other plugin reloaded in {other:?} meanwhile");
+    until(
+        "no compile process left",
+        Duration::from_secs(5),
+        || async { children(pid).is_empty() },
+    )
+    .await;
+
+    // The large bomb: its child runs out of its address space.
+    replace(&a, &big_bomb());
+    let began = Instant::now();
+    w.logged(
+        "compiling needed more memory than engine.compileMemory (512 MiB); refused",
+        Duration::from_secs(40),
+    )
+    .await;
+    let took = began.elapsed();
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    eprintln!("large bomb refused after {took:?}");
+    assert!(children(pid).is_empty(), "a compile process is left");
+
+    // The running version of each plugin still delivers, and neither is quarantined.
+    pod("web-1");
+    for (p, n) in [("audit", 2), ("other", 2)] {
+        let line = format!("wisp_plugin_delivered_total{{plugin=\"{p}\"}} {n}");
+        until(
+            "the running version delivers",
+            Duration::from_secs(30),
+            || has_metric(admin, &line),
+        )
+        .await;
+    }
+    let (_, m) = get(admin, "/metrics").await.unwrap();
+    assert!(
+        m.lines()
+            .any(|l| l == "wisp_plugin_reload_failures_total{plugin=\"audit\"} 2"),
+        "{m}"
+    );
+    assert!(
+        m.lines()
+            .any(|l| l == "wisp_plugin_quarantined{plugin=\"audit\"} 0"),
+        "{m}"
+    );
+    let peak = peak_rss(pid);
+    eprintln!("the host peaked at {} MiB", peak >> 20);
+    assert!(peak < HOST_PEAK, "the host peaked at {} MiB", peak >> 20);
+    w.signal("TERM");
+    assert!(
+        w.exited(Duration::from_secs(10))
+            .await
+            .is_some_and(|s| s.success())
+    );
+}
+
+/// The host's own peak resident memory through the bombs (a debug build; what compiles is in
+/// its children).
+const HOST_PEAK: u64 = 128 << 20;
+
+/// `wisp check` of a compile bomb fails at the bound given (`--compile-timeout`,
+/// `--compile-memory`), naming it, within the timeout plus a little.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wisp_check_refuses_a_compile_bomb_at_its_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |module: &str, bytes: Vec<u8>, bounds: &[&str]| {
+        let path = dir.path().join(module);
+        std::fs::write(&path, bytes).unwrap();
+        let began = Instant::now();
+        let out = Command::new(wisp_bin())
+            .arg("check")
+            .arg(&path)
+            .args(bounds)
+            .env("XDG_CACHE_HOME", dir.path().join("cache"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        (began.elapsed(), stderr)
+    };
+    let (took, e) = check(
+        "slow.wasm",
+        slow_bomb(),
+        &["--compile-timeout", "3s", "--compile-memory", "256Mi"],
+    );
+    assert!(
+        e.contains("compiling took longer than engine.compileTimeout (3s); refused"),
+        "{e}"
+    );
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(8),
+        "{took:?}"
+    );
+    let (took, e) = check(
+        "big.wasm",
+        big_bomb(),
+        &["--compile-timeout", "60s", "--compile-memory", "256Mi"],
+    );
+    assert!(
+        e.contains("compiling needed more memory than engine.compileMemory (256 MiB); refused"),
+        "{e}"
+    );
+    assert!(took < Duration::from_secs(20), "{took:?}");
+}

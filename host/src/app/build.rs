@@ -234,8 +234,12 @@ pub fn services(config: &Config, client: Option<kube::Client>) -> anyhow::Result
     })
 }
 
-/// The plugin engine for a config.
-pub fn engine(config: &Config) -> anyhow::Result<Arc<PluginEngine>> {
+/// The plugin engine for a config; compiles run in child processes of `compiler` when given
+/// ([`crate::plugin::compiler`]).
+pub fn engine(
+    config: &Config,
+    compiler: Option<std::path::PathBuf>,
+) -> anyhow::Result<Arc<PluginEngine>> {
     let mut ec = EngineConfig::default();
     if let Some(d) = &config.engine.cache_dir {
         ec.cache_dir = Some(config.resolve(d));
@@ -247,6 +251,11 @@ pub fn engine(config: &Config) -> anyhow::Result<Arc<PluginEngine>> {
     if let Some(t) = config.engine.compile_timeout {
         ec.compile_timeout = t.0;
     }
+    if let Some(m) = config.engine.compile_memory {
+        ec.compile_memory = m.0;
+    }
+    ec.compiler = compiler;
+    ec.max_compiles = config.executor.workers();
     Ok(PluginEngine::new(ec)?)
 }
 

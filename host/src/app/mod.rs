@@ -39,6 +39,11 @@ pub struct RunOptions {
     pub config_path: Option<std::path::PathBuf>,
     /// Override the admin listen address (`--admin`).
     pub admin: Option<String>,
+    /// The executable that compiles modules in child processes, bounded by
+    /// `engine.compileTimeout` and `engine.compileMemory` (`wisp run`: its own binary). `None`
+    /// (embedders, in-process tests): compiles run on a thread of this process, and only the
+    /// timeout is enforced, by refusing the module (see [`crate::plugin::EngineConfig`]).
+    pub compiler: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -48,6 +53,7 @@ impl std::fmt::Debug for RunOptions {
             .field("client", &self.client.is_some())
             .field("config_path", &self.config_path)
             .field("admin", &self.admin)
+            .field("compiler", &self.compiler)
             .finish()
     }
 }

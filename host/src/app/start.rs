@@ -84,8 +84,8 @@ pub async fn start(
     let (admin_addr, metrics_addr) = listeners.serve(config, &admin, &sup);
 
     let pulls = Pulls::spawn(config, &admin.startup, &sup);
-    let manager = plugin_manager(config, services, &informers, &sup)?;
-    warn_over_budget(&config.plugin_specs());
+    let manager = plugin_manager(config, opts, services, &informers, &sup)?;
+    warn_over_budget(config, &config.plugin_specs());
     let workers = config.executor.workers();
     let local = pulls.local_specs(config);
     let (manager, checked) = check_plugins(manager, local, workers, &admin.startup).await?;
@@ -423,11 +423,12 @@ impl Pulls {
 /// informers plugins may use.
 fn plugin_manager(
     config: &Config,
+    opts: &RunOptions,
     services: HostServices,
     informers: &[Arc<SharedInformer>],
     sup: &Supervisor,
 ) -> anyhow::Result<PluginManager> {
-    let engine = engine(config)?;
+    let engine = engine(config, opts.compiler.clone())?;
     let e = engine.clone();
     sup.join_on_stop("epoch ticker", move || e.stop_ticker());
     let mut manager = PluginManager::new(engine);
@@ -438,16 +439,27 @@ fn plugin_manager(
     Ok(manager)
 }
 
-/// Warns when the plugins' memory limits add up to more than the host's cgroup allows.
-fn warn_over_budget(specs: &[PluginSpec]) {
+/// Warns when the plugins' memory limits and the compiles that run at once at start (one per
+/// executor worker, each up to `engine.compileMemory`) add up to more than the host's cgroup
+/// allows.
+fn warn_over_budget(config: &Config, specs: &[PluginSpec]) {
+    use crate::plugin::budget;
     let budgets: Vec<(&str, u64)> = specs
         .iter()
         .map(|s| (s.name.as_str(), s.limits.memory))
         .collect();
-    if let Some(w) = crate::plugin::budget::over_limit(
+    let compiles = budget::Compiles {
+        at_once: config.executor.workers().min(specs.len()),
+        each: config
+            .engine
+            .compile_memory
+            .map_or(crate::plugin::engine::DEFAULT_COMPILE_MEMORY, |m| m.0),
+    };
+    if let Some(w) = budget::over_limit(
         &budgets,
-        crate::plugin::budget::HOST_BASE,
-        crate::plugin::budget::cgroup_memory_limit(),
+        budget::HOST_BASE,
+        compiles,
+        budget::cgroup_memory_limit(),
     ) {
         tracing::warn!("{w}");
     }

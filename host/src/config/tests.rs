@@ -378,6 +378,37 @@ fn a_duration_too_long_is_refused_instead_of_overflowing() {
 }
 
 #[test]
+fn compile_bounds_are_read_and_a_bound_too_small_is_refused_naming_the_field() {
+    let c = parse(GOOD).unwrap();
+    assert_eq!(c.engine.compile_memory, None);
+    let c = parse(&format!(
+        "{GOOD}engine: {{ compileTimeout: 30s, compileMemory: 512Mi }}\n"
+    ))
+    .unwrap();
+    assert_eq!(c.engine.compile_memory, Some(Bytes(512 << 20)));
+    assert_eq!(
+        c.engine.compile_timeout.map(|d| d.0),
+        Some(std::time::Duration::from_secs(30))
+    );
+    let e = err_of(&format!("{GOOD}engine: {{ compileMemory: 64Mi }}\n"));
+    assert!(
+        e.starts_with(
+            "wisp.yaml: engine.compileMemory: 67108864 bytes is too little: at least 128Mi"
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        err_of(&format!("{GOOD}engine: {{ compileTimeout: 0s }}\n")),
+        "wisp.yaml: engine.compileTimeout: must be more than 0"
+    );
+    let e = err_of(&format!("{GOOD}engine: {{ compileMemory: lots }}\n"));
+    assert!(
+        e.contains("engine.compileMemory") && e.contains("invalid size"),
+        "{e}"
+    );
+}
+
+#[test]
 fn executor_workers_default_to_the_cores_and_a_bad_count_is_refused_naming_the_field() {
     let c = parse(GOOD).unwrap();
     assert_eq!(c.executor.workers, None);

@@ -26,7 +26,30 @@ impl Config {
             self.validate_plugin(&at, p, &names, &mut plugin_names)?;
         }
         self.validate_executor()?;
+        self.validate_engine()?;
         self.validate_admin()
+    }
+
+    /// A compile's bounds: a timeout over 0, and room for the compiler itself.
+    fn validate_engine(&self) -> Result<(), ConfigError> {
+        if self.engine.compile_timeout.is_some_and(|d| d.0.is_zero()) {
+            return Err(self.error("engine.compileTimeout", "must be more than 0"));
+        }
+        let min = crate::plugin::engine::MIN_COMPILE_MEMORY;
+        if let Some(m) = self.engine.compile_memory
+            && m.0 < min
+        {
+            return Err(self.error(
+                "engine.compileMemory",
+                format!(
+                    "{} bytes is too little: at least {}Mi (the compiler's own code, threads and \
+                     engine take about 100 MiB of address space before it reads a module)",
+                    m.0,
+                    min >> 20
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// A `dir` source names a directory that exists; `dir` settings go with a `dir` source,

@@ -1,8 +1,11 @@
 //! The host's memory plan: what the plugins may take at worst, against the container's memory
 //! limit. Each plugin instance may use its whole memory budget, and a reload holds the old and
-//! the new instance at once, so the worst case is twice the sum of the budgets; a host whose
-//! worst case is over its cgroup's limit can be killed by the kernel instead of refusing a
-//! plugin's growth. Checked at start (`wisp run`) and by `wisp check`, as a warning.
+//! the new instance at once, so the worst case is twice the sum of the budgets; each compile
+//! that may run at the same time (at start, one per executor worker) may take up to
+//! `engine.compileMemory` in its child process, in the same container. A host whose worst case
+//! is over its cgroup's limit can be killed by the kernel instead of refusing a plugin's growth
+//! (a compile child is the kernel's first choice, so that costs a refused module first). Checked
+//! at start (`wisp run`) and by `wisp check`, as a warning.
 
 use std::path::Path;
 
@@ -56,19 +59,40 @@ fn cgroup_limit_in(root: &Path, membership: &str) -> Option<u64> {
     None
 }
 
+/// Compiles that may run at once, and the memory each may take (`engine.compileMemory`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Compiles {
+    /// How many at once.
+    pub at_once: usize,
+    /// Bytes each may take.
+    pub each: u64,
+}
+
 /// The warning to give when the plugins' worst case (`budgets`: name and memory budget of each
-/// plugin; twice their sum during a reload) plus `host` bytes for the host itself is over
-/// `limit`; `None` when it fits or there is no limit.
-pub fn over_limit(budgets: &[(&str, u64)], host: u64, limit: Option<u64>) -> Option<String> {
+/// plugin; twice their sum during a reload) plus the `compiles` that may run at once plus `host`
+/// bytes for the host itself is over `limit`; `None` when it fits or there is no limit.
+pub fn over_limit(
+    budgets: &[(&str, u64)],
+    host: u64,
+    compiles: Compiles,
+    limit: Option<u64>,
+) -> Option<String> {
     let limit = limit?;
     let sum: u64 = budgets.iter().map(|(_, b)| *b).sum();
-    let worst = sum.saturating_mul(2).saturating_add(host);
+    let compiling = compiles.each.saturating_mul(compiles.at_once as u64);
+    let worst = sum
+        .saturating_mul(2)
+        .saturating_add(compiling)
+        .saturating_add(host);
     (worst > limit).then(|| {
         format!(
-            "the plugins' memory budgets add up to {} MiB ({} plugins), {} MiB during a reload (old and new instance), plus about {} MiB for the host: {} MiB, over the container's memory limit of {} MiB; the kernel may kill the host before a plugin's growth is refused: raise the limit or lower limits.memory",
+            "the plugins' memory budgets add up to {} MiB ({} plugins), {} MiB during a reload (old and new instance), plus {} MiB for {} compile(s) at once of up to engine.compileMemory {} MiB each, plus about {} MiB for the host: {} MiB, over the container's memory limit of {} MiB; the kernel may kill a compile (its module refused) or the host before a plugin's growth is refused: raise the limit or lower limits.memory, engine.compileMemory or executor.workers (compiles at start)",
             sum >> 20,
             budgets.len(),
-            (sum * 2) >> 20,
+            sum.saturating_mul(2) >> 20,
+            compiling >> 20,
+            compiles.at_once,
+            compiles.each >> 20,
             host >> 20,
             worst >> 20,
             limit >> 20
@@ -115,11 +139,15 @@ mod tests {
     }
 
     #[test]
-    fn the_worst_case_is_twice_the_budgets_plus_the_host() {
+    fn the_worst_case_is_twice_the_budgets_plus_the_compiles_plus_the_host() {
         let plugins = [("a", 64 << 20), ("b", 64 << 20)];
-        assert_eq!(over_limit(&plugins, 128 << 20, None), None);
-        assert_eq!(over_limit(&plugins, 128 << 20, Some(384 << 20)), None);
-        let w = over_limit(&plugins, 128 << 20, Some(383 << 20)).unwrap();
+        let none = Compiles {
+            at_once: 0,
+            each: 1 << 30,
+        };
+        assert_eq!(over_limit(&plugins, 128 << 20, none, None), None);
+        assert_eq!(over_limit(&plugins, 128 << 20, none, Some(384 << 20)), None);
+        let w = over_limit(&plugins, 128 << 20, none, Some(383 << 20)).unwrap();
         assert!(
             w.contains("128 MiB (2 plugins), 256 MiB during a reload"),
             "{w}"
@@ -128,5 +156,22 @@ mod tests {
             w.contains("384 MiB, over the container's memory limit of 383 MiB"),
             "{w}"
         );
+        // The host: two 64 MiB plugins in 384 MiB fit, until compiles are counted.
+        let two = Compiles {
+            at_once: 2,
+            each: 256 << 20,
+        };
+        let w = over_limit(&plugins, 128 << 20, two, Some(384 << 20)).unwrap();
+        assert!(
+            w.contains(
+                "plus 512 MiB for 2 compile(s) at once of up to engine.compileMemory 256 MiB each"
+            ),
+            "{w}"
+        );
+        assert!(
+            w.contains("896 MiB, over the container's memory limit of 384 MiB"),
+            "{w}"
+        );
+        assert_eq!(over_limit(&plugins, 128 << 20, two, Some(896 << 20)), None);
     }
 }

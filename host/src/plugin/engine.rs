@@ -1,12 +1,13 @@
 //! One wasmtime `Engine` per host: epoch ticker, shared linker (WASI p2 with nothing granted,
-//! `wasi:http` with every request refused, plus the `host` interface), and compilation once per content hash with an on-disk cache of
-//! precompiled artifacts.
+//! `wasi:http` with every request refused, plus the `host` interface), and compilation once per
+//! content hash, bounded in time and memory in a child process ([`super::compiler`]), with an
+//! on-disk cache of precompiled artifacts.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
@@ -15,9 +16,10 @@ use wasmtime::{Config, Engine};
 
 use super::bindings::{Abi, PluginPre, v01, v02};
 use super::cache::ModuleCache;
+use super::compiler::{ArtifactSettings, ChildCompiler};
 use super::error::PluginError;
 use super::state::StoreData;
-use crate::sync::lock;
+use crate::sync::{lock, wait};
 
 /// Default epoch tick: deadlines are enforced to within one tick.
 pub const DEFAULT_EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -40,11 +42,33 @@ pub struct EngineConfig {
     /// How long one module's compile may take (`engine.compileTimeout`); a module over it is
     /// refused (see [`PluginEngine::load`]).
     pub compile_timeout: Duration,
+    /// How much address space one module's compile may take (`engine.compileMemory`), bytes;
+    /// a module over it is refused. Enforced only with a `compiler`.
+    pub compile_memory: u64,
+    /// The executable to compile in (the `wisp` binary, run as `wisp __compile`; see
+    /// [`super::compiler`]): each compile is a child process, killed at `compile_timeout` and
+    /// limited to `compile_memory`. `None` (library embedders, in-process tests): compiles run
+    /// on a thread of this process, bounded by `compile_timeout` only in that the module is
+    /// refused then; the compile itself runs on to its end, in unbounded memory.
+    pub compiler: Option<PathBuf>,
+    /// How many modules compile at once at most (`wisp run`: `executor.workers`); a compile
+    /// beyond waits for one to end. The memory plan counts this many `compile_memory`.
+    pub max_compiles: usize,
 }
 
 /// The default of `engine.compileTimeout`: the release host compiles the example Python and
 /// JavaScript components (~20 MB) in seconds; a debug host on two loaded cores in under a minute.
 pub const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The default of `engine.compileMemory`, the address space of a compile's child process. The
+/// example Python and JavaScript components (19 and 12 MB) each fail to compile in 480 MiB and
+/// compile in 512 MiB, peaking at 374 and 383 MiB resident; a Rust one (0.9 MB) at 66 MiB
+/// (debug host, 2 cores; `cargo xtask plugins`, then `RUST_LOG=info wisp check` with an empty
+/// cache logs each child's peak, `--compile-memory` sets the bound). 1 GiB leaves them twice that.
+pub const DEFAULT_COMPILE_MEMORY: u64 = 1 << 30;
+
+/// The least `engine.compileMemory` accepted: the child's own code, threads and engine.
+pub const MIN_COMPILE_MEMORY: u64 = 128 << 20;
 
 impl Default for EngineConfig {
     fn default() -> Self {
@@ -54,8 +78,21 @@ impl Default for EngineConfig {
             fuel: false,
             epoch_interruption: true,
             compile_timeout: DEFAULT_COMPILE_TIMEOUT,
+            compile_memory: DEFAULT_COMPILE_MEMORY,
+            compiler: None,
+            max_compiles: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
     }
+}
+
+/// The wasmtime settings of an engine: the parent's and a compile child's are made here, so an
+/// artifact the child writes loads into the parent's engine.
+pub(super) fn wasm_config(s: ArtifactSettings) -> Config {
+    let mut c = Config::new();
+    c.wasm_component_model(true);
+    c.epoch_interruption(s.epoch_interruption);
+    c.consume_fuel(s.fuel);
+    c
 }
 
 /// `$XDG_CACHE_HOME/wisp/modules` or `$HOME/.cache/wisp/modules`.
@@ -101,6 +138,10 @@ pub enum LoadError {
     Invalid(String),
     /// Its compile took longer than the engine's `compile_timeout` (the limit).
     TooSlow(Duration),
+    /// Its compile needed more than the engine's `compile_memory` bytes (the limit).
+    TooBig(u64),
+    /// The compiler process failed otherwise (what it said, or how it ended).
+    Crashed(String),
 }
 
 struct ShaHasher(Sha256);
@@ -118,6 +159,36 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The compiles running, at most `max` at once.
+struct CompileSlots {
+    running: Mutex<usize>,
+    freed: Condvar,
+    max: usize,
+}
+
+/// One compile's place among [`CompileSlots`], given back when dropped.
+struct CompileSlot<'a>(&'a CompileSlots);
+
+impl CompileSlots {
+    /// Waits for a place (as long as the compiles that hold them take: each at most its
+    /// timeout).
+    fn take(&self) -> CompileSlot<'_> {
+        let mut n = lock(&self.running);
+        while *n >= self.max {
+            n = wait(&self.freed, n);
+        }
+        *n += 1;
+        CompileSlot(self)
+    }
+}
+
+impl Drop for CompileSlot<'_> {
+    fn drop(&mut self) {
+        *lock(&self.0.running) -= 1;
+        self.0.freed.notify_one();
+    }
+}
+
 /// The shared engine.
 pub struct PluginEngine {
     engine: Engine,
@@ -130,6 +201,12 @@ pub struct PluginEngine {
     tick: Duration,
     fuel: bool,
     compile_timeout: Duration,
+    /// Compiles in child processes, when the engine was given a compiler.
+    child: Option<ChildCompiler>,
+    /// What a child must compile with.
+    settings: ArtifactSettings,
+    /// Compiles at once, at most `max_compiles`.
+    slots: CompileSlots,
     /// Modules whose compile ran past the timeout and still runs, by hash.
     overdue: Arc<Mutex<std::collections::HashSet<String>>>,
     stop: Arc<AtomicBool>,
@@ -146,11 +223,12 @@ impl Drop for PluginEngine {
 impl PluginEngine {
     /// Builds the engine and starts its epoch ticker thread.
     pub fn new(config: EngineConfig) -> Result<Arc<Self>, PluginError> {
-        let mut c = Config::new();
-        c.wasm_component_model(true);
-        c.epoch_interruption(config.epoch_interruption);
-        c.consume_fuel(config.fuel);
-        let engine = Engine::new(&c).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
+        let settings = ArtifactSettings {
+            epoch_interruption: config.epoch_interruption,
+            fuel: config.fuel,
+        };
+        let engine = Engine::new(&wasm_config(settings))
+            .map_err(|e| PluginError::Engine(format!("{e:#}")))?;
         let mut linker: Linker<StoreData> = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .and_then(|()| wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker))
@@ -201,6 +279,17 @@ impl PluginEngine {
             tick,
             fuel: config.fuel,
             compile_timeout: config.compile_timeout,
+            child: config.compiler.map(|exe| ChildCompiler {
+                exe,
+                timeout: config.compile_timeout,
+                memory: config.compile_memory,
+            }),
+            settings,
+            slots: CompileSlots {
+                running: Mutex::new(0),
+                freed: Condvar::new(),
+                max: config.max_compiles.max(1),
+            },
             overdue: Arc::default(),
             stop,
             ticker: Mutex::new(Some(ticker)),
@@ -272,9 +361,14 @@ impl PluginEngine {
                 }
             }
         }
-        let c = self.compile(bytes, &hash)?;
+        let slot = self.slots.take();
+        let (c, artifact) = match &self.child {
+            Some(child) => self.compile_in_child(child, bytes, &hash)?,
+            None => (self.compile(bytes, &hash)?, None),
+        };
+        drop(slot);
         if let Some(cache) = &self.cache {
-            match c.serialize() {
+            match artifact.map_or_else(|| c.serialize(), Ok) {
                 Ok(art) => {
                     if let Err(e) = cache.put(&key, &art) {
                         tracing::warn!(error = %e, "could not write the precompiled module");
@@ -285,6 +379,28 @@ impl PluginEngine {
         }
         self.remember(&key, &c);
         Ok(done(c, LoadSource::Compiled))
+    }
+
+    /// Compiles in a child process within the engine's time and memory bounds, and loads the
+    /// artifact it wrote (returned too, for the module cache).
+    fn compile_in_child(
+        &self,
+        child: &ChildCompiler,
+        bytes: &[u8],
+        hash: &str,
+    ) -> Result<(Component, Option<Vec<u8>>), LoadError> {
+        let out = child.compile(self.settings, bytes)?;
+        tracing::info!(
+            module = %&hash[..12],
+            took = ?out.elapsed,
+            cpu = ?out.cpu,
+            peak_rss_mib = out.peak_rss >> 20,
+            "compiled in a child process"
+        );
+        let c = load_from_child(&self.engine, &out.artifact).map_err(|e| {
+            LoadError::Crashed(format!("the compiler's artifact does not load: {e:#}"))
+        })?;
+        Ok((c, Some(out.artifact)))
     }
 
     /// Compiles on a thread of its own, waiting at most the compile timeout. A compile over it
@@ -458,6 +574,18 @@ fn link_error(e: &wasmtime::Error) -> LinkError {
         missing,
         detail,
     }
+}
+
+/// Loads the artifact a compile child of this host ([`super::compiler`]) just wrote.
+#[allow(unsafe_code)]
+fn load_from_child(engine: &Engine, artifact: &[u8]) -> wasmtime::Result<Component> {
+    // SAFETY: `deserialize` trusts the bytes to be an artifact produced by
+    // `Component::serialize` (or `Engine::precompile_component`) for a compatible engine. These
+    // bytes are what a child process running this host's own executable wrote on a pipe only
+    // it and this process hold, from `Engine::precompile_component` with this engine's
+    // settings: native code this host compiled, as an in-process compile would have made it.
+    // wasmtime still checks the header and engine compatibility before using the code.
+    unsafe { Component::deserialize(engine, artifact) }
 }
 
 /// Loads artifact bytes this engine wrote, once [`ModuleCache::get`] has verified them.

@@ -70,6 +70,29 @@ pub enum PluginError {
         /// What is missing or mismatched.
         detail: String,
     },
+    /// Its compile needed more memory than `engine.compileMemory`.
+    #[error(
+        "plugin {plugin:?}: module {path}: compiling needed more memory than engine.compileMemory ({}); refused",
+        super::compiler::mib(*limit)
+    )]
+    CompileMemory {
+        /// Plugin name.
+        plugin: String,
+        /// Module path.
+        path: PathBuf,
+        /// The limit, bytes.
+        limit: u64,
+    },
+    /// The compiler process failed otherwise (killed by another, crashed).
+    #[error("plugin {plugin:?}: module {path}: not compiled: {detail}; refused")]
+    CompilerFailed {
+        /// Plugin name.
+        plugin: String,
+        /// Module path.
+        path: PathBuf,
+        /// How it failed.
+        detail: String,
+    },
     /// The component imports an interface (or a function or resource in it) the host does not
     /// provide.
     #[error(

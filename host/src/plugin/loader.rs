@@ -95,6 +95,35 @@ pub fn check_with(
     check_bytes(engine, spec, &bytes, grants, status)
 }
 
+/// Why `spec`'s module did not load, as the error naming the plugin and the module.
+fn load_error(spec: &PluginSpec, e: LoadError) -> PluginError {
+    let (plugin, path) = (spec.name.clone(), spec.module.clone());
+    match e {
+        LoadError::NotWasm => PluginError::NotWasm { plugin, path },
+        LoadError::NotComponent => PluginError::NotComponent { plugin, path },
+        LoadError::Invalid(detail) => PluginError::Compile {
+            plugin,
+            path,
+            detail,
+        },
+        LoadError::TooSlow(limit) => PluginError::CompileTimeout {
+            plugin,
+            path,
+            limit,
+        },
+        LoadError::TooBig(limit) => PluginError::CompileMemory {
+            plugin,
+            path,
+            limit,
+        },
+        LoadError::Crashed(detail) => PluginError::CompilerFailed {
+            plugin,
+            path,
+            detail,
+        },
+    }
+}
+
 /// [`check_with`] on bytes already read.
 fn check_bytes(
     engine: &Arc<PluginEngine>,
@@ -112,26 +141,7 @@ fn check_bytes(
         source,
         elapsed,
         hash,
-    } = engine.load(bytes).map_err(|e| match e {
-        LoadError::NotWasm => PluginError::NotWasm {
-            plugin: plugin.clone(),
-            path: path.clone(),
-        },
-        LoadError::NotComponent => PluginError::NotComponent {
-            plugin: plugin.clone(),
-            path: path.clone(),
-        },
-        LoadError::Invalid(detail) => PluginError::Compile {
-            plugin: plugin.clone(),
-            path: path.clone(),
-            detail,
-        },
-        LoadError::TooSlow(limit) => PluginError::CompileTimeout {
-            plugin: plugin.clone(),
-            path: path.clone(),
-            limit,
-        },
-    })?;
+    } = engine.load(bytes).map_err(|e| load_error(spec, e))?;
     let start = std::time::Instant::now();
     let pre = engine.instance_pre(&component).map_err(|e| match e {
         LinkError::WrongWorld(detail) => PluginError::WrongWorld {
@@ -231,9 +241,10 @@ pub fn check_file(
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "plugin".into());
     let mut first_load = None;
-    if let Ok(bytes) = std::fs::read(&module)
-        && let Ok(loaded) = engine.load(&bytes)
-    {
+    if let Ok(bytes) = std::fs::read(&module) {
+        // A module that does not load is refused now: loading it again would compile it again
+        // (a compile bomb twice).
+        let loaded = engine.load(&bytes).map_err(|e| load_error(&spec, e))?;
         if let Some(name) = declared_name(engine, &spec, &loaded.component) {
             spec.name = name;
         }

@@ -3,7 +3,8 @@
 //!
 //! - [`bindings`]: every `bindgen!` output.
 //! - [`engine`]: the shared engine, epoch ticker, compile cache; [`cache`]: its on-disk
-//!   artifacts, authenticated before use.
+//!   artifacts, authenticated before use; [`compiler`]: compiles in a child process, bounded in
+//!   time and memory.
 //! - [`state`] / [`host_api`]: store data and the `host` interface (logs, cache reads within
 //!   grants, metrics); [`output`]: stdout/stderr to the log.
 //! - [`instance`]: one store + instance with deadline, memory cap and fuel.
@@ -21,6 +22,7 @@ pub mod bindings;
 pub mod budget;
 pub mod cache;
 pub mod clock;
+pub mod compiler;
 pub mod cputime;
 pub mod engine;
 pub mod error;

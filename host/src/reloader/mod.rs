@@ -3,6 +3,10 @@
 //!
 //! - A module change reloads the plugins using that module (checked off the delivery path,
 //!   swapped between two batches, rolled back if it fails its first events).
+//! - Reloads of different modules run at once: each plugin's reloads are one at a time (a file
+//!   event during one is queued once), and no lock is held across a compile but that plugin's
+//!   own, so a module that compiles for long (up to `engine.compileTimeout`) holds up no other
+//!   plugin's reload (the engine runs as many compiles at once as `executor.workers`).
 //! - A config change is validated first: a config that fails validation changes nothing and the
 //!   error is logged. Then plugins removed are stopped (their queues dropped), plugins added are
 //!   started (they receive the cache as initial-list adds), plugins changed are reloaded in place
@@ -13,6 +17,7 @@ pub mod oci_poll;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -41,14 +46,26 @@ pub enum ReloadError {
     Refused(String),
 }
 
+/// One plugin's reloads: one at a time (file events, admin calls and signals can race).
+#[derive(Default)]
+struct Slot {
+    /// Held for the whole of a reload of the plugin.
+    running: Mutex<()>,
+    /// A file event waits for the running reload: later ones need not wait too.
+    queued: AtomicBool,
+}
+
 /// Applies live changes to a running host.
 pub struct Reloader {
     config_path: PathBuf,
+    /// The config in force; locked only to read or replace it, never across a compile.
     config: Mutex<Config>,
     manager: PluginManager,
     plugins: PluginSet,
-    /// Serialises reloads (file events, admin calls and signals can race).
+    /// Serialises config reloads (not plugin reloads: see `slots`).
     busy: Mutex<()>,
+    /// Per plugin, its reloads one at a time.
+    slots: Mutex<BTreeMap<String, Arc<Slot>>>,
     /// The config text last applied (file events without a change are ignored).
     config_text: Mutex<String>,
     /// Per plugin, the module hash last refused after a file event (it is not retried until
@@ -58,21 +75,6 @@ pub struct Reloader {
 
 fn same_config(a: &Config, b: &Config) -> bool {
     a.informers == b.informers
-}
-
-/// What changed from `a` to `b` that a running host cannot take: settings read once at start.
-fn needs_restart(a: &Config, b: &Config) -> Option<&'static str> {
-    if a.executor != b.executor {
-        Some("executor changed; the number of workers needs a restart")
-    } else if a.policy_reports != b.policy_reports {
-        Some("policyReports changed; the report writer's settings need a restart")
-    } else if a.dir != b.dir {
-        Some("dir changed; the dir source's settings need a restart")
-    } else if !same_config(a, b) {
-        Some("informers changed; informer changes need a restart")
-    } else {
-        None
-    }
 }
 
 impl Reloader {
@@ -90,6 +92,7 @@ impl Reloader {
             manager,
             plugins,
             busy: Mutex::new(()),
+            slots: Mutex::default(),
             config_text: Mutex::new(text),
             tried: Mutex::default(),
         })
@@ -107,9 +110,59 @@ impl Reloader {
         self.plugins.get(name)
     }
 
-    /// Reloads one plugin from its module file (as the config says).
+    fn slot(&self, name: &str) -> Arc<Slot> {
+        lock(&self.slots)
+            .entry(name.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// Runs `reload` for each of `names` (plugins), those of one module one after the other (the
+    /// first compiles it, the others find it compiled), those of different modules at once.
+    /// Returns what each said, in the order of `names`.
+    fn each_module_at_once<T: Send>(
+        &self,
+        names: &[String],
+        reload: impl Fn(&str) -> T + Sync,
+    ) -> Vec<T> {
+        let specs = self.specs();
+        let mut groups: BTreeMap<Option<PathBuf>, Vec<usize>> = BTreeMap::new();
+        for (i, n) in names.iter().enumerate() {
+            let module = specs.get(n).map(|s| s.module.clone());
+            groups.entry(module).or_default().push(i);
+        }
+        let reload = &reload;
+        let mut done: Vec<(usize, T)> = std::thread::scope(|s| {
+            let running: Vec<_> = groups
+                .into_values()
+                .map(|group| {
+                    s.spawn(move || {
+                        group
+                            .into_iter()
+                            .map(|i| (i, reload(&names[i])))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            running
+                .into_iter()
+                .flat_map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        done.sort_by_key(|(i, _)| *i);
+        done.into_iter().map(|(_, t)| t).collect()
+    }
+
+    /// Reloads one plugin from its module file (as the config says), after any reload of it
+    /// that runs (reloads of other plugins run meanwhile).
     pub fn reload_plugin(&self, name: &str) -> Result<String, ReloadError> {
-        let _busy = lock(&self.busy);
+        let slot = self.slot(name);
+        let _one = lock(&slot.running);
+        self.reload_plugin_now(name)
+    }
+
+    /// [`Self::reload_plugin`] with its slot held.
+    fn reload_plugin_now(&self, name: &str) -> Result<String, ReloadError> {
         let spec = self
             .specs()
             .remove(name)
@@ -126,11 +179,14 @@ impl Reloader {
         ))
     }
 
-    /// Re-reads the config and applies it, then reloads every plugin's module.
+    /// Re-reads the config and applies it, then reloads every plugin's module (different
+    /// modules at once).
     pub fn reload_all(&self) -> Result<String, ReloadError> {
         let mut done = vec![self.reload_config()?];
-        for name in self.specs().keys() {
-            match self.reload_plugin(name) {
+        let names: Vec<String> = self.specs().into_keys().collect();
+        let results = self.each_module_at_once(&names, |n| self.reload_plugin(n));
+        for (name, r) in names.iter().zip(results) {
+            match r {
                 Ok(m) => done.push(m),
                 Err(ReloadError::Refused(e)) => {
                     done.push(format!("plugin {name:?} kept its running version: {e}"))
@@ -141,7 +197,9 @@ impl Reloader {
         Ok(done.join("\n"))
     }
 
-    /// Re-reads the config file and applies plugin changes; a bad config changes nothing.
+    /// Re-reads the config file and applies plugin changes; a bad config changes nothing. The
+    /// config's lock is held only to read and replace it: plugins are checked (compiled) and
+    /// reloaded without it, so reloads of other plugins go on meanwhile.
     pub fn reload_config(&self) -> Result<String, ReloadError> {
         let _busy = lock(&self.busy);
         let refused = |e: &dyn std::fmt::Display| {
@@ -159,7 +217,7 @@ impl Reloader {
         crate::oci::block_on(next.pull_oci(previous.as_ref()))
             .and_then(|pulled| pulled)
             .map_err(|e| refused(&e))?;
-        let mut cfg = lock(&self.config);
+        let cfg = lock(&self.config).clone();
         if let Some(why) = needs_restart(&cfg, &next) {
             let msg = format!(
                 "config reload refused, nothing changed: {}: {why}",
@@ -183,28 +241,59 @@ impl Reloader {
         let mut actions = Vec::new();
         for p in &next.plugins {
             let spec = &new_specs[&p.name];
-            match old.get(&p.name) {
-                None => {
-                    let c = self.manager.check(spec).map_err(|e| {
-                        ReloadError::Refused(format!("config reload refused, nothing changed: {e}"))
-                    })?;
-                    started.push(c);
-                    actions.push(format!("plugin {:?} added", p.name));
+            let what = match old.get(&p.name) {
+                None => format!("plugin {:?} added", p.name),
+                Some(o) if registration_changed(o, p) => format!(
+                    "plugin {:?} restarted (its informers, resync or relistResyncs changed)",
+                    p.name
+                ),
+                _ => continue,
+            };
+            let c = self.manager.check(spec).map_err(|e| {
+                ReloadError::Refused(format!("config reload refused, nothing changed: {e}"))
+            })?;
+            started.push(c);
+            actions.push(what);
+        }
+        let changed = self.swap_plugins(&old, &next, started, &mut actions);
+        *lock(&self.config) = next;
+        // Reload changed ones, different modules at once, each after any reload of it running.
+        let results = self.each_module_at_once(&changed, |name| {
+            let slot = self.slot(name);
+            let _one = lock(&slot.running);
+            let h = self.handle(name)?;
+            Some(h.reload(new_specs[name].clone()))
+        });
+        for (name, r) in changed.iter().zip(results) {
+            match r {
+                Some(Ok(r)) => actions.push(format!(
+                    "plugin {name:?} changed: generation {}",
+                    r.generation
+                )),
+                Some(Err(e)) => {
+                    actions.push(format!("plugin {name:?} kept its running version: {e}"))
                 }
-                Some(o) if registration_changed(o, p) => {
-                    let c = self.manager.check(spec).map_err(|e| {
-                        ReloadError::Refused(format!("config reload refused, nothing changed: {e}"))
-                    })?;
-                    started.push(c);
-                    actions.push(format!(
-                        "plugin {:?} restarted (its informers, resync or relistResyncs changed)",
-                        p.name
-                    ));
-                }
-                _ => {}
+                None => {}
             }
         }
-        // Apply: stop removed and restarted ones, attach the checked ones, reload changed ones.
+        if actions.is_empty() {
+            actions.push("config reloaded: no plugin changed".into());
+        }
+        for a in &actions {
+            tracing::info!("{a}");
+        }
+        Ok(actions.join("\n"))
+    }
+
+    /// Stops the plugins `next` removes or restarts, attaches the `started` ones (checked), and
+    /// returns the names of those to reload in place (changed, same informers).
+    fn swap_plugins(
+        &self,
+        old: &BTreeMap<String, crate::config::PluginConfig>,
+        next: &Config,
+        started: Vec<crate::plugin::CheckedPlugin>,
+        actions: &mut Vec<String>,
+    ) -> Vec<String> {
         let mut list = self.plugins.lock();
         list.retain(|h| {
             let keep = match (
@@ -217,7 +306,7 @@ impl Reloader {
             };
             if !keep {
                 h.stop();
-                if !new_specs.contains_key(h.name()) {
+                if !next.plugins.iter().any(|p| p.name == h.name()) {
                     actions.push(format!("plugin {:?} removed", h.name()));
                 }
             }
@@ -233,32 +322,15 @@ impl Reloader {
                 }
             }
         }
-        for p in &next.plugins {
-            if let Some(o) = old.get(&p.name)
-                && o != p
-                && o.informers == p.informers
-                && let Some(h) = list.iter().find(|h| h.name() == p.name)
-            {
-                match h.reload(new_specs[&p.name].clone()) {
-                    Ok(r) => actions.push(format!(
-                        "plugin {:?} changed: generation {}",
-                        p.name, r.generation
-                    )),
-                    Err(e) => {
-                        actions.push(format!("plugin {:?} kept its running version: {e}", p.name))
-                    }
-                }
-            }
-        }
-        drop(list);
-        *cfg = next;
-        if actions.is_empty() {
-            actions.push("config reloaded: no plugin changed".into());
-        }
-        for a in &actions {
-            tracing::info!("{a}");
-        }
-        Ok(actions.join("\n"))
+        next.plugins
+            .iter()
+            .filter(|p| {
+                old.get(&p.name)
+                    .is_some_and(|o| o != *p && o.informers == p.informers)
+                    && list.iter().any(|h| h.name() == p.name)
+            })
+            .map(|p| p.name.clone())
+            .collect()
     }
 
     /// Applies what changed while nothing watched: the config file, as [`Self::reload_config`]
@@ -268,9 +340,8 @@ impl Reloader {
         // A refused config is logged by `reload_config`; the plugins keep the one they started
         // with, as a refused reload leaves a leader's.
         let _ = self.reload_config();
-        for name in self.specs().into_keys() {
-            self.reload_if_changed(&name);
-        }
+        let names: Vec<String> = self.specs().into_keys().collect();
+        self.each_module_at_once(&names, |n| self.reload_if_changed(n));
     }
 
     /// Plugins whose module is `path`.
@@ -299,15 +370,21 @@ impl Reloader {
         let mut names: Vec<String> = paths.iter().flat_map(|p| self.plugins_using(p)).collect();
         names.sort();
         names.dedup();
-        for n in names {
-            self.reload_if_changed(&n);
-        }
+        self.each_module_at_once(&names, |n| self.reload_if_changed(n));
     }
 
-    /// Reloads `name` from its module file if the content differs from what runs. A refused
-    /// file is looked at again a few times shortly after: an event can arrive while the file is
-    /// still being written, and the write that completes it may send no further event.
+    /// Reloads `name` from its module file if the content differs from what runs, once any
+    /// reload of it that runs is done; when another event already waits for that, this one
+    /// leaves it to that one (which reads the file after). A refused file is looked at again a
+    /// few times shortly after: an event can arrive while the file is still being written, and
+    /// the write that completes it may send no further event.
     fn reload_if_changed(&self, name: &str) {
+        let slot = self.slot(name);
+        if slot.queued.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let _one = lock(&slot.running);
+        slot.queued.store(false, Ordering::Release);
         let hash_of = |p: &Path| -> Option<String> {
             let bytes = std::fs::read(p).ok()?;
             Some(
@@ -335,7 +412,7 @@ impl Reloader {
                 }
                 continue;
             }
-            let ok = self.reload_plugin(name).is_ok();
+            let ok = self.reload_plugin_now(name).is_ok();
             let mut tried = lock(&self.tried);
             if ok {
                 tried.remove(name);
@@ -365,7 +442,9 @@ impl Reloader {
     }
 
     /// Watches the config file and the modules until `shutdown` completes. Reloads run on a
-    /// blocking thread, never on the delivery path.
+    /// blocking thread, never on the delivery path, and each batch of events on its own: a
+    /// module that compiles for long holds up no later event. The directories watched are
+    /// looked at again after each batch.
     pub async fn watch(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<PathBuf>>();
         let mut debouncer = match new_debouncer(DEBOUNCE, move |res: DebounceEventResult| {
@@ -394,16 +473,21 @@ impl Reloader {
         };
         rewatch(&mut debouncer, self.watched_dirs());
         tokio::pin!(shutdown);
+        let mut running = tokio::task::JoinSet::new();
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
                 Some(paths) = rx.recv() => {
                     let me = self.clone();
-                    let _ = tokio::task::spawn_blocking(move || me.on_changed(&paths)).await;
+                    running.spawn_blocking(move || me.on_changed(&paths));
+                }
+                Some(_) = running.join_next(), if !running.is_empty() => {
                     rewatch(&mut debouncer, self.watched_dirs());
                 }
             }
         }
+        // The reloads under way end before the watch does.
+        while running.join_next().await.is_some() {}
     }
 }
 
@@ -491,6 +575,28 @@ impl Reloader {
     }
 }
 
+/// Why `next` cannot be applied to a host started from `cfg` (what needs a restart), if so.
+fn needs_restart(cfg: &Config, next: &Config) -> Option<&'static str> {
+    if cfg.executor != next.executor {
+        return Some("executor changed; the number of workers needs a restart");
+    }
+    if cfg.policy_reports != next.policy_reports {
+        return Some("policyReports changed; the report writer's settings need a restart");
+    }
+    if cfg.dir != next.dir {
+        return Some("dir changed; the dir source's settings need a restart");
+    }
+    if !same_config(cfg, next) {
+        return Some("informers changed; informer changes need a restart");
+    }
+    if cfg.engine.compile_timeout != next.engine.compile_timeout
+        || cfg.engine.compile_memory != next.engine.compile_memory
+    {
+        return Some("engine changed; the compile bounds need a restart");
+    }
+    None
+}
+
 /// Whether a plugin's listeners must be registered again (what is fixed at registration
 /// changed): a reload in place keeps them.
 fn registration_changed(
@@ -524,5 +630,35 @@ mod tests {
             needs_restart(&a, &parse("executor: {workers: 3}\n").unwrap()),
             Some("executor changed; the number of workers needs a restart")
         );
+    }
+
+    fn config(engine: &str) -> Config {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("cluster")).unwrap();
+        std::fs::write(d.path().join("p.wasm"), b"\0asm").unwrap();
+        let text = format!(
+            "source: dir:cluster\ninformers:\n  - {{name: pods, apiVersion: v1, kind: Pod}}\n\
+             plugins:\n  - {{name: a, module: p.wasm, informers: [pods]}}\n{engine}"
+        );
+        Config::parse(&text, "wisp.yaml", d.path()).unwrap()
+    }
+
+    #[test]
+    fn a_config_reload_changing_the_compile_bounds_needs_a_restart() {
+        let old = config("engine: {compileTimeout: 60s}\n");
+        assert_eq!(
+            needs_restart(&old, &config("engine: {compileTimeout: 60s}\n")),
+            None
+        );
+        for next in [
+            "engine: {compileTimeout: 30s}\n",
+            "engine: {compileTimeout: 60s, compileMemory: 512Mi}\n",
+        ] {
+            assert_eq!(
+                needs_restart(&old, &config(next)),
+                Some("engine changed; the compile bounds need a restart"),
+                "{next}"
+            );
+        }
     }
 }

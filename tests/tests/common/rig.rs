@@ -122,6 +122,55 @@ pub fn variant(module: &Path, tag: &str, dir: &Path) -> PathBuf {
     out
 }
 
+/// A compile bomb: a valid component whose one core module has `functions` never-called
+/// functions of `locals` i64 locals, each incremented inside `depth` nested loops that each
+/// branch back to their start. Every loop header then needs a value of every local in
+/// Cranelift's SSA form: `locals x depth` block parameters per function, compiled in time and
+/// memory that grow with their product, from a few tens of KB of wasm (the issue's: one
+/// function, 3,000 x 5,000, 122 s and 1,088 MiB). Many small functions take time in little
+/// memory (each is compiled and dropped); one large one takes memory fast.
+pub fn compile_bomb(functions: u32, locals: u32, depth: u32) -> Vec<u8> {
+    let section = |out: &mut Vec<u8>, id: u8, payload: &[u8]| {
+        out.push(id);
+        put_leb(out, payload.len() as u32);
+        out.extend_from_slice(payload);
+    };
+    let mut body = Vec::new();
+    body.push(1); // one group of locals...
+    put_leb(&mut body, locals);
+    body.push(0x7e); // ...of type i64
+    for _ in 0..depth {
+        body.extend_from_slice(&[0x03, 0x40]); // loop (no result)
+    }
+    for i in 0..locals {
+        body.push(0x20); // local.get i
+        put_leb(&mut body, i);
+        body.extend_from_slice(&[0x42, 0x01, 0x7c]); // i64.const 1; i64.add
+        body.push(0x21); // local.set i
+        put_leb(&mut body, i);
+    }
+    for _ in 0..depth {
+        // local.get 0; i32.wrap_i64; br_if 0 (back to this loop's start); end
+        body.extend_from_slice(&[0x20, 0x00, 0xa7, 0x0d, 0x00, 0x0b]);
+    }
+    body.push(0x0b); // end of the function
+    let (mut funcs, mut code) = (Vec::new(), Vec::new());
+    put_leb(&mut funcs, functions);
+    put_leb(&mut code, functions);
+    funcs.extend(std::iter::repeat_n(0, functions as usize)); // each of type 0
+    for _ in 0..functions {
+        put_leb(&mut code, body.len() as u32);
+        code.extend_from_slice(&body);
+    }
+    let mut module = b"\0asm\x01\0\0\0".to_vec();
+    section(&mut module, 1, &[1, 0x60, 0, 0]); // one type: [] -> []
+    section(&mut module, 3, &funcs);
+    section(&mut module, 10, &code);
+    let mut component = b"\0asm\x0d\0\x01\0".to_vec();
+    section(&mut component, 1, &module); // a core module, never instantiated
+    component
+}
+
 /// Appends `v` as unsigned LEB128 (how wasm binaries write sizes and indexes).
 pub fn put_leb(out: &mut Vec<u8>, mut v: u32) {
     loop {
