@@ -1260,3 +1260,202 @@ async fn wisp_check_refuses_a_compile_bomb_at_its_bound() {
     );
     assert!(took < Duration::from_secs(20), "{took:?}");
 }
+
+/// A memory cgroup of its own for one test's `wisp` process (cgroup v1's memory controller or
+/// cgroup v2), under this process's own cgroup; removed when dropped (its processes are gone
+/// by then: the `Wisp` it holds is dropped first).
+struct MemoryCgroup {
+    dir: PathBuf,
+    /// The file a process writes its pid to, to enter.
+    procs: PathBuf,
+    /// Counts of OOM kills in it (`oom_kill` in v1's `memory.oom_control`, v2's `memory.events`).
+    events: PathBuf,
+}
+
+impl MemoryCgroup {
+    /// A cgroup limited to `limit` bytes, or why the machine does not allow one.
+    fn new(name: &str, limit: u64) -> Result<Self, String> {
+        let own = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| e.to_string())?;
+        // Lines `id:controllers:path`: v1's memory hierarchy names `memory`, v2's is `0::`.
+        let of = |controller: &str| {
+            own.lines().find_map(|l| {
+                let mut f = l.splitn(3, ':');
+                let (_, c, p) = (f.next()?, f.next()?, f.next()?);
+                c.split(',')
+                    .any(|c| c == controller)
+                    .then(|| p.trim_start_matches('/').to_owned())
+            })
+        };
+        let unique = format!("wisp-{name}-{}", std::process::id());
+        let v1 = Path::new("/sys/fs/cgroup/memory");
+        let (dir, limit_file, events) = if v1.join("cgroup.procs").exists() {
+            let parent = v1.join(of("memory").unwrap_or_default());
+            let dir = parent.join(&unique);
+            (
+                dir.clone(),
+                dir.join("memory.limit_in_bytes"),
+                dir.join("memory.oom_control"),
+            )
+        } else {
+            let parent = Path::new("/sys/fs/cgroup").join(of("").unwrap_or_default());
+            let dir = parent.join(&unique);
+            (
+                dir.clone(),
+                dir.join("memory.max"),
+                dir.join("memory.events"),
+            )
+        };
+        std::fs::create_dir(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+        let cg = Self {
+            procs: dir.join("cgroup.procs"),
+            dir,
+            events,
+        };
+        std::fs::write(&limit_file, limit.to_string())
+            .map_err(|e| format!("{}: {e}", limit_file.display()))?;
+        Ok(cg)
+    }
+
+    /// The prefix that runs a program inside it (`Wisp::run_via`).
+    fn prefix(&self) -> Vec<String> {
+        let enter = format!("echo $$ > {} && exec \"$0\" \"$@\"", self.procs.display());
+        vec!["sh".into(), "-c".into(), enter]
+    }
+
+    /// OOM kills in it so far.
+    fn oom_kills(&self) -> u64 {
+        let text = std::fs::read_to_string(&self.events).unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Issue 32, holes 1 and 2 as reported, with the host in a memory cgroup ([`CGROUP_LIMIT`]):
+/// four plugins of 8 MiB each passing 63 label values that alias one 1 MiB string (63 MiB to
+/// copy per call before the host-call budget), and the issue's compile bomb (over 1 GiB to
+/// compile) written over a running plugin's module with the default `engine.compileMemory`
+/// (1 GiB, more than the cgroup has). Before, the host was OOM-killed (at 400 MiB) and every
+/// plugin with it. Now the aliasing calls trap at the budget and their plugins are quarantined;
+/// the compile's child, first for the OOM killer, is the kernel's victim at the cgroup's limit;
+/// the host lives on, answers, refuses the bomb naming why, and the running version delivers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_memory_cgroup_aliased_bytes_and_a_compile_bomb_leave_the_host_running() {
+    let cgroup = match MemoryCgroup::new("bombs", CGROUP_LIMIT) {
+        Ok(c) => c,
+        // (A container without cgroup delegation; this machine and its CI have one.)
+        Err(why) => {
+            eprintln!("SKIPPED: no memory cgroup can be made here ({why})");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("cluster")).unwrap();
+    let pod = |name: &str| {
+        std::fs::write(
+            dir.path().join(format!("cluster/{name}.yaml")),
+            serde_json::to_string(&wisp_tests::pod("shop", name)).unwrap(),
+        )
+        .unwrap();
+    };
+    pod("web-0");
+    let audit = dir.path().join("audit.wasm");
+    std::fs::copy(plugin_path("audit_log"), &audit).unwrap();
+    std::fs::copy(plugin_path("test_hostile"), dir.path().join("hostile.wasm")).unwrap();
+    let mut config = String::from(
+        "source: dir:cluster\ninformers:\n  - {name: pods, apiVersion: v1, kind: Pod}\n\
+         engine: {cacheDir: modules, compileTimeout: 60s}\nexecutor: {workers: 2}\n\
+         admin: {listen: \"127.0.0.1:0\"}\nplugins:\n  \
+         - {name: audit, module: audit.wasm, informers: [pods]}\n",
+    );
+    for i in 0..4 {
+        config.push_str(&format!(
+            "  - {{name: alias-{i}, module: hostile.wasm, informers: [pods], \
+             limits: {{memory: 8Mi}}, onFailure: {{quarantineAfter: 3}}, \
+             settings: {{aliasLabels: 63, aliasBytes: 1048576}}}}\n"
+        ));
+    }
+    let config_path = dir.path().join("wisp.yaml");
+    std::fs::write(&config_path, config).unwrap();
+    let prefix = cgroup.prefix();
+    let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
+    let mut w = Wisp::run_via(&prefix, "in-cgroup", dir.path(), &config_path, "5s");
+    let admin = w.admin().await;
+    let pid = w.child.id();
+    until("the first pod delivered", Duration::from_secs(120), || {
+        has_metric(admin, "wisp_plugin_delivered_total{plugin=\"audit\"} 1")
+    })
+    .await;
+
+    // The aliasing plugins: each call traps at the budget; three in a row quarantine them.
+    for i in 1..=3 {
+        pod(&format!("web-{i}"));
+    }
+    for i in 0..4 {
+        let line = format!("wisp_plugin_quarantined{{plugin=\"alias-{i}\"}} 1");
+        until(
+            "the aliasing plugin quarantined",
+            Duration::from_secs(60),
+            || has_metric(admin, &line),
+        )
+        .await;
+    }
+
+    // The bomb over the running plugin's module, compiled with the default compileMemory.
+    replace(&audit, &big_bomb());
+    let refused = until("the bomb refused", Duration::from_secs(120), || {
+        has_metric(
+            admin,
+            "wisp_plugin_reload_failures_total{plugin=\"audit\"} 1",
+        )
+    })
+    .await;
+    let log = w.log();
+    let why = log
+        .lines()
+        .find(|l| l.contains("reload") && l.contains("audit") && l.contains("compil"))
+        .unwrap_or_else(|| panic!("no refusal logged:\n{log}"));
+    assert!(
+        why.contains("the compiler process was killed (SIGKILL), most likely by the kernel"),
+        "{why}"
+    );
+    let kills = cgroup.oom_kills();
+    eprintln!(
+        "bomb refused after {refused:?}; OOM kills in the cgroup: {kills}; host peak {} MiB",
+        peak_rss(pid) >> 20
+    );
+    assert!(kills >= 1, "no OOM kill counted in the cgroup");
+    assert!(w.running(), "the host died:\n{}", w.log());
+    assert!(
+        get(admin, "/healthz").await.is_some_and(|(s, _)| s == 200),
+        "/healthz does not answer"
+    );
+    pod("web-9");
+    until(
+        "the running version delivers",
+        Duration::from_secs(30),
+        || has_metric(admin, "wisp_plugin_delivered_total{plugin=\"audit\"} 5"),
+    )
+    .await;
+    w.signal("TERM");
+    assert!(
+        w.exited(Duration::from_secs(10))
+            .await
+            .is_some_and(|s| s.success())
+    );
+}
+
+/// The memory cgroup of [`in_a_memory_cgroup_aliased_bytes_and_a_compile_bomb_leave_the_host_running`].
+const CGROUP_LIMIT: u64 = 192 << 20;
