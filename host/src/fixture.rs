@@ -1,12 +1,15 @@
 //! `wisp test`: fixture files run against a plugin module, offline.
 //!
-//! A fixture file (YAML) holds cases. Each case starts a fresh instance of the plugin with its
-//! settings, seeds the informers' caches, feeds notifications one at a time, then compares what
-//! the plugin did with what the case expects:
+//! A fixture file (YAML) holds cases. The module is compiled (or taken from the module cache)
+//! and linked once per run; each case starts a fresh instance of it with its settings, seeds the
+//! informers' caches, feeds notifications one at a time, then compares what the plugin did with
+//! what the case expects:
 //!
 //! ```yaml
 //! settings: {denyLatest: true}      # for every case (a case may override); default {}
-//! informer: pods                    # informer of the steps; default: the plugin's first
+//! informers: [pods, namespaces]     # granted (a case may override); default: those the
+//!                                   #   plugin's describe names and those the file names
+//! informer: pods                    # informer of the steps; default: the first granted
 //! indexes: {pods: [field:spec.nodeName, ownerUid]}   # as the config's informers declare them
 //! actions:                          # grants, as in the config; actions are audited, never sent
 //!   grants: [{verbs: [patch], apiVersion: v1, kind: Pod}]
@@ -49,6 +52,7 @@ use serde_json::Value;
 use crate::actions::{ActionGrant, ActionSpec, HostServices};
 use crate::informer::object::Tombstone;
 use crate::informer::{DeletedObject, Delivery, Indexer, Notification, Object, key::object_key};
+use crate::plugin::loader::{PreparedFile, check_prepared, prepare_file};
 use crate::plugin::runtime::PluginRuntime;
 use crate::plugin::state::Grants;
 use crate::plugin::{CheckedPlugin, PluginEngine, PluginSpec, PluginStatus};
@@ -65,6 +69,8 @@ pub const MAX_FILE_SIZE: u64 = crate::source::dir::DEFAULT_MAX_FILE_SIZE;
 struct File {
     #[serde(default)]
     settings: Option<Value>,
+    #[serde(default)]
+    informers: Option<Vec<String>>,
     #[serde(default)]
     informer: Option<String>,
     #[serde(default)]
@@ -89,6 +95,8 @@ struct Case {
     name: String,
     #[serde(default)]
     settings: Option<Value>,
+    #[serde(default)]
+    informers: Option<Vec<String>>,
     #[serde(default)]
     cache: BTreeMap<String, Vec<Value>>,
     #[serde(default)]
@@ -172,12 +180,50 @@ pub struct TestSummary {
     pub passed: usize,
 }
 
-/// Runs every case of the fixture file `fixtures` against `module`, writing one line per case
-/// (and what differed) to `out`. An error is a fixture that cannot be read or a module that
-/// cannot be loaded; failed expectations are counted in the summary.
+/// Runs every case of the fixture file `fixtures` against `module` (loaded once), writing one
+/// line per case (and what differed) to `out`. An error is a fixture that cannot be read or a
+/// module that cannot be loaded; failed expectations are counted in the summary.
 pub fn run(
     engine: &Arc<PluginEngine>,
     module: &Path,
+    fixtures: &Path,
+    out: &mut dyn Write,
+) -> anyhow::Result<TestSummary> {
+    let plugin = load(engine, module, out)?;
+    run_loaded(engine, &plugin, fixtures, out)
+}
+
+/// Loads `module` for [`run_loaded`]: compiled (or taken from the module cache) and linked once,
+/// for a fresh instance per case; writes to `out` where it came from and how long it took.
+pub fn load(
+    engine: &Arc<PluginEngine>,
+    module: &Path,
+    out: &mut dyn Write,
+) -> anyhow::Result<PreparedFile> {
+    let plugin = prepare_file(engine, module)?;
+    let (source, took) = plugin.prepared.load();
+    let what = match &plugin.info {
+        Some(i) if i.informers.is_empty() => format!("{} {}", i.name, i.version),
+        Some(i) => format!(
+            "{} {} (informers: {})",
+            i.name,
+            i.version,
+            i.informers.join(", ")
+        ),
+        None => "a module that cannot describe itself".into(),
+    };
+    writeln!(
+        out,
+        "{}: {what}, loaded from {source:?} in {took:.2?}",
+        module.display()
+    )?;
+    Ok(plugin)
+}
+
+/// [`run`] with a module [`load`]ed once for every fixture file of a run.
+pub fn run_loaded(
+    engine: &Arc<PluginEngine>,
+    plugin: &PreparedFile,
     fixtures: &Path,
     out: &mut dyn Write,
 ) -> anyhow::Result<TestSummary> {
@@ -195,25 +241,36 @@ pub fn run(
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    // The steps' informer: the file's, else the first the plugin asks for (once per file).
-    let default_informer = match &file.informer {
-        Some(i) => i.clone(),
-        None => crate::plugin::loader::describe_file(engine, module)
-            .and_then(|info| info.informers.into_iter().next())
-            .unwrap_or_else(|| "objects".into()),
-    };
+    let own: &[String] = plugin.info.as_ref().map_or(&[], |i| &i.informers);
+    // The steps' informer: the file's, else the first granted, else the plugin's first.
+    let default_informer = file
+        .informer
+        .iter()
+        .chain(file.informers.iter().flatten())
+        .chain(own)
+        .next()
+        .cloned()
+        .unwrap_or_else(|| "objects".into());
     let mut summary = TestSummary::default();
-    writeln!(out, "{} ({})", fixtures.display(), module.display())?;
+    writeln!(out, "{}", fixtures.display())?;
     for (i, case) in file.cases.iter().enumerate() {
         let at = format!("{}: case {} ({:?})", fixtures.display(), i + 1, case.name);
-        let failures = run_case(engine, module, &file, &default_informer, case, base)
-            .with_context(|| at.clone())?;
+        let cx = CaseContext {
+            engine,
+            plugin,
+            file: &file,
+            default_informer: &default_informer,
+            base,
+        };
+        let start = std::time::Instant::now();
+        let failures = run_case(&cx, case).with_context(|| at.clone())?;
+        let took = start.elapsed();
         summary.cases += 1;
         if failures.is_empty() {
             summary.passed += 1;
-            writeln!(out, "ok   {}", case.name)?;
+            writeln!(out, "ok   {} ({took:.2?})", case.name)?;
         } else {
-            writeln!(out, "FAIL {}", case.name)?;
+            writeln!(out, "FAIL {} ({took:.2?})", case.name)?;
             for f in failures {
                 for line in f.lines() {
                     writeln!(out, "     {line}")?;
@@ -229,6 +286,15 @@ pub fn run(
         summary.cases - summary.passed
     )?;
     Ok(summary)
+}
+
+/// What every case of a fixture file runs with.
+struct CaseContext<'a> {
+    engine: &'a Arc<PluginEngine>,
+    plugin: &'a PreparedFile,
+    file: &'a File,
+    default_informer: &'a str,
+    base: &'a Path,
 }
 
 /// An object of the fixture: inline, or `{file: path}` relative to the fixture file, read as
@@ -258,18 +324,11 @@ fn cached(ix: &Indexer, v: &Value, base: &Path) -> anyhow::Result<Arc<Object>> {
         .with_context(|| format!("{key} is not in the cache (add it in a step or under cache)"))
 }
 
-/// Runs one case: seeds its caches, starts the plugin with its settings, feeds its steps, and
-/// returns what differed from what it expects (empty when it passed).
-fn run_case(
-    engine: &Arc<PluginEngine>,
-    module: &Path,
-    file: &File,
-    default_informer: &str,
-    case: &Case,
-    base: &Path,
-) -> anyhow::Result<Vec<String>> {
-    let caches = case_caches(file, default_informer, case, base)?;
-    let mut spec = case_spec(module, file, case);
+/// Runs one case: seeds its caches, starts a fresh instance of the plugin with its settings,
+/// feeds its steps, and returns what differed from what it expects (empty when it passed).
+fn run_case(cx: &CaseContext, case: &Case) -> anyhow::Result<Vec<String>> {
+    let caches = case_caches(cx, case)?;
+    let mut spec = case_spec(cx.file, case);
     spec.informers = caches.keys().cloned().collect();
     let services = HostServices::default();
     let grants = Grants {
@@ -277,13 +336,13 @@ fn run_case(
         services: services.clone(),
     };
     let mut failures = Vec::new();
-    let Some(checked) = init(engine, spec, grants, &case.expect, &mut failures)? else {
+    let Some(checked) = init(cx, spec, grants, &case.expect, &mut failures)? else {
         return Ok(failures);
     };
     let plugin = checked.info.name.clone();
     let status = checked.status().clone();
-    let mut rt = checked.into_runtime(engine.clone());
-    let (outcomes, logs) = run_steps(&mut rt, &status, &caches, default_informer, case, base)?;
+    let mut rt = checked.into_runtime(cx.engine.clone());
+    let (outcomes, logs) = run_steps(&mut rt, &status, &caches, cx, case)?;
     let expect = &case.expect;
     check_outcomes(expect.outcomes.as_deref(), &outcomes, &mut failures);
     check_logs(&expect.logs, &logs, &mut failures);
@@ -309,9 +368,9 @@ fn run_case(
 }
 
 /// The plugin of a case: its settings (the case's, else the file's, else `{}`) and the file's
-/// grants, its actions dry-run and unpaced. Its informers are set by the caller.
-fn case_spec(module: &Path, file: &File, case: &Case) -> PluginSpec {
-    let mut spec = PluginSpec::new("", module, &[]);
+/// grants, its actions dry-run and unpaced. Its module and informers are set by the caller.
+fn case_spec(file: &File, case: &Case) -> PluginSpec {
+    let mut spec = PluginSpec::new("", Path::new(""), &[]);
     spec.settings = case
         .settings
         .clone()
@@ -332,32 +391,71 @@ fn case_spec(module: &Path, file: &File, case: &Case) -> PluginSpec {
     spec
 }
 
-/// The caches of a case, one per informer: the default one, each step's, and each the file
-/// indexes or the case seeds; with the file's indexes and the case's seeded objects.
-fn case_caches(
-    file: &File,
-    default_informer: &str,
-    case: &Case,
-    base: &Path,
-) -> anyhow::Result<BTreeMap<String, Indexer>> {
+/// The caches of a case, one per granted informer, with the file's indexes and the case's seeded
+/// objects. Granted: the case's `informers`, else the file's, else those the plugin's describe
+/// names with the default one and those the case's steps, the file's indexes and the case's
+/// cache name. A step or cache naming an informer outside an explicit list is refused.
+fn case_caches(cx: &CaseContext, case: &Case) -> anyhow::Result<BTreeMap<String, Indexer>> {
+    let (file, base) = (cx.file, cx.base);
     let mut caches: BTreeMap<String, Indexer> = BTreeMap::new();
-    caches.entry(default_informer.to_owned()).or_default();
-    for s in &case.steps {
-        if let Some(i) = &s.informer {
+    let explicit = match (&case.informers, &file.informers) {
+        (Some(l), _) => Some(("the case's", l)),
+        (None, Some(l)) => Some(("the file's", l)),
+        (None, None) => None,
+    };
+    if let Some((whose, list)) = explicit {
+        for i in list {
             caches.entry(i.clone()).or_default();
         }
+        let named = case
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(n, s)| {
+                let inf = s.informer.as_deref().unwrap_or(cx.default_informer);
+                (format!("step {}", n + 1), inf)
+            })
+            .chain(
+                case.cache
+                    .keys()
+                    .map(|i| (format!("cache.{i}"), i.as_str())),
+            );
+        for (at, inf) in named {
+            if !list.iter().any(|i| i == inf) {
+                bail!(
+                    "{at}: informer {inf:?} is not granted ({whose} informers: {})",
+                    if list.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        list.join(", ")
+                    }
+                );
+            }
+        }
+    } else {
+        let own = cx.plugin.info.iter().flat_map(|i| &i.informers);
+        let steps = case.steps.iter().filter_map(|s| s.informer.as_ref());
+        let named = own
+            .chain(steps)
+            .chain(file.indexes.keys())
+            .chain(case.cache.keys());
+        for i in named {
+            caches.entry(i.clone()).or_default();
+        }
+        caches.entry(cx.default_informer.to_owned()).or_default();
     }
     for (inf, names) in &file.indexes {
+        // Indexes of an informer a case does not grant are not needed.
+        let Some(ix) = caches.get_mut(inf) else {
+            continue;
+        };
         let mut funcs = Vec::new();
         for n in names {
             let spec = crate::config::IndexSpec::parse(n)
                 .map_err(|e| anyhow::anyhow!("indexes.{inf}: {e}"))?;
             funcs.push((n.clone(), spec.func()));
         }
-        caches
-            .entry(inf.clone())
-            .or_default()
-            .add_indexers(funcs)
+        ix.add_indexers(funcs)
             .map_err(|e| anyhow::anyhow!("indexes.{inf}: {e}"))?;
     }
     for (inf, objects) in &case.cache {
@@ -372,13 +470,13 @@ fn case_caches(
 /// Loads and initialises the plugin, checking `expect.init`: `None` (with the failures pushed)
 /// when the case ends there, because init refused the settings or was expected to.
 fn init(
-    engine: &Arc<PluginEngine>,
+    cx: &CaseContext,
     spec: PluginSpec,
     grants: Grants,
     expect: &Expect,
     failures: &mut Vec<String>,
 ) -> anyhow::Result<Option<CheckedPlugin>> {
-    let checked = match crate::plugin::loader::check_file(engine, spec, grants) {
+    let checked = match check_prepared(cx.engine, cx.plugin, spec, grants) {
         Ok(c) => c,
         Err(crate::plugin::PluginError::SettingsRejected { message, .. }) => {
             match &expect.init {
@@ -407,10 +505,10 @@ fn run_steps(
     rt: &mut PluginRuntime,
     status: &PluginStatus,
     caches: &BTreeMap<String, Indexer>,
-    default_informer: &str,
+    cx: &CaseContext,
     case: &Case,
-    base: &Path,
 ) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let (default_informer, base) = (cx.default_informer, cx.base);
     let (mut outcomes, mut logs) = (Vec::new(), Vec::new());
     for (n, step) in case.steps.iter().enumerate() {
         let inf = step.informer.as_deref().unwrap_or(default_informer);

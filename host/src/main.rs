@@ -192,8 +192,9 @@ enum Command {
         compile: CompileArgs,
     },
     /// Run fixture files (objects in; expected outcomes, verdicts, actions, logs, counters) against
-    /// a plugin, offline: a fresh instance per case; actions are audited, never sent. Fails when
-    /// any case does. Object files (`{file: path}`) are read only inside the fixture's directory,
+    /// a plugin, offline: the module is compiled once per run, a fresh instance per case; the
+    /// informers the plugin's describe names are granted unless the fixture's `informers` says
+    /// otherwise; actions are audited, never sent. Fails when any case does. Object files (`{file: path}`) are read only inside the fixture's directory,
     /// regular files of at most 16 MiB. The format is in docs/plugins/testing.md.
     Test {
         /// The component (.wasm).
@@ -454,8 +455,10 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
             let engine = compile.engine()?;
             let mut out = std::io::stdout().lock();
             let (mut cases, mut passed) = (0, 0);
+            // One compile (or module-cache load) for the run; a fresh instance per case.
+            let plugin = wisp_host::fixture::load(&engine, &plugin, &mut out)?;
             for f in &fixtures {
-                let s = wisp_host::fixture::run(&engine, &plugin, f, &mut out)?;
+                let s = wisp_host::fixture::run_loaded(&engine, &plugin, f, &mut out)?;
                 cases += s.cases;
                 passed += s.passed;
             }

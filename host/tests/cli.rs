@@ -744,7 +744,12 @@ cases:
     let (out, err) = text(&o);
     assert!(!o.status.success(), "{out}");
     assert!(err.contains("2 of 3 cases failed"), "{err}");
-    assert!(out.contains("ok   right\nFAIL wrong\n"), "{out}");
+    let shown: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("ok   ") || l.starts_with("FAIL "))
+        .map(|l| l.rsplit_once(" (").map_or(l, |(case, _)| case))
+        .collect();
+    assert_eq!(shown, ["ok   right", "FAIL wrong", "FAIL init"], "{out}");
     for want in [
         // The second pod's spec does not parse: its outcome is the plugin's error.
         "outcomes: expected",
@@ -761,6 +766,88 @@ cases:
     ] {
         assert!(out.contains(want), "{want:?} not in:\n{out}");
     }
+}
+
+/// `wisp test` grants the informers the plugin's describe names (the team labeler: pods and
+/// namespaces) when the fixture names none, so a pod's step reads the namespaces cache; a case's
+/// `informers` grants only those. Two fixture files, five cases: the module is loaded (compiled,
+/// in a fresh module cache) once for the run, and each case gets a fresh instance (its counter
+/// starts at 0).
+#[test]
+fn test_grants_the_plugins_own_informers_and_compiles_once_per_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let pod = |name: &str, rv: u32| {
+        format!(
+            "{{apiVersion: v1, kind: Pod, metadata: {{name: {name}, namespace: shop, uid: u-{name}, resourceVersion: \"{rv}\"}}}}"
+        )
+    };
+    let ns = "{apiVersion: v1, kind: Namespace, metadata: {name: shop, uid: u-ns, resourceVersion: \"1\", labels: {team: payments}}}";
+    let grants =
+        "actions:\n  grants: [{verbs: [patch], apiVersion: v1, kind: Pod, namespaces: [shop]}]\n";
+    let labelled = |name: &str| {
+        format!(
+            "    expect:\n      actions: [{{verb: patch, kind: Pod, object: shop/{name}}}]\n      counters: {{labelled_total: 1}}\n"
+        )
+    };
+    let one = format!(
+        "{grants}cases:\n\
+         - name: no namespace cached, nothing to copy\n    steps: [{{add: {}}}]\n    expect: {{actions: [], outcomes: [ok]}}\n\
+         - name: the namespace cached\n    cache: {{namespaces: [{ns}]}}\n    steps: [{{add: {}}}]\n{}\
+         - name: only pods granted\n    informers: [pods]\n    steps: [{{add: {}}}]\n    expect: {{outcomes: [\"error: reading namespace shop: \"]}}\n",
+        pod("a", 2),
+        pod("b", 3),
+        labelled("b"),
+        pod("c", 4),
+    );
+    let two = format!(
+        "{grants}cases:\n\
+         - name: a namespace step\n    cache: {{pods: [{}]}}\n    steps: [{{add: {ns}, informer: namespaces}}]\n{}\
+         - name: another\n    cache: {{namespaces: [{ns}]}}\n    steps: [{{add: {}}}]\n{}",
+        pod("d", 5),
+        labelled("d"),
+        pod("e", 6),
+        labelled("e"),
+    );
+    let (f1, f2) = (dir.path().join("one.yaml"), dir.path().join("two.yaml"));
+    std::fs::write(&f1, one.replace("\n- name", "\n  - name")).unwrap();
+    std::fs::write(&f2, two.replace("\n- name", "\n  - name")).unwrap();
+    let o = wisp()
+        .env("XDG_CACHE_HOME", dir.path().join("cache"))
+        .args(["test", "--plugin"])
+        .arg(plugin("team_labeler"))
+        .args([&f1, &f2])
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(out.contains("3 cases: 3 passed, 0 failed"), "{out}");
+    assert!(out.contains("2 cases: 2 passed, 0 failed"), "{out}");
+    let loads: Vec<&str> = out.lines().filter(|l| l.contains("loaded from")).collect();
+    assert_eq!(loads.len(), 1, "{out}");
+    assert!(
+        loads[0]
+            .contains("team-labeler 0.1.0 (informers: pods, namespaces), loaded from Compiled in"),
+        "{out}"
+    );
+    assert_eq!(
+        err.matches("compiled in a child process").count(),
+        1,
+        "{err}"
+    );
+    // Once more: the module cache has it, still one load.
+    let o = wisp()
+        .env("XDG_CACHE_HOME", dir.path().join("cache"))
+        .args(["test", "--plugin"])
+        .arg(plugin("team_labeler"))
+        .args([&f1, &f2])
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    let loads: Vec<&str> = out.lines().filter(|l| l.contains("loaded from")).collect();
+    assert_eq!(loads.len(), 1, "{out}");
+    assert!(loads[0].contains("loaded from Disk in"), "{out}");
+    assert!(!err.contains("compiled in a child process"), "{err}");
 }
 
 /// A fixture that cannot be run is one error naming the file, the case and what is wrong.
@@ -780,6 +867,14 @@ fn test_refuses_a_bad_fixture_naming_where() {
         (
             "cases:\n  - name: f\n    steps:\n      - add: {file: missing.yaml}\n",
             "missing.yaml",
+        ),
+        (
+            "informers: [pods]\ncases:\n  - name: c\n    cache: {nodes: [{apiVersion: v1, kind: Node, metadata: {name: n1}}]}\n",
+            "case 1 (\"c\"): cache.nodes: informer \"nodes\" is not granted (the file's informers: pods)",
+        ),
+        (
+            "cases:\n  - name: s\n    informers: []\n    steps:\n      - add: {apiVersion: v1, kind: Pod, metadata: {name: a, namespace: n}}\n",
+            "case 1 (\"s\"): step 1: informer \"objects\" is not granted (the case's informers: none)",
         ),
     ] {
         let f = dir.path().join("bad.yaml");

@@ -545,6 +545,103 @@ async fn a_port_in_use_fails_the_start_with_one_error_naming_the_field() {
     drop(taken);
 }
 
+/// A plugin whose `describe` asks for an informer its config entry does not give it (the team
+/// labeler asks for pods and namespaces) is refused: at start the process exits with one error
+/// naming the plugin, what it asks for and what the config gives; on a config reload adding
+/// such a plugin nothing changes; a module change to such a module leaves the running version
+/// running; `/readyz` stays ready throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_asking_for_informers_its_config_does_not_give_is_refused_at_start_and_on_reload()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::shop_server(1).await;
+    common::kubeconfig(dir.path(), &server);
+    let labeler = plugin_path("team_labeler").display().to_string();
+    let given_pods = labeler_config(dir.path(), "wisp.yaml", "");
+    let text = std::fs::read_to_string(&given_pods).unwrap();
+    std::fs::write(
+        &given_pods,
+        text.replace("informers: [pods, namespaces]", "informers: [pods]"),
+    )
+    .unwrap();
+    let mut w = Wisp::run("start", dir.path(), &given_pods, "5s");
+    let status = w.exited(Duration::from_secs(60)).await.expect("it exits");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let log = w.log();
+    assert_eq!(status.code(), Some(1), "{log}");
+    let errors: Vec<&str> = log.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "{log}");
+    assert!(
+        errors[0].contains(
+            "plugin \"labeler\": its describe asks for informer(s) \"namespaces\" that its \
+             config entry does not give it (it asks for: \"pods\", \"namespaces\"; the config \
+             gives: \"pods\")"
+        ),
+        "{}",
+        errors[0]
+    );
+
+    // Given both, it starts; with it, an image policy on pods.
+    let policy = format!(
+        "  - {{name: policy, module: {}, informers: [pods]}}\n",
+        plugin_path("image_policy").display()
+    );
+    let config = labeler_config(dir.path(), "wisp.yaml", "");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let running = text.replace("\nadmin:", &format!("\n{policy}admin:"));
+    std::fs::write(&config, &running).unwrap();
+    let mut w = Wisp::run("reload", dir.path(), &config, "5s");
+    let admin = w.admin().await;
+    let ready = || async { get(admin, "/readyz").await.is_some_and(|(c, _)| c == 200) };
+    until("ready", Duration::from_secs(60), ready).await;
+
+    // A plugin added on namespaces only: the reload is refused, nothing changes.
+    let added = running.replace(
+        "\nadmin:",
+        &format!("\n  - {{name: extra, module: {labeler}, informers: [namespaces]}}\nadmin:"),
+    );
+    std::fs::write(&config, &added).unwrap();
+    w.signal("HUP");
+    let line = w
+        .logged(
+            "plugin \"extra\": its describe asks",
+            Duration::from_secs(60),
+        )
+        .await;
+    assert!(
+        line.contains("config reload refused, nothing changed")
+            && line.contains("informer(s) \"pods\" that its config entry does not give it")
+            && line.contains("the config gives: \"namespaces\""),
+        "{line}"
+    );
+    // The policy's module becomes the labeler's, informers unchanged: refused, the image
+    // policy keeps running.
+    let changed = running.replace(&plugin_path("image_policy").display().to_string(), &labeler);
+    std::fs::write(&config, &changed).unwrap();
+    w.signal("HUP");
+    let line = w
+        .logged(
+            "plugin \"policy\" kept its running version",
+            Duration::from_secs(60),
+        )
+        .await;
+    assert!(
+        line.contains("plugin \"policy\": its describe asks for informer(s) \"namespaces\"")
+            && line.contains("the config gives: \"pods\""),
+        "{line}"
+    );
+    let (_, plugins) = get(admin, "/plugins").await.expect("/plugins answers");
+    let plugins: Value = serde_json::from_str(&plugins).unwrap();
+    let policy = plugins
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["name"] == "policy"))
+        .unwrap_or_else(|| panic!("no policy in {plugins}"));
+    assert!(policy.to_string().contains("image-policy"), "{policy}");
+    assert!(!policy.to_string().contains("team-labeler"), "{policy}");
+    assert!(ready().await, "not ready after the refused reloads");
+    assert!(w.running(), "{}", w.log());
+}
+
 /// `kill -9` while actions are being audited, then a restart: the audit file has no torn line,
 /// the new process lists again and its cache holds what the server has.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

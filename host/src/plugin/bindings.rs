@@ -70,12 +70,21 @@ impl std::fmt::Display for Abi {
 }
 
 /// A component linked against the host, ready to instantiate, in its world.
-#[derive(Clone)]
 pub enum PluginPre<T: 'static> {
     /// A 0.1.0 component.
     V0_1(v01::PluginPre<T>),
     /// A 0.2.0 component.
     V0_2(v02::PluginPre<T>),
+}
+
+// Not derived: that would ask `T: Clone`, and a store's data need not be.
+impl<T: 'static> Clone for PluginPre<T> {
+    fn clone(&self) -> Self {
+        match self {
+            PluginPre::V0_1(p) => PluginPre::V0_1(p.clone()),
+            PluginPre::V0_2(p) => PluginPre::V0_2(p.clone()),
+        }
+    }
 }
 
 impl<T: 'static> PluginPre<T> {

@@ -162,6 +162,24 @@ pub enum PluginError {
         /// The configured names.
         known: String,
     },
+    /// Its `describe` names informers its config entry does not give it: every delivery from
+    /// and cache read of those would fail.
+    #[error(
+        "plugin {plugin:?}: its describe asks for informer(s) {} that its config entry does not give it (it asks for: {}; the config gives: {}); add them to the plugin's `informers`",
+        quoted(missing),
+        quoted(wanted),
+        if given.is_empty() { "none".to_owned() } else { quoted(given) }
+    )]
+    InformersNotGiven {
+        /// Plugin name.
+        plugin: String,
+        /// Those it asks for and is not given.
+        missing: Vec<String>,
+        /// Every informer its `describe` names.
+        wanted: Vec<String>,
+        /// The informers its config entry gives it.
+        given: Vec<String>,
+    },
     /// `limits.fuel` needs an engine with fuel metering.
     #[error(
         "plugin {plugin:?}: limits.fuel is set but the engine runs without fuel metering; enable it in the engine settings"
@@ -173,4 +191,13 @@ pub enum PluginError {
     /// The engine itself could not be set up.
     #[error("plugin engine: {0}")]
     Engine(String),
+}
+
+/// `"a", "b"`: names as an error lists them.
+fn quoted(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| format!("{n:?}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

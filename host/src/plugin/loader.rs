@@ -124,25 +124,41 @@ fn load_error(spec: &PluginSpec, e: LoadError) -> PluginError {
     }
 }
 
-/// [`check_with`] on bytes already read.
-fn check_bytes(
+/// A module compiled (or taken from a cache) and linked against the host: instantiated afresh
+/// for each check of it.
+#[derive(Clone)]
+pub struct Prepared {
+    pre: super::bindings::PluginPre<super::state::StoreData>,
+    source: LoadSource,
+    elapsed: Duration,
+    hash: String,
+}
+
+impl Prepared {
+    /// Where the compiled component came from, and how long obtaining it took.
+    pub fn load(&self) -> (LoadSource, Duration) {
+        (self.source, self.elapsed)
+    }
+
+    /// SHA-256 of the module.
+    pub fn hash(&self) -> &str {
+        &self.hash
+    }
+}
+
+/// Loads (compiles, or takes from a cache) and links `bytes`, the module of `spec`.
+fn prepare(
     engine: &Arc<PluginEngine>,
     spec: &PluginSpec,
     bytes: &[u8],
-    grants: Grants,
-    status: Option<Arc<PluginStatus>>,
-) -> Result<CheckedPlugin, PluginError> {
+) -> Result<Prepared, PluginError> {
     let (plugin, path) = (spec.name.clone(), spec.module.clone());
-    if spec.limits.fuel.is_some() && !engine.fuel() {
-        return Err(PluginError::FuelDisabled { plugin });
-    }
     let LoadedComponent {
         component,
         source,
         elapsed,
         hash,
     } = engine.load(bytes).map_err(|e| load_error(spec, e))?;
-    let start = std::time::Instant::now();
     let pre = engine.instance_pre(&component).map_err(|e| match e {
         LinkError::WrongWorld(detail) => PluginError::WrongWorld {
             plugin: plugin.clone(),
@@ -166,6 +182,61 @@ fn check_bytes(
             detail,
         },
     })?;
+    Ok(Prepared {
+        pre,
+        source,
+        elapsed,
+        hash,
+    })
+}
+
+/// Whether a plugin's informers must be those its `describe` names.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Informers {
+    /// From the host's config: every informer `describe` names must be among them.
+    Configured,
+    /// Offline (`wisp check`, `replay`, `test`): whatever the caller grants.
+    Offline,
+}
+
+/// [`check_with`] on bytes already read.
+fn check_bytes(
+    engine: &Arc<PluginEngine>,
+    spec: &PluginSpec,
+    bytes: &[u8],
+    grants: Grants,
+    status: Option<Arc<PluginStatus>>,
+) -> Result<CheckedPlugin, PluginError> {
+    if spec.limits.fuel.is_some() && !engine.fuel() {
+        return Err(PluginError::FuelDisabled {
+            plugin: spec.name.clone(),
+        });
+    }
+    let prepared = prepare(engine, spec, bytes)?;
+    instantiate(
+        engine,
+        spec,
+        &prepared,
+        grants,
+        status,
+        Informers::Configured,
+    )
+}
+
+/// A fresh instance of `prepared`, described and initialised with `spec`'s settings, limits and
+/// actions and `grants`. With [`Informers::Configured`], a plugin whose `describe` names an
+/// informer `spec` does not give it is refused before `init`.
+fn instantiate(
+    engine: &Arc<PluginEngine>,
+    spec: &PluginSpec,
+    prepared: &Prepared,
+    grants: Grants,
+    status: Option<Arc<PluginStatus>>,
+    informers: Informers,
+) -> Result<CheckedPlugin, PluginError> {
+    let plugin = spec.name.clone();
+    let start = std::time::Instant::now();
+    let pre = prepared.pre.clone();
     let status = status.unwrap_or_default();
     let (actions, api) = host_api(spec, &grants, &status);
     let logs_before = status.logs.total();
@@ -177,6 +248,9 @@ fn check_bytes(
     let mut instance =
         Instance::new(engine, &pre, api, &spec.limits).map_err(|e| failed("instantiate", e))?;
     let info = instance.describe().map_err(|e| failed("describe", e))?;
+    if informers == Informers::Configured {
+        check_informers(spec, &info)?;
+    }
     instance
         .init(&spec.settings.to_string())
         .map_err(|e| failed("init", e))?
@@ -185,10 +259,10 @@ fn check_bytes(
             message,
         })?;
     let report = LoadReport {
-        source,
-        load: elapsed,
+        source: prepared.source,
+        load: prepared.elapsed,
         instantiate: start.elapsed(),
-        hash,
+        hash: prepared.hash.clone(),
     };
     Ok(CheckedPlugin {
         info,
@@ -199,6 +273,26 @@ fn check_bytes(
         status,
         grants,
         actions,
+    })
+}
+
+/// Refuses a plugin whose `describe` names an informer its config entry does not give it (its
+/// cache reads and deliveries from there would all fail), naming both lists.
+fn check_informers(spec: &PluginSpec, info: &PluginInfo) -> Result<(), PluginError> {
+    let missing: Vec<String> = info
+        .informers
+        .iter()
+        .filter(|i| !spec.informers.contains(i))
+        .cloned()
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(PluginError::InformersNotGiven {
+        plugin: spec.name.clone(),
+        missing,
+        wanted: info.informers.clone(),
+        given: spec.informers.clone(),
     })
 }
 
@@ -232,32 +326,80 @@ pub fn check_with_grants(
 /// the file's stem stands in and the check tells what is wrong.
 pub fn check_file(
     engine: &Arc<PluginEngine>,
+    spec: PluginSpec,
+    grants: Grants,
+) -> Result<CheckedPlugin, PluginError> {
+    let module = prepare_file(engine, &spec.module)?;
+    check_prepared(engine, &module, spec, grants)
+}
+
+/// A module file loaded and linked once, for as many fresh instances as a caller checks
+/// (`wisp test`: one per case), with what its `describe` says when it can say.
+#[derive(Clone)]
+pub struct PreparedFile {
+    /// The compiled, linked module.
+    pub prepared: Prepared,
+    /// What its `describe` says, from an instance of its own (`None` when it cannot say:
+    /// checking it tells why).
+    pub info: Option<PluginInfo>,
+    module: std::path::PathBuf,
+}
+
+/// Reads, loads (a compile, or a cache's) and links the module file `module` once; named, in
+/// errors, by the file's stem.
+pub fn prepare_file(
+    engine: &Arc<PluginEngine>,
+    module: &Path,
+) -> Result<PreparedFile, PluginError> {
+    let spec = PluginSpec::new(stem(module), module, &[]);
+    let bytes = std::fs::read(module).map_err(|source| PluginError::Read {
+        plugin: spec.name.clone(),
+        path: module.to_owned(),
+        source,
+    })?;
+    let prepared = prepare(engine, &spec, &bytes)?;
+    let info = describe_pre(engine, &spec, &prepared.pre);
+    Ok(PreparedFile {
+        prepared,
+        info,
+        module: module.to_owned(),
+    })
+}
+
+/// Checks a fresh instance of `module` (loaded once with [`prepare_file`]) with `spec`'s
+/// settings and actions and `grants`, named as [`check_file`] names it.
+pub fn check_prepared(
+    engine: &Arc<PluginEngine>,
+    module: &PreparedFile,
     mut spec: PluginSpec,
     grants: Grants,
 ) -> Result<CheckedPlugin, PluginError> {
-    let module = spec.module.clone();
+    spec.module = module.module.clone();
     spec.name = module
+        .info
+        .as_ref()
+        .map(|i| i.name.clone())
+        .filter(|n| !n.trim().is_empty())
+        .unwrap_or_else(|| stem(&module.module));
+    if spec.limits.fuel.is_some() && !engine.fuel() {
+        return Err(PluginError::FuelDisabled { plugin: spec.name });
+    }
+    instantiate(
+        engine,
+        &spec,
+        &module.prepared,
+        grants,
+        None,
+        Informers::Offline,
+    )
+}
+
+/// A module file's stem, the plugin's name when it cannot say its own.
+fn stem(module: &Path) -> String {
+    module
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "plugin".into());
-    let mut first_load = None;
-    if let Ok(bytes) = std::fs::read(&module) {
-        // A module that does not load is refused now: loading it again would compile it again
-        // (a compile bomb twice).
-        let loaded = engine.load(&bytes).map_err(|e| load_error(&spec, e))?;
-        if let Some(name) = declared_name(engine, &spec, &loaded.component) {
-            spec.name = name;
-        }
-        first_load = Some((loaded.source, loaded.elapsed));
-    }
-    let mut checked = check_with(engine, &spec, grants, None)?;
-    // The module was loaded for the name: report that load (a compile, or the disk cache), not
-    // the second one from memory.
-    if let Some((source, elapsed)) = first_load {
-        checked.report.source = source;
-        checked.report.load = elapsed;
-    }
-    Ok(checked)
+        .unwrap_or_else(|| "plugin".into())
 }
 
 /// The actions of an instance of `spec` and the state its imports work on.
@@ -277,33 +419,23 @@ fn host_api(
     (actions, api)
 }
 
-/// The name the plugin gives itself in `describe`, from an instance of its own (no `init`);
-/// `None` when it cannot be linked, instantiated or described, or gives an empty name.
-fn declared_name(
-    engine: &Arc<PluginEngine>,
-    spec: &PluginSpec,
-    component: &wasmtime::component::Component,
-) -> Option<String> {
-    let info = describe_component(engine, spec, component)?;
-    Some(info.name).filter(|n| !n.trim().is_empty())
-}
-
 /// What the module file says of itself in `describe`, from an instance of its own under the
 /// default limits (no settings, no `init`); `None` when it cannot be read, compiled, linked,
 /// instantiated or described (checking it says why).
 pub fn describe_file(engine: &Arc<PluginEngine>, module: &Path) -> Option<PluginInfo> {
-    let loaded = engine.load(&std::fs::read(module).ok()?).ok()?;
-    describe_component(engine, &PluginSpec::new("", module, &[]), &loaded.component)
+    prepare_file(engine, module).ok()?.info
 }
 
-fn describe_component(
+/// What a linked module says of itself in `describe`, from an instance of its own under
+/// `spec`'s limits (no settings, no `init`, no grants); `None` when it cannot be instantiated
+/// or described.
+fn describe_pre(
     engine: &Arc<PluginEngine>,
     spec: &PluginSpec,
-    component: &wasmtime::component::Component,
+    pre: &super::bindings::PluginPre<super::state::StoreData>,
 ) -> Option<PluginInfo> {
-    let pre = engine.instance_pre(component).ok()?;
     let (_, api) = host_api(spec, &Grants::default(), &Arc::default());
-    Instance::new(engine, &pre, api, &spec.limits)
+    Instance::new(engine, pre, api, &spec.limits)
         .ok()?
         .describe()
         .ok()
