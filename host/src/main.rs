@@ -594,9 +594,17 @@ fn check(module: &std::path::Path, settings: &str, compile: &CompileArgs) -> any
     if !c.info.informers.is_empty() {
         println!("wants informers: {}", c.info.informers.join(", "));
     }
+    use wisp_host::units::human_duration;
+    let how = match c.report.source {
+        wisp_host::plugin::LoadSource::Compiled => "compiled",
+        wisp_host::plugin::LoadSource::Disk => "loaded from the module cache",
+        wisp_host::plugin::LoadSource::Memory => "loaded from memory",
+    };
     println!(
-        "loaded from {:?} in {:?}; instantiate + describe + init in {:?}; sha256 {}",
-        c.report.source, c.report.load, c.report.instantiate, c.report.hash
+        "{how} in {}; instantiate + describe + init in {}; sha256 {}",
+        human_duration(c.report.load),
+        human_duration(c.report.instantiate),
+        c.report.hash
     );
     use wisp_host::plugin::budget;
     let memory = wisp_host::plugin::spec::DEFAULT_MEMORY;
