@@ -214,8 +214,10 @@ pub fn load(
     };
     writeln!(
         out,
-        "{}: {what}, loaded from {source:?} in {took:.2?}",
-        module.display()
+        "{}: {what}, {} in {}",
+        module.display(),
+        source.how(),
+        crate::units::human_duration(took)
     )?;
     Ok(plugin)
 }

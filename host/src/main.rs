@@ -597,9 +597,13 @@ fn check(module: &std::path::Path, settings: &str, compile: &CompileArgs) -> any
     if !c.info.informers.is_empty() {
         println!("wants informers: {}", c.info.informers.join(", "));
     }
+    use wisp_host::units::human_duration;
+    let how = c.report.source.how();
     println!(
-        "loaded from {:?} in {:?}; instantiate + describe + init in {:?}; sha256 {}",
-        c.report.source, c.report.load, c.report.instantiate, c.report.hash
+        "{how} in {}; instantiate + describe + init in {}; sha256 {}",
+        human_duration(c.report.load),
+        human_duration(c.report.instantiate),
+        c.report.hash
     );
     use wisp_host::plugin::budget;
     let memory = wisp_host::plugin::spec::DEFAULT_MEMORY;

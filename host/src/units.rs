@@ -30,6 +30,17 @@ impl<'de> Deserialize<'de> for Dur {
 /// overflow where the host adds them to an instant or doubles a backoff.
 pub const MAX_DURATION: Duration = Duration::new(9_223_372_036, 854_775_807);
 
+/// A duration as a person reads it: `850 µs`, `235 ms`, `12.4 s`, `3 min 5 s`.
+pub fn human_duration(d: Duration) -> String {
+    let us = d.as_micros();
+    match us {
+        0..1_000 => format!("{us} µs"),
+        1_000..1_000_000 => format!("{} ms", us / 1_000),
+        1_000_000..120_000_000 => format!("{:.1} s", d.as_secs_f64()),
+        _ => format!("{} min {} s", d.as_secs() / 60, d.as_secs() % 60),
+    }
+}
+
 /// Parses `50ms`, `30s`, `5m`, `1h`, `1m30s`, `0` (at most [`MAX_DURATION`]).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let bad = || format!("invalid duration {s:?}: expected e.g. 50ms, 30s, 5m, 1h");
@@ -114,4 +125,19 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
     };
     n.checked_mul(mult)
         .ok_or_else(|| format!("size {s:?} is too large"))
+}
+
+#[cfg(test)]
+mod human_tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_in_whole_units_a_person_uses() {
+        let h = |us: u64| human_duration(Duration::from_micros(us));
+        assert_eq!(h(850), "850 µs");
+        assert_eq!(h(235_660), "235 ms");
+        assert_eq!(h(1_500_000), "1.5 s");
+        assert_eq!(h(12_440_000), "12.4 s");
+        assert_eq!(h(185_000_000), "3 min 5 s");
+    }
 }

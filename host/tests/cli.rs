@@ -401,8 +401,25 @@ fn check_and_replay_name_the_plugin_as_it_names_itself_with_the_file_as_its_path
         .unwrap();
     let (out, err) = text(&o);
     assert!(o.status.success(), "{err}");
-    // The load reported is the first (a compile here), not the second, from memory.
-    assert!(out.contains("loaded from Compiled in"), "{out}");
+    // The load reported is the first (a compile here), not the second, from memory, in words
+    // and whole milliseconds (or seconds with one decimal).
+    let load = |out: &str, how: &str| {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(how))
+            .unwrap_or_else(|| panic!("no line starting {how:?}: {out}"));
+        let took = line[how.len()..].split(';').next().unwrap();
+        let (n, unit) = took.split_once(' ').unwrap_or(("", ""));
+        assert!(
+            matches!(unit, "µs" | "ms" | "s" | "min") && n.parse::<f64>().is_ok(),
+            "{line}"
+        );
+        assert!(
+            line.contains("; instantiate + describe + init in "),
+            "{line}"
+        );
+    };
+    load(&out, "compiled in ");
     assert!(
         out.starts_with(&format!(
             "ok: test-faults 0.1.0 is a wisp:plugin/plugin@0.2.0 component ({})",
@@ -410,6 +427,17 @@ fn check_and_replay_name_the_plugin_as_it_names_itself_with_the_file_as_its_path
         )),
         "{out}"
     );
+
+    // Again with the same cache: the compiled module comes from it.
+    let o = wisp()
+        .arg("check")
+        .arg(&copy)
+        .env("XDG_CACHE_HOME", d.path().join("cache"))
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    load(&out, "loaded from the module cache in ");
 
     // Its errors and its log lines (stderr as it panics) carry its declared name.
     let o = wisp()
@@ -822,11 +850,13 @@ fn test_grants_the_plugins_own_informers_and_compiles_once_per_run() {
     assert!(o.status.success(), "{out}\n{err}");
     assert!(out.contains("3 cases: 3 passed, 0 failed"), "{out}");
     assert!(out.contains("2 cases: 2 passed, 0 failed"), "{out}");
-    let loads: Vec<&str> = out.lines().filter(|l| l.contains("loaded from")).collect();
+    let loads: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains(", compiled in") || l.contains(", loaded from"))
+        .collect();
     assert_eq!(loads.len(), 1, "{out}");
     assert!(
-        loads[0]
-            .contains("team-labeler 0.1.0 (informers: pods, namespaces), loaded from Compiled in"),
+        loads[0].contains("team-labeler 0.1.0 (informers: pods, namespaces), compiled in"),
         "{out}"
     );
     assert_eq!(
@@ -844,9 +874,15 @@ fn test_grants_the_plugins_own_informers_and_compiles_once_per_run() {
         .unwrap();
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
-    let loads: Vec<&str> = out.lines().filter(|l| l.contains("loaded from")).collect();
+    let loads: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains(", compiled in") || l.contains(", loaded from"))
+        .collect();
     assert_eq!(loads.len(), 1, "{out}");
-    assert!(loads[0].contains("loaded from Disk in"), "{out}");
+    assert!(
+        loads[0].contains("loaded from the module cache in"),
+        "{out}"
+    );
     assert!(!err.contains("compiled in a child process"), "{err}");
 }
 

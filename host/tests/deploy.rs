@@ -550,3 +550,60 @@ fn the_shards_overlay_is_deploy_with_shards_config_replicas_budget_and_lease_rig
         assert_eq!(&rendered[id], want, "{id}");
     }
 }
+
+/// `deploy/monitoring/`: the ServiceMonitor selects the Service `wisp-metrics` by its labels and
+/// scrapes its named port at the path the config serves metrics on; the PrometheusRule and the
+/// ServiceMonitor live in namespace `wisp`; `WispDown` names the job the ServiceMonitor makes
+/// (the Service's name); the dashboard is JSON with a uid. (That each metric they name is
+/// exported: tests/tests/process.rs; the rules' syntax and unit tests: .ci/monitoring.py.)
+#[test]
+fn the_monitoring_manifests_scrape_the_metrics_service_the_rules_name() {
+    let service = object("deployment.yaml", "Service", "wisp-metrics");
+    let monitor = object("monitoring/servicemonitor.yaml", "ServiceMonitor", "wisp");
+    let rule = object("monitoring/prometheusrule.yaml", "PrometheusRule", "wisp");
+    for (what, o) in [("ServiceMonitor", &monitor), ("PrometheusRule", &rule)] {
+        assert_eq!(o["metadata"]["namespace"], "wisp", "{what} namespace");
+        assert_eq!(
+            o["apiVersion"], "monitoring.coreos.com/v1",
+            "{what} apiVersion"
+        );
+    }
+    let wanted = monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .expect("ServiceMonitor spec.selector.matchLabels");
+    assert!(!wanted.is_empty());
+    for (k, v) in wanted {
+        assert_eq!(
+            &service["metadata"]["labels"][k], v,
+            "the ServiceMonitor selects label {k}={v}, which Service wisp-metrics lacks"
+        );
+    }
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    let ports = service["spec"]["ports"].as_array().expect("Service ports");
+    assert!(
+        ports.iter().any(|p| p["name"] == endpoint["port"]),
+        "the ServiceMonitor scrapes port {}, which Service wisp-metrics does not name",
+        endpoint["port"]
+    );
+    assert_eq!(endpoint["path"], "/metrics");
+    let down = rule["spec"]["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+        .find(|r| r["alert"] == "WispDown")
+        .expect("a WispDown alert");
+    let job = format!(
+        "job=\"{}\"",
+        str_of(&service["metadata"]["name"], "Service name")
+    );
+    assert!(
+        str_of(&down["expr"], "WispDown expr").contains(&job),
+        "WispDown must name {job}: {}",
+        down["expr"]
+    );
+    let dashboard: Value = serde_json::from_str(&read("monitoring/grafana-dashboard.json"))
+        .expect("grafana-dashboard.json is JSON");
+    assert_eq!(dashboard["uid"], "wisp");
+    assert!(dashboard["panels"].as_array().is_some_and(|p| p.len() > 10));
+}

@@ -1,8 +1,8 @@
 // Decoder of the plugin ABI 0.2 byte layout (docs/abi.md), over a DataView. Pure JavaScript, no
 // host calls: it runs in the component and in Node, where its tests read the shared vectors
-// (wit/abi-vectors.json). Every span of an object (field table, pair and owner tables) is
-// checked when the object is taken, so accessors never fail later; a malformed encoding throws
-// DecodeError. Strings are decoded when first asked for. `seq` and `generation` are BigInt (the
+// (wit/abi-vectors.json). Every span of an object (field table, pair and owner tables) and that
+// every metadata string is UTF-8 (docs/abi.md, "Text") are checked when the object is taken, so
+// accessors never fail later; a malformed encoding throws DecodeError. Strings are decoded when first asked for. `seq` and `generation` are BigInt (the
 // WIT and the layout say u64 / i64).
 
 export const LAYOUT_VERSION = 1;
@@ -50,12 +50,57 @@ function span(v, at) {
 }
 
 function text(b, sp) {
+  // Checked when the object was taken (checkUtf8): never '' for bytes that are not UTF-8.
   if (sp === null) return null;
   try {
     return utf8.decode(b.subarray(sp[0], sp[0] + sp[1]));
   } catch {
     return '';
   }
+}
+
+// The fields that hold text (generation is a number; the tables are checked entry by entry).
+const TEXT_FIELDS = [
+  [API_VERSION, 'apiVersion'], [KIND, 'kind'], [NAMESPACE, 'namespace'], [NAME, 'name'],
+  [UID, 'uid'], [RESOURCE_VERSION, 'resourceVersion'], [DELETION_TIMESTAMP, 'deletionTimestamp'],
+];
+const ENTRY_PARTS = {
+  [LABELS]: ['labels', ['key', 'value']],
+  [ANNOTATIONS]: ['annotations', ['key', 'value']],
+  [OWNER_REFERENCES]: ['ownerReferences', ['apiVersion', 'kind', 'name', 'uid']],
+};
+
+/** Throws DecodeError naming `what()` and the first byte that is not UTF-8, if any. */
+function checkUtf8(v, sp, what) {
+  if (sp === null) return;
+  const b = new Uint8Array(v.buffer, v.byteOffset + sp[0], sp[1]);
+  try {
+    utf8.decode(b);
+  } catch {
+    throw new DecodeError(`${what()}: text that is not UTF-8 (byte ${validUpTo(b)} of ${b.length})`);
+  }
+}
+
+/** Bytes of `b` before its first sequence that is not UTF-8 (Rust's `valid_up_to`). */
+function validUpTo(b) {
+  let i = 0;
+  while (i < b.length) {
+    const c = b[i];
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    const n = c >= 0xc2 && c <= 0xdf ? 1 : c >= 0xe0 && c <= 0xef ? 2 : c >= 0xf0 && c <= 0xf4 ? 3 : 0;
+    if (n === 0) return i;
+    const lo = c === 0xe0 ? 0xa0 : c === 0xf0 ? 0x90 : 0x80;
+    const hi = c === 0xed ? 0x9f : c === 0xf4 ? 0x8f : 0xbf;
+    for (let k = 1; k <= n; k++) {
+      const x = b[i + k];
+      if (x === undefined || x < (k === 1 ? lo : 0x80) || x > (k === 1 ? hi : 0xbf)) return i;
+    }
+    i += n + 1;
+  }
+  return i;
 }
 
 /** A Kubernetes object read from its encoding: metadata as getters, the JSON on demand. */
@@ -70,6 +115,9 @@ export class WispObject {
     const fields = u16(v, 2);
     if (fields === null) throw new DecodeError('object header cut short');
     for (let f = 0; f < fields; f++) span(v, 4 + f * 8);
+    for (const [f, name] of TEXT_FIELDS) {
+      if (f < fields) checkUtf8(v, span(v, 4 + f * 8), () => `field ${name}`);
+    }
     for (const table of [LABELS, ANNOTATIONS, OWNER_REFERENCES]) {
       if (table < fields) checkTable(v, table);
     }
@@ -210,8 +258,12 @@ function checkTable(v, table) {
   if (first + n * size > length) {
     throw new DecodeError(`field ${table}: ${n} entries do not fit its span`);
   }
+  const [tableName, parts] = ENTRY_PARTS[table];
   for (let i = 0; i < n; i++) {
-    for (let s = 0; s < spans; s++) span(v, base + first + i * size + s * 8);
+    for (let s = 0; s < spans; s++) {
+      const sp = span(v, base + first + i * size + s * 8);
+      checkUtf8(v, sp, () => `${tableName} entry ${i}: ${parts[s]}`);
+    }
   }
 }
 

@@ -97,8 +97,12 @@ export function info(name, version, informers = [], opts = {}) {
   };
 }
 
+/** What a thrown value says to the host: a plain `Error`'s message as it is (as the Rust and
+ * Python SDKs' errors read); other errors (`TypeError`, ...: a bug, not a refusal) keep their
+ * name. */
 function message(e) {
   if (e instanceof PluginError) return e.message;
+  if (e instanceof Error && e.name === 'Error' && e.message) return e.message;
   if (e instanceof Error) return e.message ? `${e.name}: ${e.message}` : e.name;
   return String(e);
 }

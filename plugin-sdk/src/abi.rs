@@ -2,8 +2,8 @@
 //! host hands over. Nothing here calls the host; it runs (and is tested against the shared test
 //! vectors, `wit/abi-vectors.json`) natively as well as in wasm.
 //!
-//! Decoding never panics: a malformed header or a span out of bounds is a [`DecodeError`];
-//! a metadata string that is not UTF-8 reads as empty (the host never writes one).
+//! Decoding never panics: a malformed header, a span out of bounds or a metadata string that is
+//! not UTF-8 (docs/abi.md, "Text") is a [`DecodeError`], when the object is taken.
 
 use std::borrow::Cow;
 
@@ -81,7 +81,41 @@ fn span(b: &[u8], at: usize) -> Result<Option<&[u8]>, DecodeError> {
 
 #[inline]
 fn text(b: &[u8]) -> &str {
+    // Checked when the object was taken (`utf8`): never "" for bytes that are not UTF-8.
     std::str::from_utf8(b).unwrap_or("")
+}
+
+/// The fields that hold text (generation is a number; the tables are checked entry by entry).
+const TEXT_FIELDS: [(usize, &str); 7] = [
+    (API_VERSION, "apiVersion"),
+    (KIND, "kind"),
+    (NAMESPACE, "namespace"),
+    (NAME, "name"),
+    (UID, "uid"),
+    (RESOURCE_VERSION, "resourceVersion"),
+    (DELETION_TIMESTAMP, "deletionTimestamp"),
+];
+
+/// An error naming `what` and the first byte that is not UTF-8, when `b` is not UTF-8.
+fn utf8(b: Option<&[u8]>, what: impl FnOnce() -> String) -> Result<(), DecodeError> {
+    match b.map(std::str::from_utf8) {
+        Some(Err(e)) => err(format!(
+            "{}: text that is not UTF-8 (byte {} of {})",
+            what(),
+            e.valid_up_to(),
+            b.map_or(0, <[u8]>::len)
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The name of table `table` and of span `s` of its entries, for errors.
+fn entry_part(table: usize, s: usize) -> (&'static str, &'static str) {
+    match table {
+        LABELS => ("labels", ["key", "value"][s]),
+        ANNOTATIONS => ("annotations", ["key", "value"][s]),
+        _ => ("ownerReferences", ["apiVersion", "kind", "name", "uid"][s]),
+    }
 }
 
 /// A Kubernetes object: views of its metadata and JSON, read from its encoding as asked (nothing
@@ -132,6 +166,11 @@ impl<'a> Object<'a> {
         for f in 0..fields {
             span(&b, 4 + f * 8)?;
         }
+        for (f, name) in TEXT_FIELDS {
+            if f < fields {
+                utf8(span(&b, 4 + f * 8)?, || format!("field {name}"))?;
+            }
+        }
         for table in [LABELS, ANNOTATIONS, OWNER_REFERENCES] {
             if table < fields {
                 Self::check_table(&b, table)?;
@@ -167,7 +206,11 @@ impl<'a> Object<'a> {
         let base = u32_at(b, 4 + table * 8).unwrap_or(0) as usize;
         for i in 0..n as usize {
             for s in 0..spans {
-                span(b, base + first + i * size + s * 8)?;
+                let bytes = span(b, base + first + i * size + s * 8)?;
+                utf8(bytes, || {
+                    let (t, part) = entry_part(table, s);
+                    format!("{t} entry {i}: {part}")
+                })?;
             }
         }
         Ok(())

@@ -623,3 +623,37 @@ fn the_rust_examples_fixtures_pass_against_the_python_and_js_builds() {
         }
     }
 }
+
+/// Refused settings read the same from the Rust, Python and JavaScript image-policy: each SDK
+/// passes the message of the error `init` raises as it is (the JS SDK no longer prefixes a plain
+/// `Error`'s with `Error: `), but for the position serde_json adds to the Rust SDK's.
+#[test]
+fn refused_settings_read_alike_in_every_language() {
+    let settings = json!({"exemptNamespaces": "kube-system"});
+    let refusal = |module: &Path| match wisp_host::plugin::check_module(
+        &engine(),
+        module,
+        settings.clone(),
+    ) {
+        Ok(_) => panic!("{}: settings {settings} accepted", module.display()),
+        Err(e) => e.to_string(),
+    };
+    let want = refusal(&common::plugin_path("image_policy"));
+    assert!(
+        want.contains(
+            "settings rejected: settings.exemptNamespaces: invalid type: string \"kube-system\", \
+             expected a sequence"
+        ),
+        "{want}"
+    );
+    for suffix in ["py", "js"] {
+        let Some(module) = component(&format!("image-policy-{suffix}")) else {
+            return;
+        };
+        // serde_json adds where in the text it stopped; the other SDKs' parsers do not.
+        let want = want.split(" at line 1 column ").next().unwrap();
+        let got = refusal(&module);
+        assert!(!got.contains("Error: "), "image-policy-{suffix}: {got}");
+        assert_eq!(got, want, "image-policy-{suffix}");
+    }
+}

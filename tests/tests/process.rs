@@ -1556,3 +1556,188 @@ async fn in_a_memory_cgroup_aliased_bytes_and_a_compile_bomb_leave_the_host_runn
 
 /// The memory cgroup of [`in_a_memory_cgroup_aliased_bytes_and_a_compile_bomb_leave_the_host_running`].
 const CGROUP_LIMIT: u64 = 192 << 20;
+
+/// The metric names (`wisp_...`) a PromQL expression reads: identifiers outside its quoted
+/// strings (label values) that start with `wisp_`.
+fn promql_metrics(expr: &str, into: &mut std::collections::BTreeSet<String>) {
+    let mut chars = expr.chars().peekable();
+    while let Some(c) = chars.next() {
+        if matches!(c, '"' | '\'' | '`') {
+            while let Some(q) = chars.next() {
+                if q == '\\' && c != '`' {
+                    chars.next();
+                } else if q == c {
+                    break;
+                }
+            }
+        } else if c.is_ascii_alphabetic() || c == '_' || c == ':' || c == '$' {
+            let mut ident = String::from(c);
+            while let Some(&n) = chars.peek() {
+                if !(n.is_ascii_alphanumeric() || n == '_' || n == ':') {
+                    break;
+                }
+                ident.push(n);
+                chars.next();
+            }
+            if ident.starts_with("wisp_") {
+                into.insert(ident);
+            }
+        }
+    }
+}
+
+/// Every metric named by deploy/monitoring: the Grafana dashboard's queries (panels and
+/// template variables) and the PrometheusRule's rule expressions, each with where it is named.
+fn monitoring_metrics() -> std::collections::BTreeMap<String, String> {
+    fn walk(v: &Value, at: &str, out: &mut std::collections::BTreeMap<String, String>) {
+        match v {
+            Value::Object(m) => {
+                for (k, v) in m {
+                    let here = format!("{at}.{k}");
+                    match (k.as_str(), v) {
+                        ("expr" | "query" | "definition", Value::String(e)) => {
+                            let mut names = std::collections::BTreeSet::new();
+                            promql_metrics(e, &mut names);
+                            for n in names {
+                                out.entry(n).or_insert_with(|| here.clone());
+                            }
+                        }
+                        _ => walk(v, &here, out),
+                    }
+                }
+            }
+            Value::Array(a) => {
+                for (i, v) in a.iter().enumerate() {
+                    walk(v, &format!("{at}[{i}]"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/monitoring");
+    let read =
+        |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+    let dashboard: Value = serde_json::from_str(&read("grafana-dashboard.json")).unwrap();
+    let rule: Value = serde_yaml_ng::from_str(&read("prometheusrule.yaml")).unwrap();
+    assert_eq!(rule["kind"], "PrometheusRule");
+    let mut out = std::collections::BTreeMap::new();
+    walk(&dashboard, "grafana-dashboard.json", &mut out);
+    let mut exprs = 0;
+    for g in rule["spec"]["groups"].as_array().expect("spec.groups") {
+        for r in g["rules"].as_array().expect("rules") {
+            let at = format!(
+                "prometheusrule.yaml: {}",
+                r["alert"].as_str().unwrap_or("?")
+            );
+            walk(&serde_json::json!({"expr": r["expr"]}), &at, &mut out);
+            exprs += 1;
+        }
+    }
+    assert!(exprs >= 10, "only {exprs} rules in prometheusrule.yaml");
+    out
+}
+
+/// The names an exposition serves: every sample's name, and each family of a `# TYPE` line
+/// with the names of its samples (a family with no samples yet counts by its `# TYPE` line).
+fn exported_names(exposition: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for line in exposition.lines() {
+        if let Some(t) = line.strip_prefix("# TYPE ") {
+            let (family, kind) = t.split_once(' ').unwrap_or((t, ""));
+            let suffixes: &[&str] = match kind {
+                "counter" => &["_total", "_created"],
+                "histogram" => &["_bucket", "_sum", "_count", "_created"],
+                _ => &[""],
+            };
+            names.extend(suffixes.iter().map(|s| format!("{family}{s}")));
+        } else if !line.starts_with('#') && !line.is_empty() {
+            let end = line.find(['{', ' ']).unwrap_or(line.len());
+            names.insert(line[..end].to_owned());
+        }
+    }
+    names
+}
+
+/// deploy/monitoring names only metrics a running host exports: a leader-mode `wisp run` with
+/// plugins that trap, have actions refused and report violations serves, on its `/metrics`,
+/// every metric the Grafana dashboard and the alert rules name; and those name each of informer
+/// lag and relists, plugin failures, quarantines, deadline hits, queue drops, action refusals
+/// and Lease loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_the_dashboard_and_the_alert_rules_name_is_on_a_running_hosts_metrics() {
+    let named = monitoring_metrics();
+    for area in [
+        "wisp_informer_queued_items",
+        "wisp_informer_processing_latency_seconds_bucket",
+        "wisp_informer_relists_total",
+        "wisp_plugin_failed_total",
+        "wisp_plugin_traps_total",
+        "wisp_plugin_quarantined",
+        "wisp_plugin_deadline_hits_total",
+        "wisp_plugin_queue_dropped_total",
+        "wisp_plugin_actions_refused_total",
+        "wisp_lease_leading",
+    ] {
+        assert!(
+            named.contains_key(area),
+            "deploy/monitoring never names {area}"
+        );
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::shop_server(2).await;
+    let mut latest = wisp_tests::pod("shop", "edge-0");
+    latest["spec"]["containers"][0]["image"] = "nginx:latest".into();
+    server.create(latest).unwrap();
+    common::kubeconfig(dir.path(), &server);
+    let faults = plugin_path("test_faults").display().to_string();
+    let extra = format!(
+        "  - name: image-policy\n    module: {}\n    informers: [pods]\n    \
+         settings: {{denyLatest: true}}\n  \
+         - name: trapper\n    module: {faults}\n    informers: [pods]\n    \
+         settings: {{mode: trap, namePrefix: web-0}}\n  \
+         - name: refused\n    module: {faults}\n    informers: [pods]\n    \
+         settings: {{mode: actions, actions: 1, targetNamespace: kube-system}}\n    \
+         actions: {{grants: [{{verbs: [patch], apiVersion: v1, kind: Pod, namespaces: [shop]}}]}}\n\
+         sharding:\n  mode: leader\n  leaseName: wisp\n  leaseNamespace: default\n  \
+         identity: a\n",
+        plugin_path("image_policy").display()
+    );
+    let config = labeler_config(dir.path(), "wisp.yaml", "");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let (plugins, admin) = text.split_once("admin:").unwrap();
+    std::fs::write(&config, format!("{plugins}{extra}admin:{admin}")).unwrap();
+
+    let mut wisp = Wisp::run("a", dir.path(), &config, "5s");
+    let admin = wisp.admin().await;
+    for series in [
+        "wisp_lease_leading 1",
+        "wisp_plugin_traps_total{plugin=\"trapper\"}",
+        "wisp_plugin_actions_refused_total{plugin=\"refused\"}",
+        "wisp_policy_violations{plugin=\"image-policy\"",
+    ] {
+        until(series, Duration::from_secs(60), || async {
+            let (_, m) = get(admin, "/metrics").await.unwrap_or_default();
+            m.lines()
+                .any(|l| l.starts_with(series) && (series.ends_with(" 1") || !l.ends_with(" 0")))
+        })
+        .await;
+    }
+    let (status, exposition) = get(admin, "/metrics").await.expect("/metrics answers");
+    assert_eq!(status, 200);
+    let exported = exported_names(&exposition);
+    let missing: Vec<String> = named
+        .iter()
+        .filter(|(n, _)| !exported.contains(*n))
+        .map(|(n, at)| format!("{n} (named in {at})"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "deploy/monitoring names metrics /metrics does not export:\n  {}\n--- /metrics ---\n{exposition}",
+        missing.join("\n  ")
+    );
+    eprintln!(
+        "{} metrics named by deploy/monitoring, all exported",
+        named.len()
+    );
+}

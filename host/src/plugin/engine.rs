@@ -114,6 +114,17 @@ pub enum LoadSource {
     Compiled,
 }
 
+impl LoadSource {
+    /// How a load came about, as the CLI says it (`compiled`, `loaded from the module cache`).
+    pub fn how(self) -> &'static str {
+        match self {
+            Self::Compiled => "compiled",
+            Self::Disk => "loaded from the module cache",
+            Self::Memory => "loaded from memory",
+        }
+    }
+}
+
 /// A compiled component and how it was obtained.
 #[derive(Clone)]
 pub struct LoadedComponent {

@@ -129,3 +129,15 @@ test('settings: defaults, and errors that name the field', () => {
     assert.throws(() => parseSettings(t, fields), (e) => e.message.startsWith(start), t);
   }
 });
+
+test('text that is not UTF-8 is refused naming its field', () => {
+  const cases = vectors().refused;
+  assert.ok(cases.length >= 2);
+  for (const c of cases) {
+    assert.throws(() => new WispObject(Buffer.from(c.hex, 'hex')), (e) => {
+      assert.ok(e instanceof DecodeError, `${c.name}: ${e}`);
+      assert.match(e.message, new RegExp(`${c.field}.*not UTF-8`), c.name);
+      return true;
+    }, c.name);
+  }
+});

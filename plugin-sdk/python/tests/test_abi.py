@@ -128,6 +128,15 @@ class Settings(unittest.TestCase):
         self.assertEqual(parse_settings("{}", self.FIELDS),
                          {"denyLatest": True, "exemptNamespaces": []})
 
+    def test_text_that_is_not_utf8_is_refused_naming_its_field(self):
+        cases = vectors()["refused"]
+        self.assertGreaterEqual(len(cases), 2)
+        for case in cases:
+            with self.assertRaises(abi.DecodeError, msg=case["name"]) as e:
+                abi.Object(bytes.fromhex(case["hex"]))
+            self.assertIn(case["field"], str(e.exception), case["name"])
+            self.assertIn("not UTF-8", str(e.exception), case["name"])
+
     def test_errors_name_the_field(self):
         for text, start in [
             ('{"denyLatest": "yes"}', "settings.denyLatest: invalid type: string \"yes\", "

@@ -2,8 +2,9 @@
 
 Pure Python, no host calls: it runs in the component and in plain CPython, where its tests read
 the shared vectors (``wit/abi-vectors.json``). Decoding checks every span of an object (field
-table, pair and owner tables) when the object is taken, so accessors never fail later; a
-malformed encoding raises :class:`DecodeError`. Strings are decoded when first asked for.
+table, pair and owner tables, and that every metadata string is UTF-8: docs/abi.md, "Text")
+when the object is taken, so accessors never fail later; a malformed encoding raises
+:class:`DecodeError`. Strings are decoded when first asked for.
 """
 
 import json as _json
@@ -54,6 +55,7 @@ def _span(b, at):
 
 
 def _text(b, sp):
+    # Checked when the object was taken (_utf8): never "" for bytes that are not UTF-8.
     if sp is None:
         return None
     off, n = sp
@@ -61,6 +63,26 @@ def _text(b, sp):
         return bytes(b[off:off + n]).decode("utf-8")
     except UnicodeDecodeError:
         return ""
+
+
+# The fields that hold text (generation is a number; the tables are checked entry by entry).
+_TEXT_FIELDS = ((API_VERSION, "apiVersion"), (KIND, "kind"), (NAMESPACE, "namespace"),
+                (NAME, "name"), (UID, "uid"), (RESOURCE_VERSION, "resourceVersion"),
+                (DELETION_TIMESTAMP, "deletionTimestamp"))
+_ENTRY_PARTS = {LABELS: ("labels", ("key", "value")),
+                ANNOTATIONS: ("annotations", ("key", "value")),
+                OWNER_REFERENCES: ("ownerReferences", ("apiVersion", "kind", "name", "uid"))}
+
+
+def _utf8(b, sp, what):
+    """DecodeError naming ``what`` and the first byte that is not UTF-8, if any."""
+    if sp is None:
+        return
+    off, n = sp
+    try:
+        b[off:off + n].decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DecodeError(f"{what()}: text that is not UTF-8 (byte {e.start} of {n})") from None
 
 
 class OwnerRef:
@@ -100,6 +122,9 @@ class Object:
             raise DecodeError("object header cut short")
         for f in range(fields):
             _span(b, 4 + f * 8)
+        for f, name in _TEXT_FIELDS:
+            if f < fields:
+                _utf8(b, _span(b, 4 + f * 8), lambda: f"field {name}")
         for table in (LABELS, ANNOTATIONS, OWNER_REFERENCES):
             if table < fields:
                 self._check_table(b, table)
@@ -127,9 +152,11 @@ class Object:
             first, size, spans = 4, 16, 2
         if first + n * size > len(t):
             raise DecodeError(f"field {table}: {n} entries do not fit its span")
+        t_name, parts = _ENTRY_PARTS[table]
         for i in range(n):
             for s in range(spans):
-                _span(b, base + first + i * size + s * 8)
+                sp = _span(b, base + first + i * size + s * 8)
+                _utf8(b, sp, lambda: f"{t_name} entry {i}: {parts[s]}")
 
     def _field(self, f):
         if f >= self._fields:

@@ -170,3 +170,20 @@ fn a_metadata_only_object_says_why_it_cannot_be_parsed() {
         "{e}"
     );
 }
+
+#[test]
+fn text_that_is_not_utf8_is_refused_naming_its_field() {
+    let refused = vectors()["refused"].as_array().unwrap().clone();
+    assert!(refused.len() >= 2);
+    for case in refused {
+        let bytes = unhex(case["hex"].as_str().unwrap());
+        let e = Object::decode(&bytes).map(|_| ()).unwrap_err().to_string();
+        let field = case["field"].as_str().unwrap();
+        assert!(
+            e.contains(field) && e.contains("not UTF-8"),
+            "{}: {e}",
+            case["name"]
+        );
+        assert!(Object::decode_owned(bytes).is_err(), "{}", case["name"]);
+    }
+}

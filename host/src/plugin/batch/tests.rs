@@ -255,12 +255,39 @@ fn vectors() -> Value {
           "expect": [] },
     ]);
     json!({
-        "about": "Test vectors of the Wisp plugin ABI 0.2 byte layout (docs/abi.md). Written by the host's encoder (host/src/abi/tests.rs); every decoder must read each `hex` as `expect` says. `json` null means the field is absent.",
+        "about": "Test vectors of the Wisp plugin ABI 0.2 byte layout (docs/abi.md). Written by the host's encoder (host/src/plugin/batch/tests.rs); every decoder must read each `hex` as `expect` says. `json` null means the field is absent. Every decoder must refuse each object of `refused` (a decode error naming `field`), as docs/abi.md says.",
         "layoutVersion": LAYOUT_VERSION,
         "objects": objects,
         "batches": batches,
         "lists": lists,
+        "refused": refused(po.wire()),
     })
+}
+
+/// The pod's encoding with bytes that are not UTF-8 in one text field, which no encoder writes
+/// (docs/abi.md, "Text"): a name with a lone 0xff and a lead byte without its continuation, an
+/// annotation value whose `é` lost its second byte.
+fn refused(wire: &[u8]) -> Value {
+    let field_span = |f: usize| {
+        let at = 4 + f * 8;
+        (u32_at(wire, at) as usize, u32_at(wire, at + 4) as usize)
+    };
+    let mut name = wire.to_vec();
+    let (at, len) = field_span(field::NAME);
+    assert_eq!(&wire[at..at + len], b"web-0");
+    name[at..at + len].copy_from_slice(b"w\xffb\xc30");
+    let mut value = wire.to_vec();
+    let (table, _) = field_span(field::ANNOTATIONS);
+    let (at, len) = (
+        u32_at(wire, table + 12) as usize,
+        u32_at(wire, table + 16) as usize,
+    );
+    assert_eq!(&wire[at..at + len], "héllo".as_bytes());
+    value[at + 2] = b'A';
+    json!([
+        { "name": "metadata.name not UTF-8", "hex": hex(&name), "field": "name" },
+        { "name": "an annotation value not UTF-8", "hex": hex(&value), "field": "annotations" },
+    ])
 }
 
 #[test]
