@@ -27,7 +27,8 @@ const USAGE: &str = "usage: cargo xtask <demo|plugins|test|bench|fuzz> [args]
            (--no-fail-fast), and the task fails at the end if any did;
            further args go to cargo test (and skip the rest)
   bench    build the plugins, then run the benchmark harness (release); `--quick` for a short run,
-           `--only pipeline,latency` for some sections (see `cargo xtask bench -- --help`)
+           `--only pipeline,latency` for some sections (see `cargo xtask bench -- --help`);
+           `--callgrind` for the delivery rows' instruction counts under valgrind instead
   fuzz     run the fuzz targets (tests/fuzz: watch_event, config, host_api) one after the other,
            each for `--seconds N` (default 60); name targets to run only those. Needs the nightly
            toolchain and cargo-fuzz (`cargo install cargo-fuzz`)";

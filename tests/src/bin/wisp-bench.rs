@@ -12,11 +12,16 @@
 //! - the informer core vs kube-runtime's watcher + reflector over the test API server;
 //! - pipeline throughput into 1, 8, 64 listeners, wasm vs native (`bench/pipeline.rs`);
 //! - delivery latency p50 / p99 under steady load, alone and next to a stuck plugin.
+//!
+//! `--callgrind` runs none of these: it prints the delivery rows' instructions per notification,
+//! host and guest apart, under `valgrind --tool=callgrind` (`bench/callgrind.rs`).
 
 use std::path::PathBuf;
 
 use anyhow::bail;
 
+#[path = "bench/callgrind.rs"]
+mod callgrind;
 #[path = "bench/common.rs"]
 mod common;
 #[path = "bench/delivery.rs"]
@@ -44,6 +49,19 @@ struct Args {
     plugin_dir: PathBuf,
     /// Sections to run (all when empty).
     only: Vec<String>,
+    /// What runs: the sections, the instruction counts, or their child under valgrind.
+    mode: Mode,
+}
+
+enum Mode {
+    Sections,
+    /// `--callgrind`: the delivery rows' instruction counts (`bench/callgrind.rs`).
+    Callgrind,
+    /// `--callgrind-child CACHE`: the rows under callgrind, modules from the cache `CACHE`.
+    CallgrindChild(PathBuf),
+    /// `--callgrind-prepare CACHE`: compiles the modules into `CACHE` under `valgrind
+    /// --tool=none` (its CPU's features are in the artifacts' compatibility key).
+    CallgrindPrepare(PathBuf),
 }
 
 /// The sections, in the order they run.
@@ -68,12 +86,20 @@ impl Args {
 fn args() -> anyhow::Result<Args> {
     let mut quick = false;
     let mut only = Vec::new();
+    let mut mode = Mode::Sections;
     let mut plugin_dir = std::env::var_os("WISP_PLUGIN_DIR").map(PathBuf::from);
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => quick = true,
             "--plugins" => plugin_dir = it.next().map(PathBuf::from),
+            "--callgrind" => mode = Mode::Callgrind,
+            "--callgrind-child" => {
+                mode = Mode::CallgrindChild(it.next().map(PathBuf::from).unwrap_or_default())
+            }
+            "--callgrind-prepare" => {
+                mode = Mode::CallgrindPrepare(it.next().map(PathBuf::from).unwrap_or_default())
+            }
             "--only" => {
                 for s in it.next().unwrap_or_default().split(',') {
                     if !SECTIONS.contains(&s) {
@@ -87,7 +113,7 @@ fn args() -> anyhow::Result<Args> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: wisp-bench [--quick] [--plugins DIR] [--only SECTION,...]\n\nDIR holds the compiled plugins (default: $WISP_PLUGIN_DIR or plugins/dist).\nSECTION: {} (default: all).",
+                    "usage: wisp-bench [--quick] [--plugins DIR] [--only SECTION,...] [--callgrind]\n\nDIR holds the compiled plugins (default: $WISP_PLUGIN_DIR or plugins/dist).\nSECTION: {} (default: all).\n--callgrind: instead of the sections, the delivery rows' instructions per notification\n(host and guest apart) under valgrind --tool=callgrind, modules from a precompiled cache.",
                     SECTIONS.join(", ")
                 );
                 std::process::exit(0);
@@ -101,11 +127,18 @@ fn args() -> anyhow::Result<Args> {
         quick,
         plugin_dir,
         only,
+        mode,
     })
 }
 
 fn main() -> anyhow::Result<()> {
     let a = args()?;
+    match &a.mode {
+        Mode::Sections => {}
+        Mode::Callgrind => return callgrind::callgrind_figures(&a),
+        Mode::CallgrindChild(cache) => return callgrind::child(&a, cache),
+        Mode::CallgrindPrepare(cache) => return callgrind::prepare(&a, cache),
+    }
     if std::env::var_os("RUST_LOG").is_some() {
         tracing_subscriber::fmt()
             .with_writer(std::io::stderr)
