@@ -9,6 +9,9 @@ use crate::abi::{
 use crate::informer::handler::{Delivery, Notification};
 use crate::informer::{DeletedObject, Object};
 
+/// Room a caught-up plugin's batch buffer keeps (see [`BatchEncoder::trim`]): a few objects.
+pub const KEPT_BATCH_BYTES: usize = 8 * 1024;
+
 /// Encodes batches of notifications into a buffer it reuses from call to call.
 #[derive(Default)]
 pub struct BatchEncoder {
@@ -36,6 +39,20 @@ impl BatchEncoder {
     /// themselves `metadata-only`.
     pub fn set_metadata_only(&mut self, yes: bool) {
         self.metadata_only = yes;
+    }
+
+    /// Gives back the buffer when it holds more than [`KEPT_BATCH_BYTES`] of room (the plugin
+    /// has caught up: a burst's buffer need not stay with an idle plugin). A buffer no larger is
+    /// kept, so a plugin that keeps up with small batches does not reallocate.
+    pub fn trim(&mut self) {
+        if self.buf.capacity() > KEPT_BATCH_BYTES {
+            self.buf = Vec::new();
+        }
+    }
+
+    /// Room the buffer holds now (for tests of its memory).
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
     }
 
     /// Encodes `batch`, from `informer`, and returns the bytes (valid until the next call).

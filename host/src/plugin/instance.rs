@@ -190,6 +190,12 @@ impl Instance {
         })
     }
 
+    /// The plugin has caught up (its queue was drained): gives back a burst's batch buffer
+    /// (see [`super::batch::BatchEncoder::trim`]).
+    pub fn trim(&mut self) {
+        self.encoder.trim();
+    }
+
     /// Deliveries leave the JSON out (the plugin describes itself `metadata-only`).
     pub fn set_metadata_only(&mut self, yes: bool) {
         self.encoder.set_metadata_only(yes);

@@ -132,6 +132,10 @@ impl Discarded {
     }
 }
 
+/// Entries a drained queue keeps room for (a batch's worth at the default batch size): a
+/// handler that keeps up reuses them without reallocating; a deeper burst's room is given back.
+pub(crate) const KEPT_SLOTS: usize = 64;
+
 struct Item {
     notification: Notification,
     /// Carries an initial-list notification (its own, or one merged into it).
@@ -215,10 +219,12 @@ pub(crate) fn coalesce(pending: Notification, new: Notification) -> Notification
 }
 
 impl Queue {
+    /// An empty queue. It allocates nothing until the first notification comes, grows with
+    /// its depth, and gives back all but [`KEPT_SLOTS`] of its room once drained (an idle
+    /// listener holds no buffer sized for a burst it had long ago).
     pub(crate) fn new(bound: QueueBound) -> Self {
-        let capacity = bound.max().unwrap_or(1024).min(1024);
         Self {
-            slots: VecDeque::with_capacity(capacity),
+            slots: VecDeque::new(),
             live: 0,
             holes: 0,
             bound,
@@ -325,8 +331,26 @@ impl Queue {
             self.slots.clear();
             self.holes = 0;
             self.resyncs.clear();
+            self.shrink();
         }
         initial
+    }
+
+    /// Gives back the room of an empty queue beyond [`KEPT_SLOTS`] (a no-op, not a
+    /// reallocation, for a queue that never held more: one that keeps up).
+    fn shrink(&mut self) {
+        if self.slots.capacity() > KEPT_SLOTS {
+            self.slots.shrink_to(KEPT_SLOTS);
+        }
+        if self.resyncs.capacity() > KEPT_SLOTS {
+            self.resyncs.shrink_to(KEPT_SLOTS);
+        }
+    }
+
+    /// Room for entries now, allocated (for tests of the queue's memory).
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.slots.capacity() + self.resyncs.capacity()
     }
 
     /// Drops everything queued (the listener stopped); not counted as overflow.
@@ -337,6 +361,7 @@ impl Queue {
         self.coalescing = None;
         self.resyncs.clear();
         self.pending_initial = 0;
+        self.shrink();
     }
 
     /// Changes the bound; a smaller one applies its overflow policy to what is queued.

@@ -1,6 +1,7 @@
 //! Heap per cached object vs kube-runtime's Store.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::json;
 use wisp_host::informer::Object;
@@ -128,4 +129,125 @@ pub(crate) fn memory_tables(n: usize, values: &[serde_json::Value]) -> anyhow::R
         metadata_only / their_meta
     );
     Ok(())
+}
+
+/// Memory of a whole idle plugin: `n` test-faults plugins (the `many_plugins` test's plugin) on
+/// one pod informer of 10 pods, each started, synced (its initial list handled) and then idle.
+/// Per plugin: resident memory (VmRSS delta: instance, store, linear memory, host side) and the
+/// host heap of it (counted by the allocator), apart for the plugins started (instance, store,
+/// status, listener, before any notification) and for the initial list handled.
+pub(crate) async fn idle_plugin_figures(a: &Args) -> anyhow::Result<()> {
+    use std::sync::atomic::Ordering::Relaxed;
+    use wisp_host::plugin::{EngineConfig, PluginEngine};
+
+    let n = if a.quick { 100 } else { 500 };
+    let engine = PluginEngine::new(EngineConfig {
+        cache_dir: None,
+        ..EngineConfig::default()
+    })?;
+    // A first plugin, on an informer of its own, compiles the module and starts the engine's
+    // and the executor's pools.
+    let (warm, warm_inf) = idle_rig(&engine, a)?;
+    let warm_stop = run_informer(&warm_inf);
+    let first = vec![warm.start(0)?];
+    wait_until("the first plugin idle", Duration::from_secs(120), || {
+        all_idle(&first)
+    })
+    .await?;
+    let (rig, inf) = idle_rig(&engine, a)?;
+    COUNTING.store(true, Relaxed);
+    let (heap, rss) = (live(), super::isolation::rss());
+    let mut hs = Vec::with_capacity(n);
+    for i in 1..=n {
+        hs.push(rig.start(i)?);
+    }
+    let started = (live() - heap) as f64 / n as f64 / 1024.0;
+    // Only now the informer lists its pods: the plugins' queues fill, the plugins handle them.
+    let stop = run_informer(&inf);
+    wait_until("every plugin idle", Duration::from_secs(600), || {
+        all_idle(&hs)
+    })
+    .await?;
+    let heap = (live() - heap) as f64 / n as f64 / 1024.0;
+    let rss = super::isolation::rss().saturating_sub(rss) as f64 / n as f64 / 1024.0;
+    COUNTING.store(false, Relaxed);
+    println!(
+        "\n## Whole idle plugin (test-faults, {n} plugins, initial list of 10 pods handled)\n"
+    );
+    println!("| per plugin | value | target |");
+    println!("|---|---|---|");
+    println!("| resident memory (VmRSS delta / {n}) | {rss:.0} KiB | <= 128 KiB |");
+    println!("| of it host heap (allocator count / {n}) | {heap:.1} KiB | |");
+    println!(
+        "| of the heap, once started (instance, store, WASI, status, listener; nothing delivered) | {started:.1} KiB | |"
+    );
+    println!(
+        "| of the heap, added by the initial list (queue, batch buffer, the plugin's metric series) | {:.1} KiB | |",
+        heap - started
+    );
+    println!(
+        "| of it not host heap (linear memory, instance mappings, allocator slack) | {:.0} KiB | |",
+        rss - heap
+    );
+    for h in hs.iter().chain(&first) {
+        h.stop();
+    }
+    let _ = stop.send(());
+    let _ = warm_stop.send(());
+    Ok(())
+}
+
+/// Starts test-faults plugins on one pod informer (not yet running) of 10 pods.
+struct IdleRig<'a> {
+    manager: wisp_host::plugin::PluginManager,
+    a: &'a Args,
+}
+
+impl IdleRig<'_> {
+    fn start(&self, i: usize) -> anyhow::Result<wisp_host::plugin::PluginHandle> {
+        let spec = wisp_host::plugin::PluginSpec::new(
+            format!("faults-{i}"),
+            self.a.plugin_dir.join("test_faults.wasm"),
+            &["pods"],
+        );
+        self.manager
+            .start(spec)
+            .map_err(|e| anyhow::anyhow!("starting test-faults: {e}"))
+    }
+}
+
+fn idle_rig<'a>(
+    engine: &Arc<wisp_host::plugin::PluginEngine>,
+    a: &'a Args,
+) -> anyhow::Result<(IdleRig<'a>, Arc<wisp_host::informer::SharedInformer>)> {
+    use wisp_host::informer::shared_informer::InformerConfig;
+    let src = wisp_host::source::memory::MemorySource::new();
+    for i in 0..10 {
+        src.apply(wisp_tests::pod("default", &format!("web-{i}")))?;
+    }
+    let inf =
+        wisp_host::informer::SharedInformer::new("pods", Arc::new(src), InformerConfig::default());
+    let mut manager = wisp_host::plugin::PluginManager::new(engine.clone());
+    manager.add_informer(inf.clone());
+    Ok((IdleRig { manager, a }, inf))
+}
+
+fn run_informer(
+    inf: &Arc<wisp_host::informer::SharedInformer>,
+) -> tokio::sync::oneshot::Sender<()> {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(inf.clone().run(async {
+        let _ = rx.await;
+    }));
+    tx
+}
+
+/// Synced, nothing queued, everything queued delivered.
+fn all_idle(hs: &[wisp_host::plugin::PluginHandle]) -> bool {
+    hs.iter().all(|h| {
+        h.has_synced()
+            && h.queues()
+                .iter()
+                .all(|(_, q)| q.depth == 0 && q.delivered == q.queued)
+    })
 }

@@ -534,3 +534,35 @@ fn coalescing_with_room_for_every_object_leaves_a_level_based_handler_with_the_f
         assert_eq!(q.dropped, 0, "seed {seed}: never full of distinct objects");
     }
 }
+
+#[test]
+fn a_queue_holds_no_room_until_used_and_gives_back_a_burst_s_room_once_drained() {
+    for bound in [
+        QueueBound::Unbounded,
+        QueueBound::bounded(100_000, Overflow::Coalesce),
+        QueueBound::bounded(100_000, Overflow::DropOldest),
+    ] {
+        let mut q = Queue::new(bound);
+        assert_eq!(q.capacity(), 0, "{bound:?}: nothing allocated before use");
+        push_all(&mut q, (0..1000).map(|i| add(&format!("p{i}"), "1")));
+        assert!(q.capacity() >= 1000, "{bound:?}");
+        let mut out = Vec::new();
+        q.take(400, &mut out);
+        assert!(
+            q.capacity() >= 600,
+            "{bound:?}: not shrunk while not drained"
+        );
+        q.take(1000, &mut out);
+        assert_eq!(out.len(), 1000, "{bound:?}");
+        assert!(
+            q.capacity() <= 2 * KEPT_SLOTS,
+            "{bound:?}: drained, {}",
+            q.capacity()
+        );
+        // Room for a batch stays: a queue that keeps up does not reallocate.
+        push_all(&mut q, (0..10).map(|i| add(&format!("p{i}"), "2")));
+        assert!(q.capacity() >= 10);
+        q.clear();
+        assert!(q.capacity() <= 2 * KEPT_SLOTS, "{bound:?}: cleared");
+    }
+}
