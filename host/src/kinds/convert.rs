@@ -68,6 +68,17 @@ pub(crate) fn shown(v: &Value) -> String {
 }
 
 /// Refuses an HPA that keeps autoscaling/v2 fields in autoscaling/v1's annotations.
+/// The HPA spec fields autoscaling/v1 and v2 share, copied as they are either way.
+const SPEC_SHARED: &[&str] = &["scaleTargetRef", "minReplicas", "maxReplicas"];
+
+/// The HPA status fields autoscaling/v1 and v2 share, copied as they are either way.
+const STATUS_SHARED: &[&str] = &[
+    "observedGeneration",
+    "lastScaleTime",
+    "currentReplicas",
+    "desiredReplicas",
+];
+
 fn refuse_annotations(v: &Value) -> Result<(), String> {
     let annotations = v
         .pointer("/metadata/annotations")
@@ -99,11 +110,7 @@ fn hpa_v1_to_v2(v: &Value) -> Result<Value, String> {
     let empty = Map::new();
     let spec = v.get("spec").and_then(Value::as_object).unwrap_or(&empty);
     let mut s = Map::new();
-    copy(
-        spec,
-        &mut s,
-        &["scaleTargetRef", "minReplicas", "maxReplicas"],
-    );
+    copy(spec, &mut s, SPEC_SHARED);
     if let Some(cpu) = spec.get("targetCPUUtilizationPercentage") {
         s.insert(
             "metrics".into(),
@@ -113,16 +120,7 @@ fn hpa_v1_to_v2(v: &Value) -> Result<Value, String> {
     out["spec"] = Value::Object(s);
     if let Some(status) = v.get("status").and_then(Value::as_object) {
         let mut st = Map::new();
-        copy(
-            status,
-            &mut st,
-            &[
-                "observedGeneration",
-                "lastScaleTime",
-                "currentReplicas",
-                "desiredReplicas",
-            ],
-        );
+        copy(status, &mut st, STATUS_SHARED);
         if let Some(cpu) = status.get("currentCPUUtilizationPercentage") {
             st.insert(
                 "currentMetrics".into(),
@@ -169,27 +167,14 @@ fn hpa_v2_to_v1(v: &Value) -> Result<Value, String> {
         ));
     }
     let mut s = Map::new();
-    copy(
-        spec,
-        &mut s,
-        &["scaleTargetRef", "minReplicas", "maxReplicas"],
-    );
+    copy(spec, &mut s, SPEC_SHARED);
     if let Some(cpu) = only_cpu(v, spec.get("metrics"))? {
         s.insert("targetCPUUtilizationPercentage".into(), cpu);
     }
     out["spec"] = Value::Object(s);
     if let Some(status) = v.get("status").and_then(Value::as_object) {
         let mut st = Map::new();
-        copy(
-            status,
-            &mut st,
-            &[
-                "observedGeneration",
-                "lastScaleTime",
-                "currentReplicas",
-                "desiredReplicas",
-            ],
-        );
+        copy(status, &mut st, STATUS_SHARED);
         let current = status
             .get("currentMetrics")
             .and_then(Value::as_array)
