@@ -67,7 +67,6 @@ pub(crate) fn shown(v: &Value) -> String {
     }
 }
 
-/// Refuses an HPA that keeps autoscaling/v2 fields in autoscaling/v1's annotations.
 /// The HPA spec fields autoscaling/v1 and v2 share, copied as they are either way.
 const SPEC_SHARED: &[&str] = &["scaleTargetRef", "minReplicas", "maxReplicas"];
 
@@ -79,6 +78,7 @@ const STATUS_SHARED: &[&str] = &[
     "desiredReplicas",
 ];
 
+/// Refuses an HPA that keeps autoscaling/v2 fields in autoscaling/v1's annotations.
 fn refuse_annotations(v: &Value) -> Result<(), String> {
     let annotations = v
         .pointer("/metadata/annotations")
