@@ -161,13 +161,28 @@ pub fn parse_settings<T: DeserializeOwned>(json: &str) -> Result<T, String> {
     let de = &mut serde_json::Deserializer::from_str(json);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
-        let inner = e.into_inner();
+        let inner = without_position(e.into_inner());
         if path == "." || path.is_empty() {
             format!("settings: {inner}")
         } else {
             format!("settings.{path}: {inner}")
         }
     })
+}
+
+/// The message of a settings error: a data error names its field by path, so serde_json's
+/// ` at line 1 column 33` is noise there (the Python and JavaScript SDKs say no position
+/// either); a syntax error keeps its position, the only pointer to what is wrong.
+fn without_position(e: serde_json::Error) -> String {
+    let text = e.to_string();
+    if !e.is_data() {
+        return text;
+    }
+    let position = format!(" at line {} column {}", e.line(), e.column());
+    match text.strip_suffix(&position) {
+        Some(message) => message.to_owned(),
+        None => text,
+    }
 }
 
 /// Logs at `level` (use the macros, which skip formatting when the level is off).
@@ -527,5 +542,14 @@ mod tests {
         assert!(e.starts_with("settings.denyLatest: invalid type"), "{e}");
         let e = parse_settings::<S>(r#"{"denyLatest": true, "x": 1}"#).unwrap_err();
         assert!(e.contains("unknown field `x`"), "{e}");
+        assert!(
+            !e.contains(" at line "),
+            "a data error names its field, not a position: {e}"
+        );
+        let e = parse_settings::<S>(r#"{"denyLatest": tru}"#).unwrap_err();
+        assert!(
+            e.starts_with("settings") && e.ends_with("expected ident at line 1 column 19"),
+            "{e}"
+        );
     }
 }
