@@ -16,6 +16,7 @@ pub mod pull;
 pub mod push;
 pub mod reference;
 pub mod sign;
+pub mod sigstore;
 pub mod store;
 
 use std::collections::BTreeMap;

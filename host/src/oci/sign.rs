@@ -52,24 +52,40 @@ impl PublicKey {
                 path.display()
             )
         })?;
-        let der = der.as_ref();
-        match der.strip_prefix(&P256_SPKI_PREFIX[..]) {
-            Some(point) if point.len() == 65 && point[0] == 4 => Ok(Self {
+        match p256_point(der.as_ref()) {
+            Some(point) => Ok(Self {
                 file: path.to_owned(),
-                point: point.to_vec(),
+                point,
             }),
-            _ => Err(format!(
+            None => Err(format!(
                 "signature key {}: not an ECDSA P-256 public key (the only kind verified)",
                 path.display()
             )),
         }
     }
 
-    fn verifies(&self, payload: &[u8], signature: &[u8]) -> bool {
+    /// Whether `signature` (ASN.1 DER ECDSA) over `payload` verifies under this key.
+    pub fn verifies(&self, payload: &[u8], signature: &[u8]) -> bool {
         UnparsedPublicKey::new(&ECDSA_P256_SHA256_ASN1, &self.point)
             .verify(payload, signature)
             .is_ok()
     }
+}
+
+impl PublicKey {
+    /// The key's SubjectPublicKeyInfo DER (what a Rekor entry records of a keyed signer).
+    pub fn spki_der(&self) -> Vec<u8> {
+        let mut der = P256_SPKI_PREFIX.to_vec();
+        der.extend_from_slice(&self.point);
+        der
+    }
+}
+
+/// The uncompressed point of a P-256 SubjectPublicKeyInfo DER, if it is one.
+pub fn p256_point(spki: &[u8]) -> Option<Vec<u8>> {
+    spki.strip_prefix(&P256_SPKI_PREFIX[..])
+        .filter(|p| p.len() == 65 && p[0] == 4)
+        .map(<[u8]>::to_vec)
 }
 
 /// The tag cosign keeps the signature of `manifest_digest` (`sha256:HEX`) under:
