@@ -157,7 +157,12 @@ pub fn verify(
 /// Signs `payload` with a PEM PKCS#8 ECDSA P-256 private key (`openssl genpkey -algorithm EC
 /// -pkeyopt ec_paramgen_curve:P-256`); returns the base64 DER signature.
 pub fn sign(key_file: &Path, payload: &[u8]) -> Result<String, String> {
-    use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair};
+    sign_der(key_file, payload).map(|(sig, _)| STANDARD.encode(sig))
+}
+
+/// [`sign`], returning the DER signature and the key's SubjectPublicKeyInfo DER.
+pub fn sign_der(key_file: &Path, payload: &[u8]) -> Result<(Vec<u8>, Vec<u8>), String> {
+    use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair, KeyPair as _};
     let der = PrivatePkcs8KeyDer::from_pem_file(key_file).map_err(|e| {
         format!(
             "signing key {}: not a PEM PRIVATE KEY (PKCS#8; encrypted cosign keys are not read): {e}",
@@ -179,5 +184,7 @@ pub fn sign(key_file: &Path, payload: &[u8]) -> Result<String, String> {
     let sig = pair
         .sign(&rng, payload)
         .map_err(|e| format!("signing: {e}"))?;
-    Ok(STANDARD.encode(sig.as_ref()))
+    let mut spki = P256_SPKI_PREFIX.to_vec();
+    spki.extend_from_slice(pair.public_key().as_ref());
+    Ok((sig.as_ref().to_vec(), spki))
 }
