@@ -1593,3 +1593,94 @@ async fn real_keyless_bundles_attached_as_referrers_are_checked_and_refused_nami
         "{e}"
     );
 }
+
+/// The `wisp` binary beside this test's directory (`target/debug/wisp`), built when missing.
+fn wisp_bin() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.parent().and_then(Path::parent).unwrap().join("wisp");
+    if !bin.exists() {
+        run(
+            Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())).args([
+                "build",
+                "-p",
+                "wisp-host",
+                "--bin",
+                "wisp",
+            ]),
+        );
+    }
+    bin
+}
+
+/// `wisp push --sign KEY --legacy-signature`, run as a process: both signatures written (the
+/// bundle in the referrers tag index, the `.sig` tag), said on stdout, and each accepted by a
+/// pull; `--legacy-signature` alone is refused by the command line, and `--help` documents it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wisp_push_cli_writes_the_bundle_and_the_legacy_signature_when_asked() {
+    if !tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let reg = Registry::start(&dir.path().join("reg"));
+    let (key, public) = keypair(dir.path(), "k");
+    let reference = format!("oci://{}/acme/cli:v1", reg.host);
+    let module = plugin_path("test_faults");
+    let out = run(Command::new(wisp_bin()).args([
+        "push",
+        module.to_str().unwrap(),
+        &reference,
+        "--sign",
+        key.to_str().unwrap(),
+        "--legacy-signature",
+        "--insecure",
+    ]));
+    let digest = out
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("pushed {reference}@")))
+        .unwrap_or_else(|| panic!("{out}"))
+        .to_owned();
+    let legacy = format!("{}.sig", digest.replace(':', "-"));
+    assert!(
+        out.contains("signed: Sigstore bundle")
+            && out.contains(&format!("signed (legacy): {}/acme/cli:{legacy}", reg.host)),
+        "{out}"
+    );
+    let seen = read_referrers(&reg, "acme/cli", &digest, &dir.path().join("bundle"));
+    assert_eq!(seen["bundles"], 1, "{seen}");
+    let r = reg.reference("acme/cli:v1");
+    let mut settings = reg.settings(&dir.path().join("oci"));
+    settings.keys = vec![oci::sign::PublicKey::load(&public).unwrap()];
+    let pulled = oci::pull::pull(&settings, &r).await.unwrap();
+    assert_eq!(pulled.digest, digest);
+    assert_eq!(
+        reg.manifest_gets("acme/cli", &legacy),
+        0,
+        "the bundle came first"
+    );
+    // The legacy signature is there too, as cosign 2 reads it.
+    let sig = reg.base() + "/v2/acme/cli/manifests/" + &legacy;
+    let m = run(Command::new("python3").args([
+        "-c",
+        "import sys, urllib.request; print(urllib.request.urlopen(urllib.request.Request(sys.argv[1], headers={'Accept': 'application/vnd.oci.image.manifest.v1+json'})).read().decode())",
+        &sig,
+    ]));
+    assert!(m.contains("dev.cosignproject.cosign/signature"), "{m}");
+
+    let o = Command::new(wisp_bin())
+        .args([
+            "push",
+            module.to_str().unwrap(),
+            &reference,
+            "--legacy-signature",
+        ])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("--sign"), "{e}");
+    let help = run(Command::new(wisp_bin()).args(["push", "--help"]));
+    assert!(
+        help.contains("--legacy-signature") && help.contains("Sigstore bundle"),
+        "{help}"
+    );
+}
