@@ -1684,3 +1684,160 @@ async fn wisp_push_cli_writes_the_bundle_and_the_legacy_signature_when_asked() {
         "{help}"
     );
 }
+
+/// A keyless bundle of the manifest `digest` made by the `openssl` CLI (driven by Python) as
+/// Fulcio, Rekor and cosign 3 would make it: a CA, a leaf certificate of `identity` (SAN URI)
+/// and `issuer` (Fulcio's extension 1.3.6.1.4.1.57264.1.8) with the code-signing EKU, a DSSE
+/// in-toto statement naming the digest signed by the leaf key, a Rekor v1 `dsse` entry with its
+/// SET and an inclusion proof (a one-leaf tree) with a checkpoint signed by a log key; and the
+/// trusted root of that CA and log. Writes `bundle.json` and `trusted_root.json` in `dir`.
+fn openssl_keyless_bundle(dir: &Path, digest: &str, identity: &str, issuer: &str) {
+    const SCRIPT: &str = r#"
+import subprocess, json, base64, hashlib, time, os, sys
+d, digest, identity, issuer = sys.argv[1:5]
+def sh(*a, inp=None):
+    return subprocess.run(a, input=inp, check=True, capture_output=True).stdout
+def p(n):
+    return os.path.join(d, n)
+b64 = lambda b: base64.b64encode(b).decode()
+sha = lambda b: hashlib.sha256(b).digest()
+canon = lambda v: json.dumps(v, sort_keys=True, separators=(',', ':')).encode()
+def sign(key, data):
+    open(p('tbs'), 'wb').write(data)
+    return sh('openssl', 'dgst', '-sha256', '-sign', key, p('tbs'))
+ec = ['-algorithm', 'EC', '-pkeyopt', 'ec_paramgen_curve:P-256']
+sh('openssl', 'genpkey', *ec, '-out', p('ca.key'))
+sh('openssl', 'req', '-x509', '-new', '-key', p('ca.key'), '-subj', '/O=wisp-test/CN=test-fulcio', '-days', '30',
+   '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign', '-out', p('ca.pem'))
+sh('openssl', 'genpkey', *ec, '-out', p('leaf.key'))
+sh('openssl', 'req', '-new', '-key', p('leaf.key'), '-subj', '/O=wisp-test', '-out', p('leaf.csr'))
+open(p('ext.cnf'), 'w').write('[ext]\nbasicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n'
+    'extendedKeyUsage=codeSigning\nsubjectAltName=critical,URI:%s\n1.3.6.1.4.1.57264.1.8=ASN1:UTF8String:%s\n' % (identity, issuer))
+sh('openssl', 'x509', '-req', '-in', p('leaf.csr'), '-CA', p('ca.pem'), '-CAkey', p('ca.key'), '-CAcreateserial', '-days', '1',
+   '-extfile', p('ext.cnf'), '-extensions', 'ext', '-out', p('leaf.pem'))
+leaf_pem = open(p('leaf.pem'), 'rb').read()
+leaf_der = sh('openssl', 'x509', '-in', p('leaf.pem'), '-outform', 'DER')
+ca_der = sh('openssl', 'x509', '-in', p('ca.pem'), '-outform', 'DER')
+statement = canon({'_type': 'https://in-toto.io/Statement/v1', 'subject': [{'name': 'module', 'digest': {'sha256': digest.split(':')[1]}}],
+                   'predicateType': 'https://sigstore.dev/cosign/sign/v1', 'predicate': {}})
+pt = 'application/vnd.in-toto+json'
+pae = b'DSSEv1 %d %s %d ' % (len(pt), pt.encode(), len(statement)) + statement
+sig = sign(p('leaf.key'), pae)
+body = canon({'apiVersion': '0.0.1', 'kind': 'dsse', 'spec': {
+    'envelopeHash': {'algorithm': 'sha256', 'value': hashlib.sha256(b'envelope').hexdigest()},
+    'payloadHash': {'algorithm': 'sha256', 'value': hashlib.sha256(statement).hexdigest()},
+    'signatures': [{'signature': b64(sig), 'verifier': b64(leaf_pem)}]}})
+sh('openssl', 'genpkey', *ec, '-out', p('log.key'))
+log_der = sh('openssl', 'pkey', '-in', p('log.key'), '-pubout', '-outform', 'DER')
+log_id = sha(log_der)
+t = int(time.time()) + 2
+set_ = sign(p('log.key'), canon({'body': b64(body), 'integratedTime': t, 'logID': log_id.hex(), 'logIndex': 0}))
+root = sha(b'\x00' + body)
+note = 'test-log - 1\n1\n%s\n' % b64(root)
+env = note + '\n' + '\u2014 test-log %s\n' % b64(log_id[:4] + sign(p('log.key'), note.encode()))
+bundle = {'mediaType': 'application/vnd.dev.sigstore.bundle.v0.3+json',
+  'verificationMaterial': {'certificate': {'rawBytes': b64(leaf_der)}, 'tlogEntries': [{
+    'logIndex': '0', 'logId': {'keyId': b64(log_id)}, 'kindVersion': {'kind': 'dsse', 'version': '0.0.1'},
+    'integratedTime': str(t), 'inclusionPromise': {'signedEntryTimestamp': b64(set_)},
+    'inclusionProof': {'logIndex': '0', 'rootHash': b64(root), 'treeSize': '1', 'hashes': [], 'checkpoint': {'envelope': env}},
+    'canonicalizedBody': b64(body)}]},
+  'dsseEnvelope': {'payload': b64(statement), 'payloadType': pt, 'signatures': [{'sig': b64(sig)}]}}
+start = {'start': '2020-01-01T00:00:00Z'}
+trusted = {'mediaType': 'application/vnd.dev.sigstore.trustedroot+json;version=0.1',
+  'tlogs': [{'baseUrl': 'https://log.test', 'hashAlgorithm': 'SHA2_256', 'publicKey': {'rawBytes': b64(log_der),
+             'keyDetails': 'PKIX_ECDSA_P256_SHA_256', 'validFor': start}, 'logId': {'keyId': b64(log_id)}}],
+  'certificateAuthorities': [{'subject': {}, 'uri': 'https://fulcio.test', 'certChain': {'certificates': [{'rawBytes': b64(ca_der)}]},
+                              'validFor': start}]}
+json.dump(bundle, open(p('bundle.json'), 'w'))
+json.dump(trusted, open(p('trusted_root.json'), 'w'))
+"#;
+    std::fs::create_dir_all(dir).unwrap();
+    run(Command::new("python3").args([
+        "-c",
+        SCRIPT,
+        dir.to_str().unwrap(),
+        digest,
+        identity,
+        issuer,
+    ]));
+}
+
+/// A keyless signature accepted end to end: a bundle made with openssl as Fulcio, Rekor and
+/// cosign 3 make theirs (see [`openssl_keyless_bundle`]), attached as cosign attaches it, pulled
+/// through the registry's referrers tag and accepted under the matching identity; refused under
+/// another identity, another issuer, or the public-good trusted root, each naming the check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyless_bundle_made_by_openssl_as_fulcio_and_rekor_is_accepted_through_the_registry() {
+    if !tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let reg = Registry::start(&dir.path().join("reg"));
+    let module = faults();
+    let r = reg.reference("acme/signed-keyless:v1");
+    let pushed = oci::push::push(&reg.settings(&dir.path().join("push")), &module, &r, None)
+        .await
+        .unwrap();
+    let identity = "https://github.com/acme/plugins/.github/workflows/release.yml@refs/heads/main";
+    let issuer = "https://token.actions.githubusercontent.com";
+    let made = dir.path().join("made");
+    openssl_keyless_bundle(&made, &pushed.digest, identity, issuer);
+    let referrer = attach_like_cosign(
+        &reg,
+        "acme/signed-keyless",
+        &pushed.digest,
+        &made.join("bundle.json"),
+    );
+    let policy = |root: &str, identity: &str, issuer: &str, cache: &str| {
+        let mut s = reg.settings(&dir.path().join(cache));
+        s.keyless = vec![oci::sigstore::Keyless {
+            issuer: oci::sigstore::Matcher::Exact(issuer.into()),
+            identity: oci::sigstore::Matcher::regex(identity).unwrap(),
+        }];
+        s.trusted_root = Some(std::sync::Arc::new(
+            oci::sigstore::TrustedRoot::load(Path::new(root)).unwrap(),
+        ));
+        s
+    };
+    let own_root = made.join("trusted_root.json");
+    let own_root = own_root.to_str().unwrap();
+    let s = policy(own_root, r"https://github\.com/acme/.*", issuer, "ok");
+    let pulled = oci::pull::pull(&s, &r).await.unwrap();
+    assert_eq!(
+        pulled.signed_by.as_deref(),
+        Some(format!("{identity} (issuer {issuer})").as_str())
+    );
+    assert_eq!(std::fs::read(&pulled.path).unwrap(), module);
+    // Started again from the cache by digest: verified again, without the registry.
+    let pinned = reg.reference(&format!("acme/signed-keyless@{}", pushed.digest));
+    let again = oci::pull::pull(&s, &pinned).await.unwrap();
+    assert!(again.from_cache && again.signed_by == pulled.signed_by);
+
+    for (root, id, iss, check) in [
+        (
+            own_root,
+            r"https://github\.com/other/.*",
+            issuer,
+            "certificate identity check failed",
+        ),
+        (
+            own_root,
+            r"https://github\.com/acme/.*",
+            "https://accounts.google.com",
+            "certificate issuer check failed",
+        ),
+    ] {
+        let s = policy(root, id, iss, check);
+        let e = oci::pull::pull(&s, &r).await.unwrap_err().to_string();
+        assert!(e.contains(&referrer) && e.contains(check), "{e}");
+    }
+    let public_good = sigstore_fixture("trusted_root.json");
+    let s = policy(
+        public_good.to_str().unwrap(),
+        r"https://github\.com/acme/.*",
+        issuer,
+        "pg",
+    );
+    let e = oci::pull::pull(&s, &r).await.unwrap_err().to_string();
+    assert!(e.contains("tlog key check failed"), "{e}");
+}
