@@ -231,8 +231,11 @@ async fn verify_signature(
         .signature_of(c.digest)
         .and_then(|d| c.store.manifest(&d).map(|m| (d, m)));
     let is_bundle = |m: &[u8]| Manifest::parse(m, None).is_ok_and(|m| m.bundle_layer().is_some());
+    // A cached legacy signature is checked again with today's keys (with none configured now,
+    // the bundles are looked up instead).
     if let Some((_, m)) = &cached
         && !is_bundle(m)
+        && !c.settings.keys.is_empty()
     {
         return verify_legacy(c, s, reference, cached, Vec::new()).await;
     }
