@@ -1573,6 +1573,20 @@ async fn real_keyless_bundles_attached_as_referrers_are_checked_and_refused_nami
     let e = oci::pull::pull(&small, &r).await.unwrap_err().to_string();
     assert!(e.contains("oci.maxSignatureBytes"), "{e}");
 
+    // More bundles listed than oci.maxSignatureLayers: none is fetched.
+    let dsse = sigstore_fixture("happy-path-intoto-in-dsse-v3/bundle.sigstore.json");
+    attach_like_cosign(&reg, "acme/keyless", &digest, &dsse);
+    attach_like_cosign(&reg, "acme/keyless", &digest, &dsse);
+    let mut few = settings.clone();
+    few.max_signature_layers = 2;
+    let e = oci::pull::pull(&few, &r).await.unwrap_err().to_string();
+    assert!(
+        e.contains(
+            "3 Sigstore bundles are attached (referrers tag), more than oci.maxSignatureLayers (2)"
+        ),
+        "{e}"
+    );
+
     // The host refuses to start on it, naming the plugin and the check.
     let extra = format!(
         ", insecure: [\"{}\"], trustedRoot: {}, keyless: [{{issuer: https://token.actions.githubusercontent.com, identityRegexp: 'https://github\\.com/.*'}}]",
