@@ -242,7 +242,8 @@ enum Command {
     },
     /// Publish a plugin module to an OCI registry (config application/vnd.wasm.config.v0+json,
     /// one application/wasm layer, an OCI image manifest) and print its digest; with --sign,
-    /// also a cosign-style signature at tag sha256-HEX.sig.
+    /// also a Sigstore bundle (v0.3, keyed, as cosign 3 writes) attached as an OCI 1.1 referrer
+    /// (referrers tag sha256-HEX where the registry has no referrers API).
     Push {
         /// The component (.wasm).
         module: PathBuf,
@@ -252,6 +253,10 @@ enum Command {
         /// (`openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out key.pem`).
         #[arg(long, value_name = "KEY.pem")]
         sign: Option<PathBuf>,
+        /// With --sign: also write the legacy cosign signature at tag sha256-HEX.sig (what
+        /// cosign 2 and older Wisp read).
+        #[arg(long, requires = "sign")]
+        legacy_signature: bool,
         /// Docker config JSON with the registry's credentials (`auths`).
         #[arg(long, value_name = "FILE")]
         docker_config: Option<PathBuf>,
@@ -418,10 +423,14 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
             module,
             reference,
             sign,
+            legacy_signature,
             docker_config,
             ca_file,
             insecure,
-        } => push(module, reference, sign, docker_config, ca_file, insecure).await,
+        } => {
+            let sign = sign.map(|key| (key, legacy_signature));
+            push(module, reference, sign, docker_config, ca_file, insecure).await
+        }
         Command::Check {
             module,
             settings,
@@ -545,11 +554,12 @@ async fn run_host(
     Ok(())
 }
 
-/// `wisp push`: a module to an OCI registry, signed with `sign` when given.
+/// `wisp push`: a module to an OCI registry, signed with `sign` when given (the key, and
+/// whether to write the legacy signature too).
 async fn push(
     module: PathBuf,
     reference: String,
-    sign: Option<PathBuf>,
+    sign: Option<(PathBuf, bool)>,
     docker_config: Option<PathBuf>,
     ca_file: Option<PathBuf>,
     insecure: bool,
@@ -570,15 +580,24 @@ async fn push(
     let cwd = std::env::current_dir()?;
     let settings = wisp_host::oci::Settings::from_config(&cfg, &cwd, None)
         .map_err(|(field, e)| anyhow::anyhow!("{}: {e}", field.replace("oci.", "--")))?;
-    if let Some(k) = &sign
+    if let Some((k, _)) = &sign
         && !k.is_file()
     {
         anyhow::bail!("--sign: key file {} does not exist", k.display());
     }
-    let pushed = wisp_host::oci::push::push(&settings, &bytes, &r, sign.as_deref()).await?;
+    let signing = sign
+        .as_ref()
+        .map(|(key, legacy)| wisp_host::oci::push::Signing {
+            key,
+            legacy: *legacy,
+        });
+    let pushed = wisp_host::oci::push::push(&settings, &bytes, &r, signing).await?;
     println!("pushed {r}@{}", pushed.digest);
+    if let Some(b) = pushed.bundle {
+        println!("signed: Sigstore bundle {}@{b}", r.repo_path());
+    }
     if let Some(t) = pushed.signature_tag {
-        println!("signed: {}:{t}", r.repo_path());
+        println!("signed (legacy): {}:{t}", r.repo_path());
     }
     Ok(())
 }

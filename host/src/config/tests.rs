@@ -874,3 +874,66 @@ fn whole_list_caps_default_to_max_list_size_and_are_checked() {
         "wisp.yaml: informers[0].maxListObjects: must be at least 1 (objects in one whole list)"
     );
 }
+
+#[test]
+fn oci_keyless_signers_and_the_trusted_root_are_checked_naming_the_field() {
+    let ok = GOOD.replace(
+        "module: p.wasm",
+        "module: oci://localhost:5000/acme/audit:v1",
+    );
+    let root = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/sigstore/trusted_root.json"
+    );
+    let signer = "{ issuer: https://token.actions.githubusercontent.com, identityRegexp: 'https://github\\.com/acme/.*' }";
+    let s = parse(&format!(
+        "{ok}oci: {{ trustedRoot: {root}, keyless: [{signer}] }}\n"
+    ))
+    .unwrap()
+    .oci_settings()
+    .unwrap();
+    assert!(s.requires_signature());
+    assert_eq!(s.keyless.len(), 1);
+    assert_eq!(s.trusted_root.as_ref().unwrap().logs.len(), 1);
+    for (keyless, field, says) in [
+        (
+            "[{ issuer: x }]",
+            "oci.keyless[0]",
+            "needs identity or identityRegexp",
+        ),
+        (
+            "[{ identity: x }]",
+            "oci.keyless[0]",
+            "needs issuer or issuerRegexp",
+        ),
+        (
+            "[{ issuer: x, identity: a, identityRegexp: b }]",
+            "oci.keyless[0]",
+            "not both",
+        ),
+        (
+            "[{ issuer: x, identityRegexp: '(' }]",
+            "oci.keyless[0].identityRegexp",
+            "not a regular expression",
+        ),
+    ] {
+        let e = err_of(&format!(
+            "{ok}oci: {{ trustedRoot: {root}, keyless: {keyless} }}\n"
+        ));
+        assert!(e.contains(field) && e.contains(says), "{keyless}: {e}");
+    }
+    let e = err_of(&format!("{ok}oci: {{ keyless: [{signer}] }}\n"));
+    assert!(
+        e.contains("oci.keyless") && e.contains("oci.trustedRoot"),
+        "{e}"
+    );
+    let e = err_of(&format!("{ok}oci: {{ trustedRoot: nope.json }}\n"));
+    assert!(
+        e.contains("oci.trustedRoot") && e.contains("nope.json"),
+        "{e}"
+    );
+    let e = err_of(&format!(
+        "{ok}oci: {{ keyless: [{{ issuer: x, identity: y, subject: z }}] }}\n"
+    ));
+    assert!(e.contains("subject"), "{e}");
+}

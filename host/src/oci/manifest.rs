@@ -29,6 +29,10 @@ pub const COSIGN_LAYER: &str = "application/vnd.dev.cosign.simplesigning.v1+json
 pub const COSIGN_SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
 /// OCI image config (what cosign gives its signature manifests).
 pub const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+/// The empty config of OCI 1.1 artifacts (the blob `{}`).
+pub const OCI_EMPTY: &str = "application/vnd.oci.empty.v1+json";
+/// Media types (and artifact types) of Sigstore bundles start with this.
+pub const SIGSTORE_BUNDLE_PREFIX: &str = "application/vnd.dev.sigstore.bundle";
 
 /// What the `Accept` header of a manifest request lists.
 pub fn accept() -> String {
@@ -45,6 +49,9 @@ pub struct Descriptor {
     pub digest: String,
     /// Size in bytes.
     pub size: u64,
+    /// OCI 1.1 artifact type (of a manifest an index or the referrers API lists).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_type: Option<String>,
     /// Annotations.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
@@ -57,6 +64,7 @@ impl Descriptor {
             media_type: media_type.to_owned(),
             digest,
             size: size as u64,
+            artifact_type: None,
             annotations: BTreeMap::new(),
         }
     }
@@ -79,6 +87,9 @@ pub struct Manifest {
     /// The layers.
     #[serde(default)]
     pub layers: Vec<Descriptor>,
+    /// OCI 1.1 subject: the manifest this one refers to (a signature's module).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<Descriptor>,
     /// Annotations.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
@@ -109,6 +120,13 @@ impl Manifest {
             ));
         }
         Ok(m)
+    }
+
+    /// The Sigstore bundle layer of a referrer manifest, if it is one.
+    pub fn bundle_layer(&self) -> Option<&Descriptor> {
+        self.layers
+            .iter()
+            .find(|l| l.media_type.starts_with(SIGSTORE_BUNDLE_PREFIX))
     }
 
     /// The one wasm layer of a module manifest, of either convention.

@@ -4,6 +4,8 @@
 //! - [`client`]: the registry HTTP API with auth ([`auth`]: docker config, challenges);
 //! - [`pull`]: manifest, layer, signature, all digests checked; [`store`]: the cache by digest;
 //! - [`sign`]: cosign-style signatures (ECDSA P-256) checked and made; [`push`]: `wisp push`;
+//! - [`sigstore`]: Sigstore bundles checked offline (keyed, keyless); [`referrers`]: bundles
+//!   attached as OCI 1.1 referrers (referrers API, tag schema), found and written;
 //! - [`poll`]: tags looked up again, a moved tag reloaded through the usual check and probation.
 //!
 //! The plugin runtime knows nothing of this: a pulled module is a file in the cache, and the
@@ -15,7 +17,9 @@ pub mod manifest;
 pub mod pull;
 pub mod push;
 pub mod reference;
+pub mod referrers;
 pub mod sign;
+pub mod sigstore;
 pub mod store;
 
 use std::collections::BTreeMap;
@@ -69,8 +73,13 @@ pub struct Settings {
     pub ca_file: Option<PathBuf>,
     /// Credentials per registry host.
     pub credentials: BTreeMap<String, auth::Credentials>,
-    /// Signature keys; when any, every module must carry a valid signature by one of them.
+    /// Signature keys; when any (or any keyless signer), every module must carry a valid
+    /// signature by one of them.
     pub keys: Vec<sign::PublicKey>,
+    /// Keyless signers (Fulcio certificate identity and issuer).
+    pub keyless: Vec<sigstore::Keyless>,
+    /// The trusted root keyless bundles (and the Rekor entries of keyed ones) are checked against.
+    pub trusted_root: Option<Arc<sigstore::TrustedRoot>>,
     /// Largest module layer downloaded.
     pub max_module_size: u64,
     /// Most layers of a signature manifest: more refuses the signature before any is fetched.
@@ -91,6 +100,8 @@ impl Default for Settings {
             ca_file: None,
             credentials: BTreeMap::new(),
             keys: Vec::new(),
+            keyless: Vec::new(),
+            trusted_root: None,
             max_module_size: DEFAULT_MAX_MODULE_SIZE,
             max_signature_layers: DEFAULT_MAX_SIGNATURE_LAYERS,
             max_signature_bytes: DEFAULT_MAX_SIGNATURE_BYTES,
@@ -139,6 +150,7 @@ impl Settings {
                 sign::PublicKey::load(&resolve(k)).map_err(|e| (format!("oci.keys[{i}]"), e))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let (keyless, trusted_root) = c.keyless_policy(&resolve)?;
         let ca_file = c.ca_file.as_deref().map(resolve);
         if let Some(ca) = &ca_file
             && !ca.is_file()
@@ -160,12 +172,19 @@ impl Settings {
             ca_file,
             credentials,
             keys,
+            keyless,
+            trusted_root,
             max_module_size: c.max_module_size.map_or(DEFAULT_MAX_MODULE_SIZE, |b| b.0),
             max_signature_layers,
             max_signature_bytes,
             pull_timeout,
             cache_dir: c.cache_dir.as_deref().map_or(default_cache, resolve),
         })
+    }
+
+    /// Whether every module must be signed (keys or keyless signers configured).
+    pub fn requires_signature(&self) -> bool {
+        !self.keys.is_empty() || !self.keyless.is_empty()
     }
 
     fn shared(&self) -> Arc<Self> {
@@ -186,7 +205,8 @@ pub struct Pulled {
     pub media_type: String,
     /// The module file in the cache.
     pub path: PathBuf,
-    /// The key file its signature verified under (`None`: no keys configured).
+    /// Who signed: the key file its signature verified under, or the certificate identity and
+    /// issuer of a keyless bundle (`None`: no signers configured).
     pub signed_by: Option<String>,
     /// Nothing was fetched: manifest and module came from the cache.
     pub from_cache: bool,
@@ -234,9 +254,18 @@ pub struct OciConfig {
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
     /// Public keys (PEM, ECDSA P-256, as `cosign.pub`); when any, every OCI module must carry a
-    /// cosign-style signature that verifies under one of them, or it is refused.
+    /// signature (a Sigstore bundle or a legacy `.sig`) that verifies under one of them (or
+    /// under a `keyless` signer), or it is refused.
     #[serde(default)]
     pub keys: Vec<PathBuf>,
+    /// Keyless signers: a Sigstore bundle whose Fulcio certificate has this issuer and
+    /// identity (each exact, or an anchored regex) is accepted; needs `trustedRoot`.
+    #[serde(default)]
+    pub keyless: Vec<KeylessConfig>,
+    /// A Sigstore trusted root JSON (`trusted_root.json`): the Fulcio chains and Rekor keys
+    /// bundles are checked against, offline.
+    #[serde(default)]
+    pub trusted_root: Option<PathBuf>,
     /// How often tags are looked up again (default 5m; 0 = never).
     #[serde(default)]
     pub poll: Option<Dur>,
@@ -260,7 +289,89 @@ pub struct OciConfig {
     pub cache_dir: Option<PathBuf>,
 }
 
+/// One accepted keyless signer (`oci.keyless[]`): one of `issuer`/`issuerRegexp` and one of
+/// `identity`/`identityRegexp`.
+#[derive(Debug, Deserialize, Clone, Default, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KeylessConfig {
+    /// The OIDC issuer, exactly (e.g. `https://token.actions.githubusercontent.com`).
+    #[serde(default)]
+    pub issuer: Option<String>,
+    /// The OIDC issuer, as a regular expression matching all of it.
+    #[serde(default)]
+    pub issuer_regexp: Option<String>,
+    /// The certificate's identity (SAN: workflow URI, email), exactly.
+    #[serde(default)]
+    pub identity: Option<String>,
+    /// The identity, as a regular expression matching all of it.
+    #[serde(default)]
+    pub identity_regexp: Option<String>,
+}
+
+/// One of an exact value and a regex, from fields `exact`/`regexp` of `at`.
+fn matcher(
+    at: &str,
+    (exact_name, exact): (&str, &Option<String>),
+    (re_name, re): (&str, &Option<String>),
+) -> Result<sigstore::Matcher, (String, String)> {
+    match (exact, re) {
+        (Some(e), None) if !e.is_empty() => Ok(sigstore::Matcher::Exact(e.clone())),
+        (None, Some(r)) => sigstore::Matcher::regex(r).map_err(|e| (format!("{at}.{re_name}"), e)),
+        (Some(_), Some(_)) => Err((
+            at.to_owned(),
+            format!("give one of {exact_name} and {re_name}, not both"),
+        )),
+        _ => Err((
+            at.to_owned(),
+            format!(
+                "needs {exact_name} or {re_name} (a keyless signer names both issuer and identity)"
+            ),
+        )),
+    }
+}
+
 impl OciConfig {
+    /// `keyless` and `trustedRoot`, checked: each signer complete, each regex valid, the trusted
+    /// root read (and required by keyless signers).
+    #[allow(clippy::type_complexity)]
+    fn keyless_policy(
+        &self,
+        resolve: &dyn Fn(&Path) -> PathBuf,
+    ) -> Result<(Vec<sigstore::Keyless>, Option<Arc<sigstore::TrustedRoot>>), (String, String)>
+    {
+        let keyless = (self.keyless.iter().enumerate())
+            .map(|(i, k)| {
+                let at = format!("oci.keyless[{i}]");
+                Ok::<_, (String, String)>(sigstore::Keyless {
+                    issuer: matcher(
+                        &at,
+                        ("issuer", &k.issuer),
+                        ("issuerRegexp", &k.issuer_regexp),
+                    )?,
+                    identity: matcher(
+                        &at,
+                        ("identity", &k.identity),
+                        ("identityRegexp", &k.identity_regexp),
+                    )?,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let root = match &self.trusted_root {
+            Some(p) => Some(Arc::new(
+                sigstore::TrustedRoot::load(&resolve(p))
+                    .map_err(|e| ("oci.trustedRoot".to_owned(), e))?,
+            )),
+            None => None,
+        };
+        if !keyless.is_empty() && root.is_none() {
+            return Err((
+                "oci.keyless".into(),
+                "keyless signers need oci.trustedRoot (the Fulcio and Rekor trust they are checked against)".into(),
+            ));
+        }
+        Ok((keyless, root))
+    }
+
     /// `maxSignatureLayers`, `maxSignatureBytes` and `pullTimeout` with their defaults; zero is
     /// refused, naming the field (it would refuse every signature, or every pull).
     fn bounds(&self) -> Result<(usize, u64, std::time::Duration), (String, String)> {

@@ -9,14 +9,14 @@ use http::{Method, StatusCode};
 use super::client::{SMALL_BODY, Session, Transport, sha256_digest};
 use super::manifest::{self, Manifest};
 use super::reference::Reference;
-use super::sign;
 use super::store::Store;
 use super::{OciError, Pulled, Settings};
+use super::{referrers, sign};
 
 /// Longest signature payload read.
 const MAX_PAYLOAD: usize = 64 * 1024;
 
-async fn get_manifest(
+pub(super) async fn get_manifest(
     s: &mut Session,
     reference: &str,
 ) -> Result<Option<(String, Vec<u8>)>, OciError> {
@@ -41,7 +41,12 @@ async fn get_manifest(
     Ok(Some((digest, a.body.to_vec())))
 }
 
-async fn get_blob(s: &mut Session, digest: &str, size: u64, max: u64) -> Result<Vec<u8>, OciError> {
+pub(super) async fn get_blob(
+    s: &mut Session,
+    digest: &str,
+    size: u64,
+    max: u64,
+) -> Result<Vec<u8>, OciError> {
     if size > max {
         return Err(s.err(format!(
             "blob {digest} is {size} bytes, more than the limit of {max} (oci.maxModuleSize)"
@@ -145,10 +150,16 @@ async fn pull_now(settings: &Settings, reference: &Reference) -> Result<Pulled, 
             layer.digest
         )));
     }
-    let signed_by = if settings.keys.is_empty() {
-        None
+    let signed_by = if settings.requires_signature() {
+        let c = referrers::Check {
+            settings,
+            store: &store,
+            digest: &digest,
+            manifest: &bytes,
+        };
+        Some(verify_signature(&c, &mut s, reference).await?)
     } else {
-        Some(verify_signature(settings, &store, &mut s, reference, &digest).await?)
+        None
     };
     let blob_cached = store.blob(&layer.digest).is_some();
     if !blob_cached {
@@ -205,28 +216,84 @@ fn signature_layers<'m>(
     Ok(layers)
 }
 
-/// Checks the cosign signature of `manifest_digest`: from the cache if one was verified before
-/// (it is verified again, against today's keys), else from the registry. Only what verified is
-/// kept in the cache (the payload, the signature manifest, and which one it was): the payloads
-/// of refused layers are dropped.
+/// Checks the signature of the module (`c.digest`): the one verified before, if cached (it is
+/// verified again, against today's policy; a cached bundle that no longer verifies is looked up
+/// afresh), else, in this order, Sigstore bundles by the referrers API or the referrers tag
+/// schema, then the legacy cosign `.sig` tag (keyed only). Only what verified is kept in the
+/// cache: refused payloads and bundles are dropped.
 async fn verify_signature(
-    settings: &Settings,
-    store: &Store,
+    c: &referrers::Check<'_>,
     s: &mut Session,
     reference: &Reference,
-    manifest_digest: &str,
 ) -> Result<String, OciError> {
+    let cached = c
+        .store
+        .signature_of(c.digest)
+        .and_then(|d| c.store.manifest(&d).map(|m| (d, m)));
+    let is_bundle = |m: &[u8]| Manifest::parse(m, None).is_ok_and(|m| m.bundle_layer().is_some());
+    // A cached legacy signature is checked again with today's keys (with none configured now,
+    // the bundles are looked up instead).
+    if let Some((_, m)) = &cached
+        && !is_bundle(m)
+        && !c.settings.keys.is_empty()
+    {
+        return verify_legacy(c, s, reference, cached, Vec::new()).await;
+    }
+    if let Some((d, m)) = &cached {
+        let mut budget = c.settings.max_signature_bytes;
+        if let Ok(signer) = c.referrer(s, d, m, &mut budget).await {
+            return Ok(signer);
+        }
+    }
+    let why = match referrers::verify(c, s).await? {
+        Ok(signer) => return Ok(signer),
+        Err(why) => why,
+    };
+    verify_legacy(c, s, reference, None, why).await
+}
+
+/// The legacy cosign `.sig` signature (keyed only): `cached` if verified before, else fetched;
+/// `bundles_why`: why no bundle was accepted, said too when this fails.
+async fn verify_legacy(
+    c: &referrers::Check<'_>,
+    s: &mut Session,
+    reference: &Reference,
+    cached: Option<(String, Vec<u8>)>,
+    bundles_why: Vec<String>,
+) -> Result<String, OciError> {
+    let (settings, store, manifest_digest) = (c.settings, c.store, c.digest);
     let tag = sign::signature_tag(manifest_digest);
-    let cached = store
-        .signature_of(manifest_digest)
-        .and_then(|d| store.manifest(&d).map(|m| (d, m)));
+    let bundles = if bundles_why.is_empty() {
+        format!(
+            "no Sigstore bundle is attached (referrers API, tag {})",
+            referrers::tag_schema(manifest_digest)
+        )
+    } else {
+        format!("no Sigstore bundle accepted: {}", bundles_why.join("; "))
+    };
+    if settings.keys.is_empty() {
+        let verdict = if bundles_why.is_empty() {
+            "not signed"
+        } else {
+            "signature refused"
+        };
+        return Err(s.err(format!(
+            "{verdict}: {bundles}, and oci.keyless requires one (sign with `cosign sign`; the legacy {tag} tag is read with oci.keys only)"
+        )));
+    }
     let (sig_digest, bytes, fetched) = match cached {
         Some((d, m)) => (d, m, false),
         None => match get_manifest(s, &tag).await? {
             Some((d, m)) => (d, m, true),
+            None if bundles_why.is_empty() => {
+                return Err(s.err(format!(
+                    "not signed: {bundles}, and no legacy signature at {}:{tag}; oci.keys requires one (sign with `wisp push --sign KEY` or `cosign sign --key`)",
+                    reference.repo_path()
+                )));
+            }
             None => {
                 return Err(s.err(format!(
-                    "not signed: no signature at {}:{tag}, and oci.keys requires one (sign with `wisp push --sign KEY` or `cosign sign --key`)",
+                    "signature refused: {bundles}; and no legacy signature at {}:{tag}",
                     reference.repo_path()
                 )));
             }

@@ -18,11 +18,17 @@ use super::{OciError, Settings, sign};
 pub struct Pushed {
     /// The manifest's digest.
     pub digest: String,
-    /// The signature's tag, when signed.
+    /// The digest of the Sigstore bundle attached as a referrer, when signed.
+    pub bundle: Option<String>,
+    /// The legacy signature's tag, when asked for.
     pub signature_tag: Option<String>,
 }
 
-async fn put_blob(s: &mut Session, bytes: &[u8], what: &str) -> Result<String, OciError> {
+pub(super) async fn put_blob(
+    s: &mut Session,
+    bytes: &[u8],
+    what: &str,
+) -> Result<String, OciError> {
     let digest = sha256_digest(bytes);
     let url = s.url(&format!("blobs/{digest}"));
     let a = s
@@ -83,17 +89,30 @@ async fn put_blob(s: &mut Session, bytes: &[u8], what: &str) -> Result<String, O
 
 async fn put_manifest(s: &mut Session, m: &Manifest, tag: &str) -> Result<String, OciError> {
     let body = serde_json::to_vec(m).map_err(|e| s.err(e.to_string()))?;
+    put_raw(s, body, manifest::OCI_MANIFEST, tag)
+        .await
+        .map(|(d, _)| d)
+}
+
+/// PUTs manifest (or index) `body` of `media_type` at `reference` (a tag or its digest);
+/// returns its digest and the answer's headers.
+pub(super) async fn put_raw(
+    s: &mut Session,
+    body: Vec<u8>,
+    media_type: &str,
+    reference: &str,
+) -> Result<(String, http::HeaderMap), OciError> {
     let digest = sha256_digest(&body);
     let mut h = BTreeMap::new();
-    h.insert("content-type", manifest::OCI_MANIFEST.to_owned());
-    let url = s.url(&format!("manifests/{tag}"));
+    h.insert("content-type", media_type.to_owned());
+    let url = s.url(&format!("manifests/{reference}"));
     let a = s
         .send(Method::PUT, &url, h, Bytes::from(body), SMALL_BODY)
         .await?;
     if a.status != StatusCode::CREATED {
-        return Err(s.unexpected(&format!("putting the manifest at {tag}"), &a));
+        return Err(s.unexpected(&format!("putting the manifest at {reference}"), &a));
     }
-    Ok(digest)
+    Ok((digest, a.headers))
 }
 
 /// RFC 3339 UTC of now (the config's `created`).
@@ -120,12 +139,23 @@ fn now_rfc3339() -> String {
     )
 }
 
-/// Publishes `module` at `reference` (a tag), signing it with `sign_key` if given.
+/// How `wisp push` signs.
+#[derive(Clone, Copy, Debug)]
+pub struct Signing<'a> {
+    /// The PEM PKCS#8 ECDSA P-256 private key.
+    pub key: &'a Path,
+    /// Also write the legacy cosign `sha256-HEX.sig` signature (for cosign 2 and older
+    /// verifiers).
+    pub legacy: bool,
+}
+
+/// Publishes `module` at `reference` (a tag), signing it if asked: a keyed Sigstore bundle
+/// (v0.3) attached as a referrer, and the legacy signature if asked too.
 pub async fn push(
     settings: &Settings,
     module: &[u8],
     reference: &Reference,
-    sign_key: Option<&Path>,
+    signing: Option<Signing<'_>>,
 ) -> Result<Pushed, OciError> {
     let Some(tag) = reference.tag.clone().filter(|_| reference.digest.is_none()) else {
         return Err(OciError::new(
@@ -165,13 +195,65 @@ pub async fn push(
         Descriptor::new(manifest::WASM_CONFIG_V0, config_digest, config.len()),
         Descriptor::new(manifest::WASM_LAYER, layer_digest, module.len()),
     );
-    let digest = put_manifest(&mut s, &m, &tag).await?;
-    let signature_tag = match sign_key {
-        None => None,
-        Some(key) => Some(push_signature(&mut s, reference, &digest, key).await?),
+    let body = serde_json::to_vec(&m).map_err(|e| s.err(e.to_string()))?;
+    let size = body.len();
+    let (digest, _) = put_raw(&mut s, body, manifest::OCI_MANIFEST, &tag).await?;
+    match signing {
+        Some(signing) => sign_manifest(&mut s, reference, digest, size, signing).await,
+        None => Ok(Pushed {
+            digest,
+            bundle: None,
+            signature_tag: None,
+        }),
+    }
+}
+
+/// Signs the manifest `REGISTRY/REPO@sha256:...` already in the registry, as `push` signs
+/// what it pushed (another signer's bundle is added beside those there).
+pub async fn sign(
+    settings: &Settings,
+    reference: &Reference,
+    signing: Signing<'_>,
+) -> Result<Pushed, OciError> {
+    let Some(digest) = reference.digest.clone() else {
+        return Err(OciError::new(
+            reference,
+            "signing needs a digest (oci://REGISTRY/REPO@sha256:...)",
+        ));
+    };
+    let t = Transport::new(settings.shared()).map_err(|e| OciError::new(reference, e))?;
+    let mut s = Session::new(
+        t,
+        &reference.registry,
+        &reference.repository,
+        reference.to_string(),
+    );
+    let (_, bytes) = super::pull::get_manifest(&mut s, &digest)
+        .await?
+        .ok_or_else(|| s.err(format!("manifest {digest} not found")))?;
+    sign_manifest(&mut s, reference, digest, bytes.len(), signing).await
+}
+
+/// Attaches a keyed bundle of `digest` (`size` bytes), and the legacy signature if asked.
+async fn sign_manifest(
+    s: &mut Session,
+    reference: &Reference,
+    digest: String,
+    size: usize,
+    signing: Signing<'_>,
+) -> Result<Pushed, OciError> {
+    let bundle = super::referrers::keyed_bundle(signing.key, &reference.repo_path(), &digest)
+        .map_err(|e| s.err(e))?;
+    let subject = Descriptor::new(manifest::OCI_MANIFEST, digest.clone(), size);
+    let bundle = super::referrers::attach(s, subject, &bundle).await?;
+    let signature_tag = if signing.legacy {
+        Some(push_signature(s, reference, &digest, signing.key).await?)
+    } else {
+        None
     };
     Ok(Pushed {
         digest,
+        bundle: Some(bundle),
         signature_tag,
     })
 }
@@ -184,6 +266,7 @@ fn one_layer(config: Descriptor, layer: Descriptor) -> Manifest {
         artifact_type: None,
         config,
         layers: vec![layer],
+        subject: None,
         annotations: BTreeMap::new(),
     }
 }

@@ -52,24 +52,40 @@ impl PublicKey {
                 path.display()
             )
         })?;
-        let der = der.as_ref();
-        match der.strip_prefix(&P256_SPKI_PREFIX[..]) {
-            Some(point) if point.len() == 65 && point[0] == 4 => Ok(Self {
+        match p256_point(der.as_ref()) {
+            Some(point) => Ok(Self {
                 file: path.to_owned(),
-                point: point.to_vec(),
+                point,
             }),
-            _ => Err(format!(
+            None => Err(format!(
                 "signature key {}: not an ECDSA P-256 public key (the only kind verified)",
                 path.display()
             )),
         }
     }
 
-    fn verifies(&self, payload: &[u8], signature: &[u8]) -> bool {
+    /// Whether `signature` (ASN.1 DER ECDSA) over `payload` verifies under this key.
+    pub fn verifies(&self, payload: &[u8], signature: &[u8]) -> bool {
         UnparsedPublicKey::new(&ECDSA_P256_SHA256_ASN1, &self.point)
             .verify(payload, signature)
             .is_ok()
     }
+}
+
+impl PublicKey {
+    /// The key's SubjectPublicKeyInfo DER (what a Rekor entry records of a keyed signer).
+    pub fn spki_der(&self) -> Vec<u8> {
+        let mut der = P256_SPKI_PREFIX.to_vec();
+        der.extend_from_slice(&self.point);
+        der
+    }
+}
+
+/// The uncompressed point of a P-256 SubjectPublicKeyInfo DER, if it is one.
+pub fn p256_point(spki: &[u8]) -> Option<Vec<u8>> {
+    spki.strip_prefix(&P256_SPKI_PREFIX[..])
+        .filter(|p| p.len() == 65 && p[0] == 4)
+        .map(<[u8]>::to_vec)
 }
 
 /// The tag cosign keeps the signature of `manifest_digest` (`sha256:HEX`) under:
@@ -141,7 +157,12 @@ pub fn verify(
 /// Signs `payload` with a PEM PKCS#8 ECDSA P-256 private key (`openssl genpkey -algorithm EC
 /// -pkeyopt ec_paramgen_curve:P-256`); returns the base64 DER signature.
 pub fn sign(key_file: &Path, payload: &[u8]) -> Result<String, String> {
-    use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair};
+    sign_der(key_file, payload).map(|(sig, _)| STANDARD.encode(sig))
+}
+
+/// [`sign`], returning the DER signature and the key's SubjectPublicKeyInfo DER.
+pub fn sign_der(key_file: &Path, payload: &[u8]) -> Result<(Vec<u8>, Vec<u8>), String> {
+    use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair, KeyPair as _};
     let der = PrivatePkcs8KeyDer::from_pem_file(key_file).map_err(|e| {
         format!(
             "signing key {}: not a PEM PRIVATE KEY (PKCS#8; encrypted cosign keys are not read): {e}",
@@ -163,5 +184,7 @@ pub fn sign(key_file: &Path, payload: &[u8]) -> Result<String, String> {
     let sig = pair
         .sign(&rng, payload)
         .map_err(|e| format!("signing: {e}"))?;
-    Ok(STANDARD.encode(sig.as_ref()))
+    let mut spki = P256_SPKI_PREFIX.to_vec();
+    spki.extend_from_slice(pair.public_key().as_ref());
+    Ok((sig.as_ref().to_vec(), spki))
 }

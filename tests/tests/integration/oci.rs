@@ -641,11 +641,15 @@ async fn wisp_push_signs_what_openssl_verifies_and_what_wisp_pulls() {
     let (key, public) = keypair(dir.path(), "k");
     let module = faults();
     let r = reg.reference("acme/pushed:v1");
+    let signing = oci::push::Signing {
+        key: &key,
+        legacy: true,
+    };
     let pushed = oci::push::push(
         &reg.settings(&dir.path().join("push")),
         &module,
         &r,
-        Some(&key),
+        Some(signing),
     )
     .await
     .unwrap();
@@ -1284,4 +1288,570 @@ oci: {{cacheDir: {cache}, insecure: ["{peer}"], pullTimeout: 10s}}
         "{e}"
     );
     assert!(t.elapsed() < Duration::from_secs(14), "{:?}", t.elapsed());
+}
+
+/// The Sigstore test data (tests/fixtures/sigstore; real sigstore-conformance bundles).
+fn sigstore_fixture(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/sigstore")
+        .join(path)
+}
+
+/// Reads, with Python's urllib (not Wisp's client), what the registry lists as referrers of
+/// `digest`: the referrers API's status, the tag schema index's bundle entries, and for the
+/// first, its manifest and bundle (written to `out`). Prints JSON.
+fn read_referrers(reg: &Registry, repo: &str, digest: &str, out: &Path) -> serde_json::Value {
+    const SCRIPT: &str = r#"
+import sys, json, urllib.request, urllib.error
+base, repo, digest, out = sys.argv[1:5]
+def get(path, accept):
+    return urllib.request.urlopen(urllib.request.Request(base + '/v2/' + repo + path, headers={'Accept': accept})).read()
+try:
+    get('/referrers/' + digest, 'application/vnd.oci.image.index.v1+json')
+    api = 200
+except urllib.error.HTTPError as e:
+    api = e.code
+index = json.loads(get('/manifests/' + digest.replace(':', '-'), 'application/vnd.oci.image.index.v1+json'))
+bundles = [m for m in index['manifests'] if m.get('artifactType') == 'application/vnd.dev.sigstore.bundle.v0.3+json']
+m = json.loads(get('/manifests/' + bundles[0]['digest'], 'application/vnd.oci.image.manifest.v1+json'))
+open(out, 'wb').write(get('/blobs/' + m['layers'][0]['digest'], '*/*'))
+print(json.dumps({'api': api, 'index': index, 'bundles': len(bundles), 'manifest': m}))
+"#;
+    let o = run(Command::new("python3").args([
+        "-c",
+        SCRIPT,
+        &reg.base(),
+        repo,
+        digest,
+        out.to_str().unwrap(),
+    ]));
+    serde_json::from_str(&o).unwrap()
+}
+
+/// `wisp push --sign` attaches a keyed v0.3 bundle as cosign 3 does; the registry (distribution
+/// 2.8) has no referrers API, so it goes to the referrers tag schema's index, where Python reads
+/// it, openssl verifies its DSSE signature, and Wisp's pull finds and accepts it (never asking
+/// for the legacy `.sig` tag). A second signature is appended to the index, not put over it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wisp_push_attaches_a_sigstore_bundle_that_openssl_verifies_and_wisp_pulls() {
+    if !tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let reg = Registry::start(&dir.path().join("reg"));
+    let (key, public) = keypair(dir.path(), "k");
+    let (other_key, other_public) = keypair(dir.path(), "other");
+    let module = faults();
+    let r = reg.reference("acme/bundled:v1");
+    let push_settings = reg.settings(&dir.path().join("push"));
+    let signing = oci::push::Signing {
+        key: &key,
+        legacy: false,
+    };
+    let pushed = oci::push::push(&push_settings, &module, &r, Some(signing))
+        .await
+        .unwrap();
+    assert_eq!(
+        pushed.signature_tag, None,
+        "no legacy signature unless asked"
+    );
+    let bundle_file = dir.path().join("bundle.json");
+    let seen = read_referrers(&reg, "acme/bundled", &pushed.digest, &bundle_file);
+    assert_eq!(
+        seen["api"], 404,
+        "distribution 2.8 has no referrers API: {seen}"
+    );
+    assert_eq!(seen["bundles"], 1, "{seen}");
+    let m = &seen["manifest"];
+    assert_eq!(
+        m["artifactType"],
+        "application/vnd.dev.sigstore.bundle.v0.3+json"
+    );
+    assert_eq!(m["subject"]["digest"], pushed.digest.as_str());
+    assert_eq!(
+        m["config"]["mediaType"],
+        "application/vnd.oci.empty.v1+json"
+    );
+    assert_eq!(
+        seen["index"]["manifests"][0]["digest"],
+        pushed.bundle.as_deref().unwrap()
+    );
+    // The bundle: a DSSE in-toto statement naming the manifest, its signature verified by
+    // openssl over DSSE's pre-authentication encoding.
+    let b: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&bundle_file).unwrap()).unwrap();
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let env = &b["dsseEnvelope"];
+    let payload = b64.decode(env["payload"].as_str().unwrap()).unwrap();
+    let st: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+    assert_eq!(
+        st["subject"][0]["digest"]["sha256"],
+        &pushed.digest["sha256:".len()..]
+    );
+    assert_eq!(st["predicateType"], "https://sigstore.dev/cosign/sign/v1");
+    let t = env["payloadType"].as_str().unwrap();
+    let mut pae = format!("DSSEv1 {} {t} {} ", t.len(), payload.len()).into_bytes();
+    pae.extend_from_slice(&payload);
+    std::fs::write(dir.path().join("pae"), &pae).unwrap();
+    let sig = b64
+        .decode(env["signatures"][0]["sig"].as_str().unwrap())
+        .unwrap();
+    std::fs::write(dir.path().join("sig"), sig).unwrap();
+    let out = run(Command::new("openssl").args([
+        "dgst",
+        "-sha256",
+        "-verify",
+        public.to_str().unwrap(),
+        "-signature",
+        dir.path().join("sig").to_str().unwrap(),
+        dir.path().join("pae").to_str().unwrap(),
+    ]));
+    assert!(out.contains("Verified OK"), "{out}");
+
+    // Pulled with the key: accepted through the referrers tag; the legacy tag is not asked for.
+    let mut settings = reg.settings(&dir.path().join("oci"));
+    settings.keys = vec![oci::sign::PublicKey::load(&public).unwrap()];
+    let pulled = oci::pull::pull(&settings, &r).await.unwrap();
+    assert_eq!(pulled.signed_by.as_deref(), Some(public.to_str().unwrap()));
+    assert_eq!(std::fs::read(&pulled.path).unwrap(), module);
+    let legacy_tag = format!("{}.sig", pushed.digest.replace(':', "-"));
+    assert_eq!(reg.manifest_gets("acme/bundled", &legacy_tag), 0);
+
+    // Under another key only: refused, naming the bundle, where it was found and the check.
+    let mut other = reg.settings(&dir.path().join("oci-other"));
+    other.keys = vec![oci::sign::PublicKey::load(&other_public).unwrap()];
+    let e = oci::pull::pull(&other, &r).await.unwrap_err().to_string();
+    assert!(
+        e.contains(pushed.bundle.as_deref().unwrap())
+            && e.contains("referrers tag")
+            && e.contains("signature check failed")
+            && e.contains("no legacy signature"),
+        "{e}"
+    );
+
+    // Signed again with that key: the index now lists both, and the other key accepts it.
+    let signing = oci::push::Signing {
+        key: &other_key,
+        legacy: false,
+    };
+    let pinned = reg.reference(&format!("acme/bundled@{}", pushed.digest));
+    let again = oci::push::sign(&push_settings, &pinned, signing)
+        .await
+        .unwrap();
+    assert_eq!(again.digest, pushed.digest);
+    assert_ne!(again.bundle, pushed.bundle);
+    let seen = read_referrers(&reg, "acme/bundled", &pushed.digest, &bundle_file);
+    assert_eq!(seen["bundles"], 2, "{seen}");
+    let pulled = oci::pull::pull(&other, &r).await.unwrap();
+    assert_eq!(
+        pulled.signed_by.as_deref(),
+        Some(other_public.to_str().unwrap())
+    );
+}
+
+/// Attaches `bundle` to `subject` (a manifest digest of `repo`) as cosign 3 does, with Python's
+/// urllib: an empty config, the bundle as the one layer, artifactType and subject set, put by
+/// digest; then the referrers tag schema index (distribution 2.8 has no referrers API).
+fn attach_like_cosign(reg: &Registry, repo: &str, subject: &str, bundle: &Path) -> String {
+    const SCRIPT: &str = r#"
+import sys, json, hashlib, urllib.request, urllib.error
+base, repo, subject, path = sys.argv[1:5]
+BT = 'application/vnd.dev.sigstore.bundle.v0.3+json'
+def req(method, path, data=None, headers={}):
+    return urllib.request.urlopen(urllib.request.Request(base + path, method=method, data=data, headers=headers))
+def blob(data):
+    d = 'sha256:' + hashlib.sha256(data).hexdigest()
+    loc = req('POST', '/v2/' + repo + '/blobs/uploads/', b'').headers['Location']
+    if loc.startswith('http'):
+        loc = loc[len(base):]
+    req('PUT', loc + ('&' if '?' in loc else '?') + 'digest=' + d, data, {'Content-Type': 'application/octet-stream'})
+    return d
+sm = req('GET', '/v2/' + repo + '/manifests/' + subject, headers={'Accept': 'application/vnd.oci.image.manifest.v1+json'}).read()
+b = open(path, 'rb').read()
+m = {'schemaVersion': 2, 'mediaType': 'application/vnd.oci.image.manifest.v1+json', 'artifactType': BT,
+     'config': {'mediaType': 'application/vnd.oci.empty.v1+json', 'digest': blob(b'{}'), 'size': 2},
+     'layers': [{'mediaType': BT, 'digest': blob(b), 'size': len(b)}],
+     'subject': {'mediaType': 'application/vnd.oci.image.manifest.v1+json', 'digest': subject, 'size': len(sm)},
+     'annotations': {'dev.sigstore.bundle.content': 'dsse-envelope', 'dev.sigstore.bundle.predicateType': 'https://sigstore.dev/cosign/sign/v1'}}
+body = json.dumps(m).encode()
+d = 'sha256:' + hashlib.sha256(body).hexdigest()
+req('PUT', '/v2/' + repo + '/manifests/' + d, body, {'Content-Type': 'application/vnd.oci.image.manifest.v1+json'})
+tag = subject.replace(':', '-')
+try:
+    index = json.loads(req('GET', '/v2/' + repo + '/manifests/' + tag, headers={'Accept': 'application/vnd.oci.image.index.v1+json'}).read())
+except urllib.error.HTTPError:
+    index = {'schemaVersion': 2, 'mediaType': 'application/vnd.oci.image.index.v1+json', 'manifests': []}
+index['manifests'].append({'mediaType': 'application/vnd.oci.image.manifest.v1+json', 'digest': d, 'size': len(body), 'artifactType': BT})
+req('PUT', '/v2/' + repo + '/manifests/' + tag, json.dumps(index).encode(), {'Content-Type': 'application/vnd.oci.image.index.v1+json'})
+print(d)
+"#;
+    run(Command::new("python3").args([
+        "-c",
+        SCRIPT,
+        &reg.base(),
+        repo,
+        subject,
+        bundle.to_str().unwrap(),
+    ]))
+    .trim()
+    .to_owned()
+}
+
+/// Real keyless bundles (Fulcio certificate, Rekor v1 entry: sigstore-conformance's, signing
+/// `a.txt`) attached to a module as referrers reach the whole check through the registry: found
+/// by the tag schema after the referrers API's 404, fetched within the bounds, and refused
+/// because they sign another artifact, naming the bundle and the check; without a bundle or
+/// a keyless match the refusal says so. The host refuses to start on them, naming the plugin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_keyless_bundles_attached_as_referrers_are_checked_and_refused_naming_the_check() {
+    if !tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let reg = Registry::start(&dir.path().join("reg"));
+    let push_settings = reg.settings(&dir.path().join("push"));
+    let push = |tag: &'static str| {
+        let r = reg.reference(&format!("acme/keyless:{tag}"));
+        let s = push_settings.clone();
+        let m = std::fs::read(variant(&plugin_path("test_faults"), tag, dir.path())).unwrap();
+        async move { oci::push::push(&s, &m, &r, None).await.unwrap().digest }
+    };
+    let mut settings = reg.settings(&dir.path().join("oci"));
+    settings.keyless = vec![oci::sigstore::Keyless {
+        issuer: oci::sigstore::Matcher::Exact("https://token.actions.githubusercontent.com".into()),
+        identity: oci::sigstore::Matcher::regex(
+            r"https://github\.com/sigstore-conformance/.*@refs/heads/main",
+        )
+        .unwrap(),
+    }];
+    settings.trusted_root = Some(std::sync::Arc::new(
+        oci::sigstore::TrustedRoot::load(&sigstore_fixture("trusted_root.json")).unwrap(),
+    ));
+    let pull = |tag: &str| {
+        let r = reg.reference(&format!("acme/keyless:{tag}"));
+        let s = settings.clone();
+        async move { oci::pull::pull(&s, &r).await.map_err(|e| e.to_string()) }
+    };
+
+    // Nothing attached: not signed, saying where bundles were looked for.
+    let bare = push("bare").await;
+    let e = pull("bare").await.unwrap_err();
+    assert!(
+        e.contains("not signed")
+            && e.contains(&bare.replace(':', "-"))
+            && e.contains("oci.keyless"),
+        "{e}"
+    );
+
+    // A message-signature bundle (v0.3) and a DSSE one, both real, both of a.txt.
+    for (tag, case, check) in [
+        ("msg", "happy-path-v0.3", "artifact digest check failed"),
+        (
+            "dsse",
+            "happy-path-intoto-in-dsse-v3",
+            "subject check failed",
+        ),
+    ] {
+        let digest = push(tag).await;
+        let b = sigstore_fixture(&format!("{case}/bundle.sigstore.json"));
+        let referrer = attach_like_cosign(&reg, "acme/keyless", &digest, &b);
+        let e = pull(tag).await.unwrap_err();
+        assert!(
+            e.contains(&referrer) && e.contains("referrers tag") && e.contains(check),
+            "{case}: {e}"
+        );
+    }
+
+    // A bundle over oci.maxSignatureBytes is not fetched.
+    let digest = push("big").await;
+    let b = sigstore_fixture("happy-path-v0.3/bundle.sigstore.json");
+    attach_like_cosign(&reg, "acme/keyless", &digest, &b);
+    let mut small = settings.clone();
+    small.max_signature_bytes = 100;
+    let r = reg.reference("acme/keyless:big");
+    let e = oci::pull::pull(&small, &r).await.unwrap_err().to_string();
+    assert!(e.contains("oci.maxSignatureBytes"), "{e}");
+
+    // More bundles listed than oci.maxSignatureLayers: none is fetched.
+    let dsse = sigstore_fixture("happy-path-intoto-in-dsse-v3/bundle.sigstore.json");
+    attach_like_cosign(&reg, "acme/keyless", &digest, &dsse);
+    attach_like_cosign(&reg, "acme/keyless", &digest, &dsse);
+    let mut few = settings.clone();
+    few.max_signature_layers = 2;
+    let e = oci::pull::pull(&few, &r).await.unwrap_err().to_string();
+    assert!(
+        e.contains(
+            "3 Sigstore bundles are attached (referrers tag), more than oci.maxSignatureLayers (2)"
+        ),
+        "{e}"
+    );
+
+    // The host refuses to start on it, naming the plugin and the check.
+    let extra = format!(
+        ", insecure: [\"{}\"], trustedRoot: {}, keyless: [{{issuer: https://token.actions.githubusercontent.com, identityRegexp: 'https://github\\.com/.*'}}]",
+        reg.host,
+        sigstore_fixture("trusted_root.json").display()
+    );
+    let e = start(&config(
+        dir.path(),
+        &format!("oci://{}/acme/keyless:msg", reg.host),
+        &extra,
+    ))
+    .await
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        e.contains("plugin \"p\"") && e.contains("artifact digest check failed"),
+        "{e}"
+    );
+}
+
+/// The `wisp` binary beside this test's directory (`target/debug/wisp`), built when missing.
+fn wisp_bin() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.parent().and_then(Path::parent).unwrap().join("wisp");
+    if !bin.exists() {
+        run(
+            Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())).args([
+                "build",
+                "-p",
+                "wisp-host",
+                "--bin",
+                "wisp",
+            ]),
+        );
+    }
+    bin
+}
+
+/// `wisp push --sign KEY --legacy-signature`, run as a process: both signatures written (the
+/// bundle in the referrers tag index, the `.sig` tag), said on stdout, and each accepted by a
+/// pull; `--legacy-signature` alone is refused by the command line, and `--help` documents it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wisp_push_cli_writes_the_bundle_and_the_legacy_signature_when_asked() {
+    if !tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let reg = Registry::start(&dir.path().join("reg"));
+    let (key, public) = keypair(dir.path(), "k");
+    let reference = format!("oci://{}/acme/cli:v1", reg.host);
+    let module = plugin_path("test_faults");
+    let out = run(Command::new(wisp_bin()).args([
+        "push",
+        module.to_str().unwrap(),
+        &reference,
+        "--sign",
+        key.to_str().unwrap(),
+        "--legacy-signature",
+        "--insecure",
+    ]));
+    let digest = out
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("pushed {reference}@")))
+        .unwrap_or_else(|| panic!("{out}"))
+        .to_owned();
+    let legacy = format!("{}.sig", digest.replace(':', "-"));
+    assert!(
+        out.contains("signed: Sigstore bundle")
+            && out.contains(&format!("signed (legacy): {}/acme/cli:{legacy}", reg.host)),
+        "{out}"
+    );
+    let seen = read_referrers(&reg, "acme/cli", &digest, &dir.path().join("bundle"));
+    assert_eq!(seen["bundles"], 1, "{seen}");
+    let r = reg.reference("acme/cli:v1");
+    let mut settings = reg.settings(&dir.path().join("oci"));
+    settings.keys = vec![oci::sign::PublicKey::load(&public).unwrap()];
+    let pulled = oci::pull::pull(&settings, &r).await.unwrap();
+    assert_eq!(pulled.digest, digest);
+    assert_eq!(
+        reg.manifest_gets("acme/cli", &legacy),
+        0,
+        "the bundle came first"
+    );
+    // The legacy signature is there too, as cosign 2 reads it.
+    let sig = reg.base() + "/v2/acme/cli/manifests/" + &legacy;
+    let m = run(Command::new("python3").args([
+        "-c",
+        "import sys, urllib.request; print(urllib.request.urlopen(urllib.request.Request(sys.argv[1], headers={'Accept': 'application/vnd.oci.image.manifest.v1+json'})).read().decode())",
+        &sig,
+    ]));
+    assert!(m.contains("dev.cosignproject.cosign/signature"), "{m}");
+
+    let o = Command::new(wisp_bin())
+        .args([
+            "push",
+            module.to_str().unwrap(),
+            &reference,
+            "--legacy-signature",
+        ])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("--sign"), "{e}");
+    let help = run(Command::new(wisp_bin()).args(["push", "--help"]));
+    assert!(
+        help.contains("--legacy-signature") && help.contains("Sigstore bundle"),
+        "{help}"
+    );
+}
+
+/// A keyless bundle of the manifest `digest` made by the `openssl` CLI (driven by Python) as
+/// Fulcio, Rekor and cosign 3 would make it: a CA, a leaf certificate of `identity` (SAN URI)
+/// and `issuer` (Fulcio's extension 1.3.6.1.4.1.57264.1.8) with the code-signing EKU, a DSSE
+/// in-toto statement naming the digest signed by the leaf key, a Rekor v1 `dsse` entry with its
+/// SET and an inclusion proof (a one-leaf tree) with a checkpoint signed by a log key; and the
+/// trusted root of that CA and log. Writes `bundle.json` and `trusted_root.json` in `dir`.
+fn openssl_keyless_bundle(dir: &Path, digest: &str, identity: &str, issuer: &str) {
+    const SCRIPT: &str = r#"
+import subprocess, json, base64, hashlib, time, os, sys
+d, digest, identity, issuer = sys.argv[1:5]
+def sh(*a, inp=None):
+    return subprocess.run(a, input=inp, check=True, capture_output=True).stdout
+def p(n):
+    return os.path.join(d, n)
+b64 = lambda b: base64.b64encode(b).decode()
+sha = lambda b: hashlib.sha256(b).digest()
+canon = lambda v: json.dumps(v, sort_keys=True, separators=(',', ':')).encode()
+def sign(key, data):
+    open(p('tbs'), 'wb').write(data)
+    return sh('openssl', 'dgst', '-sha256', '-sign', key, p('tbs'))
+ec = ['-algorithm', 'EC', '-pkeyopt', 'ec_paramgen_curve:P-256']
+sh('openssl', 'genpkey', *ec, '-out', p('ca.key'))
+sh('openssl', 'req', '-x509', '-new', '-key', p('ca.key'), '-subj', '/O=wisp-test/CN=test-fulcio', '-days', '30',
+   '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign', '-out', p('ca.pem'))
+sh('openssl', 'genpkey', *ec, '-out', p('leaf.key'))
+sh('openssl', 'req', '-new', '-key', p('leaf.key'), '-subj', '/O=wisp-test', '-out', p('leaf.csr'))
+open(p('ext.cnf'), 'w').write('[ext]\nbasicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n'
+    'extendedKeyUsage=codeSigning\nsubjectAltName=critical,URI:%s\n1.3.6.1.4.1.57264.1.8=ASN1:UTF8String:%s\n' % (identity, issuer))
+sh('openssl', 'x509', '-req', '-in', p('leaf.csr'), '-CA', p('ca.pem'), '-CAkey', p('ca.key'), '-CAcreateserial', '-days', '1',
+   '-extfile', p('ext.cnf'), '-extensions', 'ext', '-out', p('leaf.pem'))
+leaf_pem = open(p('leaf.pem'), 'rb').read()
+leaf_der = sh('openssl', 'x509', '-in', p('leaf.pem'), '-outform', 'DER')
+ca_der = sh('openssl', 'x509', '-in', p('ca.pem'), '-outform', 'DER')
+statement = canon({'_type': 'https://in-toto.io/Statement/v1', 'subject': [{'name': 'module', 'digest': {'sha256': digest.split(':')[1]}}],
+                   'predicateType': 'https://sigstore.dev/cosign/sign/v1', 'predicate': {}})
+pt = 'application/vnd.in-toto+json'
+pae = b'DSSEv1 %d %s %d ' % (len(pt), pt.encode(), len(statement)) + statement
+sig = sign(p('leaf.key'), pae)
+body = canon({'apiVersion': '0.0.1', 'kind': 'dsse', 'spec': {
+    'envelopeHash': {'algorithm': 'sha256', 'value': hashlib.sha256(b'envelope').hexdigest()},
+    'payloadHash': {'algorithm': 'sha256', 'value': hashlib.sha256(statement).hexdigest()},
+    'signatures': [{'signature': b64(sig), 'verifier': b64(leaf_pem)}]}})
+sh('openssl', 'genpkey', *ec, '-out', p('log.key'))
+log_der = sh('openssl', 'pkey', '-in', p('log.key'), '-pubout', '-outform', 'DER')
+log_id = sha(log_der)
+t = int(time.time()) + 2
+set_ = sign(p('log.key'), canon({'body': b64(body), 'integratedTime': t, 'logID': log_id.hex(), 'logIndex': 0}))
+root = sha(b'\x00' + body)
+note = 'test-log - 1\n1\n%s\n' % b64(root)
+env = note + '\n' + '\u2014 test-log %s\n' % b64(log_id[:4] + sign(p('log.key'), note.encode()))
+bundle = {'mediaType': 'application/vnd.dev.sigstore.bundle.v0.3+json',
+  'verificationMaterial': {'certificate': {'rawBytes': b64(leaf_der)}, 'tlogEntries': [{
+    'logIndex': '0', 'logId': {'keyId': b64(log_id)}, 'kindVersion': {'kind': 'dsse', 'version': '0.0.1'},
+    'integratedTime': str(t), 'inclusionPromise': {'signedEntryTimestamp': b64(set_)},
+    'inclusionProof': {'logIndex': '0', 'rootHash': b64(root), 'treeSize': '1', 'hashes': [], 'checkpoint': {'envelope': env}},
+    'canonicalizedBody': b64(body)}]},
+  'dsseEnvelope': {'payload': b64(statement), 'payloadType': pt, 'signatures': [{'sig': b64(sig)}]}}
+start = {'start': '2020-01-01T00:00:00Z'}
+trusted = {'mediaType': 'application/vnd.dev.sigstore.trustedroot+json;version=0.1',
+  'tlogs': [{'baseUrl': 'https://log.test', 'hashAlgorithm': 'SHA2_256', 'publicKey': {'rawBytes': b64(log_der),
+             'keyDetails': 'PKIX_ECDSA_P256_SHA_256', 'validFor': start}, 'logId': {'keyId': b64(log_id)}}],
+  'certificateAuthorities': [{'subject': {}, 'uri': 'https://fulcio.test', 'certChain': {'certificates': [{'rawBytes': b64(ca_der)}]},
+                              'validFor': start}]}
+json.dump(bundle, open(p('bundle.json'), 'w'))
+json.dump(trusted, open(p('trusted_root.json'), 'w'))
+"#;
+    std::fs::create_dir_all(dir).unwrap();
+    run(Command::new("python3").args([
+        "-c",
+        SCRIPT,
+        dir.to_str().unwrap(),
+        digest,
+        identity,
+        issuer,
+    ]));
+}
+
+/// A keyless signature accepted end to end: a bundle made with openssl as Fulcio, Rekor and
+/// cosign 3 make theirs (see [`openssl_keyless_bundle`]), attached as cosign attaches it, pulled
+/// through the registry's referrers tag and accepted under the matching identity; refused under
+/// another identity, another issuer, or the public-good trusted root, each naming the check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyless_bundle_made_by_openssl_as_fulcio_and_rekor_is_accepted_through_the_registry() {
+    if !tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let reg = Registry::start(&dir.path().join("reg"));
+    let module = faults();
+    let r = reg.reference("acme/signed-keyless:v1");
+    let pushed = oci::push::push(&reg.settings(&dir.path().join("push")), &module, &r, None)
+        .await
+        .unwrap();
+    let identity = "https://github.com/acme/plugins/.github/workflows/release.yml@refs/heads/main";
+    let issuer = "https://token.actions.githubusercontent.com";
+    let made = dir.path().join("made");
+    openssl_keyless_bundle(&made, &pushed.digest, identity, issuer);
+    let referrer = attach_like_cosign(
+        &reg,
+        "acme/signed-keyless",
+        &pushed.digest,
+        &made.join("bundle.json"),
+    );
+    let policy = |root: &str, identity: &str, issuer: &str, cache: &str| {
+        let mut s = reg.settings(&dir.path().join(cache));
+        s.keyless = vec![oci::sigstore::Keyless {
+            issuer: oci::sigstore::Matcher::Exact(issuer.into()),
+            identity: oci::sigstore::Matcher::regex(identity).unwrap(),
+        }];
+        s.trusted_root = Some(std::sync::Arc::new(
+            oci::sigstore::TrustedRoot::load(Path::new(root)).unwrap(),
+        ));
+        s
+    };
+    let own_root = made.join("trusted_root.json");
+    let own_root = own_root.to_str().unwrap();
+    let s = policy(own_root, r"https://github\.com/acme/.*", issuer, "ok");
+    let pulled = oci::pull::pull(&s, &r).await.unwrap();
+    assert_eq!(
+        pulled.signed_by.as_deref(),
+        Some(format!("{identity} (issuer {issuer})").as_str())
+    );
+    assert_eq!(std::fs::read(&pulled.path).unwrap(), module);
+    // Started again from the cache by digest: verified again, without the registry.
+    let pinned = reg.reference(&format!("acme/signed-keyless@{}", pushed.digest));
+    let again = oci::pull::pull(&s, &pinned).await.unwrap();
+    assert!(again.from_cache && again.signed_by == pulled.signed_by);
+
+    for (root, id, iss, check) in [
+        (
+            own_root,
+            r"https://github\.com/other/.*",
+            issuer,
+            "certificate identity check failed",
+        ),
+        (
+            own_root,
+            r"https://github\.com/acme/.*",
+            "https://accounts.google.com",
+            "certificate issuer check failed",
+        ),
+    ] {
+        let s = policy(root, id, iss, check);
+        let e = oci::pull::pull(&s, &r).await.unwrap_err().to_string();
+        assert!(e.contains(&referrer) && e.contains(check), "{e}");
+    }
+    let public_good = sigstore_fixture("trusted_root.json");
+    let s = policy(
+        public_good.to_str().unwrap(),
+        r"https://github\.com/acme/.*",
+        issuer,
+        "pg",
+    );
+    let e = oci::pull::pull(&s, &r).await.unwrap_err().to_string();
+    assert!(e.contains("tlog key check failed"), "{e}");
 }
