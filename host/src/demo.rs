@@ -34,10 +34,14 @@ impl Printer {
 
 fn describe(o: &Object) -> String {
     let m = o.meta();
-    let ns = m.namespace.as_deref().unwrap_or("-");
+    let ns = m.namespace().unwrap_or("-");
     format!(
         "{}/{} {}/{} rv={}",
-        m.api_version, m.kind, ns, m.name, m.resource_version
+        m.api_version(),
+        m.kind(),
+        ns,
+        m.name(),
+        m.resource_version()
     )
 }
 
@@ -117,7 +121,7 @@ pub async fn run() -> anyhow::Result<Vec<String>> {
         let mut names: Vec<String> = cache
             .by_index("node", &n)?
             .iter()
-            .map(|o| o.meta().name.clone())
+            .map(|o| o.meta().name().to_owned())
             .collect();
         names.sort();
         println!("-- node {n}: {}", names.join(", "));

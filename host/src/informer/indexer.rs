@@ -43,9 +43,8 @@ pub fn index_by_label(label: impl Into<String>) -> IndexFunc {
 pub fn index_by_owner_uid() -> IndexFunc {
     Arc::new(|o: &Object| {
         o.meta()
-            .owner_references
-            .iter()
-            .map(|r| r.uid.clone())
+            .owner_references()
+            .map(|r| r.uid.to_owned())
             .collect()
     })
 }
@@ -64,7 +63,7 @@ pub fn index_by_json_pointer(pointer: impl Into<String>) -> IndexFunc {
 }
 
 fn index_by_namespace() -> IndexFunc {
-    Arc::new(|o: &Object| vec![o.meta().namespace.clone().unwrap_or_default()])
+    Arc::new(|o: &Object| vec![o.meta().namespace().map(str::to_owned).unwrap_or_default()])
 }
 
 #[derive(Default)]
@@ -420,8 +419,8 @@ mod tests {
     use crate::informer::object::test_util::{labelled, obj};
 
     fn names(mut v: Vec<Arc<Object>>) -> Vec<String> {
-        v.sort_by(|a, b| a.meta().name.cmp(&b.meta().name));
-        v.into_iter().map(|o| o.meta().name.clone()).collect()
+        v.sort_by(|a, b| a.meta().name().cmp(b.meta().name()));
+        v.into_iter().map(|o| o.meta().name().to_owned()).collect()
     }
 
     #[test]
@@ -440,7 +439,7 @@ mod tests {
     fn index_functions_may_return_several_values_and_empty_sets_are_removed() {
         let ix = Indexer::new();
         let multi: IndexFunc =
-            Arc::new(|o: &Object| o.meta().labels.iter().map(|(k, _)| k.clone()).collect());
+            Arc::new(|o: &Object| o.meta().labels().map(|(k, _)| k.to_owned()).collect());
         ix.add_indexers([("labelKeys".to_owned(), multi)]).unwrap();
         ix.add(labelled("ns", "p1", "1", &[("x", "1"), ("y", "1")]));
         assert_eq!(names(ix.by_index("labelKeys", "x").unwrap()), ["p1"]);
@@ -526,6 +525,6 @@ mod tests {
             ),
             ["p1", "p2"]
         );
-        assert_eq!(reader.get_by_key("b/p3").unwrap().meta().name, "p3");
+        assert_eq!(reader.get_by_key("b/p3").unwrap().meta().name(), "p3");
     }
 }

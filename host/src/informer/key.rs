@@ -10,7 +10,7 @@ pub struct KeyError(pub String);
 /// client-go's `MetaNamespaceKeyFunc`: `namespace/name`, or `name` when cluster-scoped.
 pub fn object_key(obj: &Object) -> String {
     let m = obj.meta();
-    key_for(m.namespace.as_deref(), &m.name)
+    key_for(m.namespace(), m.name())
 }
 
 /// The key for a namespace (if any) and a name.

@@ -799,7 +799,7 @@ mod tests {
         struct Picky(Recorder);
         impl EventHandler for Picky {
             fn on_add(&mut self, obj: &Arc<crate::informer::Object>, initial_list: bool) {
-                assert_ne!(obj.meta().name, "p2", "handler failure on purpose");
+                assert_ne!(obj.meta().name(), "p2", "handler failure on purpose");
                 self.0.handle(&[Delivery {
                     seq: 0,
                     notification: Notification::Add {
@@ -833,7 +833,7 @@ mod tests {
         let names: Vec<String> = rec
             .deliveries()
             .iter()
-            .map(|d| d.notification.object().meta().name.clone())
+            .map(|d| d.notification.object().meta().name().to_owned())
             .collect();
         assert_eq!(names, ["p1", "p3", "p4"]);
         l.stop();

@@ -64,7 +64,7 @@ impl FieldMask {
             };
             let kept = self.apply(&v);
             match serde_json::to_string(&kept) {
-                Ok(json) => Arc::new(Object::from_parts(obj.meta().clone(), json)),
+                Ok(json) => Arc::new(obj.with_json(json)),
                 Err(_) => obj,
             }
         })

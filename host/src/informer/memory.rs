@@ -69,7 +69,7 @@ impl MemorySource {
         let key = object_key(&probe);
         let existing = st.objects.get(&key).cloned();
         let uid = match &existing {
-            Some(o) => o.meta().uid.clone(),
+            Some(o) => o.meta().uid().to_owned(),
             None => {
                 st.uid += 1;
                 format!("mem-{:08}", st.uid)
@@ -128,12 +128,12 @@ impl MemorySource {
         let mut st = self.lock();
         let old = st.objects.remove(key)?;
         st.rv = st.rv.max(rv);
-        let mut meta = old.meta().clone();
+        let mut meta = old.meta().to_owned();
         meta.resource_version = rv.to_string();
         let mut v = old.to_value();
         v["metadata"]["resourceVersion"] = Value::from(rv.to_string());
         let json = serde_json::to_string(&v).unwrap_or_else(|_| old.json().to_owned());
-        let gone = Arc::new(Object::from_parts(meta, json));
+        let gone = Arc::new(Object::from_parts(&meta, json));
         publish(&mut st, rv, Change::Deleted(gone.clone()));
         Some(gone)
     }

@@ -1,49 +1,32 @@
 //! The object the informer caches and hands to listeners.
 //!
-//! An [`Object`] keeps its metadata already extracted (so listeners that only look at metadata
-//! never parse JSON) and the full object as JSON text (what crosses into a plugin). Objects are
-//! immutable and shared as `Arc<Object>` between the FIFO, the indexer and every listener queue.
+//! An [`Object`] is its encoding in the plugin ABI's layout (`docs/abi.md`): the metadata
+//! extracted once, when it enters the informer, and the full object as JSON text (what crosses
+//! into a plugin). Host code reads the metadata in place through [`Meta`], so listeners that
+//! only look at metadata never parse JSON and the metadata is held once. Objects are immutable
+//! and shared as `Arc<Object>` between the FIFO, the indexer and every listener queue.
+
+mod meta;
 
 use std::sync::Arc;
 
 use serde_json::Value;
 
 pub use crate::abi::{ObjectMeta, OwnerRef};
+pub use meta::{Meta, Owner, Pairs};
 
-impl ObjectMeta {
-    /// The value of label `key`, if set.
-    pub fn label(&self, key: &str) -> Option<&str> {
-        lookup(&self.labels, key)
-    }
-
-    /// The value of annotation `key`, if set.
-    pub fn annotation(&self, key: &str) -> Option<&str> {
-        lookup(&self.annotations, key)
-    }
-}
-
-fn lookup<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
-    pairs
-        .binary_search_by(|(k, _)| k.as_str().cmp(key))
-        .ok()
-        .map(|i| pairs[i].1.as_str())
-}
-
-/// A Kubernetes object as the informer holds it: extracted metadata, and the object encoded in
-/// the plugin ABI's layout ([`crate::abi`]), which holds the full JSON: the encoding is made once
-/// when the object enters the informer and copied whole into every batch and cache read.
+/// A Kubernetes object as the informer holds it: the object encoded in the plugin ABI's layout
+/// ([`crate::abi`]), its metadata then its full JSON. The encoding is made once when the object
+/// enters the informer and copied whole into every batch and cache read.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Object {
-    meta: ObjectMeta,
     wire: Box<[u8]>,
-    /// Where the JSON text starts in `wire` (it runs to the end).
-    json_at: usize,
 }
 
 impl std::fmt::Debug for Object {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Object")
-            .field("meta", &self.meta)
+            .field("meta", &self.meta())
             .field("json", &self.json())
             .finish()
     }
@@ -67,12 +50,10 @@ pub enum ObjectError {
 
 impl Object {
     /// Builds an object from extracted metadata and its JSON text. The caller promises they agree.
-    pub fn from_parts(meta: ObjectMeta, json: impl AsRef<str>) -> Self {
-        let (wire, json_at) = crate::abi::encode_object(&meta, json.as_ref());
+    pub fn from_parts(meta: &ObjectMeta, json: impl AsRef<str>) -> Self {
+        let (wire, _) = crate::abi::encode_object(meta, json.as_ref());
         Self {
-            meta,
             wire: wire.into_boxed_slice(),
-            json_at,
         }
     }
 
@@ -86,7 +67,7 @@ impl Object {
         }
         let meta = meta_from_value(&value)?;
         let json = serde_json::to_string(&value)?;
-        Ok(Self::from_parts(meta, json))
+        Ok(Self::from_parts(&meta, json))
     }
 
     /// Parses JSON text into an object.
@@ -95,20 +76,19 @@ impl Object {
         Self::from_value(value, strip_managed_fields)
     }
 
-    /// The extracted metadata.
-    pub fn meta(&self) -> &ObjectMeta {
-        &self.meta
+    /// The metadata, read in place from the encoding.
+    pub fn meta(&self) -> Meta<'_> {
+        Meta::new(&self.wire)
+    }
+
+    /// The same object with other JSON text (e.g. a masked one); the metadata is kept.
+    pub fn with_json(&self, json: impl AsRef<str>) -> Self {
+        Self::from_parts(&self.meta().to_owned(), json)
     }
 
     /// The full object as JSON text.
-    #[allow(unsafe_code)]
     pub fn json(&self) -> &str {
-        let bytes = &self.wire[self.json_at..];
-        debug_assert!(std::str::from_utf8(bytes).is_ok());
-        // SAFETY: `from_parts`, the only constructor, copied these bytes from a `&str` into
-        // `wire` (immutable from then on) and recorded where they start; they run to the end
-        // of `wire`, so they are that string's bytes: valid UTF-8.
-        unsafe { std::str::from_utf8_unchecked(bytes) }
+        self.meta().json()
     }
 
     /// The object in the plugin ABI's layout (`docs/abi.md`): what batches and cache reads
@@ -120,7 +100,7 @@ impl Object {
     /// Where the JSON starts in [`Object::wire`] (it runs to the end): the bytes before it are
     /// the object's metadata.
     pub fn json_at(&self) -> usize {
-        self.json_at
+        self.wire.len() - self.json().len()
     }
 
     /// Parses the JSON into a value (for callers that need the whole object).
@@ -129,27 +109,14 @@ impl Object {
         serde_json::from_str(self.json()).unwrap_or(Value::Null)
     }
 
-    /// Shorthand for `meta().resource_version`.
+    /// Shorthand for `meta().resource_version()`.
     pub fn resource_version(&self) -> &str {
-        &self.meta.resource_version
+        self.meta().resource_version()
     }
 
-    /// Approximate heap bytes held by this object (for cache-size metrics).
+    /// Heap bytes held by this object (for cache-size metrics): its encoding.
     pub fn heap_size(&self) -> usize {
-        let m = &self.meta;
-        let pairs =
-            |v: &[(String, String)]| v.iter().map(|(a, b)| a.len() + b.len() + 48).sum::<usize>();
         self.wire.len()
-            + m.deletion_timestamp.as_ref().map_or(0, String::len)
-            + m.api_version.len()
-            + m.kind.len()
-            + m.namespace.as_ref().map_or(0, String::len)
-            + m.name.len()
-            + m.uid.len()
-            + m.resource_version.len()
-            + pairs(&m.labels)
-            + pairs(&m.annotations)
-            + m.owner_references.len() * 128
     }
 }
 
@@ -295,17 +262,53 @@ mod tests {
             "spec": {}
         });
         let o = Object::from_value(v, true).unwrap();
-        assert_eq!(o.meta().namespace.as_deref(), Some("ns"));
-        assert_eq!(
-            o.meta().labels,
-            vec![("a".into(), "1".into()), ("b".into(), "2".into())]
-        );
-        assert_eq!(o.meta().label("b"), Some("2"));
-        assert_eq!(o.meta().annotation("x"), Some("y"));
-        assert_eq!(o.meta().owner_references[0].uid, "o1");
-        assert!(o.meta().owner_references[0].controller);
+        let m = o.meta();
+        assert_eq!(m.namespace(), Some("ns"));
+        assert_eq!(m.labels().collect::<Vec<_>>(), [("a", "1"), ("b", "2")]);
+        assert_eq!(m.label("b"), Some("2"));
+        assert_eq!(m.label("c"), None);
+        assert_eq!(m.annotation("x"), Some("y"));
+        let owners: Vec<_> = m.owner_references().map(|r| r.to_owned()).collect();
+        assert_eq!(owners[0].uid, "o1");
+        assert!(owners[0].controller && !owners[0].block_owner_deletion);
+        assert_eq!((m.name(), m.uid(), m.resource_version()), ("a", "u1", "7"));
+        assert_eq!((m.generation(), m.deletion_timestamp()), (None, None));
         assert!(!o.json().contains("managedFields"));
         assert_eq!(o.to_value()["spec"], serde_json::json!({}));
+    }
+
+    #[test]
+    fn the_view_reads_back_what_was_encoded() {
+        let meta = ObjectMeta {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            namespace: None,
+            name: "web".into(),
+            uid: "u".into(),
+            resource_version: "42".into(),
+            generation: Some(-3),
+            deletion_timestamp: Some("2026-12-05T00:00:00Z".into()),
+            labels: (0..9).map(|i| (format!("k{i}"), format!("v{i}"))).collect(),
+            annotations: vec![],
+            owner_references: vec![OwnerRef {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name: "n".into(),
+                uid: "nu".into(),
+                controller: false,
+                block_owner_deletion: true,
+            }],
+        };
+        let o = Object::from_parts(&meta, r#"{"kind":"Deployment"}"#);
+        assert_eq!(o.meta().to_owned(), meta);
+        for (k, v) in &meta.labels {
+            assert_eq!(o.meta().label(k), Some(v.as_str()), "{k}");
+        }
+        assert_eq!(o.meta().label("k"), None);
+        assert_eq!(o.meta().annotations().len(), 0);
+        assert_eq!(o.json(), r#"{"kind":"Deployment"}"#);
+        assert_eq!(&o.wire()[o.json_at()..], o.json().as_bytes());
+        assert_eq!(o.heap_size(), o.wire().len());
     }
 
     #[test]

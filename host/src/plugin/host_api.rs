@@ -208,7 +208,10 @@ impl StoreData {
         };
         let objs = objs
             .into_iter()
-            .filter(|o| selector.matches(&o.meta().labels))
+            .filter(|o| {
+                let m = o.meta();
+                selector.matches_by(|k| m.label(k))
+            })
             .take(MAX_QUERY_RESULTS)
             .collect();
         Ok(self.what_fits(objs))
@@ -310,8 +313,8 @@ impl StoreData {
         self.api.grants.caches.values().find_map(|c| {
             c.get_by_key(&key).and_then(|o| {
                 let m = o.meta();
-                (m.api_version == t.api_version && m.kind == t.kind)
-                    .then(|| (m.uid.clone(), m.resource_version.clone()))
+                (m.api_version() == t.api_version && m.kind() == t.kind)
+                    .then(|| (m.uid().to_owned(), m.resource_version().to_owned()))
             })
         })
     }
@@ -369,12 +372,12 @@ impl policy::Host for StoreData {
         let m = obj.meta();
         let subject = Subject {
             informer,
-            api_version: m.api_version.clone(),
-            kind: m.kind.clone(),
-            namespace: m.namespace.clone(),
-            name: m.name.clone(),
-            uid: m.uid.clone(),
-            resource_version: m.resource_version.clone(),
+            api_version: m.api_version().to_owned(),
+            kind: m.kind().to_owned(),
+            namespace: m.namespace().map(str::to_owned),
+            name: m.name().to_owned(),
+            uid: m.uid().to_owned(),
+            resource_version: m.resource_version().to_owned(),
         };
         let violation = violation.map(|v| (severity(v.severity), v.message));
         // What an Event would need, kept only when the plugin's violations become Events.

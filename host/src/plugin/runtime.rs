@@ -118,19 +118,16 @@ struct MetaParts<'a> {
 impl<'a> MetaParts<'a> {
     fn of(o: &'a informer::Object) -> Self {
         let m = o.meta();
-        let pairs =
-            |v: &'a [(String, String)]| v.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         Self {
-            labels: pairs(&m.labels),
-            annotations: pairs(&m.annotations),
+            labels: m.labels().collect(),
+            annotations: m.annotations().collect(),
             owners: m
-                .owner_references
-                .iter()
+                .owner_references()
                 .map(|r| OwnerRefParam {
-                    api_version: &r.api_version,
-                    kind: &r.kind,
-                    name: &r.name,
-                    uid: &r.uid,
+                    api_version: r.api_version,
+                    kind: r.kind,
+                    name: r.name,
+                    uid: r.uid,
                     controller: r.controller,
                 })
                 .collect(),
@@ -141,12 +138,12 @@ impl<'a> MetaParts<'a> {
         let m = o.meta();
         ObjectParam {
             meta: ObjectMetaParam {
-                api_version: &m.api_version,
-                kind: &m.kind,
-                namespace: m.namespace.as_deref(),
-                name: &m.name,
-                uid: &m.uid,
-                resource_version: &m.resource_version,
+                api_version: m.api_version(),
+                kind: m.kind(),
+                namespace: m.namespace(),
+                name: m.name(),
+                uid: m.uid(),
+                resource_version: m.resource_version(),
                 labels: &self.labels,
                 annotations: &self.annotations,
                 owner_references: &self.owners,

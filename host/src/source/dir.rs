@@ -1069,7 +1069,7 @@ mod tests {
         );
         let id = |s: &MemorySource| {
             let o = s.objects()["default/c"].clone();
-            (o.meta().uid.clone(), o.resource_version().to_owned())
+            (o.meta().uid().to_owned(), o.resource_version().to_owned())
         };
         assert_eq!(
             id(&all),
@@ -1341,7 +1341,7 @@ mod tests {
         });
         let objs = hpas.objects();
         assert_eq!(objs.keys().collect::<Vec<_>>(), ["shop/web"]);
-        assert_eq!(objs["shop/web"].meta().api_version, "autoscaling/v2");
+        assert_eq!(objs["shop/web"].meta().api_version(), "autoscaling/v2");
         // A note, not an error: every object of b.yaml was read.
         assert_eq!(c.errors(), BTreeMap::new());
         let notes = c.notes();

@@ -37,28 +37,27 @@ impl ObjectFilter {
     /// Whether the object passes the filter (metadata checks first; fields parse the JSON).
     pub fn keeps(&self, o: &Object) -> bool {
         let m = o.meta();
-        if (!self.api_version.is_empty() && group_of(&m.api_version) != group_of(&self.api_version))
-            || (!self.kind.is_empty() && m.kind != self.kind)
+        if (!self.api_version.is_empty()
+            && group_of(m.api_version()) != group_of(&self.api_version))
+            || (!self.kind.is_empty() && m.kind() != self.kind)
         {
             return false;
         }
         if let Some(ns) = &self.namespaces
-            && !ns
-                .iter()
-                .any(|n| Some(n.as_str()) == m.namespace.as_deref())
+            && !ns.iter().any(|n| Some(n.as_str()) == m.namespace())
         {
             return false;
         }
-        if !self.labels.matches(&m.labels) {
+        if !self.labels.matches_by(|k| m.label(k)) {
             return false;
         }
         if self.fields.is_empty() {
             return true;
         }
         let v = o.to_value();
-        let group = group_of(&m.api_version);
+        let group = group_of(m.api_version());
         self.fields
-            .matches_by(|label| crate::kinds::fields::value(group, &m.kind, &v, label))
+            .matches_by(|label| crate::kinds::fields::value(group, m.kind(), &v, label))
     }
 }
 

@@ -737,7 +737,7 @@ pub fn decode_object(
             })
             .collect(),
     };
-    Ok(Arc::new(Object::from_parts(meta, json)))
+    Ok(Arc::new(Object::from_parts(&meta, json)))
 }
 
 impl KubeSource {
@@ -867,8 +867,8 @@ mod tests {
         );
         let v: serde_json::Value = serde_json::from_str(o.json()).unwrap();
         assert_eq!(v["a<b"], 1);
-        assert_eq!(o.meta().kind, "Widget");
-        assert_eq!(o.meta().api_version, "v1", "filled in");
+        assert_eq!(o.meta().kind(), "Widget");
+        assert_eq!(o.meta().api_version(), "v1", "filled in");
     }
 
     #[test]
@@ -877,6 +877,6 @@ mod tests {
             r#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","managedField\u0073":[{}]}}}"#,
         );
         assert!(!o.json().contains("managedField"), "{}", o.json());
-        assert_eq!(o.meta().name, "p");
+        assert_eq!(o.meta().name(), "p");
     }
 }

@@ -393,10 +393,7 @@ impl ShardView {
     /// Whether `obj` falls in `ranges`.
     pub fn keeps(&self, ranges: &Ranges, obj: &crate::informer::Object) -> bool {
         let m = obj.meta();
-        ranges.contains(
-            self.field
-                .hash_of(&m.uid, m.namespace.as_deref().unwrap_or("")),
-        )
+        ranges.contains(self.field.hash_of(m.uid(), m.namespace().unwrap_or("")))
     }
 
     /// The `shardSelector` to send for `ranges`, unless the server was found to ignore it.

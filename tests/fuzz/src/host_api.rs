@@ -231,7 +231,7 @@ fn ns_of(namespace: &Option<String>) -> Option<&str> {
 fn find(c: &Cache, namespace: &Option<String>, name: &str) -> Option<Arc<Object>> {
     c.list()
         .into_iter()
-        .find(|o| o.meta().name == name && o.meta().namespace.as_deref() == ns_of(namespace))
+        .find(|o| o.meta().name() == name && o.meta().namespace() == ns_of(namespace))
 }
 
 fn granted(informer: &str) -> Option<&'static Cache> {
@@ -304,10 +304,9 @@ fn call(u: &mut Unstructured<'_>, s: &mut StoreData, dry_run: bool) -> Result<()
                         .list()
                         .into_iter()
                         .filter(|o| {
-                            namespace.is_none()
-                                || o.meta().namespace.as_deref() == ns_of(&namespace)
+                            namespace.is_none() || o.meta().namespace() == ns_of(&namespace)
                         })
-                        .filter(|o| sel.matches(&o.meta().labels))
+                        .filter(|o| sel.matches(&o.meta().to_owned().labels))
                         .map(|o| o.json().to_owned())
                         .collect();
                     let list = wisp_sdk::abi::ObjectList::decode(got.expect("a granted list"))

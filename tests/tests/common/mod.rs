@@ -81,11 +81,7 @@ pub fn tombstone_keys(deliveries: &[Delivery]) -> std::collections::BTreeSet<Str
         .filter_map(|d| match &d.notification {
             Notification::Delete { obj } if obj.is_tombstone() => {
                 let m = obj.object().meta();
-                Some(format!(
-                    "{}/{}",
-                    m.namespace.as_deref().unwrap_or(""),
-                    m.name
-                ))
+                Some(format!("{}/{}", m.namespace().unwrap_or(""), m.name()))
             }
             _ => None,
         })
@@ -267,11 +263,7 @@ pub fn replay(deliveries: &[Delivery]) -> Result<BTreeMap<String, String>, Strin
             ));
         }
         let key = |o: &wisp_host::informer::Object| {
-            format!(
-                "{}/{}",
-                o.meta().namespace.as_deref().unwrap_or(""),
-                o.meta().name
-            )
+            format!("{}/{}", o.meta().namespace().unwrap_or(""), o.meta().name())
         };
         match &d.notification {
             Notification::Add { obj, .. } => {

@@ -27,7 +27,7 @@ async fn every_cached_object_reads_back_through_the_sdk_decoder_as_the_host_extr
     let cached = r.inf.cache().list();
     assert_eq!(cached.len(), 3);
     for o in cached {
-        let m = o.meta();
+        let m = o.meta().to_owned();
         let v = View::decode(o.wire()).expect("the SDK reads the host's encoding");
         assert_eq!(v.api_version(), m.api_version);
         assert_eq!(v.kind(), m.kind);

@@ -164,8 +164,7 @@ async fn an_action_is_applied_and_its_effect_comes_back_through_the_watch() {
                 .get_by_key(&format!("shop/{n}"))
                 .is_some_and(|p| {
                     p.meta()
-                        .labels
-                        .iter()
+                        .labels()
                         .any(|(k, v)| k == "team" && v == "payments")
                 })
         })

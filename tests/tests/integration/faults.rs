@@ -534,7 +534,7 @@ async fn soak_of_api_faults_plugin_traps_reloads_and_churn_loses_and_repeats_not
         .rec
         .deliveries()
         .iter()
-        .filter(|d| d.notification.object().meta().name.starts_with("new-3"))
+        .filter(|d| d.notification.object().meta().name().starts_with("new-3"))
         .count() as u64;
     assert!(its > 0, "some objects make the trapper trap");
     assert_eq!(failed, its, "trapper: failed = notifications about new-3*");

@@ -37,8 +37,8 @@ fn pod(name: &str, labels: serde_json::Value) -> serde_json::Value {
 }
 
 fn names(mut v: Vec<Arc<Object>>) -> Vec<String> {
-    v.sort_by(|a, b| a.meta().name.cmp(&b.meta().name));
-    v.into_iter().map(|o| o.meta().name.clone()).collect()
+    v.sort_by(|a, b| a.meta().name().cmp(b.meta().name()));
+    v.into_iter().map(|o| o.meta().name().to_owned()).collect()
 }
 
 type Run = tokio::task::JoinHandle<Result<(), InformerError>>;
@@ -62,7 +62,7 @@ async fn indexer_added_after_start_indexes_existing_items() {
     src.apply(pod("pod2", json!({"b": "b-val2"}))).unwrap();
     let inf = SharedInformer::new("pods", Arc::new(src.clone()), config());
     let label_keys: IndexFunc =
-        Arc::new(|o: &Object| o.meta().labels.iter().map(|(k, _)| k.clone()).collect());
+        Arc::new(|o: &Object| o.meta().labels().map(|(k, _)| k.to_owned()).collect());
     inf.add_indexers([("labels".to_owned(), label_keys.clone())])
         .unwrap();
     let (stop, run) = start(&inf);
@@ -144,7 +144,7 @@ async fn a_panicking_index_function_fails_the_informer_visibly() {
     src.apply(pod("fine", json!({}))).unwrap();
     let inf = SharedInformer::new("pods", Arc::new(src.clone()), config());
     let f: IndexFunc = Arc::new(|o: &Object| {
-        if o.meta().name == "boom" {
+        if o.meta().name() == "boom" {
             panic!("boom!");
         }
         Vec::new()
@@ -161,7 +161,7 @@ async fn a_panicking_transform_fails_the_informer_visibly() {
     src.apply(pod("fine", json!({}))).unwrap();
     let config = InformerConfig {
         transform: Some(Arc::new(|o: Arc<Object>| {
-            if o.meta().name == "boom" {
+            if o.meta().name() == "boom" {
                 panic!("boom!");
             }
             o
@@ -224,7 +224,7 @@ const QUICK_RESTART: OnPanic = OnPanic::Restart {
 fn panics_once() -> impl Fn(&Object) -> bool + Send + Sync + 'static {
     let armed = Arc::new(std::sync::atomic::AtomicBool::new(true));
     move |o: &Object| {
-        o.meta().name == "boom" && armed.swap(false, std::sync::atomic::Ordering::SeqCst)
+        o.meta().name() == "boom" && armed.swap(false, std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -262,7 +262,9 @@ async fn restarts_and_recovers(inf: &Arc<SharedInformer>, src: &MemorySource) {
         .deliveries()
         .iter()
         .filter_map(|d| match &d.notification {
-            wisp_host::informer::Notification::Add { obj, .. } => Some(obj.meta().name.clone()),
+            wisp_host::informer::Notification::Add { obj, .. } => {
+                Some(obj.meta().name().to_owned())
+            }
             _ => None,
         })
         .collect();
@@ -285,7 +287,7 @@ async fn a_panicking_index_function_restarts_the_informer_when_asked_to() {
         if boom(o) {
             panic!("boom!");
         }
-        vec![o.meta().name.clone()]
+        vec![o.meta().name().to_owned()]
     });
     inf.add_indexers([("by-name".to_owned(), f)]).unwrap();
     restarts_and_recovers(&inf, &src).await;

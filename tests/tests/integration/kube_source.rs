@@ -115,7 +115,7 @@ async fn any_group_version_kind_works_including_cluster_scoped_ones() {
     );
     let d = deploys.cache().get_by_key("default/web").unwrap();
     assert_eq!(
-        (d.meta().api_version.as_str(), d.meta().kind.as_str()),
+        (d.meta().api_version(), d.meta().kind()),
         ("apps/v1", "Deployment")
     );
     assert_eq!(d.to_value()["spec"]["replicas"], json!(2));

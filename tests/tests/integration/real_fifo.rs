@@ -49,11 +49,7 @@ fn rv(n: &Notification) -> (String, u64) {
         Notification::Update { new, .. } => new,
         Notification::Delete { obj } => obj.object(),
     };
-    let key = format!(
-        "{}/{}",
-        o.meta().namespace.as_deref().unwrap_or(""),
-        o.meta().name
-    );
+    let key = format!("{}/{}", o.meta().namespace().unwrap_or(""), o.meta().name());
     (key, o.resource_version().parse().unwrap())
 }
 

@@ -454,7 +454,7 @@ async fn a_deletion_missed_while_the_watch_was_down_is_delivered_as_a_tombstone(
     match deletes().pop().unwrap() {
         Notification::Delete { obj } => {
             assert!(obj.is_tombstone(), "the deletion was missed: a tombstone");
-            assert_eq!(obj.object().meta().name, "web-2");
+            assert_eq!(obj.object().meta().name(), "web-2");
         }
         other => panic!("expected a delete, got {other:?}"),
     }
@@ -468,7 +468,7 @@ fn updates(r: &Recorder) -> Vec<(String, bool)> {
         .filter(|d| matches!(d.notification, Notification::Update { .. }))
         .map(|d| {
             (
-                d.notification.object().meta().name.clone(),
+                d.notification.object().meta().name().to_owned(),
                 d.notification.is_resync(),
             )
         })

@@ -298,9 +298,9 @@ fn transform_runs_once_per_object_and_never_on_tombstones() {
     let c = calls.clone();
     let t: TransformFn = Arc::new(move |o: Arc<Object>| {
         c.fetch_add(1, Ordering::SeqCst);
-        let mut meta = o.meta().clone();
+        let mut meta = o.meta().to_owned();
         meta.annotations.push(("transformed".into(), "yes".into()));
-        Arc::new(Object::from_parts(meta, o.json()))
+        Arc::new(Object::from_parts(&meta, o.json()))
     });
     let ix = Indexer::new();
     ix.add(pod("gone", "1"));
@@ -350,13 +350,14 @@ fn transformer_is_not_run_again_on_sync_deltas() {
 #[test]
 fn transformer() {
     let t: TransformFn = Arc::new(|o: Arc<Object>| {
-        let mut meta = o.meta().clone();
-        let n: usize = meta
+        let mut meta = o.meta().to_owned();
+        let n: usize = o
+            .meta()
             .annotation("xfrm")
             .map_or(0, |v| v.parse().unwrap_or(0));
         meta.annotations.retain(|(k, _)| k != "xfrm");
         meta.annotations.push(("xfrm".into(), (n + 1).to_string()));
-        Arc::new(Object::from_parts(meta, o.json()))
+        Arc::new(Object::from_parts(&meta, o.json()))
     });
     let f = DeltaFifo::new(None, Some(t));
     f.add(pod("foo", "10"));
@@ -371,12 +372,12 @@ fn transformer() {
         let newest = f.pop(|d, _| d.last().unwrap().clone()).unwrap();
         match newest {
             Delta::Deleted(DeletedObject::Object(o)) => {
-                assert_eq!(o.meta().name, "foo", "regular deletion of foo");
+                assert_eq!(o.meta().name(), "foo", "regular deletion of foo");
                 assert_eq!(o.resource_version(), "15");
                 assert_eq!(o.meta().annotation("xfrm"), Some("1"));
             }
             Delta::Deleted(DeletedObject::Tombstone(t)) => {
-                assert_eq!(t.obj.meta().name, "bar", "tombstone deletion of bar");
+                assert_eq!(t.obj.meta().name(), "bar", "tombstone deletion of bar");
                 assert_eq!(t.obj.resource_version(), "16");
                 assert_eq!(t.obj.meta().annotation("xfrm"), Some("1"));
             }

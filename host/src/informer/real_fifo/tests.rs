@@ -81,7 +81,7 @@ fn real_fifo_basic() {
     let mut last = HashMap::from([("a".to_owned(), 0usize), ("b".to_owned(), 0usize)]);
     for _ in 0..AMOUNT * 2 {
         let d = pop1(&f);
-        let producer = d.object().meta().name[..1].to_owned();
+        let producer = d.object().meta().name()[..1].to_owned();
         let v: usize = d.object().resource_version().parse().unwrap();
         let prev = last.get_mut(&producer).unwrap();
         assert!(
@@ -237,7 +237,7 @@ fn real_fifo_transformer() {
         let calls = calls.clone();
         Arc::new(move |o: Arc<Object>| {
             calls.fetch_add(1, Ordering::Relaxed);
-            pod(&o.meta().name, &format!("{}x", o.resource_version()))
+            pod(o.meta().name(), &format!("{}x", o.resource_version()))
         })
     };
     let f = RealFifo::new(empty_known(), Some(xfrm));
@@ -649,7 +649,7 @@ fn show(p: &Popped) -> Vec<String> {
                 format!(
                     "{:?} {}@{}",
                     d.kind(),
-                    d.object().meta().name,
+                    d.object().meta().name(),
                     d.object().resource_version()
                 )
             })
@@ -661,7 +661,7 @@ fn show(p: &Popped) -> Vec<String> {
             "ReplacedAll rv={resource_version} [{}]",
             objects
                 .iter()
-                .map(|o| format!("{}@{}", o.meta().name, o.resource_version()))
+                .map(|o| format!("{}@{}", o.meta().name(), o.resource_version()))
                 .collect::<Vec<_>>()
                 .join(",")
         )],

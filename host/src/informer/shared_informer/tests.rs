@@ -180,7 +180,7 @@ struct Panicky {
 
 impl EventHandler for Panicky {
     fn on_add(&mut self, obj: &Arc<Object>, _initial: bool) {
-        if obj.meta().name == "boom" {
+        if obj.meta().name() == "boom" {
             panic!("handler failure on purpose");
         }
         self.inner.handle(&[]);
@@ -264,7 +264,7 @@ async fn removing_a_handler_is_idempotent_drops_its_buffer_and_ignores_foreign_h
         gated
             .deliveries()
             .iter()
-            .all(|d| d.notification.object().meta().name != "after")
+            .all(|d| d.notification.object().meta().name() != "after")
     );
 }
 
@@ -376,7 +376,7 @@ fn relist_seen_by(
             while rec
                 .deliveries()
                 .last()
-                .map(|d| d.notification.object().meta().name.clone())
+                .map(|d| d.notification.object().meta().name().to_owned())
                 != Some("c".into())
                 && std::time::Instant::now() < deadline
             {
@@ -607,7 +607,7 @@ fn an_atomic_relist_replaces_the_cache_at_once_then_notifies_deletions_first() {
         .iter()
         .map(|d| {
             let o = d.notification.object();
-            format!("{} {}", kinds(std::slice::from_ref(d))[0], o.meta().name)
+            format!("{} {}", kinds(std::slice::from_ref(d))[0], o.meta().name())
         })
         .collect();
     assert_eq!(

@@ -13,28 +13,31 @@ pub fn to_wit(o: &crate::informer::Object) -> ObjectResult {
     let m = o.meta();
     ObjectResult {
         meta: ObjectMetaResult {
-            api_version: m.api_version.clone(),
-            kind: m.kind.clone(),
-            namespace: m.namespace.clone(),
-            name: m.name.clone(),
-            uid: m.uid.clone(),
-            resource_version: m.resource_version.clone(),
-            labels: m.labels.clone(),
-            annotations: m.annotations.clone(),
+            api_version: m.api_version().to_owned(),
+            kind: m.kind().to_owned(),
+            namespace: m.namespace().map(str::to_owned),
+            name: m.name().to_owned(),
+            uid: m.uid().to_owned(),
+            resource_version: m.resource_version().to_owned(),
+            labels: owned(m.labels()),
+            annotations: owned(m.annotations()),
             owner_references: m
-                .owner_references
-                .iter()
+                .owner_references()
                 .map(|r| OwnerRefResult {
-                    api_version: r.api_version.clone(),
-                    kind: r.kind.clone(),
-                    name: r.name.clone(),
-                    uid: r.uid.clone(),
+                    api_version: r.api_version.to_owned(),
+                    kind: r.kind.to_owned(),
+                    name: r.name.to_owned(),
+                    uid: r.uid.to_owned(),
                     controller: r.controller,
                 })
                 .collect(),
         },
         json: o.json().to_owned(),
     }
+}
+
+fn owned(pairs: crate::informer::object::Pairs<'_>) -> Vec<(String, String)> {
+    pairs.map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
 }
 
 fn level(l: Level) -> v02::types::Level {

@@ -50,8 +50,8 @@ pub(crate) fn deliveries(n: usize) -> Vec<Delivery> {
 /// The bench plugin's `meta` work: namespace, name and one label lookup from the metadata.
 pub(crate) fn meta_work(o: &Object) -> u64 {
     let m = o.meta();
-    let ns = m.namespace.as_deref().map_or(0, str::len) as u64;
-    ns + m.name.len() as u64 + m.label("app").map_or(0, |v| v.len() as u64)
+    let ns = m.namespace().map_or(0, str::len) as u64;
+    ns + m.name().len() as u64 + m.label("app").map_or(0, |v| v.len() as u64)
 }
 
 /// The bench plugin's `partial` work: only the containers' images (borrowed).
@@ -84,7 +84,7 @@ impl EventHandler for Native {
         for d in batch {
             let o = d.notification.object();
             match self.work {
-                "labels" => self.total += o.meta().labels.len() as u64,
+                "labels" => self.total += o.meta().labels().len() as u64,
                 "meta" => self.total += meta_work(o),
                 "pod" => {
                     let p: k8s_openapi::api::core::v1::Pod =

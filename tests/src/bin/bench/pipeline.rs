@@ -176,7 +176,7 @@ impl Clock {
         let written = self.written.lock().unwrap_or_else(|p| p.into_inner());
         let mut lat = self.latencies.lock().unwrap_or_else(|p| p.into_inner());
         for d in batch {
-            if let Some(t) = written.get(&d.notification.object().meta().name) {
+            if let Some(t) = written.get(d.notification.object().meta().name()) {
                 lat.push(now - *t);
             }
         }

@@ -52,7 +52,7 @@ fn tombstone(name: &str, rv: &str) -> Notification {
 /// `add a@1`, `add* a@1` (initial list), `update a@1->2`, `resync a@2`, `delete a@3`,
 /// `tombstone a@3`.
 fn show(n: &Notification) -> String {
-    let at = |o: &Object| format!("{}@{}", o.meta().name, o.resource_version());
+    let at = |o: &Object| format!("{}@{}", o.meta().name(), o.resource_version());
     match n {
         Notification::Add { obj, initial_list } => {
             format!("add{} {}", if *initial_list { "*" } else { "" }, at(obj))
@@ -461,10 +461,13 @@ fn churn(
             last_seq = d.seq;
             match &d.notification {
                 Notification::Add { obj, .. } | Notification::Update { new: obj, .. } => {
-                    view.insert(obj.meta().name.clone(), obj.resource_version().to_owned());
+                    view.insert(
+                        obj.meta().name().to_owned(),
+                        obj.resource_version().to_owned(),
+                    );
                 }
                 Notification::Delete { obj } => {
-                    view.remove(&obj.object().meta().name);
+                    view.remove(obj.object().meta().name());
                 }
             }
         }
