@@ -266,13 +266,13 @@ pub fn run_loaded(
         };
         let start = std::time::Instant::now();
         let failures = run_case(&cx, case).with_context(|| at.clone())?;
-        let took = start.elapsed();
+        let took = crate::units::human_duration(start.elapsed());
         summary.cases += 1;
         if failures.is_empty() {
             summary.passed += 1;
-            writeln!(out, "ok   {} ({took:.2?})", case.name)?;
+            writeln!(out, "ok   {} ({took})", case.name)?;
         } else {
-            writeln!(out, "FAIL {} ({took:.2?})", case.name)?;
+            writeln!(out, "FAIL {} ({took})", case.name)?;
             for f in failures {
                 for line in f.lines() {
                     writeln!(out, "     {line}")?;
