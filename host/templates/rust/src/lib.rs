@@ -74,7 +74,13 @@ impl Plugin for RequireLabel {
         self.check(cx, obj)
     }
 
-    fn on_update(&mut self, cx: &Context, _old: &Object, new: &Object, _resync: bool) -> Result<(), String> {
+    fn on_update(
+        &mut self,
+        cx: &Context,
+        _old: &Object,
+        new: &Object,
+        _resync: bool,
+    ) -> Result<(), String> {
         self.check(cx, new)
     }
 }
