@@ -150,20 +150,25 @@ Then, in DIR: `wisp build`, `wisp test --plugin dist/NAME.wasm fixtures.yaml`,
 See docs/plugins/README.md.
 ";
 
-/// What `wisp build --help` adds.
-const BUILD_HELP: &str = "\
+/// What `wisp build --help` adds (the pins from the code that installs them).
+fn build_help() -> String {
+    use wisp_host::build::toolchain::{COMPONENTIZE_JS, COMPONENTIZE_PY};
+    format!(
+        "\
 Rust: cargo build --release --target wasm32-wasip2 (CARGO_TARGET_DIR is honoured; without the
   target: `rustup target add wasm32-wasip2`).
-Python: componentize-py 0.25.1 builds app.py (module `app`) with the SDK from vendor/ (else
-  the one in this binary); needs python3 >= 3.10 with venv.
-JavaScript: componentize-js 0.23.0 builds package.json's `main` (default app.js); `import ...
-  from '@wisp/plugin'` resolves to vendor/wisp-plugin, node_modules/@wisp/plugin or the SDK in
-  this binary; other bare imports need a bundler first. Needs node >= 18 with npm.
+Python: componentize-py {COMPONENTIZE_PY} builds app.py (module `app`) with the SDK from vendor/
+  (else the one in this binary); needs python3 >= 3.10 with venv.
+JavaScript: componentize-js {COMPONENTIZE_JS} builds package.json's `main` (default app.js);
+  `import ... from '@wisp/plugin'` resolves to vendor/wisp-plugin, node_modules/@wisp/plugin or
+  the SDK in this binary; other bare imports need a bundler first. Needs node >= 18 with npm.
 Toolchains: componentize-py and componentize-js are installed on first use (from PyPI and npm)
   into $WISP_TOOLCHAINS, default $XDG_CACHE_HOME/wisp/toolchains or ~/.cache/wisp/toolchains,
   one directory per pinned version.
 The WIT is the plugin's wit/ (else the one in this binary).
-";
+"
+    )
+}
 
 #[derive(Clone, Copy, ValueEnum)]
 enum NewLang {
@@ -311,7 +316,7 @@ enum Command {
     },
     /// Build the plugin in DIR (default .) into a component, its language told by its manifest
     /// (Cargo.toml, pyproject.toml or app.py, package.json), and print where it is written.
-    #[command(after_long_help = BUILD_HELP)]
+    #[command(after_long_help = build_help())]
     Build {
         /// The plugin's directory.
         #[arg(default_value = ".")]

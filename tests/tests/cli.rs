@@ -219,6 +219,30 @@ fn wisp_new_and_build_refuse_what_they_cannot_use_naming_it() {
     let e = fails(o, "wisp build without the target");
     assert!(e.contains("rustup target add wasm32-wasip2"), "{e}");
 
+    // A toolchain that cannot be installed (no python3 on PATH): the step and the need named.
+    ok(
+        wisp(tmp.path(), &["new", "--lang", "python", "py", "py"]),
+        "wisp new",
+    );
+    let o = Command::new(wisp_bin())
+        .args(["build", "py"])
+        .current_dir(tmp.path())
+        .env("PATH", tmp.path().join("no-such-bin"))
+        .env("WISP_TOOLCHAINS", tmp.path().join("toolchains"))
+        .output()
+        .unwrap();
+    let e = fails(o, "wisp build without python3");
+    assert!(
+        e.contains("installing the python toolchain") && e.contains("python3 >= 3.10"),
+        "{e}"
+    );
+    assert!(
+        !tmp.path()
+            .join("toolchains/py-0.25.1/.wisp-complete")
+            .exists(),
+        "a failed install is not marked complete"
+    );
+
     // A JavaScript plugin whose entry is missing.
     let js = tmp.path().join("js");
     std::fs::create_dir_all(&js).unwrap();

@@ -3,9 +3,11 @@
 //!
 //! The toolchains are installed from PyPI and npm, when missing, into a cache outside the clone
 //! (`$WISP_TOOLCHAINS`, default `~/.cache/wisp-toolchains/`), one directory per pinned version.
-//! A component is built again only when its sources (the plugin's directory, the SDK, the WIT)
-//! or the toolchain's version changed: its stamp (`<name>.wasm.stamp`) holds their hash, since a
-//! build costs 20-60 s and up to 800 MB of memory.
+//! The pins, installs and build commands are `wisp build`'s (host/src/build/toolchain.rs,
+//! included below); the examples import the JS SDK as `@wisp/plugin` as out-of-tree plugins do.
+//! A component is built again only when its sources (the plugin's directory, the SDK, the WIT),
+//! the toolchain's version or that build code changed: its stamp (`<name>.wasm.stamp`) holds
+//! their hash, since a build costs 20-60 s and up to 800 MB of memory.
 //!
 //! Without python3 or node (or with an install that fails), these plugins are skipped with a
 //! warning, and the tests that need them skip too, except under `CI=true`, where both fail.
@@ -103,7 +105,12 @@ fn build_lang(root: &Path, dist: &Path, lang: Lang) -> anyhow::Result<usize> {
         let hash = sources_hash(
             root,
             &[src.clone(), sdk.clone(), wit.join("wisp.wit")],
-            lang.version(),
+            // The build's code counts too: a change to how it stages or calls the toolchain.
+            &format!(
+                "{}{}",
+                lang.version(),
+                include_str!("../../host/src/build/toolchain.rs")
+            ),
         )?;
         if out.is_file() && std::fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == hash) {
             continue;
