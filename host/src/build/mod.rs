@@ -127,14 +127,24 @@ pub fn build(dir: &Path, out: Option<&Path>, say: &dyn Fn(String)) -> anyhow::Re
         std::fs::create_dir_all(parent)
             .with_context(|| format!("creating {}", parent.display()))?;
     }
-    let partial = out.with_extension("wasm.partial");
-    let scratch = Scratch(out.with_extension("work"));
+    // Staged sources, the SDK and WIT when the plugin lacks them, and the component until it
+    // is whole: outside the plugin's directory, removed when done.
+    static BUILDS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let scratch =
+        Scratch(std::env::temp_dir().join(format!("wisp-build-{}-{n}", std::process::id())));
     let _ = std::fs::remove_dir_all(&scratch.0);
+    std::fs::create_dir_all(&scratch.0)
+        .with_context(|| format!("creating {}", scratch.0.display()))?;
+    let built = scratch.0.join("component.wasm");
     match lang {
-        Lang::Rust => build_rust(dir, &partial)?,
-        Lang::Python => build_python(dir, &scratch.0, &partial, say)?,
-        Lang::Js => build_js(dir, &scratch.0, &partial, say)?,
+        Lang::Rust => build_rust(dir, &built)?,
+        Lang::Python => build_python(dir, &scratch.0, &built, say)?,
+        Lang::Js => build_js(dir, &scratch.0, &built, say)?,
     }
+    // Whole or not at all: a copy beside it, then a rename over the old one.
+    let partial = out.with_extension("wasm.partial");
+    std::fs::copy(&built, &partial).with_context(|| format!("writing {}", partial.display()))?;
     std::fs::rename(&partial, &out).with_context(|| format!("writing {}", out.display()))?;
     Ok(out)
 }

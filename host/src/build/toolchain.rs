@@ -260,16 +260,28 @@ fn stage_js(src: &Path, sdk: &Path, stage: &Path) -> anyhow::Result<()> {
     rewrite_imports(stage, stage, &exports)
 }
 
-/// Copies the files under `from` to `to`, skipping the directories `keep` refuses.
+/// Copies the files under `from` to `to`, skipping the directories `keep` refuses and the one
+/// that holds `to` (when `to` is inside `from`, it would copy itself).
 pub fn copy_tree(from: &Path, to: &Path, keep: &dyn Fn(&str) -> bool) -> anyhow::Result<()> {
+    let top = std::path::absolute(to)?;
+    copy_into(from, to, keep, &top)
+}
+
+fn copy_into(
+    from: &Path,
+    to: &Path,
+    keep: &dyn Fn(&str) -> bool,
+    top: &Path,
+) -> anyhow::Result<()> {
     std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
     for e in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
         let e = e?;
         let name = e.file_name();
         let path = e.path();
         if path.is_dir() {
-            if keep(&name.to_string_lossy()) {
-                copy_tree(&path, &to.join(&name), keep)?;
+            let holds_to = std::path::absolute(&path).is_ok_and(|p| top.starts_with(p));
+            if keep(&name.to_string_lossy()) && !holds_to {
+                copy_into(&path, &to.join(&name), keep, top)?;
             }
         } else {
             std::fs::copy(&path, to.join(&name))
@@ -365,6 +377,10 @@ mod tests {
             !stage.join("node_modules/x").exists(),
             "the plugin's node_modules is not staged"
         );
+        // A destination inside the sources is not copied into itself.
+        copy_tree(&src, &src.join("lib/out"), &|_| true).unwrap();
+        assert!(src.join("lib/out/app.js").is_file());
+        assert!(!src.join("lib/out/lib").exists());
         let _ = std::fs::remove_dir_all(&d);
     }
 }
