@@ -73,7 +73,7 @@ fn files(lang: Lang, name: &str) -> Vec<(String, String)> {
             "package.json",
             JS_SOURCE,
             "app.js",
-            "`@wisp/plugin` from vendor/ (`npm install` links it for node and editors)",
+            "`@wisp/plugin` from vendor/ (`npm install --omit=peer` links it for node and editors)",
             "`wisp build` installs the pinned componentize-js into Wisp's cache on first use \
              (node >= 18 with npm, and npm's registry), and resolves `import ... from \
              '@wisp/plugin'` to the SDK in vendor/.",
