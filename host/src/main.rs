@@ -674,8 +674,7 @@ fn new_plugin(lang: NewLang, name: &str, dir: Option<PathBuf>) -> anyhow::Result
     let dir = dir.unwrap_or_else(|| PathBuf::from(name));
     let written = scaffold::new(lang, name, &dir)?;
     println!(
-        "wrote {} {} plugin {name} in {}:",
-        written.len(),
+        "wrote the {} plugin {name} in {}:",
         lang.arg(),
         dir.display()
     );
