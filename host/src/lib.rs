@@ -26,7 +26,8 @@
 //! 7. [`config`]: the YAML config, validated into the specs of everything below (the outer
 //!    layer of settings: each module owns its own settings type, the config holds them).
 //! 8. [`reloader`]: live config and module changes (file watch, admin trigger, SIGHUP, OCI
-//!    tag polls); [`fixture`] (`wisp test`); [`rbac`]: least-privilege RBAC for a config.
+//!    tag polls); [`fixture`] (`wisp test`); [`rbac`]: least-privilege RBAC for a config;
+//!    [`build`]: plugins from source (`wisp new`, `wisp build`, the pinned toolchains).
 //! 9. [`admin`]: the admin and metrics HTTP servers (health, readiness, metrics, plugins).
 //! 10. [`app`]: the host assembled from a config, its tasks and threads owned by one
 //!     supervisor ([`app::supervisor`]), started as named steps and stopped in phases.
@@ -36,6 +37,7 @@ pub mod abi;
 pub mod actions;
 pub mod admin;
 pub mod app;
+pub mod build;
 pub mod config;
 pub mod demo;
 pub mod fixture;

@@ -142,6 +142,44 @@ Policy reports (policyReports, source: kube only; off when omitted): the plugins
   summary counts all). `wisp rbac` grants the verbs. See docs/policy-reports.md.
 ";
 
+/// What `wisp new --help` adds.
+const NEW_HELP: &str = "\
+Then, in DIR: `wisp build`, `wisp test --plugin dist/NAME.wasm fixtures.yaml`,
+`wisp check dist/NAME.wasm`. The plugin reports Namespaces without an `owner` label (setting
+`label`) as violations; its fixtures cover the handler and the settings accepted and refused.
+See docs/plugins/README.md.
+";
+
+/// What `wisp build --help` adds (the pins from the code that installs them).
+fn build_help() -> String {
+    use wisp_host::build::toolchain::{COMPONENTIZE_JS, COMPONENTIZE_PY};
+    format!(
+        "\
+Rust: cargo build --release --target wasm32-wasip2 (CARGO_TARGET_DIR is honoured; without the
+  target: `rustup target add wasm32-wasip2`).
+Python: componentize-py {COMPONENTIZE_PY} builds app.py (module `app`) with the SDK from vendor/
+  (else the one in this binary); needs python3 >= 3.10 with venv.
+JavaScript: componentize-js {COMPONENTIZE_JS} builds package.json's `main` (default app.js);
+  `import ... from '@wisp/plugin'` resolves to vendor/wisp-plugin, node_modules/@wisp/plugin or
+  the SDK in this binary; other bare imports need a bundler first. Needs node >= 18 with npm.
+Toolchains: componentize-py and componentize-js are installed on first use (from PyPI and npm)
+  into $WISP_TOOLCHAINS, default $XDG_CACHE_HOME/wisp/toolchains or ~/.cache/wisp/toolchains,
+  one directory per pinned version.
+The WIT is the plugin's wit/ (else the one in this binary).
+"
+    )
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum NewLang {
+    /// A cdylib crate using the wisp-sdk crate.
+    Rust,
+    /// app.py using the wisp_plugin package (componentize-py).
+    Python,
+    /// app.js importing @wisp/plugin (componentize-js).
+    Js,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the host: informers from the config, plugins attached, admin server on `admin.listen`.
@@ -266,6 +304,31 @@ enum Command {
         /// Reach the registry over plain http.
         #[arg(long)]
         insecure: bool,
+    },
+    /// Write a new plugin into DIR (default ./NAME; it must not exist or be empty): the manifest
+    /// (Cargo.toml with the examples' release profile, pyproject.toml or package.json), a source
+    /// with one handler and a settings check, fixtures.yaml for `wisp test`, a README, the SDK
+    /// (wisp-sdk/, vendor/) and the WIT (wit/), all from this binary: no checkout needed.
+    #[command(after_long_help = NEW_HELP)]
+    New {
+        /// The plugin's language.
+        #[arg(long, value_enum)]
+        lang: NewLang,
+        /// The plugin's name (lowercase letters, digits and '-').
+        name: String,
+        /// Where to write it.
+        dir: Option<PathBuf>,
+    },
+    /// Build the plugin in DIR (default .) into a component, its language told by its manifest
+    /// (Cargo.toml, pyproject.toml or app.py, package.json), and print where it is written.
+    #[command(after_long_help = build_help())]
+    Build {
+        /// The plugin's directory.
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+        /// Where to write the component (default DIR/dist/NAME.wasm).
+        #[arg(long, short, value_name = "FILE")]
+        out: Option<PathBuf>,
     },
     /// Run the informer pipeline on a small embedded in-memory cluster (no cluster, no
     /// plugins): list pods, apply changes, print what a listener sees.
@@ -492,6 +555,23 @@ async fn run(cmd: Command) -> anyhow::Result<()> {
             print!("{}", wisp_host::rbac::generate(&cfg, &name, &namespace));
             Ok(())
         }
+        Command::New { lang, name, dir } => new_plugin(lang, &name, dir),
+        Command::Build { dir, out } => {
+            let started = std::time::Instant::now();
+            let say = |m: String| eprintln!("wisp build: {m}");
+            let built = tokio::task::spawn_blocking(move || {
+                wisp_host::build::build(&dir, out.as_deref(), &say)
+            })
+            .await??;
+            let size = std::fs::metadata(&built).map_or(0, |m| m.len());
+            println!(
+                "built {} ({:.1} MB in {})",
+                built.display(),
+                size as f64 / 1e6,
+                wisp_host::units::human_duration(started.elapsed())
+            );
+            Ok(())
+        }
         Command::Demo => {
             wisp_host::demo::run().await?;
             Ok(())
@@ -599,6 +679,32 @@ async fn push(
     if let Some(t) = pushed.signature_tag {
         println!("signed (legacy): {}:{t}", r.repo_path());
     }
+    Ok(())
+}
+
+/// `wisp new`: the scaffold, and what to run next.
+fn new_plugin(lang: NewLang, name: &str, dir: Option<PathBuf>) -> anyhow::Result<()> {
+    use wisp_host::build::{Lang, scaffold};
+    let lang = match lang {
+        NewLang::Rust => Lang::Rust,
+        NewLang::Python => Lang::Python,
+        NewLang::Js => Lang::Js,
+    };
+    let dir = dir.unwrap_or_else(|| PathBuf::from(name));
+    let written = scaffold::new(lang, name, &dir)?;
+    println!(
+        "wrote the {} plugin {name} in {}:",
+        lang.arg(),
+        dir.display()
+    );
+    for f in &written {
+        println!("  {}", f.display());
+    }
+    println!(
+        "next:\n  cd {}\n  wisp build\n  wisp test --plugin dist/{name}.wasm fixtures.yaml\n  \
+         wisp check dist/{name}.wasm",
+        dir.display()
+    );
     Ok(())
 }
 

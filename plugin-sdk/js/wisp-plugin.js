@@ -1,7 +1,7 @@
 // Wisp plugin SDK for JavaScript: write a Wisp plugin as a class, built into a component of world
 // `wisp:plugin/plugin@0.2.0` with componentize-js (see docs/plugins/javascript.md).
 //
-//   import * as wisp from '../../../plugin-sdk/js/wisp-plugin.js';
+//   import * as wisp from '@wisp/plugin';   // `wisp build` resolves it (docs/plugins/javascript.md)
 //   class Hello extends wisp.Plugin {
 //     static describe() { return wisp.info('hello', '0.1.0', ['pods']); }
 //     static init(settings) { return new Hello(); }

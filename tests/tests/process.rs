@@ -15,31 +15,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::plugin_path;
+use common::{plugin_path, wisp_bin};
 use serde_json::Value;
 use wisp_tests::TestApiServer;
-
-/// The `wisp` binary next to this test's directory (`target/debug/wisp`), built when missing.
-fn wisp_bin() -> PathBuf {
-    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| {
-        let exe = std::env::current_exe().expect("the test's path");
-        let profile = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/<profile>");
-        let bin = profile.join("wisp");
-        if !bin.exists() {
-            let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-                .args(["build", "-p", "wisp-host", "--bin", "wisp"])
-                .status()
-                .expect("run cargo build");
-            assert!(status.success(), "building the wisp binary failed");
-        }
-        bin
-    })
-    .clone()
-}
 
 /// One `wisp run` process; its stderr is collected line by line. Killed when dropped.
 struct Wisp {

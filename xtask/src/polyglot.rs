@@ -3,51 +3,25 @@
 //!
 //! The toolchains are installed from PyPI and npm, when missing, into a cache outside the clone
 //! (`$WISP_TOOLCHAINS`, default `~/.cache/wisp-toolchains/`), one directory per pinned version.
-//! A component is built again only when its sources (the plugin's directory, the SDK, the WIT)
-//! or the toolchain's version changed: its stamp (`<name>.wasm.stamp`) holds their hash, since a
-//! build costs 20-60 s and up to 800 MB of memory.
+//! The pins, installs and build commands are `wisp build`'s (host/src/build/toolchain.rs,
+//! included below); the examples import the JS SDK as `@wisp/plugin` as out-of-tree plugins do.
+//! A component is built again only when its sources (the plugin's directory, the SDK, the WIT),
+//! the toolchain's version or that build code changed: its stamp (`<name>.wasm.stamp`) holds
+//! their hash, since a build costs 20-60 s and up to 800 MB of memory.
 //!
 //! Without python3 or node (or with an install that fails), these plugins are skipped with a
 //! warning, and the tests that need them skip too, except under `CI=true`, where both fail.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 
-/// componentize-py, from PyPI.
-pub const COMPONENTIZE_PY: &str = "0.25.1";
-/// @bytecodealliance/componentize-js, from npm.
-pub const COMPONENTIZE_JS: &str = "0.23.0";
+/// The pins, installs and build commands, shared with `wisp build` (one copy, in the host).
+#[path = "../../host/src/build/toolchain.rs"]
+#[allow(dead_code)]
+mod toolchain;
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Lang {
-    Python,
-    Js,
-}
-
-impl Lang {
-    fn dir(self) -> &'static str {
-        match self {
-            Lang::Python => "python",
-            Lang::Js => "js",
-        }
-    }
-
-    fn suffix(self) -> &'static str {
-        match self {
-            Lang::Python => "py",
-            Lang::Js => "js",
-        }
-    }
-
-    fn version(self) -> &'static str {
-        match self {
-            Lang::Python => COMPONENTIZE_PY,
-            Lang::Js => COMPONENTIZE_JS,
-        }
-    }
-}
+use toolchain::Toolchain as Lang;
 
 fn toolchains_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("WISP_TOOLCHAINS") {
@@ -57,75 +31,9 @@ fn toolchains_dir() -> PathBuf {
     home.join(".cache").join("wisp-toolchains")
 }
 
-fn quiet(mut cmd: Command) -> anyhow::Result<()> {
-    let shown = format!("{cmd:?}");
-    let out = cmd
-        .output()
-        .with_context(|| format!("could not start {shown}"))?;
-    if !out.status.success() {
-        bail!(
-            "{shown} failed with {}:\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(())
-}
-
 /// The toolchain's command, installed first when missing.
 fn toolchain(lang: Lang) -> anyhow::Result<PathBuf> {
-    let dir = toolchains_dir().join(format!("{}-{}", lang.suffix(), lang.version()));
-    let bin = match lang {
-        Lang::Python => dir.join("bin").join("componentize-py"),
-        Lang::Js => dir
-            .join("node_modules")
-            .join(".bin")
-            .join("componentize-js"),
-    };
-    // Marked complete once installed: an interrupted install is not taken for a finished one.
-    let complete = dir.join(".wisp-complete");
-    if bin.is_file() && complete.is_file() {
-        return Ok(bin);
-    }
-    println!(
-        "xtask: installing the {} toolchain {} into {}",
-        lang.dir(),
-        lang.version(),
-        dir.display()
-    );
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    match lang {
-        Lang::Python => {
-            let mut venv = Command::new("python3");
-            venv.args(["-m", "venv"]).arg(&dir);
-            quiet(venv).context("python3 -m venv (is python3 >= 3.10 with venv installed?)")?;
-            let mut pip = Command::new(dir.join("bin").join("pip"));
-            pip.args([
-                "install",
-                "--quiet",
-                &format!("componentize-py=={COMPONENTIZE_PY}"),
-            ]);
-            quiet(pip)?;
-        }
-        Lang::Js => {
-            let mut npm = Command::new("npm");
-            npm.arg("install")
-                .arg("--prefix")
-                .arg(&dir)
-                .args(["--no-audit", "--no-fund", "--silent"])
-                .arg(format!(
-                    "@bytecodealliance/componentize-js@{COMPONENTIZE_JS}"
-                ));
-            quiet(npm).context("npm install (is node >= 18 with npm installed?)")?;
-        }
-    }
-    if !bin.is_file() {
-        bail!("{} is missing after the install", bin.display());
-    }
-    std::fs::write(&complete, "")?;
-    Ok(bin)
+    toolchain::toolchain(lang, &toolchains_dir(), &|m| println!("xtask: {m}"))
 }
 
 /// FNV-1a over the relative paths and contents of the files under `dirs` (skipping caches and
@@ -197,7 +105,12 @@ fn build_lang(root: &Path, dist: &Path, lang: Lang) -> anyhow::Result<usize> {
         let hash = sources_hash(
             root,
             &[src.clone(), sdk.clone(), wit.join("wisp.wit")],
-            lang.version(),
+            // The build's code counts too: a change to how it stages or calls the toolchain.
+            &format!(
+                "{}{}",
+                lang.version(),
+                include_str!("../../host/src/build/toolchain.rs")
+            ),
         )?;
         if out.is_file() && std::fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == hash) {
             continue;
@@ -209,36 +122,14 @@ fn build_lang(root: &Path, dist: &Path, lang: Lang) -> anyhow::Result<usize> {
         println!("xtask: building {}", out.display());
         let started = std::time::Instant::now();
         let tmp = out.with_extension("wasm.partial");
-        let mut c = Command::new(bin);
-        c.current_dir(root);
+        let wit_dir = root.join("wit");
         match lang {
-            Lang::Python => {
-                c.args(["-d", "wit", "-w", "plugin", "componentize", "-p"])
-                    .arg(&src)
-                    .arg("-p")
-                    .arg(&sdk)
-                    .args(["app", "-o"])
-                    .arg(&tmp);
-            }
+            Lang::Python => toolchain::componentize_py(bin, &wit_dir, &[&src, &sdk], "app", &tmp),
             Lang::Js => {
-                // Without `-d http -d fetch-event` the component would import wasi:http's
-                // incoming handler types, which a plugin has no use for.
-                c.arg(src.join("app.js").strip_prefix(root).unwrap_or(&src))
-                    .args([
-                        "--wit",
-                        "wit",
-                        "--world-name",
-                        "plugin",
-                        "-d",
-                        "http",
-                        "-d",
-                        "fetch-event",
-                        "-o",
-                    ])
-                    .arg(&tmp);
+                toolchain::componentize_js(bin, &src, Path::new("app.js"), &sdk, &wit_dir, &tmp)
             }
         }
-        quiet(c).with_context(|| format!("building {}", out.display()))?;
+        .with_context(|| format!("building {}", out.display()))?;
         std::fs::rename(&tmp, &out)?;
         std::fs::write(&stamp, format!("{hash}\n"))?;
         println!(

@@ -113,11 +113,8 @@ impl Default for Settings {
 
 /// `$XDG_CACHE_HOME/wisp/oci` or `$HOME/.cache/wisp/oci`.
 pub fn default_cache_dir() -> PathBuf {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("wisp").join("oci")
+    crate::plugin::engine::wisp_cache_dir("oci")
+        .unwrap_or_else(|| std::env::temp_dir().join("wisp").join("oci"))
 }
 
 impl Settings {

@@ -95,12 +95,18 @@ pub(super) fn wasm_config(s: ArtifactSettings) -> Config {
     c
 }
 
-/// `$XDG_CACHE_HOME/wisp/modules` or `$HOME/.cache/wisp/modules`.
-pub fn default_cache_dir() -> Option<PathBuf> {
+/// `$XDG_CACHE_HOME/wisp/<sub>` or `$HOME/.cache/wisp/<sub>`: Wisp's caches (modules, OCI
+/// pulls, plugin toolchains).
+pub fn wisp_cache_dir(sub: &str) -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("wisp").join("modules"))
+    Some(base.join("wisp").join(sub))
+}
+
+/// `$XDG_CACHE_HOME/wisp/modules` or `$HOME/.cache/wisp/modules`.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    wisp_cache_dir("modules")
 }
 
 /// Where a component came from.

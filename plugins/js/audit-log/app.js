@@ -4,7 +4,7 @@
 //
 // Settings (all optional): {"includeResyncs": false, "includeInitialList": true}.
 
-import * as wisp from '../../../plugin-sdk/js/wisp-plugin.js';
+import * as wisp from '@wisp/plugin';
 
 const SETTINGS = { includeResyncs: ['boolean', false], includeInitialList: ['boolean', true] };
 

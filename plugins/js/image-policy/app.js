@@ -8,7 +8,7 @@
 // Settings: {"denyLatest": true, "requireLimits": true, "exemptNamespaces": ["kube-system"]}
 // (unknown fields and wrong types are refused at load).
 
-import * as wisp from '../../../plugin-sdk/js/wisp-plugin.js';
+import * as wisp from '@wisp/plugin';
 
 const SETTINGS = {
   denyLatest: ['boolean', true],

@@ -411,3 +411,27 @@ pub fn skip_unless_ci(why: &str) {
     assert!(!in_ci(), "{why}: CI must have it (see .ci/run)");
     eprintln!("skipped: {why}");
 }
+
+/// The `wisp` binary next to this test's directory (`target/debug/wisp`), built when missing.
+pub fn wisp_bin() -> std::path::PathBuf {
+    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().expect("the test's path");
+        let profile = exe
+            .parent()
+            .and_then(std::path::Path::parent)
+            .expect("target/<profile>");
+        let bin = profile.join("wisp");
+        if !bin.exists() {
+            let status = std::process::Command::new(
+                std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()),
+            )
+            .args(["build", "-p", "wisp-host", "--bin", "wisp"])
+            .status()
+            .expect("run cargo build");
+            assert!(status.success(), "building the wisp binary failed");
+        }
+        bin
+    })
+    .clone()
+}
