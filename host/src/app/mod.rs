@@ -6,6 +6,7 @@
 //! - [`start`](mod@start): [`start()`] as a sequence of named steps.
 
 pub mod build;
+pub mod custom;
 pub mod start;
 pub mod supervisor;
 

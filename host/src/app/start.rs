@@ -125,6 +125,7 @@ pub async fn start(
             },
         );
     }
+    watch_custom_resources(&sup, config, client.clone(), &reloader, &fencing, &executor);
     write_reports(&sup, config, client, &admin.services, &fencing);
     Ok(Host {
         informers,
@@ -664,6 +665,40 @@ pub fn run_informers(
             Ok(())
         });
     }
+}
+
+/// Step (`customResources.enabled`): the reconciler of `WispPlugin` and `ClusterWispPlugin`
+/// custom resources, once this replica runs its plugins; status writes fenced by the Lease.
+fn watch_custom_resources(
+    sup: &Arc<Supervisor>,
+    config: &Config,
+    client: Option<kube::Client>,
+    reloader: &Arc<OnceLock<Arc<Reloader>>>,
+    fencing: &Fencing,
+    executor: &Executor,
+) {
+    let (Some(_), Some(client)) = (
+        config.custom_resources.as_ref().filter(|c| c.enabled),
+        client,
+    ) else {
+        return;
+    };
+    let me = super::custom::CustomPlugins {
+        config: config.clone(),
+        client,
+        reloader: reloader.clone(),
+        leadership: fencing.leadership.clone(),
+        executor: executor.clone(),
+    };
+    sup.spawn(
+        Phase::Intake,
+        "custom resources",
+        OnError::Log,
+        |stop| async move {
+            super::custom::run(me, stop).await;
+            Ok(())
+        },
+    );
 }
 
 /// Step: policy reports, written by the host and fenced as the actions are; the last write

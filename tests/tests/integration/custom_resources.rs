@@ -1,0 +1,239 @@
+//! Plugins as custom resources end to end: the CRDs deploy/crds.yaml ships installed in the
+//! test API server, a host started from a config with `customResources`, and `WispPlugin`s
+//! created, changed and deleted through the server; the host watches them with its real
+//! `kube::Client`, runs their plugins (the image policy) and writes their status by
+//! server-side apply, which the tests read back from the server.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+use wisp_host::app;
+use wisp_host::config::Config;
+use wisp_host::informer::shared_informer::wait_for;
+use wisp_tests::{TestApiServer, pod};
+
+const CRDS: &str = include_str!("../../../deploy/crds.yaml");
+const API_VERSION: &str = "wisp.io/v1alpha1";
+
+/// A server with the CRDs and a pod on a `latest` image in `default`.
+async fn server() -> TestApiServer {
+    let server = TestApiServer::start().await.unwrap();
+    for doc in serde_yaml_ng::Deserializer::from_str(CRDS) {
+        let crd: Value = serde::Deserialize::deserialize(doc).unwrap();
+        server.create(crd).unwrap();
+    }
+    let mut p = pod("default", "web");
+    p["spec"]["containers"][0]["image"] = json!("nginx:latest");
+    server.create(p).unwrap();
+    server
+}
+
+struct Host {
+    host: app::Host,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Host {
+    /// A host reading custom resources, `custom` added to its `customResources`.
+    async fn start(server: &TestApiServer, custom: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!(
+            "source: kube\ninformers:\n  - {{name: namespaces, apiVersion: v1, kind: Namespace}}\n\
+             customResources: {{enabled: true, statusInterval: 1s{custom}}}\n\
+             admin: {{listen: \"127.0.0.1:0\"}}\n"
+        );
+        let path = dir.path().join("wisp.yaml");
+        std::fs::write(&path, config).unwrap();
+        let config = Config::load(&path).unwrap();
+        let (host, stop) = start_host(&config, server.client(), Some(path)).await;
+        Self {
+            host,
+            stop: Some(stop),
+            _dir: dir,
+        }
+    }
+
+    async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        self.host
+            .finish(tokio::time::Instant::now() + Duration::from_secs(5))
+            .await;
+    }
+}
+
+/// A WispPlugin in `default` running the image policy over its pods.
+fn wisp_plugin(name: &str, spec_extra: Value) -> Value {
+    let mut spec = json!({
+        "module": plugin_path("image_policy").display().to_string(),
+        "informers": [{"name": "pods", "apiVersion": "v1", "kind": "Pod"}],
+        "settings": {"requireLimits": false},
+    });
+    for (k, v) in spec_extra.as_object().unwrap() {
+        spec[k] = v.clone();
+    }
+    json!({"apiVersion": API_VERSION, "kind": "WispPlugin",
+        "metadata": {"name": name, "namespace": "default"}, "spec": spec})
+}
+
+fn status(server: &TestApiServer, name: &str) -> Value {
+    server
+        .get(API_VERSION, "WispPlugin", Some("default"), name)
+        .map(|o| o["status"].clone())
+        .unwrap_or(Value::Null)
+}
+
+fn condition<'a>(status: &'a Value, kind: &str) -> &'a Value {
+    status["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == kind))
+        .unwrap_or(&Value::Null)
+}
+
+/// Waits for the status of `name` to hold `cond`; returns it.
+async fn until_status(
+    server: &TestApiServer,
+    name: &str,
+    what: &str,
+    cond: impl Fn(&Value) -> bool,
+) -> Value {
+    let ok = wait_for(Duration::from_secs(20), || cond(&status(server, name))).await;
+    let s = status(server, name);
+    assert!(ok, "timed out waiting for: {what}; status: {s:#}");
+    s
+}
+
+/// Create: the plugin runs on the pods of its namespace, and its status says so (generation,
+/// conditions, module digest, ABI, counters); bad settings: Degraded, the running version stays
+/// and keeps delivering; delete: the plugin stops.
+#[tokio::test]
+async fn a_wisp_plugin_runs_reports_its_status_keeps_running_on_bad_settings_and_stops_on_delete() {
+    let server = server().await;
+    let host = Host::start(&server, "").await;
+    server.create(wisp_plugin("images", json!({}))).unwrap();
+    let s = until_status(&server, "images", "running with a violation", |s| {
+        condition(s, "Running")["status"] == "True" && s["counters"]["violations"] == 1
+    })
+    .await;
+    assert_eq!(s["observedGeneration"], 1);
+    assert_eq!(s["plugin"], "default/images");
+    assert_eq!(condition(&s, "ModuleReady")["status"], "True");
+    assert_eq!(condition(&s, "Degraded")["status"], "False");
+    assert!(
+        s["module"]["digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:"),
+        "{s}"
+    );
+    assert_eq!(s["abi"], "0.2.0");
+    assert!(s["counters"]["delivered"].as_u64().unwrap() >= 1, "{s}");
+    let plugin = host
+        .host
+        .plugins
+        .get("default/images")
+        .expect("the plugin runs");
+    assert_eq!(plugin.running().generation, 1);
+
+    // Settings its init refuses: Degraded, the running version stays and keeps delivering.
+    let mut bad = server
+        .get(API_VERSION, "WispPlugin", Some("default"), "images")
+        .unwrap();
+    bad["spec"]["settings"] = json!({"requireLimits": false, "denyLatest": false});
+    server.update(bad).unwrap();
+    let s = until_status(&server, "images", "degraded at generation 2", |s| {
+        s["observedGeneration"] == 2 && condition(s, "Degraded")["status"] == "True"
+    })
+    .await;
+    assert_eq!(
+        condition(&s, "Degraded")["reason"],
+        "SettingsRefused",
+        "{s}"
+    );
+    assert!(
+        s["lastError"]
+            .as_str()
+            .unwrap()
+            .contains("nothing to check"),
+        "{s}"
+    );
+    assert_eq!(condition(&s, "ModuleReady")["status"], "False");
+    assert_eq!(condition(&s, "Running")["status"], "True");
+    let plugin = host.host.plugins.get("default/images").expect("still runs");
+    assert_eq!(plugin.running().generation, 1, "the old version runs");
+    let mut p = pod("default", "api");
+    p["spec"]["containers"][0]["image"] = json!("redis:latest");
+    server.create(p).unwrap();
+    until_status(&server, "images", "the old version sees the new pod", |s| {
+        s["counters"]["violations"] == 2
+    })
+    .await;
+
+    server
+        .delete(API_VERSION, "WispPlugin", Some("default"), "images")
+        .unwrap();
+    until("the plugin stopped", || {
+        host.host.plugins.get("default/images").is_none()
+    })
+    .await;
+    assert!(
+        host.host.admin.services.verdicts.is_empty(),
+        "its verdicts went with it"
+    );
+    host.stop().await;
+}
+
+/// A WispPlugin asking for another namespace, or for more than `maxLimits`, is refused, and its
+/// status says why; nothing of it runs.
+#[tokio::test]
+async fn a_wisp_plugin_over_its_namespace_or_the_operators_caps_is_refused_in_its_status() {
+    let server = server().await;
+    let host = Host::start(&server, ", maxLimits: {memory: 32Mi}").await;
+    server
+        .create(wisp_plugin(
+            "elsewhere",
+            json!({"informers": [{"name": "pods", "apiVersion": "v1", "kind": "Pod",
+                "namespaces": ["kube-system"]}], "limits": {"memory": "16Mi"}}),
+        ))
+        .unwrap();
+    server
+        .create(wisp_plugin(
+            "greedy",
+            json!({"limits": {"memory": "128Mi"}}),
+        ))
+        .unwrap();
+    let s = until_status(&server, "elsewhere", "refused", |s| {
+        condition(s, "Degraded")["status"] == "True"
+    })
+    .await;
+    assert_eq!(condition(&s, "Degraded")["reason"], "NotAllowed", "{s}");
+    let msg = condition(&s, "Degraded")["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        msg.contains("spec.informers[0].namespaces") && msg.contains("\"kube-system\""),
+        "{msg}"
+    );
+    assert_eq!(condition(&s, "Running")["status"], "False");
+    let s = until_status(&server, "greedy", "refused", |s| {
+        condition(s, "Degraded")["status"] == "True"
+    })
+    .await;
+    assert_eq!(condition(&s, "Degraded")["reason"], "OverCap", "{s}");
+    assert!(
+        s["lastError"]
+            .as_str()
+            .unwrap()
+            .contains("spec.limits.memory: over customResources.maxLimits"),
+        "{s}"
+    );
+    assert!(host.host.plugins.get("default/elsewhere").is_none());
+    assert!(host.host.plugins.get("default/greedy").is_none());
+    host.stop().await;
+}
