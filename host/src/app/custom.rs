@@ -32,22 +32,16 @@ use crate::plugin::status::PluginCounters as C;
 use crate::reloader::{ReloadError, Reloader};
 use crate::scale::lease::Leadership;
 
-/// The API group of the CRDs.
-pub const GROUP: &str = "wisp.io";
-/// Their version.
-pub const VERSION: &str = "v1alpha1";
+pub use crate::config::custom::{GROUP, KINDS, VERSION};
 /// The field manager of the status writes.
 pub const FIELD_MANAGER: &str = "wisp";
 /// How often conditions are looked at (and written when they changed).
 const CONDITION_CHECK: Duration = Duration::from_secs(1);
-/// How often the reconciler looks again when nothing told it to (a missed notification).
+/// Refusals tried again at each resync (they may pass later).
+const TRANSIENT: [&str; 3] = ["PullFailed", "SignatureRefused", "KindNotServed"];
+/// How often the reconciler looks again when nothing told it to (a missed notification), and
+/// tries again what was refused for a [`TRANSIENT`] reason.
 const RESYNC: Duration = Duration::from_secs(60);
-
-/// The two kinds: kind, plural, namespaced.
-pub const KINDS: [(&str, &str, bool); 2] = [
-    ("WispPlugin", "wispplugins", true),
-    ("ClusterWispPlugin", "clusterwispplugins", false),
-];
 
 fn resource(kind: &str, plural: &str) -> ApiResource {
     ApiResource {
@@ -175,8 +169,8 @@ pub async fn run(me: CustomPlugins, stop: CancellationToken) {
     loop {
         tokio::select! {
             _ = stop.cancelled() => break,
-            _ = nudge.notified() => r.reconcile(&watchers.informers).await,
-            _ = resync.tick() => r.reconcile(&watchers.informers).await,
+            _ = nudge.notified() => r.reconcile(&watchers.informers, false).await,
+            _ = resync.tick() => r.reconcile(&watchers.informers, true).await,
             _ = tick.tick() => r.write_statuses().await,
         }
     }
@@ -252,8 +246,10 @@ struct Reconciler {
 }
 
 impl Reconciler {
-    /// Brings the plugins in line with the custom resources cached now.
-    async fn reconcile(&mut self, watchers: &[Arc<SharedInformer>]) {
+    /// Brings the plugins in line with the custom resources cached now; with `retry`, a
+    /// generation refused for what may pass later (a registry, a kind not served yet) is
+    /// tried again.
+    async fn reconcile(&mut self, watchers: &[Arc<SharedInformer>], retry: bool) {
         let mut now: BTreeMap<String, Seen> = BTreeMap::new();
         for s in watchers
             .iter()
@@ -272,10 +268,10 @@ impl Reconciler {
             self.remove(&name).await;
         }
         for (name, s) in now {
-            let current = self
-                .applied
-                .get(&name)
-                .is_some_and(|a| a.generation == s.generation);
+            let current = self.applied.get(&name).is_some_and(|a| {
+                a.generation == s.generation
+                    && !(retry && a.refused.as_ref().is_some_and(|r| TRANSIENT.contains(&r.0)))
+            });
             if !current {
                 self.apply(name, s).await;
             }
