@@ -237,3 +237,186 @@ async fn a_wisp_plugin_over_its_namespace_or_the_operators_caps_is_refused_in_it
     assert!(host.host.plugins.get("default/greedy").is_none());
     host.stop().await;
 }
+
+/// A ClusterWispPlugin sees every namespace; one named as a plugin of the config file is
+/// refused, and says so, while the file's plugin runs on.
+#[tokio::test]
+async fn a_cluster_wisp_plugin_sees_every_namespace_and_a_name_clash_with_the_file_is_refused() {
+    let server = server().await;
+    let mut p = pod("shop", "cart");
+    p["spec"]["containers"][0]["image"] = json!("redis:latest");
+    server.create(p).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "source: kube\ninformers:\n  - {{name: pods, apiVersion: v1, kind: Pod}}\n\
+         plugins:\n  - {{name: images, module: {m}, informers: [pods], settings: {{requireLimits: false}}}}\n\
+         customResources: {{enabled: true, statusInterval: 1s}}\nadmin: {{listen: \"127.0.0.1:0\"}}\n",
+        m = plugin_path("image_policy").display()
+    );
+    let path = dir.path().join("wisp.yaml");
+    std::fs::write(&path, config).unwrap();
+    let (mut host, stop) =
+        start_host(&Config::load(&path).unwrap(), server.client(), Some(path)).await;
+    let cluster = |name: &str| {
+        let mut p = wisp_plugin(name, json!({}));
+        p["kind"] = json!("ClusterWispPlugin");
+        p["metadata"].as_object_mut().unwrap().remove("namespace");
+        p
+    };
+    server.create(cluster("images")).unwrap();
+    server.create(cluster("all-images")).unwrap();
+    let cstatus = |name: &str| {
+        server
+            .get(API_VERSION, "ClusterWispPlugin", None, name)
+            .map(|o| o["status"].clone())
+            .unwrap_or(Value::Null)
+    };
+    until("both statuses written", || {
+        condition(&cstatus("images"), "Degraded")["status"] == "True"
+            && cstatus("all-images")["counters"]["violations"] == 2
+    })
+    .await;
+    let s = cstatus("images");
+    assert_eq!(condition(&s, "Degraded")["reason"], "NameClash", "{s}");
+    assert!(
+        s["lastError"]
+            .as_str()
+            .unwrap()
+            .contains("the config file defines a plugin named \"images\""),
+        "{s}"
+    );
+    assert_eq!(s["plugin"], "images");
+    let file_plugin = host.plugins.get("images").expect("the file's plugin runs");
+    assert!(
+        file_plugin
+            .status()
+            .counters
+            .delivered
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 2
+    );
+    assert_eq!(
+        condition(&cstatus("all-images"), "Running")["status"],
+        "True"
+    );
+    let _ = stop.send(());
+    host.finish(tokio::time::Instant::now() + Duration::from_secs(5))
+        .await;
+}
+
+/// A standby reconciles nothing and writes no status; once it takes the Lease it runs the
+/// plugin and writes.
+#[tokio::test]
+async fn a_standby_writes_no_status_until_it_leads() {
+    let server = server().await;
+    server
+        .create(
+            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "wisp", "namespace": "default"},
+            "spec": {"holderIdentity": "other", "leaseDurationSeconds": 3600}}),
+        )
+        .unwrap();
+    let host = Host::start(
+        &server,
+        "}\nsharding: {mode: leader, identity: a, leaseNamespace: default, leaseDuration: 2s, \
+         renewDeadline: 1500ms, retryPeriod: 300ms",
+    )
+    .await;
+    server.create(wisp_plugin("images", json!({}))).unwrap();
+    let lease_reads = || {
+        server
+            .requests()
+            .iter()
+            .filter(|r| r.path.ends_with("/leases/wisp"))
+            .count()
+    };
+    let seen = lease_reads();
+    until("three more tries at the Lease", || {
+        lease_reads() >= seen + 3
+    })
+    .await;
+    assert!(!host.host.leadership.as_ref().unwrap().is_leader());
+    let writes = |server: &TestApiServer| {
+        server
+            .requests()
+            .iter()
+            .filter(|r| r.path.contains("/wispplugins/") && r.method == "PATCH")
+            .count()
+    };
+    assert_eq!(writes(&server), 0, "a standby writes no status");
+    assert_eq!(status(&server, "images"), Value::Null);
+    assert!(host.host.plugins.get("default/images").is_none());
+
+    let mut lease = server
+        .get("coordination.k8s.io/v1", "Lease", Some("default"), "wisp")
+        .unwrap();
+    lease["spec"]["holderIdentity"] = json!("");
+    server.update(lease).unwrap();
+    until_status(&server, "images", "running once leading", |s| {
+        condition(s, "Running")["status"] == "True"
+    })
+    .await;
+    host.stop().await;
+}
+
+/// The shipped example applied with kubectl (its module paths pointed at the built plugins);
+/// `kubectl get wispplugins` prints the CRD's columns from the status the host wrote.
+#[tokio::test]
+async fn kubectl_applies_the_example_and_prints_the_columns_of_the_status() {
+    let Some(program) = crate::apiserver_peers::kubectl() else {
+        return;
+    };
+    let server = server().await;
+    server
+        .create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}))
+        .unwrap();
+    let mut p = pod("shop", "cart");
+    p["spec"]["containers"][0]["image"] = json!("redis:latest");
+    server.create(p).unwrap();
+    let host = Host::start(&server, "").await;
+    let example = include_str!("../../../deploy/wispplugin-example.yaml")
+        .replace(
+            "/plugins/image_policy.wasm",
+            &plugin_path("image_policy").display().to_string(),
+        )
+        .replace(
+            "/plugins/inventory.wasm",
+            &plugin_path("inventory").display().to_string(),
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("example.yaml");
+    std::fs::write(&file, example).unwrap();
+    let kubectl = crate::apiserver_peers::Kubectl::new(program, &server);
+    kubectl.ok(&["apply", "-f", file.to_str().unwrap()]).await;
+    let shop = |server: &TestApiServer| {
+        server
+            .get(API_VERSION, "WispPlugin", Some("shop"), "image-policy")
+            .map(|o| o["status"].clone())
+            .unwrap_or(Value::Null)
+    };
+    until("the example's status", || {
+        let s = shop(&server);
+        condition(&s, "Running")["status"] == "True" && s["counters"]["violations"] == 1
+    })
+    .await;
+    let table =
+        crate::apiserver_peers::rows(&kubectl.ok(&["get", "wispplugins", "-n", "shop"]).await);
+    assert_eq!(
+        table[0],
+        [
+            "NAME",
+            "MODULE",
+            "RUNNING",
+            "DEGRADED",
+            "DELIVERED",
+            "VIOLATIONS",
+            "AGE"
+        ]
+    );
+    assert_eq!(table[1][0], "image-policy");
+    assert_eq!(table[1][2..4], ["True", "AsExpected"]);
+    assert_eq!(table[1][5], "1");
+    let cluster = crate::apiserver_peers::rows(&kubectl.ok(&["get", "cwp"]).await);
+    assert_eq!(cluster[1][0], "inventory");
+    host.stop().await;
+}
