@@ -48,7 +48,12 @@
 //! dir: { maxFileSize: 16Mi }   # source dir: only: larger manifest files are refused (default)
 //! audit: { file: /var/log/wisp/audit.jsonl }   # actions also go to the log and to /audit
 //! policyReports: { apiGroup: openreports.io, interval: 10s, maxResults: 1000 }   # kube only
+//! customResources: { enabled: true, namespaces: [team-a], maxLimits: { memory: 64Mi }, allowedGrants: [] }
 //! ```
+//!
+//! `customResources` (off when omitted; `source: kube` only) also runs the plugins of
+//! `WispPlugin` / `ClusterWispPlugin` custom resources, confined and capped (see [`custom`] and
+//! docs/custom-resources.md).
 //!
 //! `policyReports` (off when omitted; `source: kube` only) writes the plugins' current
 //! violations as policy reports: one per namespace, one for cluster-scoped objects, written by

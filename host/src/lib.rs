@@ -29,7 +29,8 @@
 //!    tag polls); [`fixture`] (`wisp test`); [`rbac`]: least-privilege RBAC for a config.
 //! 9. [`admin`]: the admin and metrics HTTP servers (health, readiness, metrics, plugins).
 //! 10. [`app`]: the host assembled from a config, its tasks and threads owned by one
-//!     supervisor ([`app::supervisor`]), started as named steps and stopped in phases.
+//!     supervisor ([`app::supervisor`]), started as named steps and stopped in phases; the
+//!     reconciler of plugins from custom resources ([`app::custom`]).
 #![deny(unsafe_code)]
 
 pub mod abi;

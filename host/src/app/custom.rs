@@ -55,7 +55,8 @@ fn resource(kind: &str, plural: &str) -> ApiResource {
 
 /// What the reconciler needs of the host.
 pub struct CustomPlugins {
-    /// The host's config (custom resources are read against it).
+    /// The host's config at start (its `customResources`; each generation is read against the
+    /// config in force then).
     pub config: Config,
     /// The API server.
     pub client: kube::Client,
@@ -335,9 +336,10 @@ impl Reconciler {
         a: &mut Applied,
         s: &Seen,
     ) -> Result<String, (&'static str, String)> {
+        // The config in force now: its `oci` keys and engine, as a file reload would use.
         let mut cfg = self
-            .me
-            .config
+            .reloader
+            .config()
             .custom_plugin(&s.cr, &s.spec)
             .map_err(|r| (r.reason, r.to_string()))?;
         cfg.pull_oci(Some(&a.pulled)).await.map_err(|e| {

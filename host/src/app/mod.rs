@@ -3,6 +3,7 @@
 //!
 //! - [`supervisor`]: the one owner of every task and thread, and the order they stop in.
 //! - [`build`]: the parts built from a config (informers, services, engine, discovery).
+//! - [`custom`]: plugins from `WispPlugin` / `ClusterWispPlugin` custom resources.
 //! - [`start`](mod@start): [`start()`] as a sequence of named steps.
 
 pub mod build;

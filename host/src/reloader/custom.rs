@@ -17,6 +17,11 @@ impl Reloader {
         &self.manager
     }
 
+    /// The config in force (the last one applied).
+    pub fn config(&self) -> crate::config::Config {
+        lock(&self.config).clone()
+    }
+
     /// Whether the config file defines a plugin named `name`.
     pub fn is_config_plugin(&self, name: &str) -> bool {
         lock(&self.config).plugins.iter().any(|p| p.name == name)

@@ -605,6 +605,11 @@ fn needs_restart(cfg: &Config, next: &Config) -> Option<&'static str> {
     if cfg.policy_reports != next.policy_reports {
         return Some("policyReports changed; the report writer's settings need a restart");
     }
+    if cfg.custom_resources != next.custom_resources {
+        return Some(
+            "customResources changed; what the host reads of custom resources needs a restart",
+        );
+    }
     if cfg.dir != next.dir {
         return Some("dir changed; the dir source's settings need a restart");
     }
@@ -651,6 +656,12 @@ mod tests {
         assert_eq!(
             needs_restart(&a, &parse("executor: {workers: 3}\n").unwrap()),
             Some("executor changed; the number of workers needs a restart")
+        );
+        assert_eq!(
+            needs_restart(&a, &parse("customResources: {enabled: false}\n").unwrap()),
+            Some(
+                "customResources changed; what the host reads of custom resources needs a restart"
+            )
         );
     }
 
