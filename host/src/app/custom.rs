@@ -343,7 +343,7 @@ impl Reconciler {
             .custom_plugin(&s.cr, &s.spec)
             .map_err(|r| (r.reason, r.to_string()))?;
         cfg.pull_oci(Some(&a.pulled)).await.map_err(|e| {
-            let reason = if e.contains("signature") {
+            let reason = if e.contains("signature") || e.contains("not signed") {
                 "SignatureRefused"
             } else {
                 "PullFailed"
@@ -432,8 +432,13 @@ impl Reconciler {
         }
         let interval = self.settings.status_interval();
         let names: Vec<String> = self.applied.keys().cloned().collect();
+        // Current violations per plugin, counted once for every resource.
+        let mut violations: BTreeMap<String, u64> = BTreeMap::new();
+        for ((plugin, _, _), n) in self.reloader.manager().services().verdicts.counts() {
+            *violations.entry(plugin).or_default() += n;
+        }
         for name in names {
-            let status = self.status(&name);
+            let status = self.status(&name, violations.get(&name).copied().unwrap_or(0));
             let a = &self.applied[&name];
             let due = match &a.written {
                 None => true,
@@ -487,8 +492,8 @@ impl Reconciler {
         .map(|_| ())
     }
 
-    /// The status of one resource now.
-    fn status(&self, name: &str) -> Value {
+    /// The status of one resource now, with its plugin's current `violations`.
+    fn status(&self, name: &str, violations: u64) -> Value {
         let a = &self.applied[name];
         let h = self.handle(name);
         let mut degraded: Option<(&str, String)> = a.refused.as_ref().map(|(r, e)| (*r, e.clone()));
@@ -529,7 +534,7 @@ impl Reconciler {
             out["counters"] = json!({
                 "delivered": C::get(&st.counters.delivered),
                 "failed": C::get(&st.counters.failed),
-                "violations": self.violations(name),
+                "violations": violations,
             });
         }
         if let Some(e) = a
@@ -559,18 +564,6 @@ impl Reconciler {
             },
         ]);
         out
-    }
-
-    fn violations(&self, name: &str) -> u64 {
-        self.reloader
-            .manager()
-            .services()
-            .verdicts
-            .counts()
-            .into_iter()
-            .filter(|((p, _, _), _)| p == name)
-            .map(|(_, n)| n)
-            .sum()
     }
 }
 

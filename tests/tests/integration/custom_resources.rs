@@ -420,3 +420,147 @@ async fn kubectl_applies_the_example_and_prints_the_columns_of_the_status() {
     assert_eq!(cluster[1][0], "inventory");
     host.stop().await;
 }
+
+/// A new generation that fails its probation is rolled back, and one that keeps failing is
+/// quarantined: both say so in `Degraded`, and `Running` goes False once quarantined.
+#[tokio::test]
+async fn a_rolled_back_or_quarantined_plugin_is_degraded_with_the_reason() {
+    let server = server().await;
+    let host = Host::start(&server, "").await;
+    let faults = |settings: Value, extra: Value| {
+        let mut p = wisp_plugin("faults", extra);
+        p["spec"]["module"] = json!(plugin_path("test_faults").display().to_string());
+        p["spec"]["settings"] = settings;
+        p
+    };
+    server
+        .create(faults(json!({"mode": "ok"}), json!({})))
+        .unwrap();
+    until_status(&server, "faults", "running", |s| {
+        condition(s, "Running")["status"] == "True"
+    })
+    .await;
+
+    // Generation 2 traps on every object named bad-*: its probation of 2 fails, it goes back.
+    let next = |settings: Value, extra: Value| {
+        let mut cr = server
+            .get(API_VERSION, "WispPlugin", Some("default"), "faults")
+            .unwrap();
+        let new = faults(settings, extra);
+        cr["spec"] = new["spec"].clone();
+        server.update(cr).unwrap();
+    };
+    next(
+        json!({"mode": "trap", "namePrefix": "bad-"}),
+        json!({"reload": {"probation": 2, "rollbackThreshold": 0.4}}),
+    );
+    until_status(&server, "faults", "generation 2 applied", |s| {
+        s["observedGeneration"] == 2 && condition(s, "ModuleReady")["status"] == "True"
+    })
+    .await;
+    for i in 0..2 {
+        server.create(pod("default", &format!("bad-{i}"))).unwrap();
+    }
+    let s = until_status(&server, "faults", "rolled back", |s| {
+        condition(s, "Degraded")["reason"] == "RolledBack"
+    })
+    .await;
+    assert_eq!(condition(&s, "Running")["status"], "True", "{s}");
+
+    // Generation 3 traps on every bad-* for good (no probation): quarantined after 2.
+    next(
+        json!({"mode": "trap", "namePrefix": "bad-"}),
+        json!({"reload": {"probation": 0}, "onFailure": {"quarantineAfter": 2}}),
+    );
+    until_status(&server, "faults", "generation 3 applied", |s| {
+        s["observedGeneration"] == 3 && condition(s, "Degraded")["status"] == "False"
+    })
+    .await;
+    for i in 2..5 {
+        server.create(pod("default", &format!("bad-{i}"))).unwrap();
+    }
+    let s = until_status(&server, "faults", "quarantined", |s| {
+        condition(s, "Degraded")["reason"] == "Quarantined"
+    })
+    .await;
+    assert_eq!(condition(&s, "Running")["status"], "False", "{s}");
+    assert_eq!(condition(&s, "Running")["reason"], "Quarantined", "{s}");
+    assert!(s["counters"]["failed"].as_u64().unwrap() >= 2, "{s}");
+    host.stop().await;
+}
+
+/// An `oci://` module of a custom resource is pulled under the host's signature policy (a real
+/// registry, signatures made by openssl): a signed one runs and its status names the reference
+/// and the digest pulled; an unsigned one is refused, `SignatureRefused`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oci_module_is_pulled_under_the_signature_policy_and_an_unsigned_one_refused() {
+    use crate::oci::{Registry, keypair, openssl_sign, tools};
+    if !tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let reg = Registry::start(&dir.path().join("reg"));
+    let (key, public) = keypair(dir.path(), "good");
+    let push = |tag: &str| {
+        let r = reg.reference(&format!("acme/images:{tag}"));
+        let s = reg.settings(&dir.path().join("push"));
+        let m = std::fs::read(common::rig::variant(
+            &plugin_path("image_policy"),
+            tag,
+            dir.path(),
+        ))
+        .unwrap();
+        async move {
+            wisp_host::oci::push::push(&s, &m, &r, None)
+                .await
+                .unwrap()
+                .digest
+        }
+    };
+    let signed = push("signed").await;
+    openssl_sign(&reg, "acme/images", &signed, &signed, &key);
+    push("unsigned").await;
+
+    let server = server().await;
+    let cache = dir.path().join("oci-cache").display().to_string();
+    let host = Host::start(
+        &server,
+        &format!(
+            "}}\noci: {{insecure: [\"{}\"], keys: [{}], cacheDir: {cache}",
+            reg.host,
+            public.display()
+        ),
+    )
+    .await;
+    let module = |tag: &str| json!(format!("oci://{}/acme/images:{tag}", reg.host));
+    server
+        .create(wisp_plugin("signed", json!({"module": module("signed")})))
+        .unwrap();
+    server
+        .create(wisp_plugin(
+            "unsigned",
+            json!({"module": module("unsigned")}),
+        ))
+        .unwrap();
+    let s = until_status(&server, "signed", "running", |s| {
+        condition(s, "Running")["status"] == "True"
+    })
+    .await;
+    assert_eq!(s["module"]["digest"], signed.as_str(), "{s}");
+    assert_eq!(s["module"]["reference"], module("signed"), "{s}");
+    let s = until_status(&server, "unsigned", "refused", |s| {
+        condition(s, "Degraded")["status"] == "True"
+    })
+    .await;
+    assert_eq!(
+        condition(&s, "Degraded")["reason"],
+        "SignatureRefused",
+        "{s}"
+    );
+    assert!(
+        s["lastError"].as_str().unwrap().contains("not signed"),
+        "{s}"
+    );
+    assert!(host.host.plugins.get("default/unsigned").is_none());
+    host.stop().await;
+}
