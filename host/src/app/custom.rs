@@ -66,6 +66,9 @@ pub struct CustomPlugins {
     pub leadership: Option<Arc<Leadership>>,
     /// The workers the custom resources' informers deliver on.
     pub executor: Executor,
+    /// With `sharding: {mode: shards}`: the hash ranges this member serves; the custom
+    /// resources' informers with `shard` (the default) hold only those, as the config's do.
+    pub shard_view: Option<Arc<crate::scale::shards::ShardView>>,
 }
 
 /// Notifies the reconciler of any change of a watched custom resource.
@@ -408,7 +411,8 @@ impl Reconciler {
             let resource = super::build::discover(&self.me.client, cfg, i)
                 .await
                 .map_err(|e| format!("{e:#}").replace(": informers[", ": spec.informers["))?;
-            let lw = super::build::kube_lister(&self.me.client, &resource, inf, None);
+            let view = self.me.shard_view.as_ref();
+            let lw = super::build::kube_lister(&self.me.client, &resource, inf, view);
             informers.push(
                 super::build::informer(inf, lw, Some(&self.me.executor), false)
                     .map_err(|e| format!("{}: {e:#}", cfg.file))?,

@@ -46,6 +46,7 @@ pub async fn start(
     let (informers, dir, client) =
         build_sharded_informers(config, opts, Some(&executor), shard_view.as_ref()).await?;
     let mut services = services(config, client.clone())?;
+    let custom_view = shard_view.clone();
     let mut fencing = Fencing::new(
         config,
         client.as_ref(),
@@ -125,7 +126,8 @@ pub async fn start(
             },
         );
     }
-    watch_custom_resources(&sup, config, client.clone(), &reloader, &fencing, &executor);
+    let custom = (client.clone(), custom_view, executor.clone());
+    watch_custom_resources(&sup, config, custom, &reloader, &fencing);
     write_reports(&sup, config, client, &admin.services, &fencing);
     Ok(Host {
         informers,
@@ -672,10 +674,9 @@ pub fn run_informers(
 fn watch_custom_resources(
     sup: &Arc<Supervisor>,
     config: &Config,
-    client: Option<kube::Client>,
+    (client, view, executor): (Option<kube::Client>, Option<Arc<ShardView>>, Executor),
     reloader: &Arc<OnceLock<Arc<Reloader>>>,
     fencing: &Fencing,
-    executor: &Executor,
 ) {
     let (Some(_), Some(client)) = (
         config.custom_resources.as_ref().filter(|c| c.enabled),
@@ -688,7 +689,8 @@ fn watch_custom_resources(
         client,
         reloader: reloader.clone(),
         leadership: fencing.leadership.clone(),
-        executor: executor.clone(),
+        executor,
+        shard_view: view,
     };
     sup.spawn(
         Phase::Intake,

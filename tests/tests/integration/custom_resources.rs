@@ -564,3 +564,46 @@ async fn an_oci_module_is_pulled_under_the_signature_policy_and_an_unsigned_one_
     assert!(host.host.plugins.get("default/unsigned").is_none());
     host.stop().await;
 }
+
+/// A generation that changes the informers restarts the plugin on new informers (checked first)
+/// and stops the old ones: the pods a new label selector leaves out are no longer seen.
+#[tokio::test]
+async fn changed_informers_restart_the_plugin_on_new_informers_and_stop_the_old() {
+    let server = server().await;
+    let host = Host::start(&server, "").await;
+    server.create(wisp_plugin("images", json!({}))).unwrap();
+    until_status(&server, "images", "running with a violation", |s| {
+        s["counters"]["violations"] == 1
+    })
+    .await;
+    let first = host.host.plugins.get("default/images").unwrap();
+    let watches = server.open_watches();
+    let mut cr = server
+        .get(API_VERSION, "WispPlugin", Some("default"), "images")
+        .unwrap();
+    cr["spec"]["informers"][0]["labelSelector"] = json!("app=none");
+    server.update(cr).unwrap();
+    let s = until_status(&server, "images", "generation 2 running", |s| {
+        s["observedGeneration"] == 2
+            && condition(s, "Running")["status"] == "True"
+            && s["counters"]["violations"] == 0
+    })
+    .await;
+    assert_eq!(condition(&s, "Degraded")["status"], "False", "{s}");
+    let second = host.host.plugins.get("default/images").unwrap();
+    assert!(!std::sync::Arc::ptr_eq(&first, &second), "a new plugin");
+    assert_eq!(host.host.plugins.len(), 1);
+    until("the new informer watches", || {
+        server.requests().iter().any(|r| {
+            r.verb == wisp_tests::Verb::Watch
+                && r.query.get("labelSelector").map(String::as_str) == Some("app=none")
+        })
+    })
+    .await;
+    until(
+        "the old informer's watch closed (one pods watch open)",
+        || server.open_watches() == watches,
+    )
+    .await;
+    host.stop().await;
+}
