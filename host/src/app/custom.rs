@@ -140,26 +140,25 @@ struct Applied {
     written: Option<(Value, Instant)>,
 }
 
-/// The reconciler: runs until `stop`, once this replica runs its plugins.
-pub async fn run(me: CustomPlugins, stop: CancellationToken) {
+/// The reconciler: runs until `stop`, once this replica runs its plugins. Fails (logged and
+/// counted by the supervisor) when the custom resources cannot be watched.
+pub async fn run(me: CustomPlugins, stop: CancellationToken) -> anyhow::Result<()> {
     let reloader = loop {
         if let Some(r) = me.reloader.get() {
             break r.clone();
         }
         tokio::select! {
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => return Ok(()),
             _ = tokio::time::sleep(Duration::from_millis(100)) => {}
         }
     };
     let cr_config = me.config.custom_resources.clone().unwrap_or_default();
     let nudge = Arc::new(tokio::sync::Notify::new());
-    let watchers = match watchers(&me, &cr_config, &nudge) {
-        Ok(w) => Running::start(w, &stop),
-        Err(e) => {
-            tracing::error!(error = %e, "cannot watch the custom resources");
-            return;
-        }
-    };
+    let watchers = Running::start(
+        watchers(&me, &cr_config, &nudge)
+            .map_err(|e| e.context("cannot watch the custom resources"))?,
+        &stop,
+    );
     let mut r = Reconciler {
         me,
         reloader,
@@ -184,6 +183,7 @@ pub async fn run(me: CustomPlugins, stop: CancellationToken) {
         }
     }
     watchers.stop().await;
+    Ok(())
 }
 
 /// The informers of the custom resources the config reads.

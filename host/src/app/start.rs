@@ -692,15 +692,9 @@ fn watch_custom_resources(
         executor,
         shard_view: view,
     };
-    sup.spawn(
-        Phase::Intake,
-        "custom resources",
-        OnError::Log,
-        |stop| async move {
-            super::custom::run(me, stop).await;
-            Ok(())
-        },
-    );
+    sup.spawn(Phase::Intake, "custom resources", OnError::Log, |stop| {
+        super::custom::run(me, stop)
+    });
 }
 
 /// Step: policy reports, written by the host and fenced as the actions are; the last write
