@@ -139,6 +139,20 @@ async fn a_wisp_plugin_runs_reports_its_status_keeps_running_on_bad_settings_and
         .get("default/images")
         .expect("the plugin runs");
     assert_eq!(plugin.running().generation, 1);
+    // Nothing changes: no status write, though conditions are looked at every second and the
+    // counters may be written every second (statusInterval 1s).
+    let writes = || {
+        server
+            .requests()
+            .iter()
+            .filter(|r| r.path.ends_with("/wispplugins/images/status") && r.method == "PATCH")
+            .count()
+    };
+    let before = writes();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(writes(), before, "status written with nothing changed");
+    assert!(before <= 3, "{before} writes to reach running");
+    eprintln!("status writes from create to running: {before}");
 
     // Settings its init refuses: Degraded, the running version stays and keeps delivering.
     let mut bad = server
