@@ -48,7 +48,12 @@
 //! dir: { maxFileSize: 16Mi }   # source dir: only: larger manifest files are refused (default)
 //! audit: { file: /var/log/wisp/audit.jsonl }   # actions also go to the log and to /audit
 //! policyReports: { apiGroup: openreports.io, interval: 10s, maxResults: 1000 }   # kube only
+//! customResources: { enabled: true, namespaces: [team-a], maxLimits: { memory: 64Mi }, allowedGrants: [] }
 //! ```
+//!
+//! `customResources` (off when omitted; `source: kube` only) also runs the plugins of
+//! `WispPlugin` / `ClusterWispPlugin` custom resources, confined and capped (see [`custom`] and
+//! docs/custom-resources.md).
 //!
 //! `policyReports` (off when omitted; `source: kube` only) writes the plugins' current
 //! violations as policy reports: one per namespace, one for cluster-scoped objects, written by
@@ -96,7 +101,7 @@ use crate::plugin::spec::{DEFAULT_BATCH_MAX, DEFAULT_OVERFLOW, DEFAULT_QUEUE_MAX
 use crate::plugin::{FailurePolicy, Limits, LogLevel, OnFailure, PluginSpec};
 
 /// A configuration error: file, field path, problem.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 #[error("{file}: {path}: {problem}")]
 pub struct ConfigError {
     /// The config file.
@@ -107,9 +112,12 @@ pub struct ConfigError {
     pub problem: String,
 }
 
+pub mod custom;
 mod oci;
 mod specs;
 mod validate;
+
+pub use custom::{CustomRef, CustomRefusal, CustomResourcesConfig};
 
 pub use crate::units::{Bytes, Dur, MAX_DURATION, parse_bytes, parse_duration};
 
@@ -148,6 +156,10 @@ pub struct Config {
     /// Modules from OCI registries: credentials, trust, signature keys, cache, tag polling.
     #[serde(default)]
     pub oci: OciConfig,
+    /// Plugins also from `WispPlugin` / `ClusterWispPlugin` custom resources (see
+    /// [`custom`]); omitted: none.
+    #[serde(default)]
+    pub custom_resources: Option<CustomResourcesConfig>,
     /// The `oci://` modules pulled, by the module string as configured (filled by
     /// [`Config::pull_oci`], not read from the file).
     #[serde(skip)]

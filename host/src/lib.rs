@@ -30,7 +30,8 @@
 //!    [`build`]: plugins from source (`wisp new`, `wisp build`, the pinned toolchains).
 //! 9. [`admin`]: the admin and metrics HTTP servers (health, readiness, metrics, plugins).
 //! 10. [`app`]: the host assembled from a config, its tasks and threads owned by one
-//!     supervisor ([`app::supervisor`]), started as named steps and stopped in phases.
+//!     supervisor ([`app::supervisor`]), started as named steps and stopped in phases; the
+//!     reconciler of plugins from custom resources ([`app::custom`]).
 #![deny(unsafe_code)]
 
 pub mod abi;

@@ -140,6 +140,16 @@ Policy reports (policyReports, source: kube only; off when omitted): the plugins
   (changed reports written then, by server-side apply as field manager wisp); maxResults 1000
   per report (1 to 10000; the rest counted in the wisp.io/results-omitted annotation, the
   summary counts all). `wisp rbac` grants the verbs. See docs/policy-reports.md.
+
+Custom resources (customResources, source: kube only; off when omitted): plugins also from
+  WispPlugin (namespaced) and ClusterWispPlugin (wisp.io/v1alpha1; CRDs in deploy/crds.yaml),
+  applied through the reload path (checks, signature policy, probation, rollback). A WispPlugin
+  sees and acts only in its own namespace; grants must be covered by allowedGrants (default
+  none), limits, batch and queue.max at most maxLimits. Status by server-side apply (field
+  manager wisp, only while leading): conditions ModuleReady, Running, Degraded (with the
+  reason), module digest, ABI, last error, counters; conditions written on change (looked at
+  every second), counters at most every statusInterval (30s). `wisp rbac` grants the verbs. See
+  docs/custom-resources.md.
 ";
 
 /// What `wisp new --help` adds.

@@ -2,7 +2,8 @@
 //! `deploy/wisp.yaml` verbatim, the Deployment's args, mounts, ports and probes agree with that
 //! config, the image has the modules it names, and `deploy/rbac.yaml` is exactly what
 //! `wisp rbac` prints for it today. `deploy/shards/`, rendered by kubectl's kustomize, is the
-//! same with shards mode's config, replicas, disruption budget and Lease rights.
+//! same with shards mode's config, replicas, disruption budget and Lease rights. `crds.yaml`
+//! defines what the host reads of custom resources, and `wispplugin-example.yaml` is valid for it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -138,14 +139,24 @@ fn wisp_rbac(name: &str) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-const CLUSTER_SCOPED: [&str; 3] = ["Namespace", "ClusterRole", "ClusterRoleBinding"];
+const CLUSTER_SCOPED: [&str; 4] = [
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "CustomResourceDefinition",
+];
+
+/// The example of plugins as custom resources: a team's WispPlugin lives in the team's
+/// namespace, not Wisp's.
+const CR_EXAMPLE: &str = "wispplugin-example.yaml";
 
 #[test]
 fn every_manifest_is_kubernetes_objects_in_namespace_wisp() {
     let mut files: Vec<String> = std::fs::read_dir(repo().join("deploy"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".yaml") && n != "wisp.yaml") // wisp.yaml is Wisp's own config
+        // wisp.yaml is Wisp's own config; the custom resources' example is a team's.
+        .filter(|n| n.ends_with(".yaml") && n != "wisp.yaml" && n != CR_EXAMPLE)
         .collect();
     files.sort();
     for expected in [
@@ -252,6 +263,58 @@ fn deploy_wisp_yaml_is_a_valid_config_for_the_cluster() {
         "{:?}",
         cfg.engine.cache_dir
     );
+}
+
+/// deploy/crds.yaml defines the group, version and kinds the host reads; each resource of the
+/// example is one of them and a valid plugin for deploy/wisp.yaml with `customResources` on (its
+/// modules among those the image bakes in).
+#[test]
+fn the_crds_serve_what_the_host_reads_and_the_example_is_valid_for_the_deploy_config() {
+    use wisp_host::config::custom::{CustomRef, GROUP, KINDS, VERSION};
+    let crds = docs("crds.yaml");
+    assert_eq!(crds.len(), KINDS.len());
+    for ((kind, plural, namespaced), crd) in KINDS.iter().zip(&crds) {
+        assert_eq!(crd["metadata"]["name"], format!("{plural}.{GROUP}"));
+        assert_eq!(crd["spec"]["names"]["kind"], *kind);
+        let scope = if *namespaced { "Namespaced" } else { "Cluster" };
+        assert_eq!(crd["spec"]["scope"], scope);
+        let v = &crd["spec"]["versions"][0];
+        assert_eq!(v["name"], VERSION);
+        assert!(
+            v["subresources"]["status"].is_object(),
+            "{kind}: status subresource"
+        );
+    }
+    let d = tempfile::tempdir().unwrap();
+    config_copy(d.path(), CONFIG);
+    let path = d.path().join("deploy").join(CONFIG);
+    let text = std::fs::read_to_string(&path).unwrap() + "customResources: {enabled: true}\n";
+    std::fs::write(&path, text).unwrap();
+    let cfg = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let baked = image_modules();
+    for (i, cr) in docs(CR_EXAMPLE).iter().enumerate() {
+        let kind = KINDS
+            .iter()
+            .find(|k| cr["kind"] == k.0)
+            .unwrap_or_else(|| panic!("document {i}: not a kind of the CRDs: {cr}"));
+        assert_eq!(cr["apiVersion"], format!("{GROUP}/{VERSION}"));
+        let mut spec = cr["spec"].clone();
+        let module = str_of(&spec["module"], "module").to_owned();
+        let file = module.strip_prefix("/plugins/").expect("a baked-in module");
+        assert!(
+            baked.iter().any(|m| m == file),
+            "{module} is not in the image"
+        );
+        spec["module"] = Value::String(plugin_dir().join(file).display().to_string());
+        let r = CustomRef {
+            kind: kind.0,
+            namespace: cr["metadata"]["namespace"].as_str().map(str::to_owned),
+            name: str_of(&cr["metadata"]["name"], "name").to_owned(),
+        };
+        assert_eq!(r.namespace.is_some(), kind.2, "{r}: scope");
+        cfg.custom_plugin(&r, &spec)
+            .unwrap_or_else(|e| panic!("deploy/{CR_EXAMPLE}: {e}"));
+    }
 }
 
 #[test]

@@ -134,35 +134,7 @@ pub async fn build_sharded_informers(
         let lw: Arc<dyn ListerWatcher> = match (&client, &dir) {
             (Some(client), _) => {
                 let resource = discover(client, config, i).await?;
-                let source = |ns: Option<&str>| {
-                    let mut src = KubeSource::with_resource(client.clone(), resource.clone(), ns)
-                        .strip_managed_fields(inf.strip_managed_fields)
-                        .metadata_only(inf.metadata_only)
-                        .named(inf.name.clone())
-                        .size_caps(inf.size_caps());
-                    if let Some(l) = &inf.label_selector {
-                        src = src.labels(l.clone());
-                    }
-                    if let Some(f) = &inf.field_selector {
-                        src = src.fields(f.clone());
-                    }
-                    if let Some(v) = view.filter(|_| inf.shard) {
-                        src = src.sharded(v.clone());
-                    }
-                    src
-                };
-                // Several namespaces: one list and watch in each (never cluster-wide), so a
-                // Role per namespace is all the informer needs.
-                match inf.namespaces.as_deref() {
-                    Some([one]) => Arc::new(source(Some(one))),
-                    Some(several) => Arc::new(MultiNamespace::new(
-                        several
-                            .iter()
-                            .map(|n| (n.clone(), source(Some(n))))
-                            .collect(),
-                    )),
-                    None => Arc::new(source(None)),
-                }
+                kube_lister(client, &resource, inf, view)
             }
             (None, Some(d)) => {
                 let at = |field: &str| format!("{}: informers[{i}].{field}", config.file);
@@ -179,38 +151,87 @@ pub async fn build_sharded_informers(
             }
             (None, None) => anyhow::bail!("no source"),
         };
-        let settings = InformerSettings {
-            default_resync: inf.resync.0,
-            reflector: ReflectorConfig {
-                use_watch_list: inf.watch_list,
-                list_caps: inf.list_caps(),
-                ..ReflectorConfig::default()
-            },
-            executor: executor.cloned(),
-            // Metadata only: an API server sends nothing else; a directory's objects are cut.
-            transform: match inf
-                .fields
-                .as_ref()
-                .or((inf.metadata_only && client.is_none()).then_some(&Vec::new()))
-            {
-                Some(paths) => Some(
-                    crate::informer::mask::FieldMask::parse(paths)
-                        .map_err(|e| anyhow::anyhow!("informer {:?}: fields: {e}", inf.name))?
-                        .transform(),
-                ),
-                None => None,
-            },
-            queue: inf.queue,
-            on_panic: inf.on_panic,
-            ..InformerSettings::default()
-        };
-        let informer = SharedInformer::new(inf.name.clone(), lw, settings);
-        informer
-            .add_indexers(index_funcs(inf))
-            .with_context(|| format!("informer {:?}: indexes", inf.name))?;
-        out.push(informer);
+        out.push(informer(inf, lw, executor, client.is_none())?);
     }
     Ok((out, dir, client))
+}
+
+/// The lister-watcher of informer `inf` over the API server's `resource`: one list and watch
+/// per namespace when it names several (never cluster-wide, so a Role per namespace is all the
+/// informer needs); only `view`'s hash ranges when it is sharded.
+pub fn kube_lister(
+    client: &kube::Client,
+    resource: &kube::core::ApiResource,
+    inf: &InformerConfig,
+    view: Option<&Arc<crate::scale::shards::ShardView>>,
+) -> Arc<dyn ListerWatcher> {
+    let source = |ns: Option<&str>| {
+        let mut src = KubeSource::with_resource(client.clone(), resource.clone(), ns)
+            .strip_managed_fields(inf.strip_managed_fields)
+            .metadata_only(inf.metadata_only)
+            .named(inf.name.clone())
+            .size_caps(inf.size_caps());
+        if let Some(l) = &inf.label_selector {
+            src = src.labels(l.clone());
+        }
+        if let Some(f) = &inf.field_selector {
+            src = src.fields(f.clone());
+        }
+        if let Some(v) = view.filter(|_| inf.shard) {
+            src = src.sharded(v.clone());
+        }
+        src
+    };
+    match inf.namespaces.as_deref() {
+        Some([one]) => Arc::new(source(Some(one))),
+        Some(several) => Arc::new(MultiNamespace::new(
+            several
+                .iter()
+                .map(|n| (n.clone(), source(Some(n))))
+                .collect(),
+        )),
+        None => Arc::new(source(None)),
+    }
+}
+
+/// Informer `inf` over `lw`, its listeners on `executor`; `cut_metadata`: a source that sends
+/// whole objects (a directory), so `metadataOnly` cuts them here.
+pub fn informer(
+    inf: &InformerConfig,
+    lw: Arc<dyn ListerWatcher>,
+    executor: Option<&Executor>,
+    cut_metadata: bool,
+) -> anyhow::Result<Arc<SharedInformer>> {
+    let settings = InformerSettings {
+        default_resync: inf.resync.0,
+        reflector: ReflectorConfig {
+            use_watch_list: inf.watch_list,
+            list_caps: inf.list_caps(),
+            ..ReflectorConfig::default()
+        },
+        executor: executor.cloned(),
+        // Metadata only: an API server sends nothing else; a directory's objects are cut.
+        transform: match inf
+            .fields
+            .as_ref()
+            .or((inf.metadata_only && cut_metadata).then_some(&Vec::new()))
+        {
+            Some(paths) => Some(
+                crate::informer::mask::FieldMask::parse(paths)
+                    .map_err(|e| anyhow::anyhow!("informer {:?}: fields: {e}", inf.name))?
+                    .transform(),
+            ),
+            None => None,
+        },
+        queue: inf.queue,
+        on_panic: inf.on_panic,
+        ..InformerSettings::default()
+    };
+    let informer = SharedInformer::new(inf.name.clone(), lw, settings);
+    informer
+        .add_indexers(index_funcs(inf))
+        .with_context(|| format!("informer {:?}: indexes", inf.name))?;
+    Ok(informer)
 }
 
 /// The services plugins share: the verdict store, and for a `kube` source the sink that sends
@@ -263,7 +284,7 @@ pub fn engine(
 /// the server does not serve, or a kind it does not serve in it, is an error; when discovery
 /// itself fails otherwise (no answer, forbidden), the resource is derived from the kind, as
 /// kube does, and the informer's own errors will tell.
-async fn discover(
+pub async fn discover(
     client: &kube::Client,
     config: &Config,
     i: usize,

@@ -3,9 +3,11 @@
 //!
 //! - [`supervisor`]: the one owner of every task and thread, and the order they stop in.
 //! - [`build`]: the parts built from a config (informers, services, engine, discovery).
+//! - [`custom`]: plugins from `WispPlugin` / `ClusterWispPlugin` custom resources.
 //! - [`start`](mod@start): [`start()`] as a sequence of named steps.
 
 pub mod build;
+pub mod custom;
 pub mod start;
 pub mod supervisor;
 

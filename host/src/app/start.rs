@@ -46,6 +46,7 @@ pub async fn start(
     let (informers, dir, client) =
         build_sharded_informers(config, opts, Some(&executor), shard_view.as_ref()).await?;
     let mut services = services(config, client.clone())?;
+    let custom_view = shard_view.clone();
     let mut fencing = Fencing::new(
         config,
         client.as_ref(),
@@ -125,6 +126,8 @@ pub async fn start(
             },
         );
     }
+    let custom = (client.clone(), custom_view, executor.clone());
+    watch_custom_resources(&sup, config, custom, &reloader, &fencing);
     write_reports(&sup, config, client, &admin.services, &fencing);
     Ok(Host {
         informers,
@@ -664,6 +667,34 @@ pub fn run_informers(
             Ok(())
         });
     }
+}
+
+/// Step (`customResources.enabled`): the reconciler of `WispPlugin` and `ClusterWispPlugin`
+/// custom resources, once this replica runs its plugins; status writes fenced by the Lease.
+fn watch_custom_resources(
+    sup: &Arc<Supervisor>,
+    config: &Config,
+    (client, view, executor): (Option<kube::Client>, Option<Arc<ShardView>>, Executor),
+    reloader: &Arc<OnceLock<Arc<Reloader>>>,
+    fencing: &Fencing,
+) {
+    let (Some(_), Some(client)) = (
+        config.custom_resources.as_ref().filter(|c| c.enabled),
+        client,
+    ) else {
+        return;
+    };
+    let me = super::custom::CustomPlugins {
+        config: config.clone(),
+        client,
+        reloader: reloader.clone(),
+        leadership: fencing.leadership.clone(),
+        executor,
+        shard_view: view,
+    };
+    sup.spawn(Phase::Intake, "custom resources", OnError::Log, |stop| {
+        super::custom::run(me, stop)
+    });
 }
 
 /// Step: policy reports, written by the host and fenced as the actions are; the last write

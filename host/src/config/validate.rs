@@ -27,7 +27,45 @@ impl Config {
         }
         self.validate_executor()?;
         self.validate_engine()?;
+        self.validate_custom_resources()?;
         self.validate_admin()
+    }
+
+    /// `customResources`: a `kube` source, namespaces named, fuel only with an engine that
+    /// meters it, a status interval over 0.
+    fn validate_custom_resources(&self) -> Result<(), ConfigError> {
+        let Some(c) = self.custom_resources.as_ref().filter(|c| c.enabled) else {
+            return Ok(());
+        };
+        if self.source != "kube" {
+            return Err(self.error(
+                "customResources.enabled",
+                "custom resources are read from an API server: needs `source: kube`",
+            ));
+        }
+        if c.namespaces.as_ref().is_some_and(Vec::is_empty) {
+            return Err(self.error(
+                "customResources.namespaces",
+                "an empty list reads no WispPlugin; omit it to read every namespace",
+            ));
+        }
+        if c.max_limits.fuel.is_some() && !self.engine.fuel {
+            return Err(self.error(
+                "customResources.maxLimits.fuel",
+                "needs `engine: { fuel: true }`",
+            ));
+        }
+        if c.status_interval.is_some_and(|d| d.0.is_zero()) {
+            return Err(self.error("customResources.statusInterval", "must be more than 0"));
+        }
+        let at = |f: &str| format!("customResources.{f}");
+        self.validate_actions(
+            &ActionsConfig {
+                grants: c.allowed_grants.clone(),
+                ..ActionsConfig::default()
+            },
+            &|f: &str| at(&f.replacen("actions.grants", "allowedGrants", 1)),
+        )
     }
 
     /// A compile's bounds: a timeout over 0, and room for the compiler itself.

@@ -97,6 +97,9 @@ impl PluginHandle {
 pub struct PluginManager {
     engine: Arc<PluginEngine>,
     informers: BTreeMap<String, Arc<SharedInformer>>,
+    /// Informers of one plugin alone (a custom resource's inline informers), by the scope its
+    /// spec names ([`PluginSpec::informer_scope`]), then by the name the plugin knows them by.
+    scoped: Mutex<BTreeMap<String, BTreeMap<String, Arc<SharedInformer>>>>,
     services: HostServices,
 }
 
@@ -106,6 +109,7 @@ impl PluginManager {
         Self {
             engine,
             informers: BTreeMap::new(),
+            scoped: Mutex::default(),
             services: HostServices::default(),
         }
     }
@@ -130,21 +134,39 @@ impl PluginManager {
         self.informers.insert(informer.name().to_owned(), informer);
     }
 
+    /// Makes `informers` available, under their own names, to the plugins whose spec names
+    /// `scope` (and to no other plugin).
+    pub fn add_scoped_informers(&self, scope: &str, informers: Vec<Arc<SharedInformer>>) {
+        let map = informers
+            .into_iter()
+            .map(|i| (i.name().to_owned(), i))
+            .collect();
+        lock(&self.scoped).insert(scope.to_owned(), map);
+    }
+
+    /// Forgets the informers of `scope` (they are stopped by whoever runs them).
+    pub fn remove_scoped_informers(&self, scope: &str) {
+        lock(&self.scoped).remove(scope);
+    }
+
+    /// The informers `spec` may be given: those of its scope, or the host's.
+    fn informers_of(&self, spec: &PluginSpec) -> BTreeMap<String, Arc<SharedInformer>> {
+        match &spec.informer_scope {
+            Some(scope) => lock(&self.scoped).get(scope).cloned().unwrap_or_default(),
+            None => self.informers.clone(),
+        }
+    }
+
     fn grants(&self, spec: &PluginSpec) -> Result<Grants, PluginError> {
         let mut g: BTreeMap<String, Cache> = BTreeMap::new();
+        let known = self.informers_of(spec);
         for name in &spec.informers {
-            let inf = self
-                .informers
+            let inf = known
                 .get(name)
                 .ok_or_else(|| PluginError::UnknownInformer {
                     plugin: spec.name.clone(),
                     informer: name.clone(),
-                    known: self
-                        .informers
-                        .keys()
-                        .cloned()
-                        .collect::<Vec<_>>()
-                        .join(", "),
+                    known: known.keys().cloned().collect::<Vec<_>>().join(", "),
                 })?;
             g.insert(name.clone(), inf.cache());
         }
@@ -186,6 +208,7 @@ impl PluginManager {
             placement: crate::informer::Placement::Shared { group: Some(group) },
         };
         let informers = checked.spec.informers.clone();
+        let known = self.informers_of(&checked.spec);
         let (info, report, status) = (
             checked.info.clone(),
             checked.report.clone(),
@@ -198,7 +221,7 @@ impl PluginManager {
         )));
         let mut registrations: Vec<(Arc<SharedInformer>, HandlerRegistration)> = Vec::new();
         for inf_name in informers {
-            let Some(inf) = self.informers.get(&inf_name) else {
+            let Some(inf) = known.get(&inf_name) else {
                 continue;
             };
             let handler = WasmHandler {

@@ -175,6 +175,9 @@ pub struct PluginSpec {
     pub verdict_events: bool,
     /// Where the module came from when it is not a local file (an OCI registry).
     pub origin: Option<ModuleOrigin>,
+    /// `Some`: its informers are its own (a custom resource's inline informers), registered
+    /// with the manager under this scope; `None`: the host's informers of the config.
+    pub informer_scope: Option<String>,
 }
 
 /// A module pulled from an OCI registry: what `/plugins` and the logs show of it.
@@ -213,6 +216,7 @@ impl PluginSpec {
             actions: crate::actions::ActionSpec::default(),
             verdict_events: false,
             origin: None,
+            informer_scope: None,
         }
     }
 }

@@ -13,6 +13,7 @@
 //!   (or restarted when their informers, resync or relistResyncs changed: what their listeners
 //!   were registered with). Informer changes need a restart.
 
+pub mod custom;
 pub mod oci_poll;
 
 use std::collections::BTreeMap;
@@ -71,6 +72,9 @@ pub struct Reloader {
     /// Per plugin, the module hash last refused after a file event (it is not retried until
     /// the content changes again).
     tried: Mutex<BTreeMap<String, String>>,
+    /// The plugins of custom resources (see [`custom`]), by name: not in the config file, left
+    /// alone by its reloads, reloaded by name and on module file changes as the others are.
+    custom: Mutex<BTreeMap<String, PluginSpec>>,
 }
 
 fn same_config(a: &Config, b: &Config) -> bool {
@@ -95,15 +99,16 @@ impl Reloader {
             slots: Mutex::default(),
             config_text: Mutex::new(text),
             tried: Mutex::default(),
+            custom: Mutex::default(),
         })
     }
 
+    /// Every plugin's spec: the config file's and the custom resources'.
     fn specs(&self) -> BTreeMap<String, PluginSpec> {
+        let mut specs: BTreeMap<String, PluginSpec> = lock(&self.custom).clone();
         let cfg = lock(&self.config);
-        cfg.plugin_specs()
-            .into_iter()
-            .map(|s| (s.name.clone(), s))
-            .collect()
+        specs.extend(cfg.plugin_specs().into_iter().map(|s| (s.name.clone(), s)));
+        specs
     }
 
     fn handle(&self, name: &str) -> Option<Arc<PluginHandle>> {
@@ -218,6 +223,19 @@ impl Reloader {
             .and_then(|pulled| pulled)
             .map_err(|e| refused(&e))?;
         let cfg = lock(&self.config).clone();
+        if let Some(p) = next
+            .plugins
+            .iter()
+            .find(|p| lock(&self.custom).contains_key(&p.name))
+        {
+            let msg = format!(
+                "config reload refused, nothing changed: {}: plugin {:?} is already defined by a \
+                 custom resource; rename one of them",
+                next.file, p.name
+            );
+            tracing::error!("{msg}");
+            return Err(ReloadError::Refused(msg));
+        }
         if let Some(why) = needs_restart(&cfg, &next) {
             let msg = format!(
                 "config reload refused, nothing changed: {}: {why}",
@@ -295,7 +313,11 @@ impl Reloader {
         actions: &mut Vec<String>,
     ) -> Vec<String> {
         let mut list = self.plugins.lock();
+        let custom = lock(&self.custom).clone();
         list.retain(|h| {
+            if custom.contains_key(h.name()) {
+                return true;
+            }
             let keep = match (
                 old.get(h.name()),
                 next.plugins.iter().find(|p| p.name == h.name()),
@@ -583,6 +605,11 @@ fn needs_restart(cfg: &Config, next: &Config) -> Option<&'static str> {
     if cfg.policy_reports != next.policy_reports {
         return Some("policyReports changed; the report writer's settings need a restart");
     }
+    if cfg.custom_resources != next.custom_resources {
+        return Some(
+            "customResources changed; what the host reads of custom resources needs a restart",
+        );
+    }
     if cfg.dir != next.dir {
         return Some("dir changed; the dir source's settings need a restart");
     }
@@ -629,6 +656,12 @@ mod tests {
         assert_eq!(
             needs_restart(&a, &parse("executor: {workers: 3}\n").unwrap()),
             Some("executor changed; the number of workers needs a restart")
+        );
+        assert_eq!(
+            needs_restart(&a, &parse("customResources: {enabled: false}\n").unwrap()),
+            Some(
+                "customResources changed; what the host reads of custom resources needs a restart"
+            )
         );
     }
 

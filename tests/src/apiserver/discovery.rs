@@ -333,6 +333,40 @@ pub(crate) struct CustomKind {
     pub selectable: Vec<String>,
     /// Whether the served version has `subresources.status`.
     pub status: bool,
+    /// `additionalPrinterColumns` of the served version (Tables, `kubectl get`).
+    pub columns: Vec<PrinterColumn>,
+}
+
+/// One of a CRD version's `additionalPrinterColumns`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PrinterColumn {
+    pub name: String,
+    /// `string`, `integer`, `number`, `boolean`, `date`.
+    pub kind: String,
+    pub format: String,
+    pub description: String,
+    pub priority: u32,
+    pub json_path: String,
+}
+
+fn printer_columns(version: &Value) -> Vec<PrinterColumn> {
+    let text = |c: &Value, k: &str| c.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    version
+        .get("additionalPrinterColumns")
+        .and_then(Value::as_array)
+        .map(|cols| {
+            cols.iter()
+                .map(|c| PrinterColumn {
+                    name: text(c, "name"),
+                    kind: text(c, "type"),
+                    format: text(c, "format"),
+                    description: text(c, "description"),
+                    priority: c.get("priority").and_then(Value::as_u64).unwrap_or(0) as u32,
+                    json_path: text(c, "jsonPath"),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// What a CRD object says about one group/version/plural.
@@ -380,6 +414,7 @@ pub(crate) fn custom_kind(crd: &Value, resource: &ResourceKey) -> Option<CustomK
         short_names: strings(names.get("shortNames")),
         selectable,
         status: version.pointer("/subresources/status").is_some(),
+        columns: printer_columns(version),
     })
 }
 

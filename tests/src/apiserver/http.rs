@@ -189,7 +189,8 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         (Verb::List, _, _) => {
             let answer = list::list(&shared, &target, &query).await;
             if table::wanted(&parts.headers) {
-                table::render(answer, &query).await
+                let custom = table::custom_columns(&shared, &target.resource);
+                table::render(answer, &query, custom).await
             } else {
                 meta::list(answer, accept).await
             }
@@ -206,7 +207,8 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         (Verb::Get, _, _) => {
             let answer = write::get(&shared, &target);
             if table::wanted(&parts.headers) {
-                table::render(answer, &query).await
+                let custom = table::custom_columns(&shared, &target.resource);
+                table::render(answer, &query, custom).await
             } else {
                 meta::object(answer, accept).await
             }

@@ -1,7 +1,8 @@
 //! Server-side printing: a list, get or watch asked for as a `meta.k8s.io/v1` Table (kubectl asks
 //! for one on every `kubectl get`, `-w` included) is answered with one (a watch: one Table of one
 //! row per event), with the columns a real server prints for Pods, Namespaces, ConfigMaps and
-//! Secrets, and `NAME`, `AGE` for every other kind.
+//! Secrets, a custom resource's CRD `additionalPrinterColumns`, and `NAME`, `AGE` for every
+//! other kind.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -10,8 +11,10 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 use serde_json::{Value, json};
 
+use super::discovery::{self, Known, PrinterColumn};
 use super::http::Query;
 use super::status::json_response;
+use super::{ResourceKey, Shared};
 
 /// Whether the Accept header asks for a Table first.
 pub(crate) fn wanted(headers: &HeaderMap) -> bool {
@@ -204,16 +207,74 @@ fn printer(kind: &str) -> (Vec<Value>, Row) {
     }
 }
 
+/// The printer columns of a custom resource's collection, when its CRD names any.
+pub(crate) fn custom_columns(
+    shared: &Shared,
+    resource: &ResourceKey,
+) -> Option<Vec<PrinterColumn>> {
+    match discovery::known(shared, resource) {
+        Known::Custom(c) => Some(c.columns),
+        _ => None,
+    }
+}
+
+/// A custom resource's columns, as apiextensions-apiserver's table convertor makes them: the
+/// name, then the CRD's `additionalPrinterColumns` (an `Age` of `creationTimestamp` when it
+/// names none).
+fn custom_definitions(columns: &[PrinterColumn]) -> Vec<Value> {
+    let mut out = vec![column("Name", "string", "name", 0)];
+    if columns.is_empty() {
+        out.push(column("Age", "date", "", 0));
+    }
+    for c in columns {
+        let mut d = column(&c.name, &c.kind, &c.format, c.priority);
+        d["description"] = json!(c.description);
+        out.push(d);
+    }
+    out
+}
+
+/// One custom resource's cells: each column's JSONPath (Kubernetes' form, without `$`) looked
+/// up in the object; the first value, `null` when there is none; a `date` as an age and a
+/// `string` as the value printed (text as is, anything else as JSON).
+fn custom_cells(columns: &[PrinterColumn], obj: &Value) -> Vec<Value> {
+    use jsonpath_rust::JsonPath;
+    let mut cells = vec![name(obj)];
+    if columns.is_empty() {
+        cells.push(json!(age(obj)));
+    }
+    for c in columns {
+        let path = format!("${}", c.json_path.trim_matches(|ch| ch == '{' || ch == '}'));
+        let found = obj
+            .query(&path)
+            .ok()
+            .and_then(|r| r.into_iter().next().cloned());
+        cells.push(match (found, c.kind.as_str()) {
+            (None, _) => Value::Null,
+            (Some(Value::String(t)), "date") => {
+                json!(age_secs(&t).map_or_else(|| "<invalid>".to_string(), human))
+            }
+            (Some(Value::String(t)), "string") => json!(t),
+            (Some(v), "string") => json!(v.to_string()),
+            (Some(v), _) => v,
+        });
+    }
+    cells
+}
+
 /// A Table of `items` of `kind`; `columns` false leaves the column definitions empty, as a
-/// real server does in every watch event but the first.
+/// real server does in every watch event but the first. `custom`: the printer columns of a
+/// custom resource's CRD.
 pub(crate) fn table(
     kind: &str,
+    custom: Option<&[PrinterColumn]>,
     items: &[Value],
     metadata: Value,
     include: &str,
     columns: bool,
 ) -> Value {
     let (definitions, row) = printer(kind);
+    let definitions = custom.map_or(definitions, custom_definitions);
     let rows: Vec<Value> = items
         .iter()
         .map(|item| {
@@ -226,7 +287,8 @@ pub(crate) fn table(
                     "metadata": item.get("metadata").cloned().unwrap_or(json!({})),
                 }),
             };
-            let mut r = json!({"cells": row(item)});
+            let cells = custom.map_or_else(|| row(item), |c| custom_cells(c, item));
+            let mut r = json!({"cells": cells});
             if !object.is_null() {
                 r["object"] = object;
             }
@@ -243,7 +305,11 @@ pub(crate) fn table(
 }
 
 /// Turns a 200 list or get response into a Table; anything else passes through.
-pub(crate) async fn render(response: Response, query: &Query) -> Response {
+pub(crate) async fn render(
+    response: Response,
+    query: &Query,
+    custom: Option<Vec<PrinterColumn>>,
+) -> Response {
     if response.status() != StatusCode::OK {
         return response;
     }
@@ -275,7 +341,7 @@ pub(crate) async fn render(response: Response, query: &Query) -> Response {
     let include = query
         .get("includeObject")
         .map_or("Metadata", String::as_str);
-    let table = table(&kind, &items, metadata, include, true);
+    let table = table(&kind, custom.as_deref(), &items, metadata, include, true);
     json_response(StatusCode::OK, table.to_string())
 }
 

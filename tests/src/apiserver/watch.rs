@@ -153,6 +153,9 @@ pub(crate) async fn watch(
             let _ = body_tx.try_send(Ok(Bytes::from(line)));
         }
         Ok(registration) => {
+            let columns = table_wanted
+                .then(|| table::custom_columns(shared, &target.resource))
+                .flatten();
             let task = WatchTask {
                 shared: Arc::clone(shared),
                 kind: shared.store.kind_of(&target.resource),
@@ -176,6 +179,7 @@ pub(crate) async fn watch(
                         .cloned()
                         .unwrap_or_else(|| "Metadata".into())
                 }),
+                columns,
             };
             let end_bookmark = from == WatchFrom::InitialEvents;
             tokio::spawn(task.run(registration.initial, end_bookmark, registration.rx));
@@ -229,6 +233,8 @@ struct WatchTask {
     /// `includeObject` when the client asked for Tables: every object event is then a Table
     /// of one row.
     table: Option<String>,
+    /// With Tables of a custom resource: its CRD's printer columns.
+    columns: Option<Vec<super::discovery::PrinterColumn>>,
 }
 
 impl Drop for WatchTask {
@@ -444,6 +450,7 @@ impl WatchTask {
                 let rv = obj.value.pointer("/metadata/resourceVersion").cloned();
                 let table = table::table(
                     &self.kind,
+                    self.columns.as_deref(),
                     std::slice::from_ref(&obj.value),
                     json!({"resourceVersion": rv}),
                     include,

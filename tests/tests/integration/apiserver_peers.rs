@@ -29,7 +29,7 @@ fn peer(program: &str, probe: &[&str], what: &str) -> Option<String> {
     None
 }
 
-fn kubectl() -> Option<String> {
+pub(crate) fn kubectl() -> Option<String> {
     let program = std::env::var("WISP_KUBECTL").unwrap_or_else(|_| "kubectl".into());
     peer(&program, &["version", "--client"], "kubectl")
 }
@@ -44,14 +44,14 @@ fn python() -> Option<String> {
 }
 
 /// A kubectl run: (success, stdout, stderr). Runs off the runtime so the server keeps serving.
-struct Kubectl {
+pub(crate) struct Kubectl {
     program: String,
     config: PathBuf,
     _dir: tempfile::TempDir,
 }
 
 impl Kubectl {
-    fn new(program: String, server: &TestApiServer) -> Self {
+    pub(crate) fn new(program: String, server: &TestApiServer) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = common::kubeconfig(dir.path(), server);
         Self {
@@ -83,7 +83,7 @@ impl Kubectl {
     }
 
     /// Runs and expects success; returns stdout.
-    async fn ok(&self, args: &[&str]) -> String {
+    pub(crate) async fn ok(&self, args: &[&str]) -> String {
         let (ok, stdout, stderr) = self.run(args).await;
         assert!(ok, "kubectl {args:?} failed: {stderr}{stdout}");
         stdout
@@ -91,7 +91,7 @@ impl Kubectl {
 }
 
 /// Every line of a table, its cells split on runs of spaces.
-fn rows(table: &str) -> Vec<Vec<String>> {
+pub(crate) fn rows(table: &str) -> Vec<Vec<String>> {
     table
         .lines()
         .map(|l| l.split_whitespace().map(str::to_string).collect())

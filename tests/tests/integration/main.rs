@@ -23,6 +23,7 @@ mod apiserver_peers;
 mod apiserver_protocol;
 mod apiserver_writes;
 mod automation;
+mod custom_resources;
 mod faults;
 mod field_mask;
 mod fuzz_corpus;

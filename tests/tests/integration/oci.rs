@@ -37,7 +37,7 @@ fn tool(program: &str, probe: &[&str]) -> Option<String> {
     None
 }
 
-fn tools() -> bool {
+pub(crate) fn tools() -> bool {
     tool(registry_bin().as_str(), &["--version"]).is_some()
         && tool("openssl", &["version"]).is_some()
         && tool("python3", &["--version"]).is_some()
@@ -58,17 +58,17 @@ fn run(cmd: &mut Command) -> String {
 }
 
 /// A `docker-registry serve` of its own; killed when dropped.
-struct Registry {
+pub(crate) struct Registry {
     child: Child,
     /// `127.0.0.1:PORT`.
-    host: String,
+    pub(crate) host: String,
     dir: PathBuf,
     tls: bool,
 }
 
 impl Registry {
     /// A plain-http registry, anonymous.
-    fn start(dir: &Path) -> Self {
+    pub(crate) fn start(dir: &Path) -> Self {
         Self::start_with(dir, "", false)
     }
 
@@ -132,12 +132,12 @@ impl Registry {
             .count()
     }
 
-    fn reference(&self, repo_tag: &str) -> Reference {
+    pub(crate) fn reference(&self, repo_tag: &str) -> Reference {
         Reference::parse(&format!("oci://{}/{repo_tag}", self.host)).unwrap()
     }
 
     /// Settings for this registry (plain http unless TLS).
-    fn settings(&self, cache: &Path) -> Settings {
+    pub(crate) fn settings(&self, cache: &Path) -> Settings {
         Settings {
             insecure: if self.tls {
                 vec![]
@@ -216,7 +216,7 @@ print('sha256:' + hashlib.sha256(body).hexdigest())
 }
 
 /// An ECDSA P-256 key pair made by openssl: (private PKCS#8 PEM, public SPKI PEM).
-fn keypair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+pub(crate) fn keypair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
     let key = dir.join(format!("{name}.key.pem"));
     let public = dir.join(format!("{name}.pub.pem"));
     run(Command::new("openssl").args([
@@ -241,7 +241,7 @@ fn keypair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
 
 /// A cosign-style signature of `signed_digest` made with openssl and uploaded (by the
 /// independent uploader) at the signature tag of `manifest_digest`.
-fn openssl_sign(
+pub(crate) fn openssl_sign(
     reg: &Registry,
     repo: &str,
     manifest_digest: &str,

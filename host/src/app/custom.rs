@@ -1,0 +1,612 @@
+//! Plugins from custom resources (`customResources:`): `WispPlugin` (namespaced) and
+//! `ClusterWispPlugin` (`wisp.io/v1alpha1`), watched by informers of the host's own and
+//! reconciled by one supervised task through the reload path of the config file's plugins
+//! ([`Reloader::apply_custom`]): a new generation is validated and confined
+//! ([`Config::custom_plugin`]), its `oci://` module pulled under the host's signature policy,
+//! its inline informers started, then the plugin checked and started, reloaded in place (state
+//! handed over, probation, rollback) or restarted; a refused generation leaves the running one.
+//!
+//! Each resource's `status` is written by server-side apply (field manager `wisp`) on the
+//! status subresource: at once when a condition, the module or the last error changes (looked
+//! at every second, written only on change), and with the counters at most every
+//! `customResources.statusInterval` (default 30s) when they changed. Nothing is reconciled or
+//! written before this replica runs its plugins (a standby waits for the Lease), and status
+//! writes stop while it does not hold the Lease.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::ApiResource;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, CustomRef, CustomResourcesConfig, InformerConfig};
+use crate::informer::handler::EventHandler;
+use crate::informer::object::DeletedObject;
+use crate::informer::object::Object;
+use crate::informer::{Executor, SharedInformer};
+use crate::plugin::PluginState;
+use crate::plugin::status::PluginCounters as C;
+use crate::reloader::{ReloadError, Reloader};
+use crate::scale::lease::Leadership;
+
+pub use crate::config::custom::{GROUP, KINDS, VERSION};
+/// The field manager of the status writes.
+pub const FIELD_MANAGER: &str = "wisp";
+/// How often conditions are looked at (and written when they changed).
+const CONDITION_CHECK: Duration = Duration::from_secs(1);
+/// Refusals tried again at each resync (they may pass later).
+const TRANSIENT: [&str; 3] = ["PullFailed", "SignatureRefused", "KindNotServed"];
+/// How often the reconciler looks again when nothing told it to (a missed notification), and
+/// tries again what was refused for a [`TRANSIENT`] reason.
+const RESYNC: Duration = Duration::from_secs(60);
+
+fn resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: GROUP.into(),
+        version: VERSION.into(),
+        api_version: format!("{GROUP}/{VERSION}"),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// What the reconciler needs of the host.
+pub struct CustomPlugins {
+    /// The host's config at start (its `customResources`; each generation is read against the
+    /// config in force then).
+    pub config: Config,
+    /// The API server.
+    pub client: kube::Client,
+    /// Set once this replica runs its plugins.
+    pub reloader: Arc<OnceLock<Arc<Reloader>>>,
+    /// With `sharding`: whether this replica holds the Lease (status writes are fenced by it).
+    pub leadership: Option<Arc<Leadership>>,
+    /// The workers the custom resources' informers deliver on.
+    pub executor: Executor,
+    /// With `sharding: {mode: shards}`: the hash ranges this member serves; the custom
+    /// resources' informers with `shard` (the default) hold only those, as the config's do.
+    pub shard_view: Option<Arc<crate::scale::shards::ShardView>>,
+}
+
+/// Notifies the reconciler of any change of a watched custom resource.
+struct Nudge(Arc<tokio::sync::Notify>);
+
+impl EventHandler for Nudge {
+    fn on_add(&mut self, _obj: &Arc<Object>, _initial_list: bool) {
+        self.0.notify_one();
+    }
+    fn on_update(&mut self, _old: &Arc<Object>, _new: &Arc<Object>) {
+        self.0.notify_one();
+    }
+    fn on_delete(&mut self, _obj: &DeletedObject) {
+        self.0.notify_one();
+    }
+}
+
+/// Informers running under a token of their own.
+struct Running {
+    informers: Vec<Arc<SharedInformer>>,
+    stop: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    fn start(informers: Vec<Arc<SharedInformer>>, parent: &CancellationToken) -> Self {
+        let stop = parent.child_token();
+        let tasks = informers
+            .iter()
+            .map(|i| {
+                let (i, stop) = (i.clone(), stop.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = i.clone().run(stop.cancelled_owned()).await {
+                        tracing::error!(informer = %i.name(), error = %e, "custom resource informer stopped");
+                    }
+                })
+            })
+            .collect();
+        Self {
+            informers,
+            stop,
+            tasks,
+        }
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+/// One custom resource as last reconciled.
+struct Applied {
+    cr: CustomRef,
+    uid: String,
+    generation: i64,
+    /// The inline informers its plugin runs with, their scope and tasks (`None`: it has never
+    /// run).
+    informers: Option<(Vec<InformerConfig>, String, Running)>,
+    /// The OCI modules it pulled, kept while its references do not change.
+    pulled: BTreeMap<String, crate::oci::Pulled>,
+    /// The last generation's outcome: `None` accepted, else the reason and error.
+    refused: Option<(&'static str, String)>,
+    /// Rollbacks counted when the accepted generation started.
+    rollbacks_at: u64,
+    /// The status last written, and when.
+    written: Option<(Value, Instant)>,
+}
+
+/// The reconciler: runs until `stop`, once this replica runs its plugins. Fails (logged and
+/// counted by the supervisor) when the custom resources cannot be watched.
+pub async fn run(me: CustomPlugins, stop: CancellationToken) -> anyhow::Result<()> {
+    let reloader = loop {
+        if let Some(r) = me.reloader.get() {
+            break r.clone();
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+    };
+    let cr_config = me.config.custom_resources.clone().unwrap_or_default();
+    let nudge = Arc::new(tokio::sync::Notify::new());
+    let watchers = Running::start(
+        watchers(&me, &cr_config, &nudge)
+            .map_err(|e| e.context("cannot watch the custom resources"))?,
+        &stop,
+    );
+    let mut r = Reconciler {
+        me,
+        reloader,
+        settings: cr_config,
+        applied: BTreeMap::new(),
+        scopes: 0,
+        stop: stop.clone(),
+    };
+    let mut tick = tokio::time::interval(CONDITION_CHECK);
+    let mut resync = tokio::time::interval(RESYNC);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = nudge.notified() => r.reconcile(&watchers.informers, false).await,
+            _ = resync.tick() => r.reconcile(&watchers.informers, true).await,
+            _ = tick.tick() => r.write_statuses().await,
+        }
+    }
+    for (_, a) in std::mem::take(&mut r.applied) {
+        if let Some((_, _, running)) = a.informers {
+            running.stop().await;
+        }
+    }
+    watchers.stop().await;
+    Ok(())
+}
+
+/// The informers of the custom resources the config reads.
+fn watchers(
+    me: &CustomPlugins,
+    cr: &CustomResourcesConfig,
+    nudge: &Arc<tokio::sync::Notify>,
+) -> anyhow::Result<Vec<Arc<SharedInformer>>> {
+    let mut out = Vec::new();
+    for (kind, plural, namespaced) in KINDS {
+        if !namespaced && !cr.cluster {
+            continue;
+        }
+        let inf = InformerConfig {
+            name: format!("{GROUP}/{kind}"),
+            api_version: format!("{GROUP}/{VERSION}"),
+            kind: kind.into(),
+            namespaces: cr.namespaces.clone().filter(|_| namespaced),
+            ..serde_json::from_value(json!({"name": "", "apiVersion": "", "kind": ""}))?
+        };
+        let lw = super::build::kube_lister(&me.client, &resource(kind, plural), &inf, None);
+        let i = super::build::informer(&inf, lw, Some(&me.executor), false)?;
+        i.add_event_handler(
+            "custom resources",
+            Box::new(Nudge(nudge.clone())),
+            Duration::ZERO,
+        )?;
+        out.push(i);
+    }
+    Ok(out)
+}
+
+/// A custom resource read from the cache.
+struct Seen {
+    cr: CustomRef,
+    uid: String,
+    generation: i64,
+    spec: Value,
+}
+
+fn seen(obj: &Object) -> Option<Seen> {
+    let v = obj.to_value();
+    let m = obj.meta();
+    let kind = KINDS.iter().find(|k| k.0 == m.kind)?.0;
+    Some(Seen {
+        cr: CustomRef {
+            kind,
+            namespace: m.namespace.clone(),
+            name: m.name.clone(),
+        },
+        uid: m.uid.clone(),
+        generation: v["metadata"]["generation"].as_i64().unwrap_or(0),
+        spec: v.get("spec").cloned().unwrap_or_else(|| json!({})),
+    })
+}
+
+struct Reconciler {
+    me: CustomPlugins,
+    reloader: Arc<Reloader>,
+    settings: CustomResourcesConfig,
+    applied: BTreeMap<String, Applied>,
+    scopes: u64,
+    stop: CancellationToken,
+}
+
+impl Reconciler {
+    /// Brings the plugins in line with the custom resources cached now; with `retry`, a
+    /// generation refused for what may pass later (a registry, a kind not served yet) is
+    /// tried again.
+    async fn reconcile(&mut self, watchers: &[Arc<SharedInformer>], retry: bool) {
+        let mut now: BTreeMap<String, Seen> = BTreeMap::new();
+        for s in watchers
+            .iter()
+            .flat_map(|w| w.cache().list())
+            .filter_map(|o| seen(&o))
+        {
+            now.insert(s.cr.plugin_name(), s);
+        }
+        let gone: Vec<String> = self
+            .applied
+            .keys()
+            .filter(|k| now.get(*k).is_none_or(|s| s.uid != self.applied[*k].uid))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.remove(&name).await;
+        }
+        for (name, s) in now {
+            let current = self.applied.get(&name).is_some_and(|a| {
+                a.generation == s.generation
+                    && !(retry && a.refused.as_ref().is_some_and(|r| TRANSIENT.contains(&r.0)))
+            });
+            if !current {
+                self.apply(name, s).await;
+            }
+        }
+        self.write_statuses().await;
+    }
+
+    /// Stops a deleted resource's plugin and its informers.
+    async fn remove(&mut self, name: &str) {
+        let Some(a) = self.applied.remove(name) else {
+            return;
+        };
+        let r = self.reloader.clone();
+        let n = name.to_owned();
+        let _ = tokio::task::spawn_blocking(move || r.remove_custom(&n)).await;
+        if let Some((_, scope, running)) = a.informers {
+            self.reloader.manager().remove_scoped_informers(&scope);
+            running.stop().await;
+        }
+        tracing::info!(plugin = %name, "custom resource deleted: plugin stopped");
+    }
+
+    /// Applies one new generation of a resource; what is refused is kept for its status.
+    async fn apply(&mut self, name: String, s: Seen) {
+        let mut a = self.applied.remove(&name).unwrap_or_else(|| Applied {
+            cr: s.cr.clone(),
+            uid: s.uid.clone(),
+            generation: 0,
+            informers: None,
+            pulled: BTreeMap::new(),
+            refused: None,
+            rollbacks_at: 0,
+            written: None,
+        });
+        a.generation = s.generation;
+        a.refused = match self.try_apply(&mut a, &s).await {
+            Ok(msg) => {
+                tracing::info!(resource = %s.cr, "{msg}");
+                None
+            }
+            Err((reason, e)) => {
+                tracing::error!(resource = %s.cr, reason, error = %e, "custom resource refused; what runs is unchanged");
+                Some((reason, e))
+            }
+        };
+        if a.refused.is_none() {
+            a.rollbacks_at = self
+                .handle(&name)
+                .map_or(0, |h| C::get(&h.status().counters.rollbacks));
+        }
+        self.applied.insert(name, a);
+    }
+
+    fn handle(&self, name: &str) -> Option<Arc<crate::plugin::PluginHandle>> {
+        self.reloader.running_plugin(name)
+    }
+
+    /// Validates, pulls, starts the informers, then starts or changes the plugin.
+    async fn try_apply(
+        &mut self,
+        a: &mut Applied,
+        s: &Seen,
+    ) -> Result<String, (&'static str, String)> {
+        // The config in force now: its `oci` keys and engine, as a file reload would use.
+        let mut cfg = self
+            .reloader
+            .config()
+            .custom_plugin(&s.cr, &s.spec)
+            .map_err(|r| (r.reason, r.to_string()))?;
+        cfg.pull_oci(Some(&a.pulled)).await.map_err(|e| {
+            let reason = if e.contains("signature") || e.contains("not signed") {
+                "SignatureRefused"
+            } else {
+                "PullFailed"
+            };
+            (reason, e)
+        })?;
+        let fresh = match &a.informers {
+            Some((defs, scope, _)) if *defs == cfg.informers => Err(scope.clone()),
+            _ => Ok(self
+                .start_informers(&cfg)
+                .await
+                .map_err(|e| ("Invalid", e))?),
+        };
+        let mut spec = cfg.plugin_specs().remove(0);
+        spec.informer_scope = Some(match &fresh {
+            Ok((scope, _)) => scope.clone(),
+            Err(scope) => scope.clone(),
+        });
+        let r = self.reloader.clone();
+        let applied = tokio::task::spawn_blocking(move || r.apply_custom(spec))
+            .await
+            .unwrap_or_else(|e| Err(ReloadError::Refused(format!("the reload failed: {e}"))));
+        match (applied, fresh) {
+            (Ok(msg), Ok((scope, running))) => {
+                if let Some((_, old, running)) = a.informers.take() {
+                    self.reloader.manager().remove_scoped_informers(&old);
+                    running.stop().await;
+                }
+                a.informers = Some((cfg.informers.clone(), scope, running));
+                a.pulled = cfg.oci_pulled.clone();
+                Ok(msg)
+            }
+            (Ok(msg), Err(_)) => {
+                a.pulled = cfg.oci_pulled.clone();
+                Ok(msg)
+            }
+            (Err(e), fresh) => {
+                if let Ok((scope, running)) = fresh {
+                    self.reloader.manager().remove_scoped_informers(&scope);
+                    running.stop().await;
+                }
+                let e = match e {
+                    ReloadError::Refused(e) | ReloadError::UnknownPlugin(e) => e,
+                };
+                let reason = if e.contains("settings rejected") {
+                    "SettingsRefused"
+                } else if e.contains("defines a plugin named") {
+                    "NameClash"
+                } else {
+                    "ModuleRefused"
+                };
+                Err((reason, e))
+            }
+        }
+    }
+
+    /// The inline informers of `cfg` (kinds checked by discovery), running, registered with
+    /// the manager under a new scope.
+    async fn start_informers(&mut self, cfg: &Config) -> Result<(String, Running), String> {
+        let mut informers = Vec::new();
+        for (i, inf) in cfg.informers.iter().enumerate() {
+            let resource = super::build::discover(&self.me.client, cfg, i)
+                .await
+                .map_err(|e| format!("{e:#}").replace(": informers[", ": spec.informers["))?;
+            let view = self.me.shard_view.as_ref();
+            let lw = super::build::kube_lister(&self.me.client, &resource, inf, view);
+            informers.push(
+                super::build::informer(inf, lw, Some(&self.me.executor), false)
+                    .map_err(|e| format!("{}: {e:#}", cfg.file))?,
+            );
+        }
+        self.scopes += 1;
+        let scope = format!("{}#{}", cfg.plugins[0].name, self.scopes);
+        self.reloader
+            .manager()
+            .add_scoped_informers(&scope, informers.clone());
+        Ok((scope, Running::start(informers, &self.stop)))
+    }
+
+    /// Writes each resource's status that changed: conditions at once, counters at most every
+    /// `statusInterval`; nothing while this replica does not hold the Lease.
+    async fn write_statuses(&mut self) {
+        if let Some(l) = &self.me.leadership
+            && !l.is_leader()
+        {
+            return;
+        }
+        let interval = self.settings.status_interval();
+        let names: Vec<String> = self.applied.keys().cloned().collect();
+        // Current violations per plugin, counted once for every resource.
+        let mut violations: BTreeMap<String, u64> = BTreeMap::new();
+        for ((plugin, _, _), n) in self.reloader.manager().services().verdicts.counts() {
+            *violations.entry(plugin).or_default() += n;
+        }
+        for name in names {
+            let status = self.status(&name, violations.get(&name).copied().unwrap_or(0));
+            let a = &self.applied[&name];
+            let due = match &a.written {
+                None => true,
+                Some((old, at)) => {
+                    let keep = |v: &Value| {
+                        let mut v = v.clone();
+                        if let Some(o) = v.as_object_mut() {
+                            o.remove("counters");
+                        }
+                        v
+                    };
+                    strip_times(&keep(old)) != strip_times(&keep(&status))
+                        || (at.elapsed() >= interval && old["counters"] != status["counters"])
+                }
+            };
+            if !due {
+                continue;
+            }
+            let status = carry_times(a.written.as_ref().map(|w| &w.0), status);
+            match self.patch_status(&a.cr, &status).await {
+                Ok(()) => {
+                    if let Some(a) = self.applied.get_mut(&name) {
+                        a.written = Some((status, Instant::now()));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(resource = %a.cr, error = %e, "status not written; tried again in a second")
+                }
+            }
+        }
+    }
+
+    async fn patch_status(&self, cr: &CustomRef, status: &Value) -> kube::Result<()> {
+        let (kind, plural, _) = KINDS
+            .iter()
+            .find(|k| k.0 == cr.kind)
+            .copied()
+            .unwrap_or(KINDS[0]);
+        let ar = resource(kind, plural);
+        let api: Api<DynamicObject> = match &cr.namespace {
+            Some(ns) => Api::namespaced_with(self.me.client.clone(), ns, &ar),
+            None => Api::all_with(self.me.client.clone(), &ar),
+        };
+        let body = json!({"apiVersion": ar.api_version, "kind": kind, "status": status});
+        api.patch_status(
+            &cr.name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(body),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// The status of one resource now, with its plugin's current `violations`.
+    fn status(&self, name: &str, violations: u64) -> Value {
+        let a = &self.applied[name];
+        let h = self.handle(name);
+        let mut degraded: Option<(&str, String)> = a.refused.as_ref().map(|(r, e)| (*r, e.clone()));
+        let (mut running, mut running_reason, mut running_msg) = (
+            false,
+            "NotRunning",
+            "no version of this plugin runs".to_owned(),
+        );
+        let mut out = json!({"observedGeneration": a.generation, "plugin": name});
+        if let Some(h) = &h {
+            let st = h.status();
+            let v = h.running();
+            match st.state() {
+                PluginState::Running => {
+                    running = true;
+                    running_reason = "Running";
+                    running_msg = format!("generation {} of the module runs", v.generation);
+                }
+                PluginState::Quarantined { reason } => {
+                    running_reason = "Quarantined";
+                    running_msg = reason.clone();
+                    degraded.get_or_insert(("Quarantined", reason));
+                }
+            }
+            if C::get(&st.counters.rollbacks) > a.rollbacks_at {
+                degraded.get_or_insert((
+                    "RolledBack",
+                    st.last_error()
+                        .unwrap_or_else(|| "the new version failed its probation".into()),
+                ));
+            }
+            out["module"] = json!({
+                "reference": v.origin.as_ref().map(|o| o.reference.clone()),
+                "digest": v.origin.as_ref().map_or_else(|| format!("sha256:{}", v.hash), |o| o.digest.clone()),
+                "version": v.version,
+            });
+            out["abi"] = json!(v.abi);
+            out["counters"] = json!({
+                "delivered": C::get(&st.counters.delivered),
+                "failed": C::get(&st.counters.failed),
+                "violations": violations,
+            });
+        }
+        if let Some(e) = a
+            .refused
+            .as_ref()
+            .map(|r| r.1.clone())
+            .or_else(|| h.as_ref().and_then(|h| h.status().last_error()))
+        {
+            out["lastError"] = json!(crate::plugin::status::clip(&e, 1024));
+        }
+        let ready = match &a.refused {
+            None => ("True", "Checked", "the module passed its checks".to_owned()),
+            Some((r, e)) => ("False", *r, e.clone()),
+        };
+        out["conditions"] = json!([
+            condition("ModuleReady", ready.0, ready.1, &ready.2, a.generation),
+            condition(
+                "Running",
+                if running { "True" } else { "False" },
+                running_reason,
+                &running_msg,
+                a.generation
+            ),
+            match degraded {
+                Some((r, m)) => condition("Degraded", "True", r, &m, a.generation),
+                None => condition("Degraded", "False", "AsExpected", "", a.generation),
+            },
+        ]);
+        out
+    }
+}
+
+fn condition(kind: &str, status: &str, reason: &str, message: &str, generation: i64) -> Value {
+    json!({
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": crate::plugin::status::clip(message, 1024),
+        "observedGeneration": generation,
+        "lastTransitionTime": crate::policy::rfc3339(std::time::SystemTime::now()),
+    })
+}
+
+/// `status` without its conditions' transition times (what a change is judged by).
+fn strip_times(status: &Value) -> Value {
+    let mut s = status.clone();
+    if let Some(cs) = s["conditions"].as_array_mut() {
+        for c in cs {
+            if let Some(o) = c.as_object_mut() {
+                o.remove("lastTransitionTime");
+            }
+        }
+    }
+    s
+}
+
+/// A condition whose status did not change keeps its transition time.
+fn carry_times(old: Option<&Value>, mut new: Value) -> Value {
+    let Some(old) = old else { return new };
+    if let Some(cs) = new["conditions"].as_array_mut() {
+        for c in cs {
+            let before = old["conditions"]
+                .as_array()
+                .and_then(|o| o.iter().find(|o| o["type"] == c["type"]));
+            if let Some(b) = before.filter(|b| b["status"] == c["status"]) {
+                c["lastTransitionTime"] = b["lastTransitionTime"].clone();
+            }
+        }
+    }
+    new
+}

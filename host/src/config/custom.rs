@@ -1,0 +1,642 @@
+//! `customResources:`: plugins defined as `WispPlugin` (namespaced) and `ClusterWispPlugin`
+//! custom resources, and what the operator lets them ask for. A custom resource's `spec` is
+//! read into a config of its own (the host's settings, its informers, its one plugin) and
+//! validated as the file is, then confined: a `WispPlugin` sees and acts only in its own
+//! namespace, and nothing a custom resource asks may exceed `maxLimits` or `allowedGrants`.
+
+use super::*;
+use crate::actions::ActionGrant;
+
+/// The API group of the CRDs (deploy/crds.yaml).
+pub const GROUP: &str = "wisp.io";
+/// Their version.
+pub const VERSION: &str = "v1alpha1";
+/// The two kinds: kind, plural, namespaced.
+pub const KINDS: [(&str, &str, bool); 2] = [
+    ("WispPlugin", "wispplugins", true),
+    ("ClusterWispPlugin", "clusterwispplugins", false),
+];
+
+/// `customResources:` (off when omitted).
+#[derive(Debug, Deserialize, Clone, Default, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CustomResourcesConfig {
+    /// Read plugins from custom resources (default false).
+    #[serde(default)]
+    pub enabled: bool,
+    /// The namespaces whose `WispPlugin`s are read; omitted = every namespace.
+    #[serde(default)]
+    pub namespaces: Option<Vec<String>>,
+    /// Read `ClusterWispPlugin`s (default true).
+    #[serde(default = "yes")]
+    pub cluster: bool,
+    /// The most a custom resource may ask for; an omitted limit takes the default or, when
+    /// that is over the cap, the cap.
+    #[serde(default)]
+    pub max_limits: MaxLimits,
+    /// What custom resources may be granted (each of their grants must be covered by one of
+    /// these); default none.
+    #[serde(default)]
+    pub allowed_grants: Vec<ActionGrant>,
+    /// How often each custom resource's status counters are refreshed (default 30s); a
+    /// change of condition is written at once.
+    #[serde(default)]
+    pub status_interval: Option<Dur>,
+}
+
+/// The caps on what a custom resource asks (`customResources.maxLimits`); omitted = no cap.
+#[derive(Debug, Deserialize, Clone, Default, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct MaxLimits {
+    /// `limits.memory`.
+    pub memory: Option<Bytes>,
+    /// `limits.deadline`.
+    pub deadline: Option<Dur>,
+    /// `limits.deadlinePerNotification`.
+    pub deadline_per_notification: Option<Dur>,
+    /// `limits.startupDeadline`.
+    pub startup_deadline: Option<Dur>,
+    /// `limits.fuel` (with `engine.fuel`): a custom resource without one gets the cap.
+    pub fuel: Option<u64>,
+    /// `batch`.
+    pub batch: Option<usize>,
+    /// `queue.max`.
+    pub queue: Option<usize>,
+}
+
+/// The default status refresh of custom resources.
+pub const DEFAULT_STATUS_INTERVAL: Duration = Duration::from_secs(30);
+
+impl CustomResourcesConfig {
+    /// `statusInterval` in force.
+    pub fn status_interval(&self) -> Duration {
+        self.status_interval
+            .map_or(DEFAULT_STATUS_INTERVAL, |d| d.0)
+    }
+}
+
+/// Which custom resource a plugin comes from.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct CustomRef {
+    /// `WispPlugin` or `ClusterWispPlugin`.
+    pub kind: &'static str,
+    /// The namespace of a `WispPlugin`.
+    pub namespace: Option<String>,
+    /// Its name.
+    pub name: String,
+}
+
+impl CustomRef {
+    /// The plugin's name in the host: `NAMESPACE/NAME` for a `WispPlugin`, `NAME` for a
+    /// `ClusterWispPlugin` (a config plugin of the same name refuses it).
+    pub fn plugin_name(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{ns}/{}", self.name),
+            None => self.name.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for CustomRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.kind, self.plugin_name())
+    }
+}
+
+/// Why a custom resource was refused: a reason for its `Degraded` condition and the error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CustomRefusal {
+    /// `Invalid`, `OverCap`, `NotAllowed`.
+    pub reason: &'static str,
+    /// What is wrong and where (`spec.…`).
+    pub error: ConfigError,
+}
+
+impl std::fmt::Display for CustomRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl Config {
+    /// The config of one custom resource's plugin: this config's settings, the resource's
+    /// inline informers and its plugin (named as [`CustomRef::plugin_name`]), validated as a
+    /// file is, confined and capped. Errors name the resource and the `spec` field.
+    pub fn custom_plugin(
+        &self,
+        cr: &CustomRef,
+        spec: &serde_json::Value,
+    ) -> Result<Config, CustomRefusal> {
+        let file = cr.to_string();
+        let invalid = |path: String, problem: String| CustomRefusal {
+            reason: "Invalid",
+            error: ConfigError {
+                file: file.clone(),
+                path,
+                problem,
+            },
+        };
+        let mut spec = spec.clone();
+        let Some(obj) = spec.as_object_mut() else {
+            return Err(invalid("spec".into(), "must be an object".into()));
+        };
+        let informers = obj.remove("informers").unwrap_or_default();
+        let informers: Vec<InformerConfig> =
+            serde_path_to_error::deserialize(informers).map_err(|e| {
+                invalid(
+                    format!("spec.informers{}", dotted(&e.path().to_string())),
+                    e.into_inner().to_string(),
+                )
+            })?;
+        let names: Vec<serde_json::Value> =
+            informers.iter().map(|i| i.name.clone().into()).collect();
+        obj.insert("informers".into(), names.into());
+        obj.insert("name".into(), cr.plugin_name().into());
+        let plugin: PluginConfig = serde_path_to_error::deserialize(spec).map_err(|e| {
+            invalid(
+                format!("spec{}", dotted(&e.path().to_string())),
+                e.into_inner().to_string(),
+            )
+        })?;
+        let mut c = self.clone();
+        c.file = file.clone();
+        c.informers = informers;
+        c.plugins = vec![plugin];
+        c.oci_pulled = Default::default();
+        c.validate().map_err(|e| CustomRefusal {
+            reason: "Invalid",
+            error: custom_path(e),
+        })?;
+        let limits = self.custom_resources.clone().unwrap_or_default();
+        c.confine(cr, &limits)?;
+        Ok(c)
+    }
+
+    /// Confines the one plugin of a custom resource's config to what the operator allows.
+    fn confine(
+        &mut self,
+        cr: &CustomRef,
+        allowed: &CustomResourcesConfig,
+    ) -> Result<(), CustomRefusal> {
+        let refuse = |reason, path: &str, problem: String| CustomRefusal {
+            reason,
+            error: ConfigError {
+                file: cr.to_string(),
+                path: path.to_owned(),
+                problem,
+            },
+        };
+        if let Some(ns) = &cr.namespace {
+            for (i, inf) in self.informers.iter_mut().enumerate() {
+                let at = format!("spec.informers[{i}]");
+                confine_namespaces(&mut inf.namespaces, ns)
+                    .map_err(|p| refuse("NotAllowed", &format!("{at}.namespaces"), p))?;
+                let (group, _) = crate::kinds::split_api_version(&inf.api_version);
+                if crate::kinds::builtin_namespaced(group, &inf.kind) == Some(false) {
+                    return Err(refuse(
+                        "NotAllowed",
+                        &format!("{at}.kind"),
+                        format!(
+                            "{} is cluster-scoped: a WispPlugin sees only its own namespace \
+                             {ns:?} (a ClusterWispPlugin may watch it)",
+                            inf.kind
+                        ),
+                    ));
+                }
+            }
+        }
+        for (i, inf) in self.informers.iter().enumerate() {
+            let at = format!("spec.informers[{i}]");
+            if inf.on_panic == OnPanic::Stop {
+                return Err(refuse(
+                    "NotAllowed",
+                    &format!("{at}.onPanic"),
+                    "exit would stop the host: only the config file may ask for it".into(),
+                ));
+            }
+            over_default(inf).map_err(|(f, p)| refuse("OverCap", &format!("{at}.{f}"), p))?;
+        }
+        let p = &mut self.plugins[0];
+        if let Some(ns) = &cr.namespace {
+            for (i, g) in p.actions.grants.iter_mut().enumerate() {
+                let at = format!("spec.actions.grants[{i}]");
+                confine_namespaces(&mut g.namespaces, ns)
+                    .map_err(|e| refuse("NotAllowed", &format!("{at}.namespaces"), e))?;
+                let (group, _) = crate::kinds::split_api_version(&g.api_version);
+                if crate::kinds::builtin_namespaced(group, &g.kind) == Some(false) {
+                    return Err(refuse(
+                        "NotAllowed",
+                        &format!("{at}.kind"),
+                        format!(
+                            "{} is cluster-scoped: a WispPlugin acts only in {ns:?}",
+                            g.kind
+                        ),
+                    ));
+                }
+            }
+        }
+        for (i, g) in p.actions.grants.iter().enumerate() {
+            if !covered(g, &allowed.allowed_grants) {
+                return Err(refuse(
+                    "NotAllowed",
+                    &format!("spec.actions.grants[{i}]"),
+                    format!(
+                        "{:?} on {} {} {} is not allowed: customResources.allowedGrants does not \
+                         cover it",
+                        g.verbs,
+                        g.api_version,
+                        g.kind,
+                        g.namespaces
+                            .as_ref()
+                            .map_or("in every namespace".into(), |n| format!("in {n:?}"))
+                    ),
+                ));
+            }
+        }
+        cap_limits(p, &allowed.max_limits).map_err(|(f, e)| refuse("OverCap", f, e))
+    }
+}
+
+/// `namespaces` of a `WispPlugin`'s informer or grant: omitted = its own namespace; any other
+/// namespace is refused.
+fn confine_namespaces(namespaces: &mut Option<Vec<String>>, ns: &str) -> Result<(), String> {
+    match namespaces {
+        None => {
+            *namespaces = Some(vec![ns.to_owned()]);
+            Ok(())
+        }
+        Some(list) => match list.iter().find(|n| *n != ns) {
+            Some(other) => Err(format!(
+                "a WispPlugin sees and acts only in its own namespace {ns:?}; it asks for {other:?}"
+            )),
+            None => Ok(()),
+        },
+    }
+}
+
+/// Whether one of `allowed` covers every verb of `g` on its kind, in its namespaces.
+fn covered(g: &ActionGrant, allowed: &[ActionGrant]) -> bool {
+    g.verbs.iter().all(|verb| {
+        allowed.iter().any(|a| {
+            a.verbs.contains(verb)
+                && a.api_version == g.api_version
+                && a.kind == g.kind
+                && match (&a.namespaces, &g.namespaces) {
+                    (None, _) => true,
+                    (Some(_), None) => false,
+                    (Some(a), Some(g)) => g.iter().all(|n| a.contains(n)),
+                }
+        })
+    })
+}
+
+/// An informer's response caps may not be raised by a custom resource.
+fn over_default(inf: &InformerConfig) -> Result<(), (&'static str, String)> {
+    use crate::informer::lister_watcher::ListCaps;
+    use crate::source::kube::SizeCaps;
+    let over = |b: &Option<Bytes>, d: u64| b.as_ref().is_some_and(|b| b.0 > d);
+    for (field, v, d) in [
+        (
+            "maxEventSize",
+            &inf.max_event_size,
+            SizeCaps::DEFAULT_WATCH_EVENT as u64,
+        ),
+        (
+            "maxListSize",
+            &inf.max_list_size,
+            SizeCaps::DEFAULT_LIST_BODY as u64,
+        ),
+        (
+            "maxListTotalSize",
+            &inf.max_list_total_size,
+            ListCaps::DEFAULT_BYTES,
+        ),
+    ] {
+        if over(v, d) {
+            return Err((field, format!("over the host's default of {d} bytes")));
+        }
+    }
+    if inf
+        .max_list_objects
+        .is_some_and(|n| n > ListCaps::DEFAULT_OBJECTS)
+    {
+        return Err((
+            "maxListObjects",
+            format!("over the host's default of {}", ListCaps::DEFAULT_OBJECTS),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a limit over its cap; fills an omitted one with the cap when the default is over.
+fn cap_limits(p: &mut PluginConfig, max: &MaxLimits) -> Result<(), (&'static str, String)> {
+    let d = Limits::default();
+    let over = |field: &'static str, asked: u128, cap: u128, show: String| {
+        if asked > cap {
+            Err((field, format!("over customResources.maxLimits ({show})")))
+        } else {
+            Ok(())
+        }
+    };
+    if let Some(cap) = max.memory {
+        let asked = p.limits.memory.map_or(d.memory.min(cap.0), |b| b.0);
+        over(
+            "spec.limits.memory",
+            asked.into(),
+            cap.0.into(),
+            format!("{} bytes", cap.0),
+        )?;
+        p.limits.memory = Some(Bytes(asked));
+    }
+    for (field, value, default, cap) in [
+        (
+            "spec.limits.deadline",
+            &mut p.limits.deadline,
+            d.deadline,
+            max.deadline,
+        ),
+        (
+            "spec.limits.deadlinePerNotification",
+            &mut p.limits.deadline_per_notification,
+            d.deadline_per_notification,
+            max.deadline_per_notification,
+        ),
+        (
+            "spec.limits.startupDeadline",
+            &mut p.limits.startup_deadline,
+            d.startup_deadline,
+            max.startup_deadline,
+        ),
+    ] {
+        if let Some(cap) = cap {
+            let asked = value.map_or(default.min(cap.0), |x| x.0);
+            over(
+                field,
+                asked.as_nanos(),
+                cap.0.as_nanos(),
+                format!("{:?}", cap.0),
+            )?;
+            *value = Some(Dur(asked));
+        }
+    }
+    if let Some(cap) = max.fuel {
+        let asked = p.limits.fuel.unwrap_or(cap);
+        over(
+            "spec.limits.fuel",
+            asked.into(),
+            cap.into(),
+            cap.to_string(),
+        )?;
+        p.limits.fuel = Some(asked);
+    }
+    if let Some(cap) = max.batch {
+        let asked = p.batch.unwrap_or(DEFAULT_BATCH_MAX.min(cap));
+        over("spec.batch", asked as u128, cap as u128, cap.to_string())?;
+        p.batch = Some(asked);
+    }
+    if let Some(cap) = max.queue {
+        let asked = p.queue.max.unwrap_or(DEFAULT_QUEUE_MAX.min(cap));
+        over(
+            "spec.queue.max",
+            asked as u128,
+            cap as u128,
+            cap.to_string(),
+        )?;
+        p.queue.max = Some(asked);
+    }
+    Ok(())
+}
+
+/// serde_path_to_error's path (`limits.deadline`, `.`) as a suffix of `spec`.
+fn dotted(path: &str) -> String {
+    match path {
+        "." | "" => String::new(),
+        p if p.starts_with('[') => p.to_owned(),
+        p => format!(".{p}"),
+    }
+}
+
+/// A validation error of a custom resource's config, its path in the resource's terms.
+fn custom_path(mut e: ConfigError) -> ConfigError {
+    e.path = if let Some(rest) = e.path.strip_prefix("plugins[0].") {
+        format!("spec.{rest}")
+    } else if e.path.starts_with("informers") {
+        format!("spec.{}", e.path)
+    } else if e.path == "plugins[0]" {
+        "spec".into()
+    } else {
+        e.path
+    };
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn host(custom: &str) -> (tempfile::TempDir, Config) {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("p.wasm"), b"\0asm").unwrap();
+        let text = format!(
+            "source: kube\ninformers: [{{name: ns, apiVersion: v1, kind: Namespace}}]\n\
+             customResources: {{enabled: true{custom}}}\n"
+        );
+        let c = Config::parse(&text, "wisp.yaml", d.path()).unwrap();
+        (d, c)
+    }
+
+    fn wisp_plugin(ns: Option<&str>) -> CustomRef {
+        CustomRef {
+            kind: if ns.is_some() {
+                "WispPlugin"
+            } else {
+                "ClusterWispPlugin"
+            },
+            namespace: ns.map(str::to_owned),
+            name: "p".into(),
+        }
+    }
+
+    fn spec(extra: serde_json::Value) -> serde_json::Value {
+        let mut s = json!({"module": "p.wasm",
+            "informers": [{"name": "pods", "apiVersion": "v1", "kind": "Pod"}]});
+        for (k, v) in extra.as_object().unwrap() {
+            s[k] = v.clone();
+        }
+        s
+    }
+
+    fn refusal(c: &Config, cr: &CustomRef, extra: serde_json::Value) -> (&'static str, String) {
+        let r = c.custom_plugin(cr, &spec(extra)).unwrap_err();
+        (r.reason, r.to_string())
+    }
+
+    #[test]
+    fn a_wisp_plugin_is_confined_to_its_namespace_and_a_cluster_one_is_not() {
+        let (_d, c) = host(", allowedGrants: [{verbs: [patch], apiVersion: v1, kind: Pod}]");
+        let grants = json!({"grants": [{"verbs": ["patch"], "apiVersion": "v1", "kind": "Pod"}]});
+        let team = wisp_plugin(Some("team-a"));
+        let got = c
+            .custom_plugin(&team, &spec(json!({"actions": grants})))
+            .unwrap();
+        assert_eq!(got.plugins[0].name, "team-a/p");
+        assert_eq!(got.informers[0].namespaces, Some(vec!["team-a".to_owned()]));
+        let g = &got.plugins[0].actions.grants[0];
+        assert_eq!(g.namespaces, Some(vec!["team-a".to_owned()]));
+        let cluster = c
+            .custom_plugin(&wisp_plugin(None), &spec(json!({"actions": grants})))
+            .unwrap();
+        assert_eq!(cluster.plugins[0].name, "p");
+        assert_eq!(cluster.informers[0].namespaces, None);
+
+        let other = json!({"informers": [{"name": "pods", "apiVersion": "v1", "kind": "Pod",
+            "namespaces": ["team-a", "kube-system"]}]});
+        let (reason, e) = refusal(&c, &team, other);
+        assert_eq!(reason, "NotAllowed");
+        assert_eq!(
+            e,
+            "WispPlugin team-a/p: spec.informers[0].namespaces: a WispPlugin sees and acts only \
+             in its own namespace \"team-a\"; it asks for \"kube-system\""
+        );
+        let nodes = json!({"informers": [{"name": "n", "apiVersion": "v1", "kind": "Node"}]});
+        let (reason, e) = refusal(&c, &team, nodes);
+        assert_eq!(reason, "NotAllowed");
+        assert!(
+            e.contains("spec.informers[0].kind: Node is cluster-scoped"),
+            "{e}"
+        );
+        let elsewhere = json!({"grants": [{"verbs": ["patch"], "apiVersion": "v1", "kind": "Pod",
+            "namespaces": ["prod"]}]});
+        let (_, e) = refusal(&c, &team, json!({"actions": elsewhere}));
+        assert!(e.contains("spec.actions.grants[0].namespaces: "), "{e}");
+    }
+
+    #[test]
+    fn a_grant_outside_the_allowed_grants_is_refused() {
+        let (_d, c) = host(
+            ", allowedGrants: [{verbs: [patch], apiVersion: v1, kind: Pod, namespaces: [team-a]}]",
+        );
+        let ask = |verbs: serde_json::Value, kind: &str| json!({"actions": {"grants": [{"verbs": verbs, "apiVersion": "v1", "kind": kind}]}});
+        let team = wisp_plugin(Some("team-a"));
+        assert!(
+            c.custom_plugin(&team, &spec(ask(json!(["patch"]), "Pod")))
+                .is_ok()
+        );
+        for (verbs, kind, cr) in [
+            (json!(["patch", "apply"]), "Pod", &team),
+            (json!(["patch"]), "ConfigMap", &team),
+            (json!(["patch"]), "Pod", &wisp_plugin(None)),
+            (json!(["patch"]), "Pod", &wisp_plugin(Some("team-b"))),
+        ] {
+            let (reason, e) = refusal(&c, cr, ask(verbs, kind));
+            assert_eq!(reason, "NotAllowed", "{e}");
+            assert!(
+                e.contains("spec.actions.grants[0]: ")
+                    && e.contains("customResources.allowedGrants does not cover it"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn limits_over_max_limits_are_refused_and_omitted_ones_capped() {
+        let (_d, c) = host(", maxLimits: {memory: 32Mi, deadline: 20ms, batch: 8, queue: 100}");
+        let team = wisp_plugin(Some("t"));
+        let got = c.custom_plugin(&team, &spec(json!({}))).unwrap();
+        let p = &got.plugins[0];
+        assert_eq!(
+            p.limits.memory,
+            Some(Bytes(32 << 20)),
+            "the default 64Mi is over the cap"
+        );
+        assert_eq!(p.limits.deadline, Some(Dur(Duration::from_millis(20))));
+        assert_eq!((p.batch, p.queue.max), (Some(8), Some(100)));
+        let small = c
+            .custom_plugin(&team, &spec(json!({"limits": {"memory": "16Mi"}})))
+            .unwrap();
+        assert_eq!(small.plugins[0].limits.memory, Some(Bytes(16 << 20)));
+        for (extra, field) in [
+            (json!({"limits": {"memory": "33Mi"}}), "spec.limits.memory"),
+            (
+                json!({"limits": {"deadline": "1s"}}),
+                "spec.limits.deadline",
+            ),
+            (json!({"batch": 9}), "spec.batch"),
+            (json!({"queue": {"max": 1000}}), "spec.queue.max"),
+        ] {
+            let (reason, e) = refusal(&c, &team, extra);
+            assert_eq!(reason, "OverCap", "{e}");
+            assert!(
+                e.contains(&format!("{field}: over customResources.maxLimits")),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn what_only_the_file_may_ask_for_and_bad_fields_are_named_in_spec_terms() {
+        let (_d, c) = host("");
+        let team = wisp_plugin(Some("t"));
+        let inf = |extra: serde_json::Value| {
+            let mut i = json!({"name": "pods", "apiVersion": "v1", "kind": "Pod"});
+            for (k, v) in extra.as_object().unwrap() {
+                i[k] = v.clone();
+            }
+            json!({ "informers": [i] })
+        };
+        let (reason, e) = refusal(&c, &team, inf(json!({"onPanic": "exit"})));
+        assert_eq!(reason, "NotAllowed");
+        assert!(
+            e.contains("spec.informers[0].onPanic: exit would stop the host"),
+            "{e}"
+        );
+        let (reason, e) = refusal(&c, &team, inf(json!({"maxEventSize": "1Gi"})));
+        assert_eq!(reason, "OverCap");
+        assert!(
+            e.contains("spec.informers[0].maxEventSize: over the host's default"),
+            "{e}"
+        );
+        let (reason, e) = refusal(&c, &team, json!({"limits": {"deadline": "0s"}}));
+        assert_eq!(reason, "Invalid");
+        assert_eq!(
+            e,
+            "WispPlugin t/p: spec.limits.deadline: must be more than 0"
+        );
+        let (_, e) = refusal(&c, &team, json!({"limts": {}}));
+        assert!(
+            e.starts_with("WispPlugin t/p: spec.limts: unknown field `limts`"),
+            "{e}"
+        );
+        let (_, e) = refusal(&c, &team, inf(json!({"labelSelector": "a in (b"})));
+        assert!(e.contains("spec.informers[0].labelSelector: "), "{e}");
+        let (_, e) = refusal(&c, &team, json!({"module": "missing.wasm"}));
+        assert!(
+            e.contains("spec.module: ") && e.contains("does not exist"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn custom_resources_need_a_kube_source_and_named_namespaces() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("c")).unwrap();
+        let parse = |text: &str| Config::parse(text, "wisp.yaml", d.path());
+        let inf = "informers: [{name: ns, apiVersion: v1, kind: Namespace}]\n";
+        let e = parse(&format!(
+            "source: dir:c\n{inf}customResources: {{enabled: true}}\n"
+        ))
+        .unwrap_err();
+        assert_eq!(e.path, "customResources.enabled");
+        let e = parse(&format!(
+            "source: kube\n{inf}customResources: {{enabled: true, namespaces: []}}\n"
+        ))
+        .unwrap_err();
+        assert_eq!(e.path, "customResources.namespaces");
+        let e = parse(&format!(
+            "source: kube\n{inf}customResources: {{enabled: true, allowedGrants: [{{verbs: [], apiVersion: v1, kind: Pod}}]}}\n"
+        ))
+        .unwrap_err();
+        assert_eq!(e.path, "customResources.allowedGrants[0].verbs");
+    }
+}
