@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use wasmtime::{Store, Trap};
 
+use super::batch::Batch;
 use super::bindings::{Outcome, PluginInfo, PluginPre, v01, v02};
 use super::engine::PluginEngine;
 use super::spec::Limits;
@@ -78,8 +79,11 @@ pub struct Instance {
     /// While starting (until [`Instance::started`]): what is left of the startup deadline.
     startup_left: Option<Duration>,
     fuel_engine: bool,
-    /// The encoding of the batch in hand (0.2), reused from call to call.
-    encoder: super::batch::BatchEncoder,
+    /// Deliveries leave the JSON out (the plugin describes itself `metadata-only`).
+    metadata_only: bool,
+    /// ABI 0.2's `handle`, checked once to take a [`Batch`] for its `list<u8>` (see
+    /// [`typed_handle`]).
+    handle: Option<wasmtime::component::Func>,
 }
 
 impl Instance {
@@ -123,6 +127,15 @@ impl Instance {
             Ok(p) => p,
             Err(e) => return Err(classify(&store, limits, e, None)),
         };
+        let handle = match &plugin {
+            Guest::V0_2(p) => {
+                let f = *p.wisp_plugin_listener().func_handle().func();
+                f.typed::<(Batch<'_>,), (Vec<Outcome>,)>(&store)
+                    .map_err(|e| CallError::Trap(format!("handle's signature: {e}")))?;
+                Some(f)
+            }
+            Guest::V0_1(_) => None,
+        };
         Ok(Self {
             store,
             plugin,
@@ -130,7 +143,8 @@ impl Instance {
             startup_left: Some(limits.startup_deadline.saturating_sub(spent)),
             limits: limits.clone(),
             fuel_engine: engine.fuel(),
-            encoder: super::batch::BatchEncoder::new(),
+            metadata_only: false,
+            handle,
         })
     }
 
@@ -190,15 +204,9 @@ impl Instance {
         })
     }
 
-    /// The plugin has caught up (its queue was drained): gives back a burst's batch buffer
-    /// (see [`super::batch::BatchEncoder::trim`]).
-    pub fn trim(&mut self) {
-        self.encoder.trim();
-    }
-
     /// Deliveries leave the JSON out (the plugin describes itself `metadata-only`).
     pub fn set_metadata_only(&mut self, yes: bool) {
-        self.encoder.set_metadata_only(yes);
+        self.metadata_only = yes;
     }
 
     /// `describe` (which also sets what deliveries carry: see [`Instance::set_metadata_only`]),
@@ -256,15 +264,14 @@ impl Instance {
     ) -> Result<Vec<Outcome>, CallError> {
         match self.plugin {
             Guest::V0_2(_) => {
-                // Encoded outside the timed call (host work, not the plugin's).
-                let mut encoder = std::mem::take(&mut self.encoder);
-                let bytes = encoder.encode(informer, batch);
-                let r = self.call(batch.len(), |p, s| match p {
-                    Guest::V0_2(p) => p.wisp_plugin_listener().call_handle(s, bytes),
-                    Guest::V0_1(_) => Err(wasmtime::Error::msg("the instance changed ABI")),
-                });
-                self.encoder = encoder;
-                r
+                // Written into the plugin's memory while wasmtime lowers the argument (inside
+                // the call, under its deadline: microseconds for a batch of 64).
+                let param = Batch::new(informer, batch, self.metadata_only);
+                let handle = self.handle;
+                self.call(batch.len(), move |_, s| {
+                    let f = typed_handle(handle)?;
+                    f.call(s, (param,)).map(|(r,)| r)
+                })
             }
             Guest::V0_1(_) => super::runtime::with_wit_batch(informer, batch, |wit| {
                 self.call(batch.len(), |p, s| match p {
@@ -306,6 +313,19 @@ impl Instance {
         })
         .map(bounded_refusal)
     }
+}
+
+/// ABI 0.2's `handle` taking a [`Batch`] (lowered as the `list<u8>` it is).
+fn typed_handle<'a>(
+    handle: Option<wasmtime::component::Func>,
+) -> wasmtime::Result<wasmtime::component::TypedFunc<(Batch<'a>,), (Vec<Outcome>,)>> {
+    let f = handle.ok_or_else(|| wasmtime::Error::msg("the instance changed ABI"))?;
+    // SAFETY: `f` is the instance's `handle`, typechecked as taking a `Batch` and returning
+    // `list<outcome>` when the instance was made (`Func::typed` in `instantiate`); a `Batch` of
+    // any lifetime has the same type.
+    #[allow(unsafe_code)]
+    let typed = unsafe { wasmtime::component::TypedFunc::new_unchecked(f) };
+    Ok(typed)
 }
 
 /// Longest plugin name a `describe` may give (bytes; a Kubernetes name label's length).

@@ -318,10 +318,6 @@ impl PluginRuntime {
             None => return Err(CallError::Trap("no instance".into())),
         };
         let r = inst.handle(informer, batch);
-        if batch.len() < self.spec.batch_max {
-            // Less than a full batch: the listener's queue was drained.
-            inst.trim();
-        }
         let c = &self.status.counters;
         PluginCounters::add(&c.calls, 1);
         let took = start.elapsed();

@@ -168,3 +168,204 @@ async fn a_metadata_only_plugin_gets_metadata_without_the_json() {
     let e = parse.status().last_error().unwrap_or_default();
     assert!(e.contains("metadata-only"), "{e}");
 }
+
+/// The batches a test-raw-batch plugin logged (`batch LEN PART/PARTS HEX`), each put together
+/// from its lines, in order.
+fn logged_batches(lines: &[String]) -> Vec<Vec<u8>> {
+    let mut batches: Vec<Vec<u8>> = Vec::new();
+    for line in lines {
+        let Some(rest) = line.split_once("batch ").map(|(_, r)| r) else {
+            continue;
+        };
+        let mut words = rest.split(' ');
+        let len: usize = words.next().unwrap().parse().unwrap();
+        let (part, parts) = words.next().unwrap().split_once('/').unwrap();
+        let hex = words.next().unwrap_or("");
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
+        if part == "1" {
+            batches.push(Vec::with_capacity(len));
+        }
+        let b = batches.last_mut().expect("a batch's first line");
+        b.extend_from_slice(&bytes);
+        if part == parts {
+            assert_eq!(b.len(), len, "the batch's length as logged");
+        }
+    }
+    batches
+}
+
+/// The host writes each batch straight into the plugin's memory while wasmtime lowers
+/// `handle`'s argument (no host-side buffer): what the plugin reads there is, byte for byte, the
+/// batch of ABI 0.2 (`Batch::to_vec`, which the unit tests hold to `wit/abi-vectors.json`),
+/// for every kind of notification, whole and metadata-only, in batches that grow the plugin's
+/// memory and batches written over memory its allocator hands back dirty.
+#[tokio::test]
+async fn a_batch_arrives_in_the_plugins_memory_byte_for_byte() {
+    use wisp_host::informer::{DeletedObject, Delivery, Notification, Tombstone};
+    use wisp_host::plugin::batch::Batch;
+    use wisp_host::plugin::{EngineConfig, PluginEngine, check_module};
+
+    let pods: Vec<_> = (0..24)
+        .map(|i| pod("default", &format!("web-{i}")))
+        .collect();
+    let r = rig(pods).await;
+    let mut objs = r.inf.cache().list();
+    objs.sort_by(|a, b| a.meta().name.cmp(&b.meta().name));
+    let o = |i: usize| objs[i].clone();
+    let at = |seq: u64, notification: Notification| Delivery { seq, notification };
+    let every_kind = vec![
+        at(
+            1,
+            Notification::Add {
+                obj: o(0),
+                initial_list: true,
+            },
+        ),
+        at(
+            2,
+            Notification::Update {
+                old: o(0),
+                new: o(1),
+            },
+        ),
+        at(
+            3,
+            Notification::Update {
+                old: o(2),
+                new: o(2),
+            },
+        ),
+        at(
+            4,
+            Notification::Delete {
+                obj: DeletedObject::Object(o(3)),
+            },
+        ),
+        at(
+            5,
+            Notification::Delete {
+                obj: DeletedObject::Tombstone(Tombstone {
+                    key: "default/web-4".into(),
+                    obj: o(4),
+                }),
+            },
+        ),
+        at(
+            6,
+            Notification::Add {
+                obj: o(5),
+                initial_list: false,
+            },
+        ),
+    ];
+    let many: Vec<Delivery> = (0..objs.len())
+        .map(|i| {
+            at(
+                7 + i as u64,
+                Notification::Add {
+                    obj: o(i),
+                    initial_list: false,
+                },
+            )
+        })
+        .collect();
+    let last = vec![at(
+        99,
+        Notification::Update {
+            old: o(6),
+            new: o(7),
+        },
+    )];
+    let sent: [(&str, &[Delivery]); 4] = [
+        ("pods", &every_kind),
+        ("pods", &many),
+        ("p", &last),
+        ("nodes", &[]),
+    ];
+
+    let engine = PluginEngine::new(EngineConfig::default()).unwrap();
+    for (module, meta) in [("test_raw_batch", false), ("test_raw_batch_meta", true)] {
+        let checked = check_module(&engine, &plugin_path(module), json!({})).unwrap();
+        let status = checked.status().clone();
+        let mut rt = checked.into_runtime(engine.clone());
+        for (informer, batch) in sent {
+            rt.handle(informer, batch);
+        }
+        let counters = &status.counters;
+        let failed = wisp_host::plugin::status::PluginCounters::get(&counters.failed);
+        assert_eq!(failed, 0, "{module}: {:?}", status.last_error());
+        let got = logged_batches(&status.logs.lines());
+        assert_eq!(got.len(), sent.len(), "{module}: one logged batch per call");
+        for ((informer, batch), got) in sent.iter().zip(&got) {
+            let want = Batch::new(informer, batch, meta).to_vec();
+            assert!(
+                *got == want,
+                "{module}: the batch of {} from {informer} differs in the plugin's memory \
+                 (first difference at byte {:?}, lengths {} and {})",
+                batch.len(),
+                got.iter().zip(&want).position(|(a, b)| a != b),
+                got.len(),
+                want.len()
+            );
+        }
+        // The big batch really carried the objects (whole or metadata-only).
+        let whole: usize = objs.iter().map(|o| o.wire().len()).sum();
+        assert_eq!(
+            got[1].len() > whole,
+            !meta,
+            "{module}: {} bytes",
+            got[1].len()
+        );
+    }
+}
+
+/// A batch larger than the plugin may grow its memory to fails in the plugin's allocator, as a
+/// plugin error (out of memory), not in the host: the host tries the notifications again one at
+/// a time, each fits, and every one is delivered.
+#[tokio::test]
+async fn a_batch_over_the_plugins_memory_limit_is_a_plugin_error_and_is_retried() {
+    const PODS: usize = 24;
+    let big = "x".repeat(200 * 1024);
+    let pods: Vec<_> = (0..PODS)
+        .map(|i| {
+            let mut p = pod("default", &format!("big-{i}"));
+            p["metadata"]["annotations"] = json!({ "big": big });
+            p
+        })
+        .collect();
+    let r = rig(pods).await;
+    let mut s = spec("raw", "test_raw_batch", json!({"quiet": true}));
+    // ~4.8 MB of pods in one initial batch; the plugin may hold 3 MiB.
+    s.limits.memory = 3 << 20;
+    s.batch_max = 64;
+    s.limits.deadline = std::time::Duration::from_secs(10);
+    s.on_failure.quarantine_after = 0;
+    let h = r.manager.start(s).unwrap();
+    until("every pod delivered", || {
+        counter(&h, |c| &c.delivered) == PODS as u64
+    })
+    .await;
+    assert_eq!(counter(&h, |c| &c.failed), 0);
+    assert!(
+        counter(&h, |c| &c.out_of_memory) >= 1,
+        "{:?}",
+        h.status().last_error()
+    );
+    let e = h.status().last_error().unwrap_or_default();
+    assert!(
+        e.contains(&format!("memory limit of {} bytes exceeded", 3 << 20)),
+        "{e}"
+    );
+    let sizes: Vec<usize> = logs(&h)
+        .iter()
+        .filter_map(|l| {
+            l.split_once("batch ")
+                .and_then(|(_, n)| n.trim().parse().ok())
+        })
+        .collect();
+    assert!(sizes.len() >= PODS, "{sizes:?}");
+    assert!(sizes.iter().all(|&n| n < 3 << 20), "{sizes:?}");
+}

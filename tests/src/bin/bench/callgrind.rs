@@ -47,7 +47,7 @@ fn cg_measured_notifications(
 /// What a row delivers to.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Target {
-    /// The host's batch encoding alone (part of every wasm row).
+    /// The host's writing of a batch alone (part of every wasm row).
     Encoder,
     /// The native handler doing the work.
     Native,
@@ -156,12 +156,13 @@ pub(crate) fn child(a: &Args, cache: &Path) -> anyhow::Result<()> {
     for row in rows() {
         match row.target {
             Target::Encoder => {
-                let mut encoder = wisp_host::plugin::batch::BatchEncoder::new();
-                let mut keep = 0usize;
-                encoder.encode("pods", &items[..row.batch]);
-                let mut f = |chunk: &[Delivery]| keep += encoder.encode("pods", chunk).len();
+                // The batch written into a buffer reused from call to call (as the plugin's
+                // allocator hands the same memory back): the host's share of every wasm row.
+                let mut buf = Vec::new();
+                let mut f = |chunk: &[Delivery]| write_batch(&mut buf, chunk);
+                f(&items[..row.batch]);
                 cg_measured_notifications(&mut f, &items, row.batch);
-                std::hint::black_box(keep);
+                std::hint::black_box(buf.len());
             }
             Target::Native => {
                 let mut native = Native {
@@ -179,6 +180,13 @@ pub(crate) fn child(a: &Args, cache: &Path) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Writes `chunk` as one batch (ABI 0.2) into `buf`, reused.
+fn write_batch(buf: &mut Vec<u8>, chunk: &[Delivery]) {
+    let batch = wisp_host::plugin::batch::Batch::new("pods", chunk, false);
+    buf.resize(batch.size(), 0);
+    batch.write(buf);
 }
 
 fn wasm_row(
@@ -379,6 +387,7 @@ pub(crate) fn callgrind_figures(a: &Args) -> anyhow::Result<()> {
         cache.display(),
         t.elapsed().as_secs_f64()
     );
+    provenance(&a.plugin_dir)?;
     let n = notifications(a.quick);
     let t = std::time::Instant::now();
     let splits = run_child(a, &dir, &cache)?;
@@ -387,6 +396,35 @@ pub(crate) fn callgrind_figures(a: &Args) -> anyhow::Result<()> {
         t.elapsed().as_secs_f64()
     );
     print_table(&rows(), &splits, n);
+    Ok(())
+}
+
+/// Says what was measured: the checkout this `wisp-bench` was built from and the bench modules
+/// (path and SHA-256), and warns when they come from different checkouts. Two tables compare
+/// only when both lines match what was meant: a `wisp-bench` built in one worktree run with
+/// another's plugins (or a binary left in a shared target dir) counts one's host code and the
+/// other's guest code (issue 31: a "rerun on main" read the host side of an unmerged probe).
+fn provenance(plugin_dir: &Path) -> anyhow::Result<()> {
+    use sha2::Digest;
+    let built = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap_or(Path::new("/"));
+    println!("wisp-bench built from the checkout {}", built.display());
+    for meta in [false, true] {
+        let path = plugin(plugin_dir, meta);
+        let bytes = std::fs::read(&path).with_context(|| format!("{}", path.display()))?;
+        let hash = sha2::Sha256::digest(&bytes);
+        let hex: String = hash[..8].iter().map(|b| format!("{b:02x}")).collect();
+        println!("module {} sha256 {hex}...", path.display());
+    }
+    let dir = std::fs::canonicalize(plugin_dir).unwrap_or_else(|_| plugin_dir.to_owned());
+    let checkout = std::fs::canonicalize(built).unwrap_or_else(|_| built.to_owned());
+    if !dir.starts_with(&checkout) {
+        println!(
+            "WARNING: the plugins are not from the checkout wisp-bench was built from: the \
+             host column is one checkout's code, the guest column another's"
+        );
+    }
     Ok(())
 }
 
@@ -405,7 +443,7 @@ fn print_table(rows: &[Row], splits: &[Split], n: usize) {
     };
     if let Some(enc) = find("encode", 64, Target::Encoder) {
         println!(
-            "host batch encoding alone, batch 64: {:.0} instructions per notification\n",
+            "host batch writing alone, batch 64: {:.0} instructions per notification\n",
             per(enc).0
         );
     }

@@ -182,7 +182,7 @@ pub(crate) async fn idle_plugin_figures(a: &Args) -> anyhow::Result<()> {
         "| of the heap, once started (instance, store, WASI, status, listener; nothing delivered) | {started:.1} KiB | |"
     );
     println!(
-        "| of the heap, added by the initial list (queue, batch buffer, the plugin's metric series) | {:.1} KiB | |",
+        "| of the heap, added by the initial list (queue, the plugin's metric series) | {:.1} KiB | |",
         heap - started
     );
     println!(
