@@ -227,14 +227,14 @@ struct Seen {
 fn seen(obj: &Object) -> Option<Seen> {
     let v = obj.to_value();
     let m = obj.meta();
-    let kind = KINDS.iter().find(|k| k.0 == m.kind)?.0;
+    let kind = KINDS.iter().find(|k| k.0 == m.kind())?.0;
     Some(Seen {
         cr: CustomRef {
             kind,
-            namespace: m.namespace.clone(),
-            name: m.name.clone(),
+            namespace: m.namespace().map(str::to_owned),
+            name: m.name().to_owned(),
         },
-        uid: m.uid.clone(),
+        uid: m.uid().to_owned(),
         generation: v["metadata"]["generation"].as_i64().unwrap_or(0),
         spec: v.get("spec").cloned().unwrap_or_else(|| json!({})),
     })

@@ -213,7 +213,7 @@ async fn a_batch_arrives_in_the_plugins_memory_byte_for_byte() {
         .collect();
     let r = rig(pods).await;
     let mut objs = r.inf.cache().list();
-    objs.sort_by(|a, b| a.meta().name.cmp(&b.meta().name));
+    objs.sort_by(|a, b| a.meta().name().cmp(b.meta().name()));
     let o = |i: usize| objs[i].clone();
     let at = |seq: u64, notification: Notification| Delivery { seq, notification };
     let every_kind = vec![
