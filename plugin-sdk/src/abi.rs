@@ -96,6 +96,43 @@ const TEXT_FIELDS: [(usize, &str); 7] = [
     (DELETION_TIMESTAMP, "deletionTimestamp"),
 ];
 
+/// [`TEXT_FIELDS`] as a bit set (bit `f` for field `f`).
+const TEXT_MASK: u64 = {
+    let mut mask = 0;
+    let mut i = 0;
+    while i < TEXT_FIELDS.len() {
+        mask |= 1 << TEXT_FIELDS[i].0;
+        i += 1;
+    }
+    mask
+};
+
+/// The high bits of the text bytes seen so far, eight bytes at a time: zero while all of them
+/// are ASCII. Kubernetes metadata nearly always is, so a decode ORs every text span in here and
+/// validates UTF-8 span by span only when a high bit shows up (`str::from_utf8` goes byte by
+/// byte over short strings, which was most of a decode's cost).
+#[derive(Default)]
+struct HighBits(u64);
+
+impl HighBits {
+    #[inline]
+    fn add(&mut self, b: &[u8]) {
+        let (words, tail) = b.as_chunks::<8>();
+        let mut high = self.0;
+        for w in words {
+            high |= u64::from_le_bytes(*w);
+        }
+        for &x in tail {
+            high |= u64::from(x);
+        }
+        self.0 = high;
+    }
+
+    fn ascii(&self) -> bool {
+        self.0 & 0x8080_8080_8080_8080 == 0
+    }
+}
+
 /// An error naming `what` and the first byte that is not UTF-8, when `b` is not UTF-8.
 fn utf8(b: Option<&[u8]>, what: impl FnOnce() -> String) -> Result<(), DecodeError> {
     match b.map(std::str::from_utf8) {
@@ -163,23 +200,55 @@ impl<'a> Object<'a> {
             return err("object header cut short");
         };
         let fields = fields as usize;
+        let mut high = HighBits::default();
         for f in 0..fields {
-            span(&b, 4 + f * 8)?;
-        }
-        for (f, name) in TEXT_FIELDS {
-            if f < fields {
-                utf8(span(&b, 4 + f * 8)?, || format!("field {name}"))?;
+            let bytes = span(&b, 4 + f * 8)?;
+            if let Some(t) = bytes.filter(|_| f < 64 && TEXT_MASK & (1 << f) != 0) {
+                high.add(t);
             }
         }
         for table in [LABELS, ANNOTATIONS, OWNER_REFERENCES] {
             if table < fields {
-                Self::check_table(&b, table)?;
+                Self::check_table(&b, table, |_, _, t| {
+                    high.add(t);
+                    Ok(())
+                })?;
             }
+        }
+        if !high.ascii() {
+            Self::check_utf8(&b, fields)?;
         }
         Ok(Self { b, fields })
     }
 
-    fn check_table(b: &[u8], table: usize) -> Result<(), DecodeError> {
+    /// Every text span is UTF-8, or an error naming the first that is not and its byte.
+    #[cold]
+    fn check_utf8(b: &[u8], fields: usize) -> Result<(), DecodeError> {
+        for (f, name) in TEXT_FIELDS {
+            if f < fields {
+                utf8(span(b, 4 + f * 8)?, || format!("field {name}"))?;
+            }
+        }
+        for table in [LABELS, ANNOTATIONS, OWNER_REFERENCES] {
+            if table < fields {
+                Self::check_table(b, table, |i, s, t| {
+                    utf8(Some(t), || {
+                        let (t, part) = entry_part(table, s);
+                        format!("{t} entry {i}: {part}")
+                    })
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks table `table`'s bounds and hands `text` each present span of every entry (entry,
+    /// span index, bytes).
+    fn check_table(
+        b: &[u8],
+        table: usize,
+        mut text: impl FnMut(usize, usize, &[u8]) -> Result<(), DecodeError>,
+    ) -> Result<(), DecodeError> {
         let Some(t) = span(b, 4 + table * 8)? else {
             return Ok(());
         };
@@ -206,11 +275,9 @@ impl<'a> Object<'a> {
         let base = u32_at(b, 4 + table * 8).unwrap_or(0) as usize;
         for i in 0..n as usize {
             for s in 0..spans {
-                let bytes = span(b, base + first + i * size + s * 8)?;
-                utf8(bytes, || {
-                    let (t, part) = entry_part(table, s);
-                    format!("{t} entry {i}: {part}")
-                })?;
+                if let Some(bytes) = span(b, base + first + i * size + s * 8)? {
+                    text(i, s, bytes)?;
+                }
             }
         }
         Ok(())

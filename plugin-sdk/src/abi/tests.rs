@@ -187,3 +187,26 @@ fn text_that_is_not_utf8_is_refused_naming_its_field() {
         assert!(Object::decode_owned(bytes).is_err(), "{}", case["name"]);
     }
 }
+
+#[test]
+fn a_high_bit_anywhere_in_any_text_is_seen_and_utf8_is_checked_exactly() {
+    // Every length across the eight-byte words and the tail, a high byte at every position.
+    for len in 0..40 {
+        let plain = vec![b'a'; len];
+        let mut high = super::HighBits::default();
+        high.add(&plain);
+        assert!(high.ascii(), "{len}");
+        for at in 0..len {
+            let mut bad = plain.clone();
+            bad[at] = 0xff;
+            let mut high = super::HighBits::default();
+            high.add(b"abc");
+            high.add(&bad);
+            assert!(!high.ascii(), "{len} {at}");
+            let e = super::utf8(Some(&bad), || "f".into())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("byte {at} of {len}")), "{e}");
+        }
+    }
+}
