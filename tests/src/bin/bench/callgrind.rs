@@ -104,6 +104,8 @@ fn engine(cache: &Path, epochs: bool) -> anyhow::Result<Arc<PluginEngine>> {
         cache_dir: Some(cache.to_owned()),
         epoch_interruption: epochs,
         compiler: None,
+        // Compiling under valgrind on two loaded cores outlasts the default (120 s).
+        compile_timeout: std::time::Duration::from_secs(900),
         ..EngineConfig::default()
     })?)
 }
