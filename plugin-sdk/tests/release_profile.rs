@@ -37,7 +37,10 @@ fn plugins_use_the_documented_release_profile() {
         plugins, sdk,
         "plugins/Cargo.toml's [profile.release] differs from plugin-sdk/release-profile.toml"
     );
-    for other in ["../host/templates/rust/Cargo.toml", "../docs/plugins/rust.md"] {
+    for other in [
+        "../host/templates/rust/Cargo.toml",
+        "../docs/plugins/rust.md",
+    ] {
         assert_eq!(
             release_profile(&read(&root.join(other))),
             sdk,
