@@ -16,6 +16,7 @@ use wisp_host::kinds::fields::{Selectable, value};
 use wisp_host::scale::shards::{Ranges, ShardField, parse_selector};
 
 use super::discovery::{Known, known};
+use super::object::StoredObject;
 
 /// Everything a list or watch request filters on: the namespace of its path and its selectors.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -101,6 +102,20 @@ impl Filter {
     /// Whether the request has label or field selectors.
     pub fn has_selectors(&self) -> bool {
         !self.labels.is_empty() || !self.fields.is_empty()
+    }
+
+    /// Whether a stored object passes: the namespace and the shard from its stored metadata,
+    /// the object parsed only when there are label or field selectors to evaluate.
+    pub fn matches_stored(&self, obj: &StoredObject) -> bool {
+        if self.has_selectors() {
+            return self.matches(&obj.value());
+        }
+        self.namespace
+            .as_deref()
+            .is_none_or(|ns| obj.namespace() == ns)
+            && self.shard.as_ref().is_none_or(|(field, ranges, _)| {
+                ranges.contains(field.hash_of(obj.uid(), obj.namespace()))
+            })
     }
 
     /// Whether `obj` passes the namespace and both selectors.
