@@ -699,9 +699,10 @@ pub fn decode_object(
         if kind.is_none() {
             top.insert(Key::of("kind"), &filled_kind);
         }
-        serde_json::to_string(&top).map_err(bad)?
+        Some(serde_json::to_string(&top).map_err(bad)?)
     } else {
-        raw.to_owned()
+        // Kept as it came: encoded straight from the response's text, no copy in between.
+        None
     };
     let name = view
         .name
@@ -737,7 +738,10 @@ pub fn decode_object(
             })
             .collect(),
     };
-    Ok(Arc::new(Object::from_parts(&meta, json)))
+    Ok(Arc::new(Object::from_parts(
+        &meta,
+        json.as_deref().unwrap_or(raw),
+    )))
 }
 
 impl KubeSource {

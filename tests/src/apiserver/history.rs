@@ -136,7 +136,7 @@ mod tests {
         version: u64,
         prev: Option<u64>,
     ) -> Arc<LoggedEvent> {
-        let obj = |v: u64| StoredObject::new(json!({"metadata": {"name": name, "v": v}}));
+        let obj = |v: u64| StoredObject::new(&json!({"metadata": {"name": name, "v": v}}));
         Arc::new(LoggedEvent {
             rv,
             resource: pods(),
@@ -161,7 +161,7 @@ mod tests {
             .map(|(n, v)| {
                 (
                     (String::new(), n.to_string()),
-                    StoredObject::new(json!({"metadata": {"name": n, "v": v}})),
+                    StoredObject::new(&json!({"metadata": {"name": n, "v": v}})),
                 )
             })
             .collect();
@@ -171,8 +171,8 @@ mod tests {
             .values()
             .map(|o| {
                 (
-                    o.value["metadata"]["name"].clone(),
-                    o.value["metadata"]["v"].clone(),
+                    o.value()["metadata"]["name"].clone(),
+                    o.value()["metadata"]["v"].clone(),
                 )
             })
             .collect();

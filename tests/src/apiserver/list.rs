@@ -56,14 +56,7 @@ const INCONSISTENT_CONTINUE: &str = "The provided continue parameter is too old 
 
 /// Namespace and name of an object, its place in a sorted list.
 fn key_of(obj: &Obj) -> (String, String) {
-    let text = |f: &str| {
-        obj.value
-            .pointer(&format!("/metadata/{f}"))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
-    (text("namespace"), text("name"))
+    (obj.namespace().to_string(), obj.name().to_string())
 }
 
 impl ContinueToken {
@@ -195,7 +188,7 @@ pub(crate) async fn list(shared: &Shared, target: &Target, query: &Query) -> Res
     let items: Vec<Obj> = snapshot
         .objects
         .into_iter()
-        .filter(|o| filter.matches(&o.value))
+        .filter(|o| filter.matches_stored(o))
         .collect();
     let page = Page {
         rv: snapshot.rv,
@@ -296,7 +289,7 @@ fn continue_list(
                 let items: Vec<Obj> = snapshot
                     .objects
                     .into_iter()
-                    .filter(|o| filter.matches(&o.value))
+                    .filter(|o| filter.matches_stored(o))
                     .collect();
                 (Arc::new(items), None)
             }
@@ -333,7 +326,7 @@ fn continue_latest(
     let items: Vec<Obj> = snapshot
         .objects
         .into_iter()
-        .filter(|o| key_of(o) > token.after && filter.matches(&o.value))
+        .filter(|o| key_of(o) > token.after && filter.matches_stored(o))
         .collect();
     let page = Page {
         rv: snapshot.rv,

@@ -395,7 +395,7 @@ impl TestApiServer {
             self.shared()
                 .store
                 .get(&ResourceKey::for_kind(api_version, kind), namespace, name)?;
-        Some(obj.value.clone())
+        Some(obj.value())
     }
 
     /// Every current object of a kind, sorted by (namespace, name).

@@ -133,7 +133,7 @@ pub(crate) async fn serve(
                 .store
                 .get(&target.resource, target.namespace.as_deref(), name)
             {
-                Some(obj) => json_response(StatusCode::OK, scale_of(&obj.value).to_string()),
+                Some(obj) => json_response(StatusCode::OK, scale_of(&obj.value()).to_string()),
                 None => write::not_found(target, name),
             };
         }
@@ -266,7 +266,8 @@ fn write_scale(
         else {
             return write::not_found(target, name);
         };
-        let scale = match edited(&scale_of(&current.value), edit, sent) {
+        let current = current.value();
+        let scale = match edited(&scale_of(&current), edit, sent) {
             Ok(scale) => scale,
             Err(e) => return e.into_response(),
         };
@@ -274,7 +275,7 @@ fn write_scale(
             Ok(r) => r,
             Err(e) => return e.into_response(),
         };
-        let live_rv = current.value.pointer("/metadata/resourceVersion");
+        let live_rv = current.pointer("/metadata/resourceVersion");
         let asked_rv = scale
             .pointer("/metadata/resourceVersion")
             .filter(|rv| rv.as_str().is_some_and(|s| !s.is_empty()));
@@ -284,10 +285,10 @@ fn write_scale(
                 name: name.to_string(),
             });
         }
-        let mut obj = current.value.clone();
+        let mut obj = current.clone();
         obj["spec"]["replicas"] = Value::from(replicas);
-        apply::record_update(Some(&current.value), &mut obj, &writer);
-        match write::commit_update(shared, &current.value, obj, options.dry_run) {
+        apply::record_update(Some(&current), &mut obj, &writer);
+        match write::commit_update(shared, &current, obj, options.dry_run) {
             Ok(updated) => {
                 return json_response(StatusCode::OK, scale_of(&updated).to_string());
             }

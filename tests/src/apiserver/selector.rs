@@ -16,6 +16,7 @@ use wisp_host::kinds::fields::{Selectable, value};
 use wisp_host::scale::shards::{Ranges, ShardField, parse_selector};
 
 use super::discovery::{Known, known};
+use super::object::StoredObject;
 
 /// Everything a list or watch request filters on: the namespace of its path and its selectors.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -103,6 +104,20 @@ impl Filter {
         !self.labels.is_empty() || !self.fields.is_empty()
     }
 
+    /// Whether a stored object passes: the namespace and the shard from its stored metadata,
+    /// the object parsed only when there are label or field selectors to evaluate.
+    pub fn matches_stored(&self, obj: &StoredObject) -> bool {
+        if self.has_selectors() {
+            return self.matches(&obj.value());
+        }
+        self.namespace
+            .as_deref()
+            .is_none_or(|ns| obj.namespace() == ns)
+            && self.shard.as_ref().is_none_or(|(field, ranges, _)| {
+                ranges.contains(field.hash_of(obj.uid(), obj.namespace()))
+            })
+    }
+
     /// Whether `obj` passes the namespace and both selectors.
     pub fn matches(&self, obj: &Value) -> bool {
         let ns_ok = self.namespace.as_deref().is_none_or(|ns| {
@@ -147,5 +162,60 @@ mod tests {
         assert!(!f.matches(&pod));
         assert!(Filter::new(None, Some("a/b/c"), None).is_err());
         assert!(Filter::new(None, None, Some("metadata.name")).is_err());
+    }
+
+    #[test]
+    fn a_stored_object_passes_exactly_when_its_value_does() {
+        let pods: Vec<Value> = (0..40)
+            .map(|i| {
+                json!({"metadata": {"name": format!("p{i}"), "namespace": format!("ns{}", i % 3),
+                    "uid": format!("uid-{i}"), "labels": {"app": if i % 2 == 0 { "web" } else { "db" }}},
+                    "spec": {"nodeName": format!("n{}", i % 4)}})
+            })
+            .collect();
+        // The hash of the first pod's uid only.
+        let h = ShardField::Uid.hash_of("uid-0", "");
+        let one = parse_selector(&format!(
+            "shardRange(object.metadata.uid, '0x{h:016x}', '0x{:016x}')",
+            u128::from(h) + 1
+        ))
+        .expect("a valid selector");
+        let mut filters = vec![
+            Filter::new(None, None, None).unwrap(),
+            Filter::new(Some("ns1".into()), None, None).unwrap(),
+            Filter::new(None, Some("app=web"), None).unwrap(),
+            Filter::new(
+                Some("ns2".into()),
+                Some("app!=web"),
+                Some("spec.nodeName=n1"),
+            )
+            .unwrap(),
+        ];
+        let mut sharded = Filter::new(Some("ns0".into()), None, None).unwrap();
+        sharded.shard = Some((one.0, one.1, String::new()));
+        filters.push(sharded);
+        for f in &mut filters {
+            f.kind = (String::new(), "Pod".into());
+        }
+        let mut passed = Vec::new();
+        for (n, f) in filters.iter().enumerate() {
+            for pod in &pods {
+                let stored = StoredObject::new(pod);
+                assert_eq!(stored.value(), *pod, "the JSON reads back as the object");
+                assert_eq!(
+                    f.matches_stored(&stored),
+                    f.matches(pod),
+                    "filter {n}, {pod}"
+                );
+                passed.push(f.matches(pod));
+            }
+        }
+        // Each filter lets some through and keeps some out (the comparison is not vacuous).
+        for (n, chunk) in passed.chunks(pods.len()).enumerate().skip(1) {
+            assert!(
+                chunk.contains(&true) && chunk.contains(&false),
+                "filter {n}: {chunk:?}"
+            );
+        }
     }
 }

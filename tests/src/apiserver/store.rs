@@ -158,7 +158,7 @@ fn initial_collections() -> HashMap<ResourceKey, Collection> {
                 );
             }
             prepare_namespace(&mut ns);
-            ((String::new(), name.to_string()), StoredObject::new(ns))
+            ((String::new(), name.to_string()), StoredObject::new(&ns))
         })
         .collect();
     let collection = Collection {
@@ -213,7 +213,7 @@ impl Default for Store {
                 })
                 .collect();
             for ((resource, key), obj) in initial {
-                s.index(&resource, &key, &obj.value);
+                s.index(&resource, &key, &obj.value());
             }
         }
         store
@@ -228,13 +228,12 @@ fn stamp_rv(obj: &mut Value, rv: u64) -> Result<(), StoreError> {
 
 impl State {
     /// Stores `object` (or removes the key for a delete) under the next RV, logs the change and
-    /// fans it out to the collection's watches.
+    /// fans it out to the collection's watches. `value` is `object` before it was serialized.
     fn commit(
         &mut self,
-        resource: ResourceKey,
-        key: ObjectKey,
+        (resource, key): Location,
         kind: EventKind,
-        object: Obj,
+        (object, value): (Obj, &Value),
         prev: Option<Obj>,
     ) {
         self.rv += 1;
@@ -259,16 +258,16 @@ impl State {
             }
         }
         let (resource, key) = (event.resource.clone(), event.key.clone());
-        let gone = event.object.value.clone();
         let released: Vec<String> = match &event.prev {
             Some(prev) => {
-                self.unindex(&resource, &key, &prev.value);
+                let prev = prev.value();
+                self.unindex(&resource, &key, &prev);
                 let now = if kind == EventKind::Deleted {
                     Vec::new()
                 } else {
-                    owner_refs(&event.object.value)
+                    owner_refs(value)
                 };
-                owner_refs(&prev.value)
+                owner_refs(&prev)
                     .into_iter()
                     .map(|(uid, _)| uid)
                     .filter(|uid| !now.iter().any(|(u, _)| u == uid))
@@ -277,13 +276,13 @@ impl State {
             None => Vec::new(),
         };
         if kind != EventKind::Deleted {
-            self.index(&resource, &key, &event.object.value);
+            self.index(&resource, &key, value);
         }
         self.history.push(event);
         // The garbage collector: the dependents of a deleted object, and the owners waiting in
         // the foreground for a dependent that just let go of them.
         if kind == EventKind::Deleted {
-            self.collect_dependents(&gone);
+            self.collect_dependents(value);
         }
         for owner in released {
             self.release_foreground(&owner);
@@ -337,13 +336,14 @@ impl State {
     /// Whether the object at a location has dependents.
     fn dependents_of_location(&self, resource: &ResourceKey, key: &ObjectKey) -> bool {
         self.current(resource, key)
-            .and_then(|o| uid_of(&o.value))
+            .map(|o| o.uid().to_string())
+            .filter(|uid| !uid.is_empty())
             .is_some_and(|uid| !self.dependents_of(&uid).is_empty())
     }
 
     /// Rewrites `metadata.ownerReferences` of a dependent without the references to `uid`.
     fn drop_owner_ref(&mut self, location: &Location, obj: Obj, uid: &str) {
-        let mut next = obj.value.clone();
+        let mut next = obj.value();
         let Some(meta) = next.get_mut("metadata").and_then(Value::as_object_mut) else {
             return;
         };
@@ -368,7 +368,7 @@ impl State {
             return;
         };
         for (location, obj) in self.dependents_of(&uid) {
-            let other_owner = owner_refs(&obj.value)
+            let other_owner = owner_refs(&obj.value())
                 .iter()
                 .any(|(u, _)| *u != uid && self.uids.contains_key(u));
             if other_owner {
@@ -396,14 +396,15 @@ impl State {
         let Some(owner) = self.current(&resource, &key) else {
             return;
         };
-        let mut held = finalizers(&owner.value);
-        if owner.value.pointer("/metadata/deletionTimestamp").is_none()
+        let owner_value = owner.value();
+        let mut held = finalizers(&owner_value);
+        if owner_value.pointer("/metadata/deletionTimestamp").is_none()
             || !held.iter().any(|f| f == FOREGROUND)
         {
             return;
         }
         let blocked = self.dependents_of(uid).iter().any(|(_, dep)| {
-            owner_refs(&dep.value)
+            owner_refs(&dep.value())
                 .iter()
                 .any(|(u, block)| u == uid && *block)
         });
@@ -411,7 +412,7 @@ impl State {
             return;
         }
         held.retain(|f| f != FOREGROUND);
-        let mut next = owner.value.clone();
+        let mut next = owner_value;
         let Ok(meta) = meta_mut(&mut next) else {
             return;
         };
@@ -803,16 +804,16 @@ impl State {
         meta.insert("creationTimestamp".into(), Value::String(now_rfc3339()));
         stamp_generation(meta, &resource, &kind, 1);
         stamp_rv(&mut obj, self.rv + 1)?;
-        let stored = StoredObject::new(obj);
+        let stored = StoredObject::new(&obj);
         self.collections.entry(resource.clone()).or_default().kind = Some(kind);
-        self.commit(resource, key, EventKind::Added, Arc::clone(&stored), None);
-        Ok(stored.value.clone())
+        self.commit((resource, key), EventKind::Added, (stored, &obj), None);
+        Ok(obj)
     }
 
     /// Whether `namespace` is being deleted.
     fn terminating(&self, namespace: &str) -> bool {
         self.current(&namespaces(), &(String::new(), namespace.to_string()))
-            .is_some_and(|ns| ns.value.pointer("/metadata/deletionTimestamp").is_some())
+            .is_some_and(|ns| ns.value().pointer("/metadata/deletionTimestamp").is_some())
     }
 
     /// Stores a new state of an existing object (or deletes it) under the next RV.
@@ -825,15 +826,14 @@ impl State {
         prev: Obj,
     ) -> Result<Value, StoreError> {
         stamp_rv(&mut value, self.rv + 1)?;
-        let stored = StoredObject::new(value);
+        let stored = StoredObject::new(&value);
         self.commit(
-            resource.clone(),
-            key.clone(),
+            (resource.clone(), key.clone()),
             kind,
-            Arc::clone(&stored),
+            (stored, &value),
             Some(prev),
         );
-        Ok(stored.value.clone())
+        Ok(value)
     }
 
     fn delete(
@@ -848,8 +848,9 @@ impl State {
                 name: key.1.clone(),
             });
         };
+        let old_value = old.value();
         let meta = |field: &str| {
-            old.value
+            old_value
                 .pointer(&format!("/metadata/{field}"))
                 .and_then(Value::as_str)
                 .unwrap_or("")
@@ -872,7 +873,7 @@ impl State {
                 &have,
             ));
         }
-        if old.value.pointer("/metadata/deletionTimestamp").is_some() {
+        if old_value.pointer("/metadata/deletionTimestamp").is_some() {
             // Already being deleted: only a shorter grace period changes anything.
             return self.shorten_grace(resource, key, old, options.grace_period);
         }
@@ -885,15 +886,14 @@ impl State {
             Propagation::Orphan => Some(ORPHAN),
         };
         let namespace = is_namespace(resource);
-        let grace = grace_period(resource, &old.value, options.grace_period);
-        let mut held = finalizers(&old.value);
+        let grace = grace_period(resource, &old_value, options.grace_period);
+        let mut held = finalizers(&old_value);
         if held.is_empty() && gc_finalizer.is_none() && !namespace && grace == 0 {
-            let last = old.value.clone();
-            let deleted = self.commit_value(resource, key, EventKind::Deleted, last, old)?;
+            let deleted = self.commit_value(resource, key, EventKind::Deleted, old_value, old)?;
             self.finish_namespace(&key.0);
             return Ok(deleted);
         }
-        let mut marked = old.value.clone();
+        let mut marked = old_value;
         if let Some(gc) = gc_finalizer
             && !held.iter().any(|f| f == gc)
         {
@@ -955,7 +955,7 @@ impl State {
                     plural: resource.plural.clone(),
                     name: key.1.clone(),
                 })?;
-            let mut next = current.value.clone();
+            let mut next = current.value();
             held.retain(|f| f != gc);
             let m = meta_mut(&mut next)?;
             if held.is_empty() {
@@ -976,7 +976,7 @@ impl State {
         if namespace {
             self.purge_namespace(&key.1);
             if let Some(ns) = self.current(resource, key) {
-                result = ns.value.clone();
+                result = ns.value();
             }
             return Ok(result);
         }
@@ -993,15 +993,14 @@ impl State {
         old: Obj,
         requested: Option<i64>,
     ) -> Result<Value, StoreError> {
-        let current = old
-            .value
+        let mut next = old.value();
+        let current = next
             .pointer("/metadata/deletionGracePeriodSeconds")
             .and_then(Value::as_i64)
             .unwrap_or(0);
         let Some(period) = requested.map(|p| p.max(0)).filter(|p| *p < current) else {
-            return Ok(old.value.clone());
+            return Ok(next);
         };
-        let mut next = old.value.clone();
         let m = meta_mut(&mut next)?;
         m.insert(
             "deletionTimestamp".into(),
@@ -1027,8 +1026,9 @@ impl State {
         let Some(old) = self.current(resource, key) else {
             return;
         };
-        let marked = old.value.pointer("/metadata/deletionTimestamp");
-        if marked.and_then(Value::as_str) != Some(deletion_timestamp) || !grace_pending(&old.value)
+        let old_value = old.value();
+        let marked = old_value.pointer("/metadata/deletionTimestamp");
+        if marked.and_then(Value::as_str) != Some(deletion_timestamp) || !grace_pending(&old_value)
         {
             return;
         }
@@ -1072,15 +1072,14 @@ impl State {
         let Some(ns) = self.current(&namespaces(), &key) else {
             return;
         };
-        let spec_finalizers = ns
-            .value
-            .pointer("/spec/finalizers")
-            .and_then(Value::as_array)
-            .is_some_and(|a| !a.is_empty());
         if !empty {
             return;
         }
-        let mut next = ns.value.clone();
+        let mut next = ns.value();
+        let spec_finalizers = next
+            .pointer("/spec/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty());
         if spec_finalizers {
             next["spec"]["finalizers"] = serde_json::json!([]);
         }
@@ -1132,8 +1131,9 @@ impl Store {
                 name: key.1,
             });
         };
+        let old_value = old.value();
         let old_meta = |field: &str| {
-            old.value
+            old_value
                 .get("metadata")
                 .and_then(|m| m.get(field))
                 .cloned()
@@ -1155,10 +1155,10 @@ impl Store {
             super::discovery::settle_crd(&mut obj);
         }
         let generation = old_meta("generation").and_then(|g| g.as_i64()).unwrap_or(1);
-        let spec_changed = old.value.get("spec") != obj.get("spec");
+        let spec_changed = old_value.get("spec") != obj.get("spec");
         let deleting = old_meta("deletionTimestamp").is_some();
         if deleting {
-            let before = finalizers(&old.value);
+            let before = finalizers(&old_value);
             let added: Vec<String> = finalizers(&obj)
                 .into_iter()
                 .filter(|f| !before.contains(f))
@@ -1181,22 +1181,22 @@ impl Store {
         }
         stamp_generation(meta, &resource, &kind, generation + i64::from(spec_changed));
         stamp_rv(&mut obj, s.rv + 1)?;
-        let stored = StoredObject::new(obj);
+        let stored = StoredObject::new(&obj);
         s.collections.entry(resource.clone()).or_default().kind = Some(kind);
         // Removing the last finalizer of an object being deleted deletes it.
         let namespace = is_namespace(&resource);
-        let event = if deleting && goes_now(&resource, &stored.value, &finalizers(&stored.value)) {
+        let event = if deleting && goes_now(&resource, &obj, &finalizers(&obj)) {
             EventKind::Deleted
         } else {
             EventKind::Modified
         };
-        s.commit(resource, key.clone(), event, Arc::clone(&stored), Some(old));
+        s.commit((resource, key.clone()), event, (stored, &obj), Some(old));
         if event == EventKind::Deleted {
             s.finish_namespace(&key.0);
         } else if namespace && deleting {
             s.finish_namespace(&key.1);
         }
-        Ok(stored.value.clone())
+        Ok(obj)
     }
 
     /// Deletes an object as the API server does: at once when nothing holds it, else marked
@@ -1384,7 +1384,7 @@ impl Store {
         let s = self.lock();
         s.collections
             .get(resource)
-            .map(|c| c.objects.values().map(|o| o.value.clone()).collect())
+            .map(|c| c.objects.values().map(|o| o.value()).collect())
             .unwrap_or_default()
     }
 }

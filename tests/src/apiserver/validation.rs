@@ -188,7 +188,7 @@ pub(crate) fn validate(
             .store
             .get(&target.resource, target.namespace.as_deref(), n)
     }) {
-        errs.extend(update_errors(group, kind, &old.value, obj));
+        errs.extend(update_errors(group, kind, &old.value(), obj));
     }
     if errs.is_empty() {
         Ok(warnings)

@@ -372,7 +372,7 @@ impl WatchTask {
 
     fn initial_objects(&mut self, objects: &[Obj]) -> Flow {
         for obj in objects {
-            if self.filter.matches(&obj.value) && self.object_event("ADDED", obj) == Flow::Stop {
+            if self.filter.matches_stored(obj) && self.object_event("ADDED", obj) == Flow::Stop {
                 return Flow::Stop;
             }
         }
@@ -424,11 +424,11 @@ impl WatchTask {
         if event.rv <= self.after {
             return Flow::Continue;
         }
-        let now = self.filter.matches(&event.object.value);
+        let now = self.filter.matches_stored(&event.object);
         let before = event
             .prev
             .as_ref()
-            .is_some_and(|p| self.filter.matches(&p.value));
+            .is_some_and(|p| self.filter.matches_stored(p));
         let kind = match (event.kind, before, now) {
             (EventKind::Added, _, true) => "ADDED",
             (EventKind::Modified, true, true) => "MODIFIED",
@@ -447,11 +447,12 @@ impl WatchTask {
         match &self.table {
             None => self.buf.extend_from_slice(&obj.json),
             Some(include) => {
-                let rv = obj.value.pointer("/metadata/resourceVersion").cloned();
+                let value = obj.value();
+                let rv = value.pointer("/metadata/resourceVersion").cloned();
                 let table = table::table(
                     &self.kind,
                     self.columns.as_deref(),
-                    std::slice::from_ref(&obj.value),
+                    std::slice::from_ref(&value),
                     json!({"resourceVersion": rv}),
                     include,
                     self.sent == 0,

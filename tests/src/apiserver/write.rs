@@ -567,28 +567,29 @@ pub(crate) async fn replace(
         else {
             return not_found(target, name);
         };
+        let current = current.value();
         let mut obj = sent.clone();
         if status_only {
-            obj = status_update(shared, target, &current.value, obj);
+            obj = status_update(shared, target, &current, obj);
             match validation::validate_status(shared, target, &mut obj, options.field_validation) {
                 Ok(w) => warnings = w,
                 Err(e) => return e.into_response(),
             }
         } else {
-            keep_on_update(shared, target, &current.value, &mut obj);
+            keep_on_update(shared, target, &current, &mut obj);
         }
         if !explicit_rv {
             // Pin the version the managedFields were computed from; retried on a race.
             if let (Ok(meta), Some(rv)) = (
                 meta_mut(&mut obj),
-                current.value.pointer("/metadata/resourceVersion"),
+                current.pointer("/metadata/resourceVersion"),
             ) {
                 meta.insert("resourceVersion".into(), rv.clone());
             }
         }
-        apply::record_update(Some(&current.value), &mut obj, &writer);
+        apply::record_update(Some(&current), &mut obj, &writer);
         if let Some(answer) = answer_update(
-            commit_update(shared, &current.value, obj, options.dry_run),
+            commit_update(shared, &current, obj, options.dry_run),
             explicit_rv,
         ) {
             return with_warnings(answer, &warnings);
@@ -795,7 +796,7 @@ pub(crate) async fn patch(
                 Err(e) => return store_error(&e),
             }
         };
-        let live = &current.value;
+        let live = &current.value();
         let result = match kind {
             PatchKind::Merge => {
                 let mut patched = live.clone();
@@ -1124,8 +1125,8 @@ pub(crate) async fn delete_collection(
     let items: Vec<Value> = snapshot
         .objects
         .iter()
-        .filter(|o| filter.matches(&o.value))
-        .map(|o| o.value.clone())
+        .filter(|o| filter.matches_stored(o))
+        .map(|o| o.value())
         .collect();
     if !dry_run {
         for item in &items {

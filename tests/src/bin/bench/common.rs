@@ -243,6 +243,16 @@ impl Seen {
         self.updates
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
+    /// Forgets the updates seen so far (the caller knows none is in flight).
+    pub(crate) fn restart(&self) {
+        if let Ok(mut f) = self.first_update.lock() {
+            *f = None;
+        }
+        if let Ok(mut l) = self.last_update.lock() {
+            *l = None;
+        }
+        self.updates.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
     pub(crate) fn watch_time(&self) -> Duration {
         let f = self.first_update.lock().ok().and_then(|f| *f);
         let l = self.last_update.lock().ok().and_then(|l| *l);
