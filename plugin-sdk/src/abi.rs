@@ -115,14 +115,31 @@ const TEXT_MASK: u64 = {
 struct HighBits(u64);
 
 impl HighBits {
+    /// ORs `b` in: whole words, then the last eight (or four, two) bytes read again overlapping
+    /// the words before them, so no byte loop runs for the tail.
     #[inline]
     fn add(&mut self, b: &[u8]) {
-        let (words, tail) = b.as_chunks::<8>();
+        let n = b.len();
         let mut high = self.0;
-        for w in words {
-            high |= u64::from_le_bytes(*w);
-        }
-        for &x in tail {
+        if n >= 8 {
+            let (words, _) = b.as_chunks::<8>();
+            for w in words {
+                high |= u64::from_le_bytes(*w);
+            }
+            if let Some(last) = b.last_chunk::<8>() {
+                high |= u64::from_le_bytes(*last);
+            }
+        } else if n >= 4 {
+            let (Some(first), Some(last)) = (b.first_chunk::<4>(), b.last_chunk::<4>()) else {
+                return;
+            };
+            high |= u64::from(u32::from_le_bytes(*first) | u32::from_le_bytes(*last));
+        } else if n >= 2 {
+            let (Some(first), Some(last)) = (b.first_chunk::<2>(), b.last_chunk::<2>()) else {
+                return;
+            };
+            high |= u64::from(u16::from_le_bytes(*first) | u16::from_le_bytes(*last));
+        } else if let Some(&x) = b.first() {
             high |= u64::from(x);
         }
         self.0 = high;
