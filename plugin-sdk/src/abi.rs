@@ -60,6 +60,59 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
+/// The bytes of the span at `at` in `b`: None when absent or out of bounds. What the accessors
+/// read with, after [`Object::decode`] checked every span (no error to build, so it inlines).
+#[inline(always)]
+fn span_at(b: &[u8], at: usize) -> Option<&[u8]> {
+    let (off, len) = (u32_at(b, at)?, u32_at(b, at + 4)?);
+    span_bytes(b, off, len)
+}
+
+/// A span's offset and end (offset + length), as written (8 bytes, little-endian); the offset
+/// is [`ABSENT`] for an absent field.
+#[inline(always)]
+fn split_span(s: &[u8; 8]) -> (u64, u64) {
+    let [a, b, c, d, e, f, g, h] = *s;
+    let off = u64::from(u32::from_le_bytes([a, b, c, d]));
+    (off, off + u64::from(u32::from_le_bytes([e, f, g, h])))
+}
+
+/// The range from the lowest start to the highest end of some spans (all within the object).
+struct Region {
+    lo: u64,
+    hi: u64,
+}
+
+impl Region {
+    const EMPTY: Region = Region {
+        lo: u64::MAX,
+        hi: 0,
+    };
+
+    #[inline(always)]
+    fn cover(&mut self, off: u64, end: u64) {
+        self.lo = self.lo.min(off);
+        self.hi = self.hi.max(end);
+    }
+
+    /// The bytes of the range (empty when no span was covered).
+    #[inline(always)]
+    fn bytes<'b>(&self, b: &'b [u8]) -> &'b [u8] {
+        b.get(self.lo as usize..self.hi as usize)
+            .unwrap_or_default()
+    }
+}
+
+/// The bytes `off`..`off + len` of `b`: None when absent (`off` is [`ABSENT`]) or out of bounds.
+#[inline(always)]
+fn span_bytes(b: &[u8], off: u32, len: u32) -> Option<&[u8]> {
+    if off == ABSENT {
+        return None;
+    }
+    let off = off as usize;
+    b.get(off..off.checked_add(len as usize)?)
+}
+
 /// The bytes of the span at `at` in `b`: `Ok(None)` when absent, an error when out of bounds.
 #[inline]
 fn span(b: &[u8], at: usize) -> Result<Option<&[u8]>, DecodeError> {
@@ -217,25 +270,140 @@ impl<'a> Object<'a> {
             return err("object header cut short");
         };
         let fields = fields as usize;
+        if Self::well_formed_ascii(&b, fields) {
+            return Ok(Self { b, fields });
+        }
+        Self::check_slow(&b, fields)?;
+        Ok(Self { b, fields })
+    }
+
+    /// The common case, checked in one lean pass: every span of the field table and of the
+    /// label, annotation and owner tables lies within the object, and every text span is ASCII.
+    /// `false` sends the object to [`Object::check_slow`], which finds what is wrong and says
+    /// where (or finds non-ASCII text valid UTF-8).
+    ///
+    /// The text is checked by regions, not span by span: each group of text spans (the text
+    /// fields before `generation`, and each table's keys and values) is covered by the range
+    /// from its lowest start to its highest end, and that range is checked whole, eight bytes
+    /// at a time. A range may hold more than text (what lies between spans); all ASCII, it
+    /// proves its spans ASCII, whatever the layout. The host writes each group's text in one
+    /// run, so the ranges hold just the text and this is one pass over ~250 bytes for a pod.
+    /// (Span by span, with a length-dependent tail each, it was ~2,500 of a guest's ~3,000
+    /// instructions per notification: BENCHMARKS.md, "Instructions per notification".)
+    #[inline]
+    fn well_formed_ascii(b: &[u8], fields: usize) -> bool {
+        let Some(table) = fields.checked_mul(8).and_then(|n| b.get(4..4 + n)) else {
+            return false;
+        };
+        let (spans, _) = table.as_chunks::<8>();
+        // Absent fields (offset ABSENT) count as ending at 0; every other span's end is at
+        // most `last`, so one comparison bounds them all.
+        let (mut last, mut text) = (0, Region::EMPTY);
+        for (f, s) in spans.iter().enumerate() {
+            let (off, end) = split_span(s);
+            let end = if off == u64::from(ABSENT) { 0 } else { end };
+            last = last.max(end);
+            if f <= RESOURCE_VERSION && end != 0 {
+                text.cover(off, end);
+            }
+        }
+        if last > b.len() as u64 {
+            return false;
+        }
+        let mut high = HighBits::default();
+        if let Some(dt) = spans.get(DELETION_TIMESTAMP) {
+            let (off, end) = split_span(dt);
+            if off != u64::from(ABSENT) {
+                high.add(&b[off as usize..end as usize]);
+            }
+        }
+        high.add(text.bytes(b));
+        for table in [LABELS, ANNOTATIONS, OWNER_REFERENCES] {
+            if table < fields && !Self::table_ascii(b, &spans[table], table, &mut high) {
+                return false;
+            }
+        }
+        high.ascii()
+    }
+
+    /// [`Object::well_formed_ascii`] for one table (`at`: its span in the field table).
+    #[inline]
+    fn table_ascii(b: &[u8], at: &[u8; 8], table: usize, high: &mut HighBits) -> bool {
+        let (off, end) = split_span(at);
+        if off == u64::from(ABSENT) {
+            return true;
+        }
+        let Some(t) = b.get(off as usize..end.min(b.len() as u64 + 1) as usize) else {
+            return false;
+        };
+        let Some(&n) = t.first_chunk::<4>() else {
+            return false;
+        };
+        let (first, size, spans) = if table == OWNER_REFERENCES {
+            match t.get(4..8) {
+                Some(&[a, b, c, d]) => (8, u32::from_le_bytes([a, b, c, d]) as usize, 4),
+                _ => return false,
+            }
+        } else {
+            (4, 16, 2)
+        };
+        if size < OWNER_ENTRY && table == OWNER_REFERENCES {
+            return false;
+        }
+        let n = u32::from_le_bytes(n) as usize;
+        let Some(entries) = n.checked_mul(size).and_then(|e| t.get(first..first + e)) else {
+            return false;
+        };
+        // An absent span here (offset ABSENT) ends past any object: the bound fails and the
+        // full check decides (entries are never absent in what the host writes).
+        let mut text = Region::EMPTY;
+        if spans == 2 {
+            for e in entries.as_chunks::<16>().0 {
+                let (k, v) = e.split_at(8);
+                for s in [k, v] {
+                    let (off, end) = split_span(s.try_into().unwrap_or(&[0xff; 8]));
+                    text.cover(off, end);
+                }
+            }
+        } else {
+            for e in entries.chunks_exact(size) {
+                for s in e[..32].as_chunks::<8>().0 {
+                    let (off, end) = split_span(s);
+                    text.cover(off, end);
+                }
+            }
+        }
+        let ok = text.hi <= b.len() as u64;
+        if ok {
+            high.add(text.bytes(b));
+        }
+        ok
+    }
+
+    /// What [`Object::well_formed_ascii`] did not pass: every check, with an error naming the
+    /// first that fails.
+    #[cold]
+    #[inline(never)]
+    fn check_slow(b: &[u8], fields: usize) -> Result<(), DecodeError> {
         let mut high = HighBits::default();
         for f in 0..fields {
-            let bytes = span(&b, 4 + f * 8)?;
+            let bytes = span(b, 4 + f * 8)?;
             if let Some(t) = bytes.filter(|_| f < 64 && TEXT_MASK & (1 << f) != 0) {
                 high.add(t);
             }
         }
         for table in [LABELS, ANNOTATIONS, OWNER_REFERENCES] {
             if table < fields {
-                Self::check_table(&b, table, |_, _, t| {
+                Self::check_table(b, table, |_, _, t| {
                     high.add(t);
                     Ok(())
                 })?;
             }
         }
         if !high.ascii() {
-            Self::check_utf8(&b, fields)?;
+            Self::check_utf8(b, fields)?;
         }
-        Ok(Self { b, fields })
+        Ok(())
     }
 
     /// Every text span is UTF-8, or an error naming the first that is not and its byte.
@@ -306,7 +474,7 @@ impl<'a> Object<'a> {
         if f >= self.fields {
             return None;
         }
-        span(&self.b, 4 + f * 8).ok().flatten()
+        span_at(&self.b, 4 + f * 8)
     }
 
     #[inline]
@@ -511,16 +679,16 @@ impl<'a> Pairs<'a> {
     fn find_sorted(self, key: &str) -> Option<&'a str> {
         let (b, at) = (self.b, self.at);
         let entry = |i: usize| {
-            let k = span(b, at + i * 16).ok().flatten().map_or("", text);
-            let v = span(b, at + i * 16 + 8).ok().flatten().map_or("", text);
-            (k, v)
+            // Keys compare as bytes (the order of `str`'s); only the value found is text.
+            let k = span_at(b, at + i * 16).unwrap_or_default();
+            (k, at + i * 16 + 8)
         };
         let (mut lo, mut hi) = (0, self.left);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             let (k, v) = entry(mid);
-            match k.cmp(key) {
-                std::cmp::Ordering::Equal => return Some(v),
+            match k.cmp(key.as_bytes()) {
+                std::cmp::Ordering::Equal => return Some(span_at(b, v).map_or("", text)),
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
             }
@@ -536,8 +704,8 @@ impl<'a> Iterator for Pairs<'a> {
         if self.left == 0 {
             return None;
         }
-        let k = span(self.b, self.at).ok().flatten().map_or("", text);
-        let v = span(self.b, self.at + 8).ok().flatten().map_or("", text);
+        let k = span_at(self.b, self.at).map_or("", text);
+        let v = span_at(self.b, self.at + 8).map_or("", text);
         self.at += 16;
         self.left -= 1;
         Some((k, v))
@@ -583,12 +751,7 @@ impl<'a> Iterator for OwnerRefs<'a> {
         if self.left == 0 {
             return None;
         }
-        let s = |i: usize| {
-            span(self.b, self.at + i * 8)
-                .ok()
-                .flatten()
-                .map_or("", text)
-        };
+        let s = |i: usize| span_at(self.b, self.at + i * 8).map_or("", text);
         let flags = u32_at(self.b, self.at + 32).unwrap_or(0);
         let r = OwnerRef {
             api_version: s(0),
@@ -819,7 +982,7 @@ impl ObjectList {
         if i >= self.count {
             return None;
         }
-        let o = span(&self.b, self.header + i * 8).ok().flatten()?;
+        let o = span_at(&self.b, self.header + i * 8)?;
         Object::decode(o).ok()
     }
 
