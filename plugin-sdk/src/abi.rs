@@ -895,15 +895,15 @@ impl<'a> Batch<'a> {
             },
             k => return err(format!("notification {seq}: unknown kind {k}")),
         };
-        let Some(obj) = span(b, e + 12)? else {
-            return err(format!("notification {seq} without an object"));
+        let object = match span_at(b, e + 12) {
+            Some(obj) => Object::decode(obj)?,
+            None => return Err(Self::missing(b, e + 12, "notification", seq, "an object")),
         };
-        let object = Object::decode(obj)?;
-        let old = match (kind, span(b, e + 20)?) {
-            (Kind::Updated { .. }, Some(o)) => Some(Object::decode(o)?),
-            (Kind::Updated { .. }, None) => {
-                return err(format!("update {seq} without its old object"));
-            }
+        let old = match kind {
+            Kind::Updated { .. } => match span_at(b, e + 20) {
+                Some(o) => Some(Object::decode(o)?),
+                None => return Err(Self::missing(b, e + 20, "update", seq, "its old object")),
+            },
             _ => None,
         };
         Ok(Notification {
@@ -912,6 +912,15 @@ impl<'a> Batch<'a> {
             object,
             old,
         })
+    }
+
+    /// Why the span at `at` of entry `seq` gave no object: out of bounds, or absent.
+    #[cold]
+    fn missing(b: &[u8], at: usize, what: &str, seq: u64, object: &str) -> DecodeError {
+        match span(b, at) {
+            Err(e) => e,
+            Ok(_) => DecodeError(format!("{what} {seq} without {object}")),
+        }
     }
 
     /// The notifications, in order.
