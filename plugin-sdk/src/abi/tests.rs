@@ -190,8 +190,9 @@ fn text_that_is_not_utf8_is_refused_naming_its_field() {
 
 #[test]
 fn a_high_bit_anywhere_in_any_text_is_seen_and_utf8_is_checked_exactly() {
-    // Every length across the eight-byte words and the tail, a high byte at every position.
-    for len in 0..40 {
+    // Every length across the 32-byte blocks, the eight-byte words and the tail, a high byte
+    // at every position.
+    for len in 0..80 {
         let plain = vec![b'a'; len];
         let mut high = super::HighBits::default();
         high.add(&plain);
