@@ -480,6 +480,11 @@ impl PluginEngine {
         Ok(pre)
     }
 
+    /// How many modules [`PluginEngine::linked`] holds a link of.
+    pub fn linked_modules(&self) -> usize {
+        lock(&self.linked).len()
+    }
+
     /// Links the component against the host in the world its exported `listener` interface
     /// names (0.2.0 or 0.1.0): fails when it exports neither, or imports what the host does not
     /// provide.

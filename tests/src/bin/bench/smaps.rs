@@ -112,8 +112,8 @@ fn parse(text: &str) -> Vec<Vma> {
 
 /// Each mapping with its kind. A wasm linear memory (wasmtime's default, on demand) is a
 /// reservation of 4 GiB and more: a 32 MiB guard, the accessible pages (some mapped from the
-/// module's data image), then a guard of 1 GiB or more; a malloc thread arena a 64 MiB run at a
-/// 64 MiB boundary (the part in use, then the rest inaccessible).
+/// module's data image), then a guard of 1 GiB or more; a malloc thread arena's heap starts at a
+/// 64 MiB boundary: the part in use, then the rest of the 64 MiB inaccessible.
 fn classify(vmas: &[Vma]) -> Vec<(&Vma, Kind)> {
     let mut kinds: Vec<Option<Kind>> = vec![None; vmas.len()];
     let guard = |v: &Vma| v.path.is_empty() && v.perms.starts_with("---");
@@ -137,12 +137,13 @@ fn classify(vmas: &[Vma]) -> Vec<(&Vma, Kind)> {
         } else if v.path.is_empty()
             && v.start % (64 << 20) == 0
             && !guard(v)
+            && v.end - v.start < 64 << 20
             && vmas
                 .get(i + 1)
-                .is_some_and(|n| n.start == v.end && guard(n) && n.end - v.start == 64 << 20)
+                .is_some_and(|n| n.start == v.end && guard(n) && n.end - v.start >= 64 << 20)
         {
+            // The inaccessible rest may run on into a neighbour's guard: it is never resident.
             kinds[i] = Some(Kind::ThreadArena);
-            kinds[i + 1] = Some(Kind::ThreadArena);
         }
     }
     vmas.iter()
