@@ -12,7 +12,7 @@ pub(crate) enum Kind {
     LinearAnon,
     /// The main malloc arena (`[heap]`, grown by brk).
     MainArena,
-    /// A malloc thread arena (a 64 MiB-aligned run of 64 MiB).
+    /// A malloc thread arena's heap in use (it starts at a 64 MiB boundary).
     ThreadArena,
     /// Executable anonymous pages (compiled wasm, trampolines).
     Code,
@@ -28,7 +28,7 @@ impl Kind {
             Self::LinearImage => "linear memory, data image (CoW from the module)",
             Self::LinearAnon => "linear memory, anonymous (guest heap, stack)",
             Self::MainArena => "malloc main arena ([heap])",
-            Self::ThreadArena => "malloc thread arenas (64 MiB runs)",
+            Self::ThreadArena => "malloc thread arenas (heaps at 64 MiB boundaries)",
             Self::Code => "compiled code (anonymous, executable)",
             Self::File => "files (binary, libraries)",
             Self::OtherAnon => "other anonymous (large blocks, thread stacks)",
