@@ -217,7 +217,8 @@ pub struct PluginEngine {
     compiled: Mutex<HashMap<String, Component>>,
     /// Each compiled component linked against the host once, by content hash: its imports
     /// resolved (~7 KiB of host heap per plugin when each plugin linked its own), shared by
-    /// every plugin of that module.
+    /// every plugin of that module. It holds the host's functions only: what a plugin may do
+    /// (its grants, budget, status) is in its own store.
     linked: Mutex<HashMap<String, PluginPre<StoreData>>>,
     tick: Duration,
     fuel: bool,
