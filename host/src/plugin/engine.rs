@@ -215,6 +215,11 @@ pub struct PluginEngine {
     /// Identifies engine settings + wasmtime version: artifacts only load into a matching engine.
     fingerprint: String,
     compiled: Mutex<HashMap<String, Component>>,
+    /// Each compiled component linked against the host once, by content hash: its imports
+    /// resolved (~7 KiB of host heap per plugin when each plugin linked its own), shared by
+    /// every plugin of that module. It holds the host's functions only: what a plugin may do
+    /// (its grants, budget, status) is in its own store.
+    linked: Mutex<HashMap<String, PluginPre<StoreData>>>,
     tick: Duration,
     fuel: bool,
     compile_timeout: Duration,
@@ -293,6 +298,7 @@ impl PluginEngine {
             cache,
             fingerprint,
             compiled: Mutex::default(),
+            linked: Mutex::default(),
             tick,
             fuel: config.fuel,
             compile_timeout: config.compile_timeout,
@@ -462,6 +468,22 @@ impl PluginEngine {
 
     fn remember(&self, key: &str, c: &Component) {
         lock(&self.compiled).insert(key.to_owned(), c.clone());
+    }
+
+    /// [`PluginEngine::instance_pre`] of a loaded component, made once per module (content
+    /// hash) and shared by the plugins of that module; a link error is not remembered.
+    pub fn linked(&self, loaded: &LoadedComponent) -> Result<PluginPre<StoreData>, LinkError> {
+        if let Some(pre) = lock(&self.linked).get(&loaded.hash) {
+            return Ok(pre.clone());
+        }
+        let pre = self.instance_pre(&loaded.component)?;
+        lock(&self.linked).insert(loaded.hash.clone(), pre.clone());
+        Ok(pre)
+    }
+
+    /// How many modules [`PluginEngine::linked`] holds a link of.
+    pub fn linked_modules(&self) -> usize {
+        lock(&self.linked).len()
     }
 
     /// Links the component against the host in the world its exported `listener` interface

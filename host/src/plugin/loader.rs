@@ -153,13 +153,8 @@ fn prepare(
     bytes: &[u8],
 ) -> Result<Prepared, PluginError> {
     let (plugin, path) = (spec.name.clone(), spec.module.clone());
-    let LoadedComponent {
-        component,
-        source,
-        elapsed,
-        hash,
-    } = engine.load(bytes).map_err(|e| load_error(spec, e))?;
-    let pre = engine.instance_pre(&component).map_err(|e| match e {
+    let loaded = engine.load(bytes).map_err(|e| load_error(spec, e))?;
+    let pre = engine.linked(&loaded).map_err(|e| match e {
         LinkError::WrongWorld(detail) => PluginError::WrongWorld {
             plugin: plugin.clone(),
             path: path.clone(),
@@ -182,6 +177,12 @@ fn prepare(
             detail,
         },
     })?;
+    let LoadedComponent {
+        source,
+        elapsed,
+        hash,
+        ..
+    } = loaded;
     Ok(Prepared {
         pre,
         source,

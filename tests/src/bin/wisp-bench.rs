@@ -40,6 +40,8 @@ mod pipeline;
 mod reload;
 #[path = "bench/scale.rs"]
 mod scale;
+#[path = "bench/smaps.rs"]
+mod smaps;
 use common::*;
 
 use wisp_host::plugin::{EngineConfig, PluginEngine};

@@ -509,6 +509,61 @@ async fn a_module_is_compiled_once_then_served_from_memory_and_from_the_disk_cac
 }
 
 #[tokio::test]
+async fn plugins_of_one_module_share_its_link_and_each_keeps_its_own_instance() {
+    let r = rig(vec![pod("default", "web-0")]).await;
+    // An engine of its own: the rig's is shared by the binary's tests, which run at once.
+    let engine = PluginEngine::new(EngineConfig {
+        cache_dir: None,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let mut manager = PluginManager::new(engine.clone());
+    manager.add_informer(r.inf.clone());
+    let a = manager.start(faults_spec("a", json!({}))).unwrap();
+    let b = manager.start(faults_spec("b", json!({}))).unwrap();
+    assert_eq!(engine.linked_modules(), 1, "two plugins of one module");
+    let audit = manager
+        .start(spec("audit", "audit_log", json!({})))
+        .unwrap();
+    assert_eq!(
+        engine.linked_modules(),
+        2,
+        "another module links on its own"
+    );
+    // A module that does not link is refused each time the same way, and not remembered.
+    for _ in 0..2 {
+        let e = manager
+            .start(PluginSpec::new(
+                "other",
+                plugin_path("test_wrong_world"),
+                &["pods"],
+            ))
+            .err()
+            .unwrap();
+        assert!(matches!(e, PluginError::WrongWorld { .. }), "{e}");
+    }
+    assert_eq!(engine.linked_modules(), 2);
+    // Each plugin of the shared link has its own instance: both see every pod, in order, and a
+    // trap in one (a fresh instance for it) leaves the other's state alone.
+    r.server.create(pod("default", "web-1")).unwrap();
+    until("both saw both pods", || seq_ok(&a, 2) && seq_ok(&b, 2)).await;
+    let c = manager
+        .start(faults_spec(
+            "c",
+            json!({"mode": "trap", "namePrefix": "boom-"}),
+        ))
+        .unwrap();
+    assert_eq!(engine.linked_modules(), 2);
+    r.server.create(pod("default", "boom-1")).unwrap();
+    until("the trap counted", || counter(&c, |c| &c.traps) >= 1).await;
+    r.server.create(pod("default", "web-2")).unwrap();
+    until("a and b went on", || seq_ok(&a, 4) && seq_ok(&b, 4)).await;
+    assert_eq!(counter(&a, |c| &c.traps), 0);
+    assert_eq!(counter(&b, |c| &c.traps), 0);
+    assert_eq!(audit.state(), PluginState::Running);
+}
+
+#[tokio::test]
 async fn fuel_limits_cut_a_runaway_call_when_the_engine_meters_fuel() {
     let r = rig(vec![]).await;
     let dir = tempfile::tempdir().unwrap();

@@ -146,10 +146,12 @@ pub(crate) async fn idle_plugin_figures(a: &Args) -> anyhow::Result<()> {
         ..EngineConfig::default()
     })?;
     // A first plugin, on an informer of its own, compiles the module and starts the engine's
-    // and the executor's pools.
+    // and the executor's pools; a second one takes the path the measured ones take (the module
+    // and its link from memory), so that the code of that path is not first paged in while
+    // they are measured.
     let (warm, warm_inf) = idle_rig(&engine, a)?;
     let warm_stop = run_informer(&warm_inf);
-    let first = vec![warm.start(0)?];
+    let first = vec![warm.start(0)?, warm.start(n + 1)?];
     wait_until("the first plugin idle", Duration::from_secs(120), || {
         all_idle(&first)
     })
@@ -157,11 +159,13 @@ pub(crate) async fn idle_plugin_figures(a: &Args) -> anyhow::Result<()> {
     let (rig, inf) = idle_rig(&engine, a)?;
     COUNTING.store(true, Relaxed);
     let (heap, rss) = (live(), super::isolation::rss());
+    let maps = super::smaps::snapshot();
     let mut hs = Vec::with_capacity(n);
     for i in 1..=n {
         hs.push(rig.start(i)?);
     }
     let started = (live() - heap) as f64 / n as f64 / 1024.0;
+    let started_maps = super::smaps::snapshot();
     // Only now the informer lists its pods: the plugins' queues fill, the plugins handle them.
     let stop = run_informer(&inf);
     wait_until("every plugin idle", Duration::from_secs(600), || {
@@ -170,6 +174,7 @@ pub(crate) async fn idle_plugin_figures(a: &Args) -> anyhow::Result<()> {
     .await?;
     let heap = (live() - heap) as f64 / n as f64 / 1024.0;
     let rss = super::isolation::rss().saturating_sub(rss) as f64 / n as f64 / 1024.0;
+    let idle_maps = super::smaps::snapshot();
     COUNTING.store(false, Relaxed);
     println!(
         "\n## Whole idle plugin (test-faults, {n} plugins, initial list of 10 pods handled)\n"
@@ -189,6 +194,10 @@ pub(crate) async fn idle_plugin_figures(a: &Args) -> anyhow::Result<()> {
         "| of it not host heap (linear memory, instance mappings, allocator slack) | {:.0} KiB | |",
         rss - heap
     );
+    println!("\nWhere the resident bytes are (`/proc/self/smaps`, by mapping), once started:\n");
+    super::smaps::print_diff(&maps, &started_maps, n);
+    println!("\nand idle, the initial list handled:\n");
+    super::smaps::print_diff(&maps, &idle_maps, n);
     for h in hs.iter().chain(&first) {
         h.stop();
     }
