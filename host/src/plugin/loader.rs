@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::bindings::PluginInfo;
-use super::engine::{LinkError, LoadError, LoadSource, LoadedComponent, PluginEngine};
+use super::engine::{LinkError, LoadError, LoadSource, LoadedComponent, PluginEngine, Tier};
 use super::error::PluginError;
 use super::instance::{CallError, Instance};
 use super::runtime::{PluginRuntime, VersionInfo};
@@ -28,6 +28,9 @@ pub struct LoadReport {
     pub instantiate: Duration,
     /// SHA-256 of the module.
     pub hash: String,
+    /// Which compiler its code comes from (the first-load tier's until the background compile
+    /// lands: the plugin is then moved onto the Cranelift code by a reload).
+    pub tier: Tier,
 }
 
 /// A plugin that passed every check: compiled, right world, `describe` and `init` accepted.
@@ -132,6 +135,7 @@ pub struct Prepared {
     source: LoadSource,
     elapsed: Duration,
     hash: String,
+    tier: Tier,
 }
 
 impl Prepared {
@@ -158,6 +162,7 @@ fn prepare(
         source,
         elapsed,
         hash,
+        tier,
     } = engine.load(bytes).map_err(|e| load_error(spec, e))?;
     let pre = engine.instance_pre(&component).map_err(|e| match e {
         LinkError::WrongWorld(detail) => PluginError::WrongWorld {
@@ -187,6 +192,7 @@ fn prepare(
         source,
         elapsed,
         hash,
+        tier,
     })
 }
 
@@ -260,6 +266,7 @@ fn instantiate(
         })?;
     let report = LoadReport {
         source: prepared.source,
+        tier: prepared.tier,
         load: prepared.elapsed,
         instantiate: start.elapsed(),
         hash: prepared.hash.clone(),
