@@ -444,6 +444,16 @@ impl PluginEngine {
     /// as [`Tier::Baseline`] while its Cranelift compile runs in the background
     /// ([`PluginEngine::wait_optimized`]).
     pub fn load(self: &Arc<Self>, bytes: &[u8]) -> Result<LoadedComponent, LoadError> {
+        self.load_with(bytes, true)
+    }
+
+    /// [`PluginEngine::load`], with the first-load tier only when `first_load` (a reload keeps
+    /// the running version meanwhile, so it waits for the Cranelift code).
+    pub fn load_with(
+        self: &Arc<Self>,
+        bytes: &[u8],
+        first_load: bool,
+    ) -> Result<LoadedComponent, LoadError> {
         let start = Instant::now();
         if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
             return Err(LoadError::NotWasm);
@@ -466,7 +476,11 @@ impl PluginEngine {
         if let Some(c) = self.cached_on_disk(&key) {
             return Ok(done(c, LoadSource::Disk, Tier::Optimized));
         }
-        if let Some(b) = self.baseline.as_ref().filter(|b| bytes.len() >= b.min) {
+        let tiered = self
+            .baseline
+            .as_ref()
+            .filter(|b| first_load && bytes.len() >= b.min);
+        if let Some(b) = tiered {
             if let Some(c) = lock(&b.compiled).get(&hash) {
                 return Ok(done(c.clone(), LoadSource::Memory, Tier::Baseline));
             }

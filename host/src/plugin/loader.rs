@@ -155,6 +155,7 @@ fn prepare(
     engine: &Arc<PluginEngine>,
     spec: &PluginSpec,
     bytes: &[u8],
+    first_load: bool,
 ) -> Result<Prepared, PluginError> {
     let (plugin, path) = (spec.name.clone(), spec.module.clone());
     let LoadedComponent {
@@ -163,7 +164,9 @@ fn prepare(
         elapsed,
         hash,
         tier,
-    } = engine.load(bytes).map_err(|e| load_error(spec, e))?;
+    } = engine
+        .load_with(bytes, first_load)
+        .map_err(|e| load_error(spec, e))?;
     let pre = engine.instance_pre(&component).map_err(|e| match e {
         LinkError::WrongWorld(detail) => PluginError::WrongWorld {
             plugin: plugin.clone(),
@@ -218,7 +221,9 @@ fn check_bytes(
             plugin: spec.name.clone(),
         });
     }
-    let prepared = prepare(engine, spec, bytes)?;
+    // A start (no status yet) may take the first-load tier; a reload (the running plugin's
+    // status) keeps the running version meanwhile and waits for the Cranelift code.
+    let prepared = prepare(engine, spec, bytes, status.is_none())?;
     instantiate(
         engine,
         spec,
@@ -364,7 +369,7 @@ pub fn prepare_file(
         path: module.to_owned(),
         source,
     })?;
-    let prepared = prepare(engine, &spec, &bytes)?;
+    let prepared = prepare(engine, &spec, &bytes, true)?;
     let info = describe_pre(engine, &spec, &prepared.pre);
     Ok(PreparedFile {
         prepared,

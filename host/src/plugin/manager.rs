@@ -76,9 +76,6 @@ impl PluginHandle {
         if report.replay {
             replay(&self.name, &self.registrations);
         }
-        if report.load.tier == Tier::Baseline {
-            self.tier_up_when_compiled(report.load.hash.clone());
-        }
         Ok(report)
     }
 

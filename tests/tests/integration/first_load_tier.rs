@@ -98,6 +98,16 @@ async fn a_cold_module_starts_on_winch_then_runs_on_the_cached_cranelift_code_wi
         counter(&hog, |c| &c.out_of_memory) >= 1
     })
     .await;
+    // A reload keeps the running version meanwhile: a cold module reloaded is compiled with
+    // Cranelift before the swap, no tier.
+    let before = h.running().generation;
+    let mut spec = faults_spec("tiered", json!({"mode": "spin", "namePrefix": "spin-"}));
+    spec.module = variant(&plugin_path("test_faults"), "reloaded", dir.path());
+    spec.limits.deadline = Duration::from_millis(100);
+    let report = h.reload(spec).unwrap();
+    assert_eq!(report.load.tier, Tier::Optimized);
+    assert_eq!(h.tier(), Tier::Optimized);
+    assert_eq!(h.running().generation, before + 1);
     h.stop();
     hog.stop();
 }
