@@ -320,8 +320,14 @@ fn baseline(
         baseline: true,
         ..settings
     };
-    let engine = Engine::new(&wasm_config(settings))
-        .map_err(|e| PluginError::Engine(format!("the first-load tier (Winch): {e:#}")))?;
+    // Winch does not support every target (x86_64 and aarch64 only): without it, the tier is off.
+    let engine = match Engine::new(&wasm_config(settings)) {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "engine.firstLoadTier: Winch is not available here; every module is compiled with Cranelift before it starts");
+            return Ok(None);
+        }
+    };
     Ok(Some(Baseline {
         linker: host_linker(&engine)?,
         engine,
