@@ -587,6 +587,10 @@ pub struct EngineSettings {
     /// module over it is refused as one over `compileTimeout` is. Each compile runs in a child
     /// process of `wisp`, killed at the first bound it passes.
     pub compile_memory: Option<Bytes>,
+    /// The first-load tier (default true): a module of 4 MiB or more (the Python and
+    /// JavaScript plugins) not in the module cache is compiled with Winch, starts at once, and
+    /// is moved onto the Cranelift code by a reload when its compile in the background lands.
+    pub first_load_tier: Option<bool>,
 }
 
 /// The shared executor that runs the plugins' listeners.

@@ -102,7 +102,10 @@ Compiles (engine.compileTimeout 120s, engine.compileMemory 1Gi): each module com
   process of wisp, killed at the timeout (wall clock) and limited to that much address space, at
   nice 10 and first in line for the kernel's OOM killer; a module over a bound is refused naming
   it (the start fails; a reload keeps the running version). At most executor.workers compile at
-  once; reloads of different plugins do not wait for one another.
+  once; reloads of different plugins do not wait for one another. With engine.firstLoadTier
+  (default true) a module of 4 MiB or more (Python, JavaScript) in neither cache starts on code
+  from Winch, wasmtime's baseline compiler, and is reloaded onto the Cranelift code when that
+  compile, run in the background within the same bounds, lands in the module cache.
 
 Size caps (per informer): a watch event line over maxEventSize (default 16Mi) or a list response
   over maxListSize (default 512Mi) is not read further; the error names the informer, the size
@@ -353,6 +356,9 @@ enum Command {
         /// Leave the epoch checks out.
         #[arg(long)]
         no_epoch_interruption: bool,
+        /// Compile with Winch (the first-load tier).
+        #[arg(long)]
+        baseline: bool,
     },
 }
 
@@ -435,11 +441,13 @@ fn main() {
     if let Command::Compile {
         fuel,
         no_epoch_interruption,
+        baseline,
     } = cli.command
     {
         std::process::exit(compiler::child_main(ArtifactSettings {
             epoch_interruption: !no_epoch_interruption,
             fuel,
+            baseline,
         }));
     }
     // `wisp test` prints what the plugin logged under each failed case; the host's own log of

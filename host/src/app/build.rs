@@ -275,6 +275,7 @@ pub fn engine(
     if let Some(m) = config.engine.compile_memory {
         ec.compile_memory = m.0;
     }
+    ec.first_load_tier = config.engine.first_load_tier.unwrap_or(true);
     ec.compiler = compiler;
     ec.max_compiles = config.executor.workers();
     Ok(PluginEngine::new(ec)?)

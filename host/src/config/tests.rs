@@ -386,6 +386,11 @@ fn compile_bounds_are_read_and_a_bound_too_small_is_refused_naming_the_field() {
     ))
     .unwrap();
     assert_eq!(c.engine.compile_memory, Some(Bytes(512 << 20)));
+    assert_eq!(c.engine.first_load_tier, None);
+    let off = parse(&format!("{GOOD}engine: {{ firstLoadTier: false }}\n")).unwrap();
+    assert_eq!(off.engine.first_load_tier, Some(false));
+    let e = err_of(&format!("{GOOD}engine: {{ firstLoadTier: sometimes }}\n"));
+    assert!(e.contains("firstLoadTier"), "{e}");
     assert_eq!(
         c.engine.compile_timeout.map(|d| d.0),
         Some(std::time::Duration::from_secs(30))

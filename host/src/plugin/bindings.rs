@@ -95,4 +95,12 @@ impl<T: 'static> PluginPre<T> {
             PluginPre::V0_2(_) => Abi::V0_2,
         }
     }
+
+    /// The engine the component was compiled for (a store for it must be of this engine).
+    pub fn engine(&self) -> &wasmtime::Engine {
+        match self {
+            PluginPre::V0_1(p) => p.engine(),
+            PluginPre::V0_2(p) => p.engine(),
+        }
+    }
 }

@@ -54,7 +54,20 @@ pub struct EngineConfig {
     /// How many modules compile at once at most (`wisp run`: `executor.workers`); a compile
     /// beyond waits for one to end. The memory plan counts this many `compile_memory`.
     pub max_compiles: usize,
+    /// The first-load tier (`engine.firstLoadTier`): a module of at least `first_load_tier_min`
+    /// bytes that is in neither cache is compiled with Winch (~6x faster to compile, ~1.75x
+    /// slower to run) so its plugin starts at once, and with Cranelift in the background into
+    /// the module cache; the plugins running the Winch code are then reloaded onto it
+    /// ([`super::manager`]). Off: every module is compiled with Cranelift before it starts.
+    pub first_load_tier: bool,
+    /// The least module size the first-load tier applies to, bytes.
+    pub first_load_tier_min: usize,
 }
+
+/// The default of [`EngineConfig::first_load_tier_min`]: the Rust plugins (0.1-1 MB) compile
+/// with Cranelift in 0.1-2 s; the Python and JavaScript ones (12-20 MB) in 9-11 s of CPU, with
+/// Winch in 1.6 s (BENCHMARKS.md, "Cold compiles").
+pub const FIRST_LOAD_TIER_MIN: usize = 4 << 20;
 
 /// The default of `engine.compileTimeout`: the release host compiles the example Python and
 /// JavaScript components (~20 MB) in seconds; a debug host on two loaded cores in under a minute.
@@ -81,6 +94,8 @@ impl Default for EngineConfig {
             compile_memory: DEFAULT_COMPILE_MEMORY,
             compiler: None,
             max_compiles: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            first_load_tier: false,
+            first_load_tier_min: FIRST_LOAD_TIER_MIN,
         }
     }
 }
@@ -92,6 +107,10 @@ pub(super) fn wasm_config(s: ArtifactSettings) -> Config {
     c.wasm_component_model(true);
     c.epoch_interruption(s.epoch_interruption);
     c.consume_fuel(s.fuel);
+    if s.baseline {
+        // Winch compiles the same epoch checks (function entries, loop headers) and fuel.
+        c.strategy(wasmtime::Strategy::Winch);
+    }
     c
 }
 
@@ -131,6 +150,25 @@ impl LoadSource {
     }
 }
 
+/// Which compiler a component's code comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    /// Cranelift, optimizing: what the module cache holds.
+    Optimized,
+    /// Winch, the first-load tier, until the Cranelift compile lands.
+    Baseline,
+}
+
+impl Tier {
+    /// As `/plugins` and the log say it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Optimized => "optimized",
+            Self::Baseline => "baseline",
+        }
+    }
+}
+
 /// A compiled component and how it was obtained.
 #[derive(Clone)]
 pub struct LoadedComponent {
@@ -142,6 +180,8 @@ pub struct LoadedComponent {
     pub elapsed: Duration,
     /// SHA-256 of the module bytes, hex.
     pub hash: String,
+    /// Its compiler.
+    pub tier: Tier,
 }
 
 /// Why bytes could not become a component (the caller adds the plugin and path).
@@ -206,6 +246,24 @@ impl Drop for CompileSlot<'_> {
     }
 }
 
+/// The first-load tier: an engine on Winch with its own linker (a Winch artifact loads only
+/// into an engine on Winch), and its components by module hash while their Cranelift compile
+/// runs.
+struct Baseline {
+    engine: Engine,
+    linker: Linker<StoreData>,
+    settings: ArtifactSettings,
+    compiled: Mutex<HashMap<String, Component>>,
+    min: usize,
+}
+
+/// A Cranelift compile in the background: its outcome once in.
+#[derive(Default)]
+struct Upgrade {
+    done: Mutex<Option<Result<(), String>>>,
+    landed: Condvar,
+}
+
 /// The shared engine.
 pub struct PluginEngine {
     engine: Engine,
@@ -234,6 +292,54 @@ pub struct PluginEngine {
     stop: Arc<AtomicBool>,
     /// The epoch ticker's thread, until [`PluginEngine::stop_ticker`] joins it.
     ticker: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The first-load tier, when on.
+    baseline: Option<Baseline>,
+    /// Cranelift compiles running in the background, by module hash.
+    upgrades: Mutex<HashMap<String, Arc<Upgrade>>>,
+}
+
+/// The host's linker on `engine`: WASI p2 with nothing granted, `wasi:http` refusing every
+/// request, the clocks, and both worlds' `host` interface.
+fn host_linker(engine: &Engine) -> Result<Linker<StoreData>, PluginError> {
+    let mut linker: Linker<StoreData> = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+        .and_then(|()| wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker))
+        .and_then(|()| super::clock::add_to_linker(&mut linker))
+        .map_err(|e| PluginError::Engine(format!("{e:#}")))?;
+    v02::Plugin::add_to_linker::<StoreData, HasSelf<StoreData>>(&mut linker, |s| s)
+        .map_err(|e| PluginError::Engine(format!("{e:#}")))?;
+    v01::Plugin::add_to_linker::<StoreData, HasSelf<StoreData>>(&mut linker, |s| s)
+        .map_err(|e| PluginError::Engine(format!("{e:#}")))?;
+    Ok(linker)
+}
+
+/// The first-load tier's engine, when `config` asks for it.
+fn baseline(
+    config: &EngineConfig,
+    settings: ArtifactSettings,
+) -> Result<Option<Baseline>, PluginError> {
+    if !config.first_load_tier {
+        return Ok(None);
+    }
+    let settings = ArtifactSettings {
+        baseline: true,
+        ..settings
+    };
+    // Winch does not support every target (x86_64 and aarch64 only): without it, the tier is off.
+    let engine = match Engine::new(&wasm_config(settings)) {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "engine.firstLoadTier: Winch is not available here; every module is compiled with Cranelift before it starts");
+            return Ok(None);
+        }
+    };
+    Ok(Some(Baseline {
+        linker: host_linker(&engine)?,
+        engine,
+        settings,
+        compiled: Mutex::default(),
+        min: config.first_load_tier_min,
+    }))
 }
 
 impl Drop for PluginEngine {
@@ -248,18 +354,12 @@ impl PluginEngine {
         let settings = ArtifactSettings {
             epoch_interruption: config.epoch_interruption,
             fuel: config.fuel,
+            baseline: false,
         };
         let engine = Engine::new(&wasm_config(settings))
             .map_err(|e| PluginError::Engine(format!("{e:#}")))?;
-        let mut linker: Linker<StoreData> = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
-            .and_then(|()| wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker))
-            .and_then(|()| super::clock::add_to_linker(&mut linker))
-            .map_err(|e| PluginError::Engine(format!("{e:#}")))?;
-        v02::Plugin::add_to_linker::<StoreData, HasSelf<StoreData>>(&mut linker, |s| s)
-            .map_err(|e| PluginError::Engine(format!("{e:#}")))?;
-        v01::Plugin::add_to_linker::<StoreData, HasSelf<StoreData>>(&mut linker, |s| s)
-            .map_err(|e| PluginError::Engine(format!("{e:#}")))?;
+        let linker = host_linker(&engine)?;
+        let baseline = baseline(&config, settings)?;
 
         let mut h = ShaHasher(Sha256::new());
         engine.precompile_compatibility_hash().hash(&mut h);
@@ -278,8 +378,10 @@ impl PluginEngine {
             });
 
         let stop = Arc::new(AtomicBool::new(false));
-        let (ticker, flag, tick) = (
-            engine.clone(),
+        // Both tiers' engines: a deadline holds on either code.
+        let mut ticked = vec![engine.clone()];
+        ticked.extend(baseline.as_ref().map(|b| b.engine.clone()));
+        let (flag, tick) = (
             stop.clone(),
             config.epoch_tick.max(Duration::from_millis(1)),
         );
@@ -288,7 +390,7 @@ impl PluginEngine {
             .spawn(move || {
                 while !flag.load(Ordering::Relaxed) {
                     std::thread::sleep(tick);
-                    ticker.increment_epoch();
+                    ticked.iter().for_each(Engine::increment_epoch);
                 }
             })
             .map_err(|e| PluginError::Engine(format!("cannot start the epoch thread: {e}")))?;
@@ -316,6 +418,8 @@ impl PluginEngine {
             overdue: Arc::default(),
             stop,
             ticker: Mutex::new(Some(ticker)),
+            baseline,
+            upgrades: Mutex::default(),
         }))
     }
 
@@ -347,8 +451,21 @@ impl PluginEngine {
         (deadline.as_nanos().div_ceil(self.tick.as_nanos())).max(1) as u64
     }
 
-    /// Compiles `bytes`, or takes the compiled component from memory or the disk cache.
-    pub fn load(&self, bytes: &[u8]) -> Result<LoadedComponent, LoadError> {
+    /// Compiles `bytes`, or takes the compiled component from memory or the disk cache. With
+    /// the first-load tier, a large module in neither cache is compiled with Winch and returned
+    /// as [`Tier::Baseline`] while its Cranelift compile runs in the background
+    /// ([`PluginEngine::wait_optimized`]).
+    pub fn load(self: &Arc<Self>, bytes: &[u8]) -> Result<LoadedComponent, LoadError> {
+        self.load_with(bytes, true)
+    }
+
+    /// [`PluginEngine::load`], with the first-load tier only when `first_load` (a reload keeps
+    /// the running version meanwhile, so it waits for the Cranelift code).
+    pub fn load_with(
+        self: &Arc<Self>,
+        bytes: &[u8],
+        first_load: bool,
+    ) -> Result<LoadedComponent, LoadError> {
         let start = Instant::now();
         if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
             return Err(LoadError::NotWasm);
@@ -358,50 +475,182 @@ impl PluginEngine {
         }
         let hash = hex(&Sha256::digest(bytes));
         let key = format!("{hash}-{}", self.fingerprint);
-        let done = |component: Component, source| LoadedComponent {
+        let done = |component: Component, source, tier| LoadedComponent {
             component,
             source,
             elapsed: start.elapsed(),
             hash: hash.clone(),
+            tier,
         };
         if let Some(c) = lock(&self.compiled).get(&key) {
-            return Ok(done(c.clone(), LoadSource::Memory));
+            return Ok(done(c.clone(), LoadSource::Memory, Tier::Optimized));
         }
-        if let Some(cache) = &self.cache {
-            match cache.get(&key) {
-                Ok(None) => {}
-                Ok(Some(art)) => match load_precompiled(&self.engine, &art) {
-                    Ok(c) => {
-                        self.remember(&key, &c);
-                        return Ok(done(c, LoadSource::Disk));
-                    }
-                    Err(e) => {
-                        tracing::warn!(path = %cache.artifact_path(&key).display(), error = %e, "precompiled module unusable; compiling again")
-                    }
-                },
+        if let Some(c) = self.cached_on_disk(&key) {
+            return Ok(done(c, LoadSource::Disk, Tier::Optimized));
+        }
+        let tiered = self
+            .baseline
+            .as_ref()
+            .filter(|b| first_load && bytes.len() >= b.min);
+        if let Some(b) = tiered {
+            if let Some(c) = lock(&b.compiled).get(&hash) {
+                return Ok(done(c.clone(), LoadSource::Memory, Tier::Baseline));
+            }
+            match self.compile_baseline(b, bytes, &hash) {
+                Ok(c) => {
+                    self.start_upgrade(bytes, &hash, &key);
+                    return Ok(done(c, LoadSource::Compiled, Tier::Baseline));
+                }
+                // Winch refuses some features (GC, tail calls, exceptions): Cranelift then,
+                // which also names what is wrong with an invalid module.
                 Err(e) => {
-                    tracing::warn!(error = %e, "precompiled module not trusted; compiling again")
+                    tracing::info!(module = %&hash[..12], error = ?e, "not compiled by the first-load tier; compiling with Cranelift")
                 }
             }
         }
+        let c = self.compile_optimized(bytes, &hash, &key)?;
+        Ok(done(c, LoadSource::Compiled, Tier::Optimized))
+    }
+
+    /// The precompiled artifact of `key` from the disk cache, when there and trusted.
+    fn cached_on_disk(&self, key: &str) -> Option<Component> {
+        let cache = self.cache.as_ref()?;
+        match cache.get(key) {
+            Ok(None) => None,
+            Ok(Some(art)) => match load_precompiled(&self.engine, &art) {
+                Ok(c) => {
+                    self.remember(key, &c);
+                    Some(c)
+                }
+                Err(e) => {
+                    tracing::warn!(path = %cache.artifact_path(key).display(), error = %e, "precompiled module unusable; compiling again");
+                    None
+                }
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "precompiled module not trusted; compiling again");
+                None
+            }
+        }
+    }
+
+    /// Compiles with Cranelift (a compile slot, the child's bounds), into the module cache and
+    /// memory.
+    fn compile_optimized(
+        &self,
+        bytes: &[u8],
+        hash: &str,
+        key: &str,
+    ) -> Result<Component, LoadError> {
         let slot = self.slots.take();
         let (c, artifact) = match &self.child {
-            Some(child) => self.compile_in_child(child, bytes, &hash)?,
-            None => (self.compile(bytes, &hash)?, None),
+            Some(child) => {
+                self.compile_in_child(child, self.settings, &self.engine, bytes, hash)?
+            }
+            None => (self.compile(&self.engine, bytes, hash)?, None),
         };
         drop(slot);
         if let Some(cache) = &self.cache {
             match artifact.map_or_else(|| c.serialize(), Ok) {
                 Ok(art) => {
-                    if let Err(e) = cache.put(&key, &art) {
+                    if let Err(e) = cache.put(key, &art) {
                         tracing::warn!(error = %e, "could not write the precompiled module");
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "could not serialize the compiled module"),
             }
         }
-        self.remember(&key, &c);
-        Ok(done(c, LoadSource::Compiled))
+        self.remember(key, &c);
+        Ok(c)
+    }
+
+    /// Compiles with Winch, within the same bounds; kept in memory only, until the Cranelift
+    /// artifact replaces it.
+    fn compile_baseline(
+        &self,
+        b: &Baseline,
+        bytes: &[u8],
+        hash: &str,
+    ) -> Result<Component, LoadError> {
+        let slot = self.slots.take();
+        let c = match &self.child {
+            Some(child) => {
+                self.compile_in_child(child, b.settings, &b.engine, bytes, hash)?
+                    .0
+            }
+            None => self.compile(&b.engine, bytes, hash)?,
+        };
+        drop(slot);
+        lock(&b.compiled).insert(hash.to_owned(), c.clone());
+        Ok(c)
+    }
+
+    /// Starts the Cranelift compile of a module just compiled with Winch, on a thread of its
+    /// own (once per module).
+    fn start_upgrade(self: &Arc<Self>, bytes: &[u8], hash: &str, key: &str) {
+        let up = Arc::new(Upgrade::default());
+        {
+            let mut running = lock(&self.upgrades);
+            if running.contains_key(hash) {
+                return;
+            }
+            running.insert(hash.to_owned(), up.clone());
+        }
+        let (engine, bytes, module, key) = (
+            self.clone(),
+            bytes.to_vec(),
+            hash.to_owned(),
+            key.to_owned(),
+        );
+        let spawned = std::thread::Builder::new()
+            .name("wisp-tier-up".into())
+            .spawn(move || {
+                let began = Instant::now();
+                let out = engine
+                    .compile_optimized(&bytes, &module, &key)
+                    .map(drop)
+                    .map_err(|e| describe(&e));
+                tracing::info!(module = %&module[..12], took = ?began.elapsed(), ok = out.is_ok(), "background Cranelift compile of a first-load module ended");
+                if let Some(b) = &engine.baseline {
+                    lock(&b.compiled).remove(&module);
+                }
+                *lock(&up.done) = Some(out);
+                up.landed.notify_all();
+                lock(&engine.upgrades).remove(&module);
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "cannot start the background compile; the module stays on its first-load code");
+            lock(&self.upgrades).remove(hash);
+        }
+    }
+
+    /// Waits for the background Cranelift compile of module `hash` (SHA-256, hex) to end: `Ok`
+    /// once its artifact is in memory (and the module cache), or why it failed.
+    pub fn wait_optimized(&self, hash: &str) -> Result<(), String> {
+        let running = lock(&self.upgrades).get(hash).cloned();
+        if let Some(up) = running {
+            let mut done = lock(&up.done);
+            loop {
+                if let Some(out) = done.as_ref() {
+                    return out.clone();
+                }
+                done = wait(&up.landed, done);
+            }
+        }
+        let key = format!("{hash}-{}", self.fingerprint);
+        if lock(&self.compiled).contains_key(&key) {
+            Ok(())
+        } else {
+            Err("its Cranelift compile did not complete".into())
+        }
+    }
+
+    /// Which tier a linked component's code comes from.
+    pub fn tier(&self, pre: &PluginPre<StoreData>) -> Tier {
+        match &self.baseline {
+            Some(b) if Engine::same(pre.engine(), &b.engine) => Tier::Baseline,
+            _ => Tier::Optimized,
+        }
     }
 
     /// Compiles in a child process within the engine's time and memory bounds, and loads the
@@ -409,18 +658,21 @@ impl PluginEngine {
     fn compile_in_child(
         &self,
         child: &ChildCompiler,
+        settings: ArtifactSettings,
+        engine: &Engine,
         bytes: &[u8],
         hash: &str,
     ) -> Result<(Component, Option<Vec<u8>>), LoadError> {
-        let out = child.compile(self.settings, bytes)?;
+        let out = child.compile(settings, bytes)?;
         tracing::info!(
             module = %&hash[..12],
             took = ?out.elapsed,
             cpu = ?out.cpu,
             peak_rss_mib = out.peak_rss >> 20,
+            baseline = settings.baseline,
             "compiled in a child process"
         );
-        let c = load_from_child(&self.engine, &out.artifact).map_err(|e| {
+        let c = load_from_child(engine, &out.artifact).map_err(|e| {
             LoadError::Crashed(format!("the compiler's artifact does not load: {e:#}"))
         })?;
         Ok((c, Some(out.artifact)))
@@ -430,12 +682,12 @@ impl PluginEngine {
     /// is refused; its thread cannot be interrupted (Cranelift has no cancellation), so it
     /// finishes on its own and its result is dropped. While it runs, the same module (`hash`)
     /// is refused at once instead of compiled again: retries cannot pile compiles up.
-    fn compile(&self, bytes: &[u8], hash: &str) -> Result<Component, LoadError> {
+    fn compile(&self, engine: &Engine, bytes: &[u8], hash: &str) -> Result<Component, LoadError> {
         if lock(&self.overdue).contains(hash) {
             return Err(LoadError::TooSlow(self.compile_timeout));
         }
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let (engine, bytes) = (self.engine.clone(), bytes.to_vec());
+        let (engine, bytes) = (engine.clone(), bytes.to_vec());
         let (overdue, key) = (self.overdue.clone(), hash.to_owned());
         std::thread::Builder::new()
             .name("wisp-compile".into())
@@ -473,6 +725,11 @@ impl PluginEngine {
     /// [`PluginEngine::instance_pre`] of a loaded component, made once per module (content
     /// hash) and shared by the plugins of that module; a link error is not remembered.
     pub fn linked(&self, loaded: &LoadedComponent) -> Result<PluginPre<StoreData>, LinkError> {
+        // A module's Winch code (the first-load tier) is another engine's, and lives only
+        // until its Cranelift code replaces it: linked apart, and not kept here.
+        if loaded.tier == Tier::Baseline {
+            return self.instance_pre(&loaded.component);
+        }
         if let Some(pre) = lock(&self.linked).get(&loaded.hash) {
             return Ok(pre.clone());
         }
@@ -491,7 +748,10 @@ impl PluginEngine {
     /// provide.
     pub fn instance_pre(&self, component: &Component) -> Result<PluginPre<StoreData>, LinkError> {
         let ty = component.component_type();
-        let exports: Vec<&str> = ty.exports(&self.engine).map(|(name, _)| name).collect();
+        let exports: Vec<&str> = ty
+            .exports(component.engine())
+            .map(|(name, _)| name)
+            .collect();
         let Some(abi) = Abi::ALL
             .into_iter()
             .find(|a| exports.contains(&a.listener_export().as_str()))
@@ -507,8 +767,11 @@ impl PluginEngine {
                 }
             )));
         };
-        let pre = self
-            .linker
+        let linker = match &self.baseline {
+            Some(b) if Engine::same(component.engine(), &b.engine) => &b.linker,
+            _ => &self.linker,
+        };
+        let pre = linker
             .instantiate_pre(component)
             .map_err(|e| link_error(&e))?;
         match abi {
@@ -516,6 +779,22 @@ impl PluginEngine {
             Abi::V0_1 => v01::PluginPre::new(pre).map(PluginPre::V0_1),
         }
         .map_err(|e| LinkError::WrongWorld(format!("{e:#}")))
+    }
+}
+
+/// What went wrong with a compile, in words (the caller names the plugin and the module).
+fn describe(e: &LoadError) -> String {
+    match e {
+        LoadError::NotWasm => "not wasm".into(),
+        LoadError::NotComponent => "a core module, not a component".into(),
+        LoadError::Invalid(d) => format!("invalid: {d}"),
+        LoadError::TooSlow(t) => {
+            format!("its compile took longer than {t:?} (engine.compileTimeout)")
+        }
+        LoadError::TooBig(m) => {
+            format!("its compile needed more than {m} bytes (engine.compileMemory)")
+        }
+        LoadError::Crashed(d) => format!("the compiler failed: {d}"),
     }
 }
 

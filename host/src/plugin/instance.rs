@@ -103,8 +103,9 @@ impl Instance {
         api: HostApi,
         limits: &Limits,
     ) -> Result<Self, CallError> {
+        // The component's engine: the host's, or its first-load tier's (Winch).
         let mut store = Store::new(
-            engine.engine(),
+            pre.engine(),
             StoreData::new(api, limits.memory, limits.startup_deadline),
         );
         store.limiter(|s| &mut s.limiter);

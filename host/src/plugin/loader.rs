@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::bindings::PluginInfo;
-use super::engine::{LinkError, LoadError, LoadSource, LoadedComponent, PluginEngine};
+use super::engine::{LinkError, LoadError, LoadSource, LoadedComponent, PluginEngine, Tier};
 use super::error::PluginError;
 use super::instance::{CallError, Instance};
 use super::runtime::{PluginRuntime, VersionInfo};
@@ -28,6 +28,9 @@ pub struct LoadReport {
     pub instantiate: Duration,
     /// SHA-256 of the module.
     pub hash: String,
+    /// Which compiler its code comes from (the first-load tier's until the background compile
+    /// lands: the plugin is then moved onto the Cranelift code by a reload).
+    pub tier: Tier,
 }
 
 /// A plugin that passed every check: compiled, right world, `describe` and `init` accepted.
@@ -132,6 +135,7 @@ pub struct Prepared {
     source: LoadSource,
     elapsed: Duration,
     hash: String,
+    tier: Tier,
 }
 
 impl Prepared {
@@ -151,9 +155,12 @@ fn prepare(
     engine: &Arc<PluginEngine>,
     spec: &PluginSpec,
     bytes: &[u8],
+    first_load: bool,
 ) -> Result<Prepared, PluginError> {
     let (plugin, path) = (spec.name.clone(), spec.module.clone());
-    let loaded = engine.load(bytes).map_err(|e| load_error(spec, e))?;
+    let loaded = engine
+        .load_with(bytes, first_load)
+        .map_err(|e| load_error(spec, e))?;
     let pre = engine.linked(&loaded).map_err(|e| match e {
         LinkError::WrongWorld(detail) => PluginError::WrongWorld {
             plugin: plugin.clone(),
@@ -181,6 +188,7 @@ fn prepare(
         source,
         elapsed,
         hash,
+        tier,
         ..
     } = loaded;
     Ok(Prepared {
@@ -188,6 +196,7 @@ fn prepare(
         source,
         elapsed,
         hash,
+        tier,
     })
 }
 
@@ -213,7 +222,9 @@ fn check_bytes(
             plugin: spec.name.clone(),
         });
     }
-    let prepared = prepare(engine, spec, bytes)?;
+    // A start (no status yet) may take the first-load tier; a reload (the running plugin's
+    // status) keeps the running version meanwhile and waits for the Cranelift code.
+    let prepared = prepare(engine, spec, bytes, status.is_none())?;
     instantiate(
         engine,
         spec,
@@ -261,6 +272,7 @@ fn instantiate(
         })?;
     let report = LoadReport {
         source: prepared.source,
+        tier: prepared.tier,
         load: prepared.elapsed,
         instantiate: start.elapsed(),
         hash: prepared.hash.clone(),
@@ -358,7 +370,7 @@ pub fn prepare_file(
         path: module.to_owned(),
         source,
     })?;
-    let prepared = prepare(engine, &spec, &bytes)?;
+    let prepared = prepare(engine, &spec, &bytes, true)?;
     let info = describe_pre(engine, &spec, &prepared.pre);
     Ok(PreparedFile {
         prepared,

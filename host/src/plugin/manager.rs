@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use super::engine::PluginEngine;
+use super::engine::{PluginEngine, Tier};
 use super::error::PluginError;
 use super::loader::{CheckedPlugin, LoadReport, check_with};
 use super::runtime::{PluginRuntime, WasmHandler};
@@ -74,12 +74,64 @@ impl PluginHandle {
             reg.set_queue_bound(queue);
         }
         if report.replay {
-            for (inf, reg) in &self.registrations {
-                let n = inf.resend_cache(reg);
-                tracing::info!(plugin = %self.name, informer = %inf.name(), objects = n, "cache replayed to the new version");
-            }
+            replay(&self.name, &self.registrations);
         }
         Ok(report)
+    }
+
+    /// Which compiler the running version's code comes from: [`Tier::Baseline`] (Winch) from
+    /// a first load until the background Cranelift compile lands and the plugin is moved onto it.
+    pub fn tier(&self) -> Tier {
+        let rt = lock(&self.runtime);
+        rt.engine.tier(&rt.pre)
+    }
+
+    /// A plugin started on the first-load tier's code: once the module's Cranelift compile
+    /// lands, it is reloaded onto it (the reload path: `describe`, `init`, state handed over by
+    /// `snapshot`/`restore`, probation, a replay when it asks for one), unless it was reloaded
+    /// to another module meanwhile. A failed compile leaves it where it is, said in its log.
+    fn tier_up_when_compiled(&self, hash: String) {
+        let engine = lock(&self.runtime).engine.clone();
+        let runtime = Arc::downgrade(&self.runtime);
+        let (name, regs) = (self.name.clone(), self.registrations.clone());
+        let spawned = std::thread::Builder::new()
+            .name("wisp-tier-up".into())
+            .spawn(move || {
+                let compiled = engine.wait_optimized(&hash);
+                let Some(runtime) = runtime.upgrade() else {
+                    return;
+                };
+                let spec = {
+                    let rt = lock(&runtime);
+                    if let Err(e) = compiled {
+                        tracing::warn!(plugin = %name, error = %e, "the optimized compile failed; the plugin stays on its first-load code");
+                        rt.status.logs.push(format!("host: stays on its first-load (Winch) code: {e}"));
+                        return;
+                    }
+                    if rt.version.hash != hash || engine.tier(&rt.pre) != Tier::Baseline {
+                        return;
+                    }
+                    rt.spec.clone()
+                };
+                match super::reload::reload(&runtime, spec) {
+                    Ok(report) => {
+                        lock(&runtime).status.logs.push(format!(
+                            "host: moved onto the optimized (Cranelift) code: generation {}",
+                            report.generation
+                        ));
+                        tracing::info!(plugin = %name, generation = report.generation, "moved onto the optimized code");
+                        if report.replay {
+                            replay(&name, &regs);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(plugin = %name, error = %e, "not moved onto the optimized code; it stays on its first-load code")
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(plugin = %self.name, error = %e, "cannot start the thread that moves the plugin onto its optimized code");
+        }
     }
 
     /// Detaches the plugin from its informers; what was queued for it is dropped, and so are
@@ -90,6 +142,14 @@ impl PluginHandle {
         }
         let verdicts = lock(&self.runtime).grants.services.verdicts.clone();
         verdicts.clear_plugin(&self.name);
+    }
+}
+
+/// Gives every cached object of the plugin's informers to its new version again.
+fn replay(name: &str, registrations: &[(Arc<SharedInformer>, HandlerRegistration)]) {
+    for (inf, reg) in registrations {
+        let n = inf.resend_cache(reg);
+        tracing::info!(plugin = %name, informer = %inf.name(), objects = n, "cache replayed to the new version");
     }
 }
 
@@ -246,13 +306,18 @@ impl PluginManager {
                 }
             }
         }
-        tracing::info!(plugin = %name, version = %info.version, source = ?report.source, load = ?report.load, "plugin started");
-        Ok(PluginHandle {
+        tracing::info!(plugin = %name, version = %info.version, source = ?report.source, tier = report.tier.as_str(), load = ?report.load, "plugin started");
+        let baseline = (report.tier == Tier::Baseline).then(|| report.hash.clone());
+        let handle = PluginHandle {
             runtime,
             name,
             report,
             status,
             registrations,
-        })
+        };
+        if let Some(hash) = baseline {
+            handle.tier_up_when_compiled(hash);
+        }
+        Ok(handle)
     }
 }

@@ -26,6 +26,7 @@ mod automation;
 mod custom_resources;
 mod faults;
 mod field_mask;
+mod first_load_tier;
 mod fuzz_corpus;
 mod hostile_actions;
 mod informer_conformance;
