@@ -128,7 +128,7 @@ pub(crate) struct Prepared {
 
 impl Prepared {
     pub(crate) fn new(
-        engine: &PluginEngine,
+        engine: &Arc<PluginEngine>,
         path: &std::path::Path,
         bytes: &[u8],
         name: &str,
