@@ -48,7 +48,15 @@ struct ContinueToken {
     /// gone goes on.
     #[serde(default)]
     after: (String, String),
+    /// A page of a list without end ([`super::faults::Faults::endless_lists`]) minted it: once
+    /// that fault is off, its list is gone (410), as a real server's list whose snapshot was
+    /// compacted; it never continues into the store's objects.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    endless: bool,
 }
+
+/// The 410 for the continue token of a list without end once that fault is off.
+const ENDLESS_LIST_GONE: &str = "The provided continue parameter belongs to a list that is gone (the injected list without end was turned off). Start a new list without the continue parameter.";
 
 /// The continuation of a list whose resourceVersion was compacted, as the 410 message
 /// promises (staging/src/k8s.io/apiserver/pkg/storage/etcd3/store.go, `inconsistentContinue`).
@@ -232,6 +240,7 @@ fn endless_page(
         snap: 0,
         page: page + 1,
         after: Default::default(),
+        endless: true,
     };
     let mut body = format!(
         r#"{{"kind":"{kind}List","apiVersion":"{api_version}","metadata":{{"resourceVersion":"{rv}","continue":"{}"}},"items":["#,
@@ -261,6 +270,10 @@ fn continue_list(
     };
     if let Some(status) = shared.faults.take_list_page_failure(token.page) {
         return injected_failure(status, None);
+    }
+    if token.endless {
+        let status = status_body(410, "Expired", ENDLESS_LIST_GONE, None);
+        return json_response(StatusCode::GONE, status.to_string());
     }
     let Ok(rv) = u64::try_from(token.rv) else {
         return continue_latest(shared, target, filter, &token, limit);
@@ -379,6 +392,7 @@ fn serve_page(
                 .checked_sub(1)
                 .map(|i| key_of(&page.items[i]))
                 .unwrap_or_default(),
+            endless: false,
         };
         metadata.insert("continue".into(), Value::String(token.encode()));
         if !filter.has_selectors() {
@@ -429,7 +443,13 @@ mod tests {
             snap: 3,
             page: 1,
             after: ("default".into(), "web-499".into()),
+            endless: false,
         };
+        let endless = ContinueToken {
+            endless: true,
+            ..ContinueToken::decode(&token.encode()).unwrap()
+        };
+        assert_eq!(ContinueToken::decode(&endless.encode()), Some(endless));
         assert_eq!(ContinueToken::decode(&token.encode()), Some(token));
         assert_eq!(ContinueToken::decode("not a token"), None);
     }

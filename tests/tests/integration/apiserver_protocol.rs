@@ -150,6 +150,34 @@ async fn continue_token_after_compaction_is_expired_with_410() -> anyhow::Result
     Ok(())
 }
 
+/// A list in progress when its server stops sending a list without end (an injected fault)
+/// cannot go on into the real objects: its continue token is 410, and a new list reads them.
+#[tokio::test]
+async fn the_continue_token_of_a_list_without_end_is_410_once_the_fault_is_off()
+-> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    for i in 0..3 {
+        server.create(pod("default", &format!("web-{i}")))?;
+    }
+    server.faults().endless_lists(Some(wisp_tests::EndlessList {
+        object_bytes: 1 << 10,
+        give_up_after: 1 << 20,
+    }));
+    let api = pods(server.client_no_retry());
+    let first = api.list(&ListParams::default().limit(10)).await?;
+    assert_eq!(first.items.len(), 10, "a page of the endless list");
+    let token = first.metadata.continue_.expect("a continue token");
+    server.faults().endless_lists(None);
+    let err = api
+        .list(&ListParams::default().limit(10).continue_token(&token))
+        .await
+        .expect_err("410");
+    assert_eq!(api_error(err), (410, "Expired".to_string()));
+    let fresh = api.list(&ListParams::default().limit(10)).await?;
+    assert_eq!(names(&fresh.items), ["web-0", "web-1", "web-2"]);
+    Ok(())
+}
+
 #[tokio::test]
 async fn list_at_an_exact_old_resource_version_returns_the_old_state() -> anyhow::Result<()> {
     let server = TestApiServer::start().await?;
