@@ -38,6 +38,10 @@ pub struct PluginView {
     pub abi: &'static str,
     /// `compiled`, `disk-cache` or `memory`.
     pub loaded_from: &'static str,
+    /// Which compiler the running code comes from: `optimized` (Cranelift), or `baseline`
+    /// (Winch: the first-load tier, until the background Cranelift compile lands and the
+    /// plugin is moved onto it, generation + 1).
+    pub tier: &'static str,
     /// `running` or `quarantined`.
     pub state: &'static str,
     /// Why it was quarantined.
@@ -109,6 +113,7 @@ pub fn view(h: &PluginHandle) -> PluginView {
         generation: running.generation,
         abi: running.abi,
         loaded_from: source_name(report.source),
+        tier: h.tier().as_str(),
         state,
         quarantine_reason,
         last_error: status.last_error(),

@@ -296,6 +296,21 @@ pub struct PluginEngine {
     baseline: Option<Baseline>,
     /// Cranelift compiles running in the background, by module hash.
     upgrades: Mutex<HashMap<String, Arc<Upgrade>>>,
+    /// How many [`TierUpHold`]s are alive: background compiles wait to start while any is.
+    held: Arc<(Mutex<usize>, Condvar)>,
+}
+
+/// While alive, the first-load tier's background Cranelift compiles wait to start: what a
+/// plugin does on its first-load (Winch) code can be observed before it is moved. From
+/// [`PluginEngine::hold_tier_up`].
+#[must_use = "the hold ends when this is dropped"]
+pub struct TierUpHold(Arc<(Mutex<usize>, Condvar)>);
+
+impl Drop for TierUpHold {
+    fn drop(&mut self) {
+        *lock(&self.0.0) -= 1;
+        self.0.1.notify_all();
+    }
 }
 
 /// The host's linker on `engine`: WASI p2 with nothing granted, `wasi:http` refusing every
@@ -420,6 +435,7 @@ impl PluginEngine {
             ticker: Mutex::new(Some(ticker)),
             baseline,
             upgrades: Mutex::default(),
+            held: Arc::default(),
         }))
     }
 
@@ -605,6 +621,13 @@ impl PluginEngine {
         let spawned = std::thread::Builder::new()
             .name("wisp-tier-up".into())
             .spawn(move || {
+                {
+                    let (count, released) = &*engine.held;
+                    let mut n = lock(count);
+                    while *n > 0 {
+                        n = wait(released, n);
+                    }
+                }
                 let began = Instant::now();
                 let out = engine
                     .compile_optimized(&bytes, &module, &key)
@@ -622,6 +645,13 @@ impl PluginEngine {
             tracing::warn!(error = %e, "cannot start the background compile; the module stays on its first-load code");
             lock(&self.upgrades).remove(hash);
         }
+    }
+
+    /// Holds the first-load tier's background compiles (those started meanwhile too) until
+    /// the returned guard is dropped.
+    pub fn hold_tier_up(&self) -> TierUpHold {
+        *lock(&self.held.0) += 1;
+        TierUpHold(self.held.clone())
     }
 
     /// Waits for the background Cranelift compile of module `hash` (SHA-256, hex) to end: `Ok`

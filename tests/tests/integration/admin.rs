@@ -246,6 +246,10 @@ async fn plugins_lists_a_running_plugin_with_its_hash_counters_queues_and_logs()
         ["compiled", "disk-cache", "memory"].contains(&p["loadedFrom"].as_str().unwrap()),
         "{p}"
     );
+    assert_eq!(
+        p["tier"], "optimized",
+        "a Rust plugin is compiled with Cranelift before it starts"
+    );
     assert_eq!(p["state"], "running");
     assert_eq!(p["quarantineReason"], Value::Null);
     assert_eq!(p["lastError"], Value::Null);

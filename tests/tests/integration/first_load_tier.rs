@@ -1,12 +1,13 @@
 //! The first-load tier (`engine.firstLoadTier`): a module in neither cache starts on Winch code
 //! at once, is compiled with Cranelift in the background into the module cache, and the running
 //! plugin is moved onto that code through the reload path; its deadline and memory cap hold on
-//! both.
+//! both, and `/plugins` says which code runs.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
+use wisp_host::admin::plugins::view;
 use wisp_host::plugin::engine::Tier;
 use wisp_host::plugin::{EngineConfig, PluginEngine, PluginManager};
 use wisp_tests::pod;
@@ -36,6 +37,8 @@ async fn a_cold_module_starts_on_winch_then_runs_on_the_cached_cranelift_code_wi
     let _stop = start(&inf);
     until("informer synced", || inf.has_synced()).await;
     let engine = tiered_engine(dir.path());
+    // The background Cranelift compile waits until the plugin has worked on the Winch code.
+    let hold = engine.hold_tier_up();
     let mut manager = PluginManager::new(engine.clone());
     manager.add_informer(inf.clone());
     // A module no other test compiled: a cold cache in this engine and on disk.
@@ -45,12 +48,27 @@ async fn a_cold_module_starts_on_winch_then_runs_on_the_cached_cranelift_code_wi
     spec.limits.deadline = Duration::from_millis(100);
     let h = manager.start(spec).unwrap();
 
-    // Started on the Winch code, delivering.
+    // Started on the Winch code, delivering, and its deadline cuts a spinning call there.
     assert_eq!(h.report().tier, Tier::Baseline);
     until("the initial list delivered", || {
         counter(&h, |c| &c.delivered) == 3
     })
     .await;
+    server.create(pod("default", "spin-0")).unwrap();
+    until("the spinning call cut on the Winch code", || {
+        counter(&h, |c| &c.deadline_hits) >= 1
+    })
+    .await;
+    let winch_hits = counter(&h, |c| &c.deadline_hits);
+    server.create(pod("default", "ok-3")).unwrap();
+    until("delivers on a fresh Winch instance after the cut", || {
+        counter(&h, |c| &c.delivered) == 4
+    })
+    .await;
+    assert_eq!(h.tier(), Tier::Baseline);
+    assert_eq!(h.running().generation, 1);
+    assert_eq!(view(&h).tier, "baseline", "/plugins says which code runs");
+    drop(hold);
     // Then moved onto the Cranelift code by a reload, the state handed over.
     until("moved onto the optimized code", || {
         h.tier() == Tier::Optimized
@@ -59,6 +77,7 @@ async fn a_cold_module_starts_on_winch_then_runs_on_the_cached_cranelift_code_wi
     assert_eq!(h.running().generation, 2);
     assert_eq!(counter(&h, |c| &c.reloads), 1);
     assert_eq!(counter(&h, |c| &c.reload_failures), 0);
+    assert_eq!(view(&h).tier, "optimized");
     assert_eq!(h.status().guest_counter("restored_total", &[]), 1);
     // (Said once the reload returned, just after the swap.)
     until("the move said in its log", || {
@@ -76,12 +95,12 @@ async fn a_cold_module_starts_on_winch_then_runs_on_the_cached_cranelift_code_wi
     // On the optimized code the deadline still cuts a spinning call, and the plugin goes on.
     server.create(pod("default", "spin-1")).unwrap();
     until("the spinning call cut", || {
-        counter(&h, |c| &c.deadline_hits) >= 1
+        counter(&h, |c| &c.deadline_hits) > winch_hits
     })
     .await;
     server.create(pod("default", "ok-9")).unwrap();
     until("delivers after the cut", || {
-        counter(&h, |c| &c.delivered) == 4
+        counter(&h, |c| &c.delivered) == 5
     })
     .await;
 
