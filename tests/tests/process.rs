@@ -396,7 +396,9 @@ async fn sigterm_under_a_slow_server_audits_every_accepted_action_once_and_exits
 
 /// A cold module cache with a Python and a JavaScript plugin: `/healthz` answers within 2 s
 /// of the start while the modules compile, `/readyz` names each plugin compiling, then the
-/// host is ready. Prints the timeline.
+/// host is ready; both start on the first-load tier's code and are moved onto the Cranelift
+/// code compiled in the background, which the next start loads from the cache. Prints the
+/// timeline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_start_answers_health_at_once_and_names_the_plugins_compiling() {
     let (py, js) = (plugin_path("audit-log-py"), plugin_path("audit-log-js"));
@@ -469,6 +471,70 @@ async fn a_cold_start_answers_health_at_once_and_names_the_plugins_compiling() {
         eprintln!("cold start: {line}");
     }
     eprintln!("cold start: ready at {ready:?}");
+    // Both started on the first-load tier's (Winch) code and are moved onto the Cranelift
+    // code once its background compile lands: generation 2 in /plugins, said in their logs.
+    let tiers = || async {
+        let (_, body) = get(admin, "/plugins").await.unwrap_or_default();
+        let v: Value = serde_json::from_str(&body).unwrap_or_default();
+        ["audit-py", "audit-js"].map(|p| {
+            let p = v.as_array().and_then(|a| a.iter().find(|x| x["name"] == p));
+            p.map(|p| (p["tier"].to_string(), p["generation"].as_u64().unwrap_or(0)))
+        })
+    };
+    for t in tiers().await {
+        let (tier, generation) = t.clone().expect("both plugins in /plugins");
+        assert!(
+            (tier.as_str(), generation) == ("\"baseline\"", 1)
+                || (tier.as_str(), generation) == ("\"optimized\"", 2),
+            "{t:?}"
+        );
+    }
+    let moved = until(
+        "both moved onto the optimized code",
+        Duration::from_secs(300),
+        || async {
+            tiers().await.iter().all(|t| {
+                t.as_ref()
+                    .is_some_and(|(tier, g)| tier == "\"optimized\"" && *g == 2)
+            })
+        },
+    )
+    .await;
+    eprintln!("cold start: both on the optimized code at {moved:?}");
+    assert!(
+        w.log().matches("moved onto the optimized code").count() >= 2,
+        "{}",
+        w.log()
+    );
+    w.signal("TERM");
+    assert!(
+        w.exited(Duration::from_secs(10))
+            .await
+            .is_some_and(|s| s.success())
+    );
+
+    // The next start loads the Cranelift code from the module cache: no compile, no tier.
+    let mut w = Wisp::run("warm", dir.path(), &config, "5s");
+    let admin = w.admin().await;
+    until(
+        "ready on the cached code",
+        Duration::from_secs(60),
+        || async { matches!(get(admin, "/readyz").await, Some((200, _))) },
+    )
+    .await;
+    let (_, body) = get(admin, "/plugins").await.expect("/plugins answers");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    for p in v.as_array().unwrap() {
+        assert_eq!(
+            (&p["tier"], &p["generation"], &p["loadedFrom"]),
+            (
+                &Value::from("optimized"),
+                &Value::from(1),
+                &Value::from("disk-cache")
+            ),
+            "{p}"
+        );
+    }
     w.signal("TERM");
     assert!(
         w.exited(Duration::from_secs(10))
