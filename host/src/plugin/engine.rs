@@ -185,7 +185,7 @@ pub struct LoadedComponent {
 }
 
 /// Why bytes could not become a component (the caller adds the plugin and path).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum LoadError {
     /// No `\0asm` header.
     NotWasm,
@@ -260,7 +260,7 @@ struct Baseline {
 /// A Cranelift compile in the background: its outcome once in.
 #[derive(Default)]
 struct Upgrade {
-    done: Mutex<Option<Result<(), String>>>,
+    done: Mutex<Option<Result<(), LoadError>>>,
     landed: Condvar,
 }
 
@@ -629,10 +629,7 @@ impl PluginEngine {
                     }
                 }
                 let began = Instant::now();
-                let out = engine
-                    .compile_optimized(&bytes, &module, &key)
-                    .map(drop)
-                    .map_err(|e| describe(&e));
+                let out = engine.compile_optimized(&bytes, &module, &key).map(drop);
                 tracing::info!(module = %&module[..12], took = ?began.elapsed(), ok = out.is_ok(), "background Cranelift compile of a first-load module ended");
                 if let Some(b) = &engine.baseline {
                     lock(&b.compiled).remove(&module);
@@ -656,7 +653,7 @@ impl PluginEngine {
 
     /// Waits for the background Cranelift compile of module `hash` (SHA-256, hex) to end: `Ok`
     /// once its artifact is in memory (and the module cache), or why it failed.
-    pub fn wait_optimized(&self, hash: &str) -> Result<(), String> {
+    pub fn wait_optimized(&self, hash: &str) -> Result<(), LoadError> {
         let running = lock(&self.upgrades).get(hash).cloned();
         if let Some(up) = running {
             let mut done = lock(&up.done);
@@ -671,7 +668,9 @@ impl PluginEngine {
         if lock(&self.compiled).contains_key(&key) {
             Ok(())
         } else {
-            Err("its Cranelift compile did not complete".into())
+            Err(LoadError::Crashed(
+                "its Cranelift compile did not complete".into(),
+            ))
         }
     }
 
@@ -809,22 +808,6 @@ impl PluginEngine {
             Abi::V0_1 => v01::PluginPre::new(pre).map(PluginPre::V0_1),
         }
         .map_err(|e| LinkError::WrongWorld(format!("{e:#}")))
-    }
-}
-
-/// What went wrong with a compile, in words (the caller names the plugin and the module).
-fn describe(e: &LoadError) -> String {
-    match e {
-        LoadError::NotWasm => "not wasm".into(),
-        LoadError::NotComponent => "a core module, not a component".into(),
-        LoadError::Invalid(d) => format!("invalid: {d}"),
-        LoadError::TooSlow(t) => {
-            format!("its compile took longer than {t:?} (engine.compileTimeout)")
-        }
-        LoadError::TooBig(m) => {
-            format!("its compile needed more than {m} bytes (engine.compileMemory)")
-        }
-        LoadError::Crashed(d) => format!("the compiler failed: {d}"),
     }
 }
 

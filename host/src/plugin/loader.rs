@@ -99,7 +99,7 @@ pub fn check_with(
 }
 
 /// Why `spec`'s module did not load, as the error naming the plugin and the module.
-fn load_error(spec: &PluginSpec, e: LoadError) -> PluginError {
+pub(super) fn load_error(spec: &PluginSpec, e: LoadError) -> PluginError {
     let (plugin, path) = (spec.name.clone(), spec.module.clone());
     match e {
         LoadError::NotWasm => PluginError::NotWasm { plugin, path },

@@ -104,6 +104,7 @@ impl PluginHandle {
                 let spec = {
                     let rt = lock(&runtime);
                     if let Err(e) = compiled {
+                        let e = super::loader::load_error(&rt.spec, e);
                         tracing::warn!(plugin = %name, error = %e, "the optimized compile failed; the plugin stays on its first-load code");
                         rt.status.logs.push(format!("host: stays on its first-load (Winch) code: {e}"));
                         return;
