@@ -455,16 +455,7 @@ async fn modules_that_are_not_plugins_are_refused_with_a_clear_error() {
     let e = try_module("truncated", Some(&truncated));
     assert!(e.contains("invalid component"), "{e}");
 
-    let e = r
-        .manager
-        .start(PluginSpec::new(
-            "other",
-            plugin_path("test_wrong_world"),
-            &["pods"],
-        ))
-        .err()
-        .unwrap();
-    assert!(matches!(e, PluginError::WrongWorld { .. }), "{e}");
+    let e = start_wrong_world(&r.manager);
     assert!(
         e.to_string()
             .contains("not a wisp:plugin/plugin component (0.2.0 or 0.1.0)"),
@@ -484,6 +475,20 @@ async fn modules_that_are_not_plugins_are_refused_with_a_clear_error() {
         e.to_string(),
         "plugin \"lost\": informers: \"nodes\" is not a configured informer (configured: pods)"
     );
+}
+
+/// Starts `test_wrong_world` as plugin "other": refused, its component of another world.
+fn start_wrong_world(manager: &PluginManager) -> PluginError {
+    let e = manager
+        .start(PluginSpec::new(
+            "other",
+            plugin_path("test_wrong_world"),
+            &["pods"],
+        ))
+        .err()
+        .unwrap();
+    assert!(matches!(e, PluginError::WrongWorld { .. }), "{e}");
+    e
 }
 
 #[tokio::test]
@@ -532,15 +537,7 @@ async fn plugins_of_one_module_share_its_link_and_each_keeps_its_own_instance() 
     );
     // A module that does not link is refused each time the same way, and not remembered.
     for _ in 0..2 {
-        let e = manager
-            .start(PluginSpec::new(
-                "other",
-                plugin_path("test_wrong_world"),
-                &["pods"],
-            ))
-            .err()
-            .unwrap();
-        assert!(matches!(e, PluginError::WrongWorld { .. }), "{e}");
+        start_wrong_world(&manager);
     }
     assert_eq!(engine.linked_modules(), 2);
     // Each plugin of the shared link has its own instance: both see every pod, in order, and a
