@@ -1784,4 +1784,138 @@ async fn every_metric_the_dashboard_and_the_alert_rules_name_is_on_a_running_hos
         "{} metrics named by deploy/monitoring, all exported",
         named.len()
     );
+    promtool_check_metrics(&exposition);
+}
+
+/// `promtool check metrics` (Debian's prometheus package, which `.ci/run` installs) finds
+/// nothing wrong in `exposition`: every family has its HELP and TYPE, counters end in `_total`.
+/// Skipped with a message where promtool is missing, except under `CI=true`.
+fn promtool_check_metrics(exposition: &str) {
+    use std::io::Write;
+    let child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) if std::env::var_os("CI").is_none() => {
+            eprintln!("skipped `promtool check metrics`: {e}");
+            return;
+        }
+        Err(e) => panic!("promtool (Debian's prometheus package) is needed under CI: {e}"),
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(exposition.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Issue 42 item 1: nothing an operator or a probe reads waits on a plugin. Four plugins hold
+/// their calls (test-faults `gate`: the call that handles `gate-0` lasts until that pod is gone,
+/// with a 10-minute deadline), two of them on the executor's two workers. Many `/plugins`
+/// requests at once (more than the host has async workers: each used to block one on the
+/// plugin's runtime lock), then `/healthz`, `/readyz` and `/metrics` on both ports: every one
+/// answers while the calls are still held. Deleting the gate lets the plugins go on; SIGTERM
+/// then ends the host with exit 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_reads_answer_while_every_worker_is_held_in_a_plugin_call() {
+    let faults = plugin_path("test_faults");
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("cluster");
+    std::fs::create_dir(&cluster).unwrap();
+    let gate = cluster.join("gate.yaml");
+    std::fs::write(
+        &gate,
+        serde_json::to_string(&wisp_tests::pod("shop", "gate-0")).unwrap(),
+    )
+    .unwrap();
+    let plugins: String = (0..4)
+        .map(|i| {
+            format!(
+                "  - {{name: held-{i}, module: {}, informers: [pods], \
+                 settings: {{mode: gate, namePrefix: gate-}}, limits: {{deadline: 10m}}}}\n",
+                faults.display()
+            )
+        })
+        .collect();
+    let config = dir.path().join("wisp.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "source: dir:cluster\ninformers:\n  - {{name: pods, apiVersion: v1, kind: Pod}}\n\
+             plugins:\n{plugins}executor: {{workers: 2}}\nengine: {{cacheDir: modules}}\n\
+             admin: {{listen: \"127.0.0.1:0\", metricsAddress: \"127.0.0.1:0\"}}\n"
+        ),
+    )
+    .unwrap();
+    let mut w = Wisp::run("held", dir.path(), &config, "5s");
+    let admin = w.admin().await;
+    let metrics = w.listening("metrics server listening").await;
+    until(
+        "both workers in a held call",
+        Duration::from_secs(120),
+        || has_metric(admin, "wisp_executor_running 2"),
+    )
+    .await;
+
+    // More requests at once than the host has async workers, each of them reading every
+    // plugin's tier, state, counters and queues.
+    let answers = futures::future::join_all((0..16).map(|_| get(admin, "/plugins"))).await;
+    for a in &answers {
+        let (code, body) = a
+            .as_ref()
+            .expect("/plugins answers while the calls are held");
+        assert_eq!(*code, 200, "{body}");
+        let view: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(view.as_array().map(Vec::len), Some(4), "{body}");
+        for p in view.as_array().unwrap() {
+            assert_eq!(p["tier"], "optimized", "{p}");
+            assert_eq!(p["synced"], false, "{p}");
+        }
+    }
+    for addr in [admin, metrics] {
+        assert_eq!(get(addr, "/healthz").await.map(|a| a.0), Some(200));
+        let (code, body) = get(addr, "/readyz").await.expect("/readyz answers");
+        assert_eq!(
+            code, 503,
+            "the held plugins have not handled their list: {body}"
+        );
+        assert!(
+            body.contains("plugin held-0: initial list not handled"),
+            "{body}"
+        );
+        let (code, body) = get(addr, "/metrics").await.expect("/metrics answers");
+        assert_eq!(code, 200);
+        assert!(
+            body.lines().any(|l| l == "wisp_executor_running 2"),
+            "the calls are still held while everything answered"
+        );
+    }
+
+    std::fs::remove_file(&gate).unwrap();
+    until(
+        "every plugin past its gate",
+        Duration::from_secs(120),
+        || async { matches!(get(admin, "/readyz").await, Some((200, _))) },
+    )
+    .await;
+    w.signal("TERM");
+    let status = w.exited(Duration::from_secs(60)).await;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "exit after SIGTERM: {status:?}\n{}",
+        w.log()
+    );
 }

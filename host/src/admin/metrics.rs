@@ -22,6 +22,104 @@ use crate::plugin::{PluginHandle, PluginState};
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// `Content-Type` of the Prometheus text format ([`to_prometheus_text`]).
+pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The two expositions `/metrics` serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// OpenMetrics 1.0 text, for a scraper whose `Accept` asks for it (Prometheus does).
+    OpenMetrics,
+    /// The Prometheus text format 0.0.4: for anything else (`promtool`, `curl`, older
+    /// scrapers), as client_golang's handler answers without negotiation.
+    Prometheus,
+}
+
+impl Format {
+    /// What an `Accept` header asks for: OpenMetrics when it names
+    /// `application/openmetrics-text` with a weight above 0, the Prometheus text otherwise.
+    pub fn negotiate(accept: Option<&str>) -> Self {
+        let wants_openmetrics = accept.into_iter().flat_map(|a| a.split(',')).any(|range| {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().unwrap_or("");
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .is_some_and(|q| q.parse::<f64>().is_ok_and(|q| q <= 0.0))
+            });
+            media.eq_ignore_ascii_case("application/openmetrics-text") && !refused
+        });
+        if wants_openmetrics {
+            Self::OpenMetrics
+        } else {
+            Self::Prometheus
+        }
+    }
+
+    /// Its `Content-Type`.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Self::OpenMetrics => OPENMETRICS_CONTENT_TYPE,
+            Self::Prometheus => PROMETHEUS_CONTENT_TYPE,
+        }
+    }
+}
+
+/// The OpenMetrics text that [`encode`] made, as the Prometheus text format 0.0.4 has it: a
+/// counter's family is named with its `_total` (the name its samples have, so a text parser
+/// such as `promtool check metrics` finds its HELP and TYPE), `_created` samples, `# UNIT`
+/// lines and `# EOF` are left out, an info family becomes a gauge named `_info`, `unknown`
+/// becomes `untyped`.
+pub fn to_prometheus_text(openmetrics: &str) -> String {
+    let mut out = String::with_capacity(openmetrics.len());
+    // Families by name with how the text format names them, and whether their `_created`
+    // samples go.
+    let mut renamed: std::collections::HashMap<&str, (String, &str)> = Default::default();
+    for line in openmetrics.lines() {
+        if let Some(t) = line.strip_prefix("# TYPE ") {
+            let (family, kind) = t.split_once(' ').unwrap_or((t, ""));
+            let (name, kind) = match kind {
+                "counter" => (format!("{family}_total"), "counter"),
+                "info" => (format!("{family}_info"), "gauge"),
+                "unknown" => (family.to_owned(), "untyped"),
+                other => (family.to_owned(), other),
+            };
+            renamed.insert(family, (name, kind));
+        }
+    }
+    let mut counter_families: Vec<&str> = renamed
+        .iter()
+        .filter(|(_, (n, k))| *k == "counter" && n.ends_with("_total"))
+        .map(|(f, _)| *f)
+        .collect();
+    counter_families.sort_unstable();
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (family, help) = rest.split_once(' ').unwrap_or((rest, ""));
+            let name = renamed.get(family).map_or(family, |(n, _)| n.as_str());
+            out.push_str(&format!("# HELP {name} {help}\n"));
+            continue;
+        }
+        if let Some(t) = line.strip_prefix("# TYPE ") {
+            let family = t.split_once(' ').map_or(t, |(f, _)| f);
+            let (name, kind) = &renamed[family];
+            out.push_str(&format!("# TYPE {name} {kind}\n"));
+            continue;
+        }
+        let name_end = line.find(['{', ' ']).unwrap_or(line.len());
+        if let Some(family) = line[..name_end].strip_suffix("_created")
+            && counter_families.binary_search(&family).is_ok()
+        {
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
 /// A registry whose one collector reads `state` on every scrape.
 pub fn registry(state: AdminState) -> Registry {
     let mut r = Registry::with_prefix("wisp");
@@ -516,6 +614,41 @@ fn per_bucket(cumulative: &[(f64, u64)]) -> (Vec<(f64, u64)>, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scraper_gets_openmetrics_only_when_its_accept_asks_for_it() {
+        let prometheus_3 = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,\
+            application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+        assert_eq!(Format::negotiate(Some(prometheus_3)), Format::OpenMetrics);
+        for accept in [
+            None,
+            Some("text/plain"),
+            Some("*/*"),
+            Some("text/plain;version=0.0.4"),
+            Some("application/openmetrics-text;q=0, text/plain"),
+        ] {
+            assert_eq!(Format::negotiate(accept), Format::Prometheus, "{accept:?}");
+        }
+    }
+
+    #[test]
+    fn the_prometheus_text_names_counters_with_total_and_drops_created_unit_and_eof() {
+        let om = "# HELP wisp_x Things done.\n# TYPE wisp_x counter\n\
+            wisp_x_total{plugin=\"a\"} 3\nwisp_x_created{plugin=\"a\"} 1.7e9\n\
+            # HELP wisp_lat_seconds Latency.\n# TYPE wisp_lat_seconds histogram\n# UNIT wisp_lat_seconds seconds\n\
+            wisp_lat_seconds_sum 0.5\nwisp_lat_seconds_count 2\nwisp_lat_seconds_bucket{le=\"+Inf\"} 2\n\
+            # HELP wisp_build Build.\n# TYPE wisp_build info\nwisp_build_info{version=\"1\"} 1\n\
+            # HELP wisp_up Up.\n# TYPE wisp_up gauge\nwisp_up 1\n# EOF\n";
+        assert_eq!(
+            to_prometheus_text(om),
+            "# HELP wisp_x_total Things done.\n# TYPE wisp_x_total counter\n\
+             wisp_x_total{plugin=\"a\"} 3\n\
+             # HELP wisp_lat_seconds Latency.\n# TYPE wisp_lat_seconds histogram\n\
+             wisp_lat_seconds_sum 0.5\nwisp_lat_seconds_count 2\nwisp_lat_seconds_bucket{le=\"+Inf\"} 2\n\
+             # HELP wisp_build_info Build.\n# TYPE wisp_build_info gauge\nwisp_build_info{version=\"1\"} 1\n\
+             # HELP wisp_up Up.\n# TYPE wisp_up gauge\nwisp_up 1\n"
+        );
+    }
 
     #[test]
     fn per_bucket_counts_undo_the_cumulation_and_total_the_inf_bucket() {

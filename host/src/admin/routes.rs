@@ -13,7 +13,7 @@ use prometheus_client::registry::Registry;
 
 use super::AdminState;
 use super::auth::{self, Guard};
-use super::metrics::{self, OPENMETRICS_CONTENT_TYPE};
+use super::metrics;
 use super::plugins::{self, PluginView};
 use crate::plugin::PluginState;
 use crate::policy::VerdictFilter;
@@ -101,9 +101,18 @@ async fn readyz(State(ctx): State<Ctx>) -> (StatusCode, String) {
     (code, r.to_string())
 }
 
-async fn scrape(State(ctx): State<Ctx>) -> Response {
+/// `/metrics` in the exposition the scraper's `Accept` asks for ([`metrics::Format`]).
+async fn scrape(State(ctx): State<Ctx>, headers: axum::http::HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let format = metrics::Format::negotiate(accept);
     match metrics::encode(&ctx.registry) {
-        Ok(body) => ([(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], body).into_response(),
+        Ok(body) => {
+            let body = match format {
+                metrics::Format::OpenMetrics => body,
+                metrics::Format::Prometheus => metrics::to_prometheus_text(&body),
+            };
+            ([(header::CONTENT_TYPE, format.content_type())], body).into_response()
+        }
         Err(e) => {
             tracing::error!(error = %e, "encoding the metrics failed");
             (

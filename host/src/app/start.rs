@@ -82,7 +82,7 @@ pub async fn start(
     for p in &config.plugins {
         admin.startup.begin(&p.name, "waiting to compile");
     }
-    let (admin_addr, metrics_addr) = listeners.serve(config, &admin, &sup);
+    let (admin_addr, metrics_addr) = listeners.serve(config, &admin, &sup)?;
 
     let pulls = Pulls::spawn(config, &admin.startup, &sup);
     let manager = plugin_manager(config, opts, services, &informers, &sup)?;
@@ -176,15 +176,19 @@ impl Listeners {
     }
 
     /// Step: the servers, from now on answering `/healthz` (and `/readyz`, which names what
-    /// is still starting).
+    /// is still starting). They run on a runtime of their own ([`servers_runtime`]).
     fn serve(
         self,
         config: &Config,
         admin: &AdminState,
         sup: &Arc<Supervisor>,
-    ) -> (Option<SocketAddr>, Option<SocketAddr>) {
+    ) -> anyhow::Result<(Option<SocketAddr>, Option<SocketAddr>)> {
         let addr = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
         let addrs = (addr(&self.admin), addr(&self.metrics));
+        if self.admin.is_none() && self.metrics.is_none() {
+            return Ok(addrs);
+        }
+        let rt = servers_runtime(sup)?;
         if let Some(l) = self.admin {
             let auth = crate::admin::AdminAuth {
                 token_file: config
@@ -193,12 +197,14 @@ impl Listeners {
                     .as_deref()
                     .map(|f| config.resolve(std::path::Path::new(f))),
             };
-            let state = admin.clone();
-            sup.spawn(
+            let (state, l) = (admin.clone(), l.into_std()?);
+            sup.spawn_on(
+                &rt,
                 Phase::Servers,
                 "admin server",
                 OnError::Fatal,
                 |stop| async move {
+                    let l = TcpListener::from_std(l)?;
                     crate::admin::serve_with_auth(l, state, auth, stop.cancelled_owned())
                         .await
                         .context("admin.listen")
@@ -206,19 +212,58 @@ impl Listeners {
             );
         }
         if let Some(l) = self.metrics {
-            let state = admin.clone();
-            sup.spawn(
+            let (state, l) = (admin.clone(), l.into_std()?);
+            sup.spawn_on(
+                &rt,
                 Phase::Servers,
                 "metrics server",
                 OnError::Fatal,
                 |stop| async move {
+                    let l = TcpListener::from_std(l)?;
                     crate::admin::serve_metrics(l, state, stop.cancelled_owned())
                         .await
                         .context("admin.metricsAddress")
                 },
             );
         }
-        addrs
+        Ok(addrs)
+    }
+}
+
+/// Worker threads of the servers' runtime: a probe, a scrape and an operator's request at once.
+const SERVER_THREADS: usize = 2;
+
+/// The admin and metrics servers' own runtime ([`SERVER_THREADS`] workers that run nothing
+/// else): no blocking section on the host's runtime (a compile, a `dir:` scan, a lock held
+/// across a plugin call) can keep a probe waiting. Shut down with the host's threads, after
+/// the servers' phase ended.
+fn servers_runtime(sup: &Supervisor) -> anyhow::Result<tokio::runtime::Handle> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(SERVER_THREADS)
+        .thread_name("wisp-admin")
+        .enable_all()
+        .build()
+        .context("admin: cannot start the servers' threads")?;
+    let handle = rt.handle().clone();
+    let mut rt = ServersRuntime(Some(rt));
+    sup.join_on_stop("servers' runtime", move || {
+        if let Some(rt) = rt.0.take() {
+            rt.shutdown_timeout(Duration::from_secs(1));
+        }
+    });
+    Ok(handle)
+}
+
+/// The servers' runtime until it is shut down. Dropped without a join (a start that failed
+/// after the servers began, in async code), it is let go in the background: dropping a runtime
+/// there would panic.
+struct ServersRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for ServersRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
     }
 }
 

@@ -135,19 +135,45 @@ impl Supervisor {
         F: FnOnce(CancellationToken) -> Fut,
         Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
     {
+        self.spawn_on(
+            &tokio::runtime::Handle::current(),
+            phase,
+            name,
+            on_error,
+            task,
+        )
+    }
+
+    /// [`Supervisor::spawn`] on the runtime of `handle` (the servers' own runtime, which no
+    /// blocking work of the host's runtime can starve); tracked and stopped with `phase` all
+    /// the same.
+    pub fn spawn_on<F, Fut>(
+        self: &Arc<Self>,
+        handle: &tokio::runtime::Handle,
+        phase: Phase,
+        name: &str,
+        on_error: OnError,
+        task: F,
+    ) where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
         let p = &self.phases[phase.index()];
         let fut = std::panic::AssertUnwindSafe(task(p.token.clone())).catch_unwind();
         let (me, name) = (Arc::downgrade(self), name.to_owned());
-        p.tracker.spawn(async move {
-            let error = match fut.await {
-                Ok(Ok(())) => return,
-                Ok(Err(e)) => format!("{e:#}"),
-                Err(panic) => format!("panicked: {}", panic_text(&*panic)),
-            };
-            if let Some(me) = me.upgrade() {
-                me.failed(&name, on_error, error);
-            }
-        });
+        p.tracker.spawn_on(
+            async move {
+                let error = match fut.await {
+                    Ok(Ok(())) => return,
+                    Ok(Err(e)) => format!("{e:#}"),
+                    Err(panic) => format!("panicked: {}", panic_text(&*panic)),
+                };
+                if let Some(me) = me.upgrade() {
+                    me.failed(&name, on_error, error);
+                }
+            },
+            handle,
+        );
     }
 
     /// Registers a thread (or group of threads) to be joined, by `join`, once every phase

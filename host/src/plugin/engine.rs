@@ -151,9 +151,10 @@ impl LoadSource {
 }
 
 /// Which compiler a component's code comes from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Tier {
     /// Cranelift, optimizing: what the module cache holds.
+    #[default]
     Optimized,
     /// Winch, the first-load tier, until the Cranelift compile lands.
     Baseline,

@@ -76,6 +76,7 @@ impl CheckedPlugin {
             hash: self.report.hash.clone(),
             generation: 1,
             abi: self.pre.abi(),
+            tier: self.report.tier,
         };
         v.publish(&self.spec, &self.status);
         v

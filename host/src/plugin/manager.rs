@@ -81,9 +81,9 @@ impl PluginHandle {
 
     /// Which compiler the running version's code comes from: [`Tier::Baseline`] (Winch) from
     /// a first load until the background Cranelift compile lands and the plugin is moved onto it.
+    /// Read from the published status: never waits on a call in progress.
     pub fn tier(&self) -> Tier {
-        let rt = lock(&self.runtime);
-        rt.engine.tier(&rt.pre)
+        self.status.running().tier
     }
 
     /// A plugin started on the first-load tier's code: once the module's Cranelift compile

@@ -124,6 +124,7 @@ impl PluginRuntime {
             hash: load.hash.clone(),
             generation,
             abi: pre.abi(),
+            tier: self.engine.tier(&pre),
         };
         let settings = spec.settings.to_string();
         let old = super::probation::Probation {

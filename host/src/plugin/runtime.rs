@@ -91,6 +91,8 @@ pub struct VersionInfo {
     pub generation: u64,
     /// The version of the `wisp:plugin` world its component targets.
     pub abi: super::bindings::Abi,
+    /// Which compiler its code comes from.
+    pub tier: super::engine::Tier,
 }
 
 impl VersionInfo {
@@ -104,6 +106,7 @@ impl VersionInfo {
             hash: self.hash.clone(),
             generation: self.generation,
             abi: self.abi.version(),
+            tier: self.tier,
         });
     }
 }

@@ -330,6 +330,9 @@ pub struct Running {
     pub generation: u64,
     /// The version of the `wisp:plugin` world its component targets (`0.2.0`, `0.1.0`).
     pub abi: &'static str,
+    /// Which compiler its code comes from (published with the version, so readers never
+    /// take the plugin's runtime lock to learn it).
+    pub tier: super::engine::Tier,
 }
 
 /// A metric series a plugin reports: name plus sorted labels.

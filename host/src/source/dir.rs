@@ -472,6 +472,17 @@ pub struct DirCluster {
     /// endpoints or the informers.
     scan: Mutex<()>,
     state: Mutex<State>,
+    /// The errors and notes of the last scan, copied out of `state` when it ends: what
+    /// `/readyz` and `/metrics` read, never waiting on a scan (whose state lock is held while
+    /// thousands of objects are decoded and published).
+    reported: Mutex<Arc<Reported>>,
+}
+
+/// What a scan reported, per file.
+#[derive(Default)]
+struct Reported {
+    errors: BTreeMap<PathBuf, String>,
+    notes: BTreeMap<PathBuf, String>,
 }
 
 fn key_of(v: &Value) -> Option<ObjKey> {
@@ -753,6 +764,7 @@ impl DirCluster {
             max_file_size,
             scan: Mutex::default(),
             state: Mutex::default(),
+            reported: Mutex::default(),
         });
         c.rescan();
         Ok(c)
@@ -775,19 +787,28 @@ impl DirCluster {
         let (_, errors) = st.defined();
         let seen = st.files.keys().map(|p| (p.clone(), ())).collect();
         st.report_errors(errors, &seen);
+        self.share_reports(&st);
         src
     }
 
+    /// Copies the errors and notes of `st` to where readers find them.
+    fn share_reports(&self, st: &State) {
+        *lock(&self.reported) = Arc::new(Reported {
+            errors: st.errors.clone(),
+            notes: st.notes.clone(),
+        });
+    }
+
     /// Files not read whole (they do not parse, or documents or objects in them were left
-    /// out), with what was wrong.
+    /// out), with what was wrong, as the last scan left them (never waits on a scan).
     pub fn errors(&self) -> BTreeMap<PathBuf, String> {
-        self.lock().errors.clone()
+        lock(&self.reported).clone().errors.clone()
     }
 
     /// Files that define objects defined before them (in path order), with which: notes, not
     /// errors (every object of the file was read; the later definition counts).
     pub fn notes(&self) -> BTreeMap<PathBuf, String> {
-        self.lock().notes.clone()
+        lock(&self.reported).clone().notes.clone()
     }
 
     /// Whether this directory cluster serves `kind` at `api_version`, as discovery would
@@ -844,6 +865,7 @@ impl DirCluster {
         let (defined, reports) = st.defined();
         st.report_errors(reports, &seen);
         st.publish(defined);
+        self.share_reports(&st);
     }
 
     /// The field labels a custom `kind` served at `api_version` supports, when a

@@ -45,17 +45,37 @@ pub async fn get(addr: SocketAddr, path: &str) -> Reply {
 /// `method path` (with no body) over a fresh connection, with a bearer token when given, read
 /// to the end.
 pub async fn request(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> Reply {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let auth = token
         .map(|t| format!("Authorization: Bearer {t}\r\n"))
         .unwrap_or_default();
+    request_with(addr, method, path, &auth).await
+}
+
+/// What Prometheus sends as `Accept` when it scrapes (3.x, OpenMetrics preferred).
+pub const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0;q=0.6,\
+    application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+
+/// `GET /metrics` as Prometheus scrapes it (asking for OpenMetrics).
+pub async fn scrape_openmetrics(addr: SocketAddr) -> Reply {
+    request_with(
+        addr,
+        "GET",
+        "/metrics",
+        &format!("Accept: {PROMETHEUS_ACCEPT}\r\n"),
+    )
+    .await
+}
+
+/// [`request`] with `headers` (whole lines, each ending in CRLF) added.
+pub async fn request_with(addr: SocketAddr, method: &str, path: &str, headers: &str) -> Reply {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let length = if method == "GET" {
         ""
     } else {
         "Content-Length: 0\r\n"
     };
     let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}{length}Connection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}{length}Connection: close\r\n\r\n"
     );
     s.write_all(req.as_bytes()).await.unwrap();
     let mut raw = Vec::new();

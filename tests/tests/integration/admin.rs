@@ -6,7 +6,7 @@ use crate::common;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use common::http::{Reply, get};
+use common::http::{Reply, get, scrape_openmetrics};
 use common::rig::engine;
 use common::*;
 use serde_json::{Value, json};
@@ -117,6 +117,13 @@ async fn healthz_answers_ok_unknown_paths_are_not_found_and_serve_returns_on_shu
     assert_eq!(r.status, 404, "{r:?}");
     let r = admin.get("/metrics").await;
     assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("content-type"),
+        Some("text/plain; version=0.0.4; charset=utf-8"),
+        "a scrape that asks for nothing gets the Prometheus text"
+    );
+    assert!(!r.body.contains("# EOF"), "{}", r.body);
+    let r = scrape_openmetrics(admin.addr).await;
     assert!(r.body.ends_with("# EOF\n"), "{}", r.body);
     admin.stop().await;
 }
@@ -168,7 +175,7 @@ async fn metrics_report_cache_size_deliveries_latency_buckets_and_the_plugins_ow
     // busy machine the loop can be a while about it).
     let started = std::time::Instant::now();
     let r = loop {
-        let r = admin.get("/metrics").await;
+        let r = scrape_openmetrics(admin.addr).await;
         if r.sample(r#"wisp_informer_queued_items{informer="pods"}"#) == Some(0.0)
             || started.elapsed() > std::time::Duration::from_secs(10)
         {

@@ -69,7 +69,7 @@ async fn without_a_token_a_non_loopback_admin_refuses_protected_endpoints_but_se
     assert_eq!(call(addr, "GET", "/readyz", None).await.0, 200);
     let (code, body) = call(addr, "GET", "/metrics", None).await;
     assert_eq!(code, 200);
-    assert!(body.contains("# EOF"), "{body}");
+    assert!(body.contains("# TYPE wisp_"), "{body}");
 }
 
 #[tokio::test]
