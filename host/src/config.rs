@@ -580,8 +580,9 @@ pub struct EngineSettings {
     /// Fuel metering.
     #[serde(default)]
     pub fuel: bool,
-    /// How long one module's compile may take (default 120s): a module over it is refused
-    /// (the start fails; a reload keeps the running version).
+    /// How much CPU time one module's compile may take (default 120s; its wall clock is
+    /// bounded at 10 times it): a module over it is refused (the start fails; a reload keeps
+    /// the running version).
     pub compile_timeout: Option<Dur>,
     /// How much address space one module's compile may take (default 1Gi, at least 128Mi): a
     /// module over it is refused as one over `compileTimeout` is. Each compile runs in a child

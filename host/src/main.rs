@@ -27,8 +27,8 @@ struct Cli {
 /// reads them from `engine:` in its config).
 #[derive(clap::Args)]
 struct CompileArgs {
-    /// Longest a module's compile may take (engine.compileTimeout); over it the module is
-    /// refused.
+    /// Most CPU time a module's compile may take (engine.compileTimeout; its wall clock is
+    /// bounded at 10 times it); over it the module is refused.
     #[arg(long, value_name = "DURATION", default_value = "120s")]
     compile_timeout: String,
     /// Most address space a module's compile may take (engine.compileMemory, at least 128Mi);
@@ -61,6 +61,7 @@ impl CompileArgs {
         }
         Ok(PluginEngine::new(EngineConfig {
             compile_timeout: timeout,
+            bound_names: wisp_host::plugin::engine::BoundNames::FLAGS,
             compile_memory: self.memory()?,
             compiler: compiler::own_executable(),
             ..EngineConfig::default()
@@ -99,13 +100,15 @@ Module cache (engine.cacheDir, default $XDG_CACHE_HOME/wisp/modules or ~/.cache/
   others is not used at all: the host warns and compiles in memory only.
 
 Compiles (engine.compileTimeout 120s, engine.compileMemory 1Gi): each module compiles in a child
-  process of wisp, killed at the timeout (wall clock) and limited to that much address space, at
-  nice 10 and first in line for the kernel's OOM killer; a module over a bound is refused naming
-  it (the start fails; a reload keeps the running version). At most executor.workers compile at
-  once; reloads of different plugins do not wait for one another. With engine.firstLoadTier
+  process of wisp, killed past the timeout in CPU time (its wall clock is bounded at 10 times it,
+  for a compile starved of CPU) and limited to that much address space, at nice 10 and first in
+  line for the kernel's OOM killer; a module over a bound is refused naming it (the start fails;
+  a reload keeps the running version). At most executor.workers compile at once; starts and
+  reloads go first, and reloads of different plugins do not wait for one another. With engine.firstLoadTier
   (default true) a module of 4 MiB or more (Python, JavaScript) in neither cache starts on code
   from Winch, wasmtime's baseline compiler, and is reloaded onto the Cranelift code when that
-  compile, run in the background within the same bounds, lands in the module cache.
+  compile, run in the background within the same bounds at nice 19, never on the last free
+  compile slot, lands in the module cache.
 
 Size caps (per informer): a watch event line over maxEventSize (default 16Mi) or a list response
   over maxListSize (default 512Mi) is not read further; the error names the informer, the size

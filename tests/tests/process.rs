@@ -781,7 +781,7 @@ async fn a_module_compiling_past_compile_timeout_is_refused_and_the_running_one_
     assert_eq!(status.code(), Some(1), "{}", w.log());
     assert!(
         w.log()
-            .contains("compiling took longer than engine.compileTimeout (50ms); refused"),
+            .contains("compiling took more than engine.compileTimeout (50ms of CPU time); refused"),
         "{}",
         w.log()
     );
@@ -799,7 +799,7 @@ async fn a_module_compiling_past_compile_timeout_is_refused_and_the_running_one_
     std::fs::copy(&python, dir.path().join("next.wasm")).unwrap();
     std::fs::rename(dir.path().join("next.wasm"), &module).unwrap();
     w.logged(
-        "engine.compileTimeout (3s); refused",
+        "engine.compileTimeout (3s of CPU time); refused",
         Duration::from_secs(60),
     )
     .await;
@@ -1287,7 +1287,7 @@ async fn a_compile_bomb_over_a_running_plugin_is_refused_at_its_bound_and_holds_
         has_metric(admin, reloaded)
     })
     .await;
-    let timeout = "compiling took longer than engine.compileTimeout (15s); refused";
+    let timeout = "compiling took more than engine.compileTimeout (15s of CPU time); refused";
     assert!(
         !w.log().contains(timeout) && !children(pid).is_empty(),
         "the other plugin's reload waited for the bomb's compile:\n{}",
@@ -1295,10 +1295,6 @@ async fn a_compile_bomb_over_a_running_plugin_is_refused_at_its_bound_and_holds_
     );
     w.logged(timeout, Duration::from_secs(40)).await;
     let took = began.elapsed();
-    assert!(
-        took >= Duration::from_secs(15) && took < Duration::from_secs(25),
-        "refused after {took:?}"
-    );
     eprintln!("slow bomb refused after {took:?}; the other plugin reloaded in {other:?} meanwhile");
     until(
         "no compile process left",
@@ -1383,23 +1379,77 @@ async fn wisp_check_refuses_a_compile_bomb_at_its_bound() {
         &["--compile-timeout", "3s", "--compile-memory", "256Mi"],
     );
     assert!(
-        e.contains("compiling took longer than engine.compileTimeout (3s); refused"),
+        e.contains("compiling took more than --compile-timeout (3s of CPU time); refused"),
         "{e}"
     );
-    assert!(
-        took >= Duration::from_secs(3) && took < Duration::from_secs(8),
-        "{took:?}"
-    );
+    eprintln!("the slow bomb refused after {took:?}");
     let (took, e) = check(
         "big.wasm",
         big_bomb(),
         &["--compile-timeout", "60s", "--compile-memory", "256Mi"],
     );
     assert!(
-        e.contains("compiling needed more memory than engine.compileMemory (256 MiB); refused"),
+        e.contains("compiling needed more memory than --compile-memory (256 MiB); refused"),
         "{e}"
     );
-    assert!(took < Duration::from_secs(20), "{took:?}");
+    eprintln!("the big bomb refused after {took:?}");
+}
+
+/// `engine.compileTimeout` bounds a compile's CPU time, not its wall clock: a compile held
+/// off the CPU for longer than its bound (the child stopped with SIGSTOP for 3 s, as a pod's
+/// CPU quota or a busy node would hold it) under `--compile-timeout 2s` is not refused, and
+/// `wisp check` passes once it runs again. (Before: killed at 2 s of wall clock.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compile_held_off_the_cpu_past_its_bound_is_not_refused() {
+    let module = plugin_path("audit_log");
+    for attempt in 1..=5 {
+        let dir = tempfile::tempdir().unwrap();
+        let mut check = Command::new(wisp_bin())
+            .arg("check")
+            .arg(&module)
+            .args(["--compile-timeout", "2s"])
+            .env("XDG_CACHE_HOME", dir.path().join("cache"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = check.id();
+        // Catch the compile child (a Rust plugin compiles in ~0.3 s) and stop it.
+        let mut stopped = None;
+        while stopped.is_none() && check.try_wait().unwrap().is_none() {
+            if let Some(&child) = children(pid).first() {
+                let ok = Command::new("kill")
+                    .args(["-STOP", &child.to_string()])
+                    .status()
+                    .unwrap()
+                    .success();
+                stopped = ok.then_some(child);
+            }
+        }
+        let Some(child) = stopped else {
+            eprintln!("attempt {attempt}: the compile ended before it was caught");
+            let _ = check.wait();
+            continue;
+        };
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(
+            check.try_wait().unwrap().is_none(),
+            "wisp check ended while its compile was stopped: {}",
+            String::from_utf8_lossy(&check.wait_with_output().unwrap().stderr)
+        );
+        Command::new("kill")
+            .args(["-CONT", &child.to_string()])
+            .status()
+            .unwrap();
+        let out = check.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "refused: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    panic!("the compile child was never caught running");
 }
 
 /// A memory cgroup of its own for one test's `wisp` process (cgroup v1's memory controller or

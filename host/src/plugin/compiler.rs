@@ -10,10 +10,14 @@
 //!   set between fork and exec), so an allocation over it fails in the child; and the child gives
 //!   itself the kernel's highest OOM score (`oom_score_adj` 1000), so a container short of
 //!   memory loses the compile, not the host;
-//! - **time**: the parent kills the child at `engine.compileTimeout` (wall clock, from its
-//!   start); a CPU-time limit (`RLIMIT_CPU`, the timeout times the cores) and death with its
-//!   parent (`PR_SET_PDEATHSIG`) keep an orphan from burning on;
-//! - **share**: the child runs at nice 10, so the plugins that run meanwhile keep their CPU.
+//! - **time**: `engine.compileTimeout` bounds the child's CPU time (all its threads): the parent
+//!   reads it every [`CPU_POLL`] and kills the child past the bound, so the machine's load (a
+//!   pod's CPU quota, other work) does not decide whether a module compiles. A wall-clock
+//!   backstop, [`WALL_BACKSTOP`] times the bound, ends a compile starved of CPU or stuck; a
+//!   kernel CPU limit (`RLIMIT_CPU`, a second over the bound) and death with its parent
+//!   (`PR_SET_PDEATHSIG`) keep an orphan from burning on;
+//! - **share**: the child runs at nice 10 (a background tier-up at 19), so the plugins that run
+//!   meanwhile keep their CPU.
 //!
 //! The child reads the module on stdin, compiles it with the engine settings that decide whether
 //! an artifact loads ([`ArtifactSettings`]) and writes the serialized artifact on stdout. The
@@ -27,6 +31,8 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use super::engine::{BoundNames, WALL_BACKSTOP};
 
 use super::engine::LoadError;
 
@@ -122,10 +128,43 @@ pub fn child_main(settings: ArtifactSettings) -> i32 {
 pub struct ChildCompiler {
     /// The executable (`wisp`), run as `exe __compile`.
     pub exe: PathBuf,
-    /// Wall-clock bound of one compile (`engine.compileTimeout`).
+    /// CPU-time bound of one compile (`engine.compileTimeout`); its wall clock is bounded at
+    /// [`WALL_BACKSTOP`] times it.
     pub timeout: Duration,
     /// Address-space bound of one compile (`engine.compileMemory`), bytes.
     pub memory: u64,
+    /// How refusals name the bounds.
+    pub names: BoundNames,
+}
+
+/// How often the parent reads a compiling child's CPU time.
+pub const CPU_POLL: Duration = Duration::from_millis(10);
+
+/// How urgent a compile is: it sets the child's nice value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Urgency {
+    /// A start or a reload waits for it: nice 10.
+    Foreground,
+    /// A background tier-up: nice 19, behind everything else on the machine.
+    Background,
+}
+
+impl Urgency {
+    fn nice(self) -> libc::c_int {
+        match self {
+            Self::Foreground => 10,
+            Self::Background => 19,
+        }
+    }
+}
+
+/// Which bound ended a compile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Over {
+    /// Its CPU time.
+    Cpu,
+    /// The wall-clock backstop.
+    Wall,
 }
 
 /// What a child compile produced.
@@ -148,8 +187,8 @@ struct Ended {
     code: Option<i32>,
     /// The signal that ended it.
     signal: Option<i32>,
-    /// The parent killed it at the deadline.
-    timed_out: bool,
+    /// The parent killed it at a time bound.
+    over: Option<Over>,
     /// Its stdout went past the memory bound (then the parent killed it).
     too_big: bool,
     /// The head and the tail of its stderr.
@@ -163,9 +202,10 @@ impl ChildCompiler {
         &self,
         settings: ArtifactSettings,
         bytes: &[u8],
+        urgency: Urgency,
     ) -> Result<ChildCompiled, LoadError> {
         let start = Instant::now();
-        let mut child = self.command(settings).spawn().map_err(|e| {
+        let mut child = self.command(settings, urgency).spawn().map_err(|e| {
             LoadError::Crashed(format!(
                 "cannot start the compiler process {}: {e}",
                 self.exe.display()
@@ -183,7 +223,7 @@ impl ChildCompiler {
     }
 
     /// `exe __compile ...` with its pipes, limits and process group.
-    fn command(&self, settings: ArtifactSettings) -> Command {
+    fn command(&self, settings: ArtifactSettings, urgency: Urgency) -> Command {
         let mut c = Command::new(&self.exe);
         c.args(settings.args())
             .env_clear()
@@ -192,13 +232,9 @@ impl ChildCompiler {
             .stderr(Stdio::piped())
             // Its own group: a terminal's Ctrl-C reaches the parent, which the child dies with.
             .process_group(0);
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
-        let cpu = self
-            .timeout
-            .as_secs()
-            .saturating_add(1)
-            .saturating_mul(cores);
-        limit_child(&mut c, self.memory, cpu);
+        // The kernel's limit is whole seconds, a second past the bound the parent watches.
+        let cpu = self.timeout.as_secs().saturating_add(2);
+        limit_child(&mut c, self.memory, cpu, urgency.nice());
         c
     }
 
@@ -212,8 +248,9 @@ impl ChildCompiler {
     ) -> (Vec<u8>, Ended, Usage) {
         let (stdin, stdout, stderr) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take());
-        let deadline = start + self.timeout;
+        let backstop = start + self.timeout.saturating_mul(WALL_BACKSTOP);
         let limit = self.memory;
+        let pid = child.id();
         std::thread::scope(|s| {
             s.spawn(move || {
                 // A child that dies before reading it all breaks the pipe: its status tells why.
@@ -230,21 +267,31 @@ impl ChildCompiler {
                 }
                 let _ = tx.send(art);
             });
-            let wait = deadline.saturating_duration_since(Instant::now());
-            let (artifact, mut timed_out) = match rx.recv_timeout(wait) {
-                Ok(art) => (art, false),
-                Err(_) => (Vec::new(), true),
+            let (artifact, mut over) = loop {
+                match rx.recv_timeout(CPU_POLL) {
+                    Ok(art) => break (art, None),
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                        break (Vec::new(), None);
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                }
+                if cpu_time(pid).is_some_and(|cpu| cpu > self.timeout) {
+                    break (Vec::new(), Some(Over::Cpu));
+                }
+                if Instant::now() >= backstop {
+                    break (Vec::new(), Some(Over::Wall));
+                }
             };
             let too_big = artifact.len() as u64 > limit;
-            if timed_out || too_big {
+            if over.is_some() || too_big {
                 let _ = child.kill();
             }
-            let (status, usage) = reap(child, deadline, &mut timed_out);
+            let (status, usage) = reap(child, backstop, &mut over);
             let stderr = err.join().unwrap_or_default();
             let ended = Ended {
                 code: status.and_then(|s| s.code()),
                 signal: status.and_then(|s| s.signal()),
-                timed_out,
+                over,
                 too_big,
                 stderr,
             };
@@ -261,11 +308,11 @@ struct Usage {
 }
 
 /// Waits for the child until `deadline` (its stdout is closed: it is exiting), kills it then
-/// (setting `timed_out`), and reaps it with its resource usage. `None`: it could not be reaped.
+/// (setting `over`), and reaps it with its resource usage. `None`: it could not be reaped.
 fn reap(
     child: &mut Child,
     deadline: Instant,
-    timed_out: &mut bool,
+    over: &mut Option<Over>,
 ) -> (Option<std::process::ExitStatus>, Usage) {
     let pid = child.id() as libc::pid_t;
     loop {
@@ -275,7 +322,7 @@ fn reap(
                 std::thread::sleep(Duration::from_millis(5));
             }
             Ok(None) => {
-                *timed_out = true;
+                over.get_or_insert(Over::Wall);
                 let _ = child.kill();
                 return wait4(pid, 0).ok().flatten().unwrap_or_default();
             }
@@ -322,12 +369,33 @@ fn wait4(
     }
 }
 
+/// CPU time (user and system, every thread) of process `pid` so far, from `/proc/PID/stat`;
+/// `None` where it cannot be read (then only the wall-clock backstop and `RLIMIT_CPU` hold).
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name (in parentheses, which may hold anything): state is field 3,
+    // utime field 14, stime field 15.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let ticks: u64 = fields.next()?.parse::<u64>().ok()? + fields.next()?.parse::<u64>().ok()?;
+    let hz = clock_ticks_per_second();
+    Some(Duration::from_secs(ticks / hz) + Duration::from_nanos((ticks % hz) * 1_000_000_000 / hz))
+}
+
+/// The unit of `/proc/PID/stat`'s times (`USER_HZ`).
+#[allow(unsafe_code)] // one libc call that takes no pointer
+fn clock_ticks_per_second() -> u64 {
+    // SAFETY: sysconf reads a constant of the system; it takes no memory of ours.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(hz).ok().filter(|&h| h > 0).unwrap_or(100)
+}
+
 /// Sets the child's limits between fork and exec: address space `memory`, CPU `cpu` seconds,
-/// no core file, killed with the thread that spawned it, nice 10, and the kernel's first choice
+/// no core file, killed with the thread that spawned it, nice `nice`, and the kernel's first choice
 /// when the container runs out of memory (`oom_score_adj` 1000: this compile, not the host;
 /// raising one's own score needs no privilege, and where it fails the limits still hold).
 #[allow(unsafe_code)]
-fn limit_child(c: &mut Command, memory: u64, cpu: u64) {
+fn limit_child(c: &mut Command, memory: u64, cpu: u64, nice: libc::c_int) {
     let limits = [
         (libc::RLIMIT_AS, memory, memory),
         (libc::RLIMIT_CPU, cpu, cpu.saturating_add(1)),
@@ -361,8 +429,8 @@ fn limit_child(c: &mut Command, memory: u64, cpu: u64) {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            // Best effort: a host already at nice 10 or more stays where it is.
-            let _ = libc::setpriority(libc::PRIO_PROCESS, 0, 10);
+            // Best effort: a host already at that nice value or more stays where it is.
+            let _ = libc::setpriority(libc::PRIO_PROCESS, 0, nice);
             let fd = libc::open(
                 c"/proc/self/oom_score_adj".as_ptr(),
                 libc::O_WRONLY | libc::O_CLOEXEC,
@@ -423,11 +491,23 @@ fn out_of_memory(stderr: &str) -> bool {
 impl Ended {
     /// The bound the child hit, or what it said; `Ok` when it compiled.
     fn verdict(&self, limits: &ChildCompiler) -> Result<(), LoadError> {
-        if self.timed_out || self.signal == Some(libc::SIGXCPU) {
-            return Err(LoadError::TooSlow(limits.timeout));
+        let too_slow = |wall| LoadError::TooSlow {
+            limit: limits.timeout,
+            setting: limits.names.timeout,
+            wall,
+        };
+        let too_big = LoadError::TooBig {
+            limit: limits.memory,
+            setting: limits.names.memory,
+        };
+        if self.over == Some(Over::Cpu) || self.signal == Some(libc::SIGXCPU) {
+            return Err(too_slow(false));
+        }
+        if self.over == Some(Over::Wall) {
+            return Err(too_slow(true));
         }
         if self.too_big {
-            return Err(LoadError::TooBig(limits.memory));
+            return Err(too_big);
         }
         let said = if self.stderr.is_empty() {
             "nothing on stderr".to_owned()
@@ -436,12 +516,13 @@ impl Ended {
         };
         match (self.code, self.signal) {
             (Some(0), _) => Ok(()),
-            _ if out_of_memory(&self.stderr) => Err(LoadError::TooBig(limits.memory)),
+            _ if out_of_memory(&self.stderr) => Err(too_big),
             (Some(EXIT_INVALID), _) => Err(LoadError::Invalid(said)),
             (_, Some(libc::SIGKILL)) => Err(LoadError::Crashed(format!(
                 "the compiler process was killed (SIGKILL), most likely by the kernel at the \
                  container's memory limit: give the container more memory or lower \
-                 engine.compileMemory ({})",
+                 {} ({})",
+                limits.names.memory,
                 mib(limits.memory)
             ))),
             (Some(code), _) => Err(LoadError::Crashed(format!(
@@ -470,7 +551,7 @@ mod tests {
         Ended {
             code,
             signal,
-            timed_out: false,
+            over: None,
             too_big: false,
             stderr: stderr.into(),
         }
@@ -481,6 +562,7 @@ mod tests {
             exe: "wisp".into(),
             timeout: Duration::from_secs(7),
             memory: 300 << 20,
+            names: BoundNames::FLAGS,
         }
     }
 
@@ -489,24 +571,31 @@ mod tests {
         let l = limits();
         assert!(ended(Some(0), None, "").verdict(&l).is_ok());
         let mut t = ended(None, Some(libc::SIGKILL), "");
-        t.timed_out = true;
-        assert!(matches!(t.verdict(&l), Err(LoadError::TooSlow(d)) if d == l.timeout));
+        t.over = Some(Over::Cpu);
+        assert!(
+            matches!(t.verdict(&l), Err(LoadError::TooSlow { limit, setting: "--compile-timeout", wall: false }) if limit == l.timeout)
+        );
+        t.over = Some(Over::Wall);
+        assert!(matches!(
+            t.verdict(&l),
+            Err(LoadError::TooSlow { wall: true, .. })
+        ));
         assert!(matches!(
             ended(None, Some(libc::SIGXCPU), "").verdict(&l),
-            Err(LoadError::TooSlow(_))
+            Err(LoadError::TooSlow { wall: false, .. })
         ));
         for oom in [
             "memory allocation of 1048576 bytes failed",
             "failed to mmap: Cannot allocate memory (os error 12)",
         ] {
             assert!(
-                matches!(ended(None, Some(libc::SIGABRT), oom).verdict(&l), Err(LoadError::TooBig(m)) if m == 300 << 20),
+                matches!(ended(None, Some(libc::SIGABRT), oom).verdict(&l), Err(LoadError::TooBig { limit, setting: "--compile-memory" }) if limit == 300 << 20),
                 "{oom}"
             );
         }
         let mut big = ended(None, Some(libc::SIGKILL), "");
         big.too_big = true;
-        assert!(matches!(big.verdict(&l), Err(LoadError::TooBig(_))));
+        assert!(matches!(big.verdict(&l), Err(LoadError::TooBig { .. })));
         match ended(
             Some(EXIT_INVALID),
             None,

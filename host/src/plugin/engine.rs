@@ -16,7 +16,7 @@ use wasmtime::{Config, Engine};
 
 use super::bindings::{Abi, PluginPre, v01, v02};
 use super::cache::ModuleCache;
-use super::compiler::{ArtifactSettings, ChildCompiler};
+use super::compiler::{ArtifactSettings, ChildCompiler, Urgency};
 use super::error::PluginError;
 use super::state::StoreData;
 use crate::sync::{lock, wait};
@@ -39,9 +39,12 @@ pub struct EngineConfig {
     /// Epoch interruption: how a call's deadline cuts it. Always on in a host; off only to
     /// measure what the checks cost (`wisp-bench`): without it no deadline holds.
     pub epoch_interruption: bool,
-    /// How long one module's compile may take (`engine.compileTimeout`); a module over it is
-    /// refused (see [`PluginEngine::load`]).
+    /// How much CPU time one module's compile may take (`engine.compileTimeout`; the child's
+    /// wall clock is bounded at [`WALL_BACKSTOP`] times it); a module over it is refused (see
+    /// [`PluginEngine::load`]).
     pub compile_timeout: Duration,
+    /// How refusals name the bounds (default: the config's keys).
+    pub bound_names: BoundNames,
     /// How much address space one module's compile may take (`engine.compileMemory`), bytes;
     /// a module over it is refused. Enforced only with a `compiler`.
     pub compile_memory: u64,
@@ -69,9 +72,36 @@ pub struct EngineConfig {
 /// Winch in 1.6 s (BENCHMARKS.md, "Cold compiles").
 pub const FIRST_LOAD_TIER_MIN: usize = 4 << 20;
 
-/// The default of `engine.compileTimeout`: the release host compiles the example Python and
-/// JavaScript components (~20 MB) in seconds; a debug host on two loaded cores in under a minute.
+/// The default of `engine.compileTimeout`, CPU time of one compile: the release host compiles
+/// the example Python and JavaScript components (~20 MB) in 9-11 s of CPU, a debug host in ~25 s.
 pub const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A compile's wall-clock backstop, in multiples of its CPU-time bound: a compile starved of CPU
+/// (a pod's CPU quota, a busy node: at 0.5 core a compile takes twice its CPU time, behind
+/// other work far more) still ends, while one that sleeps or waits cannot run for ever.
+pub const WALL_BACKSTOP: u32 = 10;
+
+/// How a user sets the compile bounds, as refusals name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BoundNames {
+    /// The CPU-time bound.
+    pub timeout: &'static str,
+    /// The memory bound.
+    pub memory: &'static str,
+}
+
+impl BoundNames {
+    /// `wisp run`: the config's keys.
+    pub const CONFIG: Self = Self {
+        timeout: "engine.compileTimeout",
+        memory: "engine.compileMemory",
+    };
+    /// `wisp check`, `test` and `replay`: their flags.
+    pub const FLAGS: Self = Self {
+        timeout: "--compile-timeout",
+        memory: "--compile-memory",
+    };
+}
 
 /// The default of `engine.compileMemory`, the address space of a compile's child process. The
 /// example Python and JavaScript components (19 and 12 MB) each fail to compile in 480 MiB and
@@ -91,6 +121,7 @@ impl Default for EngineConfig {
             fuel: false,
             epoch_interruption: true,
             compile_timeout: DEFAULT_COMPILE_TIMEOUT,
+            bound_names: BoundNames::CONFIG,
             compile_memory: DEFAULT_COMPILE_MEMORY,
             compiler: None,
             max_compiles: std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -194,10 +225,23 @@ pub enum LoadError {
     NotComponent,
     /// Invalid component.
     Invalid(String),
-    /// Its compile took longer than the engine's `compile_timeout` (the limit).
-    TooSlow(Duration),
-    /// Its compile needed more than the engine's `compile_memory` bytes (the limit).
-    TooBig(u64),
+    /// Its compile ran over the engine's `compile_timeout`: that much CPU time, or (`wall`)
+    /// its wall-clock backstop, [`WALL_BACKSTOP`] times as long.
+    TooSlow {
+        /// The bound (`compile_timeout`).
+        limit: Duration,
+        /// How the user sets it ([`BoundNames`]).
+        setting: &'static str,
+        /// The wall-clock backstop ended it, not its CPU time.
+        wall: bool,
+    },
+    /// Its compile needed more than the engine's `compile_memory` bytes.
+    TooBig {
+        /// The bound, bytes.
+        limit: u64,
+        /// How the user sets it ([`BoundNames`]).
+        setting: &'static str,
+    },
     /// The compiler process failed otherwise (what it said, or how it ended).
     Crashed(String),
 }
@@ -217,33 +261,67 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The compiles running, at most `max` at once.
+/// The compiles running, at most `max` at once. Starts and reloads (a plugin or an operator
+/// waits for them) go first: a background tier-up starts only while none of them waits, and
+/// leaves one slot free for them (with `max` of 2 or more).
 struct CompileSlots {
-    running: Mutex<usize>,
+    state: Mutex<Slots>,
     freed: Condvar,
     max: usize,
 }
 
+/// What [`CompileSlots`] holds and who waits.
+#[derive(Debug, Default)]
+struct Slots {
+    running: usize,
+    /// Of `running`, the background compiles.
+    background: usize,
+    /// Starts and reloads waiting for a slot.
+    foreground_waiting: usize,
+}
+
+impl Slots {
+    /// Whether a compile of `urgency` may take a slot now, out of `max`.
+    fn may_take(&self, urgency: Urgency, max: usize) -> bool {
+        match urgency {
+            Urgency::Foreground => self.running < max,
+            Urgency::Background => {
+                self.running < max
+                    && self.foreground_waiting == 0
+                    && (max == 1 || self.background + 1 < max)
+            }
+        }
+    }
+}
+
 /// One compile's place among [`CompileSlots`], given back when dropped.
-struct CompileSlot<'a>(&'a CompileSlots);
+struct CompileSlot<'a>(&'a CompileSlots, Urgency);
 
 impl CompileSlots {
     /// Waits for a place (as long as the compiles that hold them take: each at most its
-    /// timeout).
-    fn take(&self) -> CompileSlot<'_> {
-        let mut n = lock(&self.running);
-        while *n >= self.max {
-            n = wait(&self.freed, n);
+    /// bound).
+    fn take(&self, urgency: Urgency) -> CompileSlot<'_> {
+        let mut st = lock(&self.state);
+        let foreground = urgency == Urgency::Foreground;
+        st.foreground_waiting += usize::from(foreground);
+        while !st.may_take(urgency, self.max) {
+            st = wait(&self.freed, st);
         }
-        *n += 1;
-        CompileSlot(self)
+        st.foreground_waiting -= usize::from(foreground);
+        st.running += 1;
+        st.background += usize::from(!foreground);
+        CompileSlot(self, urgency)
     }
 }
 
 impl Drop for CompileSlot<'_> {
     fn drop(&mut self) {
-        *lock(&self.0.running) -= 1;
-        self.0.freed.notify_one();
+        let mut st = lock(&self.0.state);
+        st.running -= 1;
+        st.background -= usize::from(self.1 == Urgency::Background);
+        drop(st);
+        // Waiters wait on different conditions: each checks its own.
+        self.0.freed.notify_all();
     }
 }
 
@@ -282,6 +360,7 @@ pub struct PluginEngine {
     tick: Duration,
     fuel: bool,
     compile_timeout: Duration,
+    bound_names: BoundNames,
     /// Compiles in child processes, when the engine was given a compiler.
     child: Option<ChildCompiler>,
     /// What a child must compile with.
@@ -420,14 +499,16 @@ impl PluginEngine {
             tick,
             fuel: config.fuel,
             compile_timeout: config.compile_timeout,
+            bound_names: config.bound_names,
             child: config.compiler.map(|exe| ChildCompiler {
                 exe,
                 timeout: config.compile_timeout,
                 memory: config.compile_memory,
+                names: config.bound_names,
             }),
             settings,
             slots: CompileSlots {
-                running: Mutex::new(0),
+                state: Mutex::default(),
                 freed: Condvar::new(),
                 max: config.max_compiles.max(1),
             },
@@ -525,7 +606,7 @@ impl PluginEngine {
                 }
             }
         }
-        let c = self.compile_optimized(bytes, &hash, &key)?;
+        let c = self.compile_optimized(bytes, &hash, &key, Urgency::Foreground)?;
         Ok(done(c, LoadSource::Compiled, Tier::Optimized))
     }
 
@@ -558,11 +639,12 @@ impl PluginEngine {
         bytes: &[u8],
         hash: &str,
         key: &str,
+        urgency: Urgency,
     ) -> Result<Component, LoadError> {
-        let slot = self.slots.take();
+        let slot = self.slots.take(urgency);
         let (c, artifact) = match &self.child {
             Some(child) => {
-                self.compile_in_child(child, self.settings, &self.engine, bytes, hash)?
+                self.compile_in_child(child, self.settings, &self.engine, bytes, hash, urgency)?
             }
             None => (self.compile(&self.engine, bytes, hash)?, None),
         };
@@ -589,11 +671,18 @@ impl PluginEngine {
         bytes: &[u8],
         hash: &str,
     ) -> Result<Component, LoadError> {
-        let slot = self.slots.take();
+        let slot = self.slots.take(Urgency::Foreground);
         let c = match &self.child {
             Some(child) => {
-                self.compile_in_child(child, b.settings, &b.engine, bytes, hash)?
-                    .0
+                self.compile_in_child(
+                    child,
+                    b.settings,
+                    &b.engine,
+                    bytes,
+                    hash,
+                    Urgency::Foreground,
+                )?
+                .0
             }
             None => self.compile(&b.engine, bytes, hash)?,
         };
@@ -630,7 +719,9 @@ impl PluginEngine {
                     }
                 }
                 let began = Instant::now();
-                let out = engine.compile_optimized(&bytes, &module, &key).map(drop);
+                let out = engine
+                    .compile_optimized(&bytes, &module, &key, Urgency::Background)
+                    .map(drop);
                 tracing::info!(module = %&module[..12], took = ?began.elapsed(), ok = out.is_ok(), "background Cranelift compile of a first-load module ended");
                 if let Some(b) = &engine.baseline {
                     lock(&b.compiled).remove(&module);
@@ -692,8 +783,9 @@ impl PluginEngine {
         engine: &Engine,
         bytes: &[u8],
         hash: &str,
+        urgency: Urgency,
     ) -> Result<(Component, Option<Vec<u8>>), LoadError> {
-        let out = child.compile(settings, bytes)?;
+        let out = child.compile(settings, bytes, urgency)?;
         tracing::info!(
             module = %&hash[..12],
             took = ?out.elapsed,
@@ -714,7 +806,7 @@ impl PluginEngine {
     /// is refused at once instead of compiled again: retries cannot pile compiles up.
     fn compile(&self, engine: &Engine, bytes: &[u8], hash: &str) -> Result<Component, LoadError> {
         if lock(&self.overdue).contains(hash) {
-            return Err(LoadError::TooSlow(self.compile_timeout));
+            return Err(self.too_slow());
         }
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let (engine, bytes) = (engine.clone(), bytes.to_vec());
@@ -740,11 +832,21 @@ impl PluginEngine {
                     return compiled;
                 }
                 overdue.insert(hash.to_owned());
-                Err(LoadError::TooSlow(self.compile_timeout))
+                Err(self.too_slow())
             }
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
                 Err(LoadError::Invalid("the compiler panicked".into()))
             }
+        }
+    }
+
+    /// The refusal of an in-process compile over the timeout (measured on the wall clock: the
+    /// thread's CPU time is not watched).
+    fn too_slow(&self) -> LoadError {
+        LoadError::TooSlow {
+            limit: self.compile_timeout,
+            setting: self.bound_names.timeout,
+            wall: false,
         }
     }
 
@@ -935,6 +1037,63 @@ fn load_precompiled(engine: &Engine, verified: &[u8]) -> wasmtime::Result<Compon
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tier_up_never_takes_the_last_slot_nor_one_a_start_waits_for() {
+        let fg = Urgency::Foreground;
+        let bg = Urgency::Background;
+        let at = |running, background, foreground_waiting| Slots {
+            running,
+            background,
+            foreground_waiting,
+        };
+        // Two slots: one tier-up runs, a second waits though a slot is free (the last one,
+        // kept for a start or a reload), which a start takes.
+        assert!(at(0, 0, 0).may_take(bg, 2));
+        assert!(!at(1, 1, 0).may_take(bg, 2));
+        assert!(at(1, 1, 0).may_take(fg, 2));
+        // A start waits: no tier-up starts, even on a free slot.
+        assert!(!at(0, 0, 1).may_take(bg, 4));
+        assert!(at(2, 0, 0).may_take(bg, 4) && !at(3, 3, 0).may_take(bg, 4));
+        // Starts take every slot; one slot: a tier-up takes it only while no start waits.
+        assert!(at(3, 2, 0).may_take(fg, 4) && !at(4, 2, 0).may_take(fg, 4));
+        assert!(at(0, 0, 0).may_take(bg, 1) && !at(0, 0, 1).may_take(bg, 1));
+    }
+
+    #[test]
+    fn a_start_goes_before_a_tier_up_when_a_slot_frees() {
+        let slots = Arc::new(CompileSlots {
+            state: Mutex::default(),
+            freed: Condvar::new(),
+            max: 1,
+        });
+        let first = slots.take(Urgency::Foreground);
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let spawn = |urgency, name: &'static str| {
+            let (slots, order) = (slots.clone(), order.clone());
+            std::thread::spawn(move || {
+                let _slot = slots.take(urgency);
+                order.lock().unwrap().push(name);
+            })
+        };
+        let waiting = |n: usize| {
+            let (slots, want) = (slots.clone(), n);
+            move || {
+                let st = slots.state.lock().unwrap();
+                st.foreground_waiting == want
+            }
+        };
+        let tier_up = spawn(Urgency::Background, "tier-up");
+        let start = spawn(Urgency::Foreground, "start");
+        let started_waiting = waiting(1);
+        while !started_waiting() {
+            std::thread::yield_now();
+        }
+        drop(first);
+        start.join().unwrap();
+        tier_up.join().unwrap();
+        assert_eq!(*order.lock().unwrap(), ["start", "tier-up"]);
+    }
 
     #[test]
     fn a_missing_import_is_named_with_what_plugins_get_instead() {

@@ -46,9 +46,11 @@ pub enum PluginError {
         /// Compiler message.
         detail: String,
     },
-    /// Its compile took longer than `engine.compileTimeout`.
+    /// Its compile took more CPU time than `engine.compileTimeout` (or `--compile-timeout`),
+    /// or ran past its wall-clock backstop.
     #[error(
-        "plugin {plugin:?}: module {path}: compiling took longer than engine.compileTimeout ({limit:?}); refused"
+        "plugin {plugin:?}: module {path}: {}; refused",
+        too_slow(*limit, setting, *wall)
     )]
     CompileTimeout {
         /// Plugin name.
@@ -57,6 +59,10 @@ pub enum PluginError {
         path: PathBuf,
         /// The limit.
         limit: std::time::Duration,
+        /// The setting (or flag) that gives it.
+        setting: &'static str,
+        /// The wall-clock backstop ended it, not its CPU time.
+        wall: bool,
     },
     /// The component is not of world `wisp:plugin/plugin` at a version the host loads.
     #[error(
@@ -70,9 +76,9 @@ pub enum PluginError {
         /// What is missing or mismatched.
         detail: String,
     },
-    /// Its compile needed more memory than `engine.compileMemory`.
+    /// Its compile needed more memory than `engine.compileMemory` (or `--compile-memory`).
     #[error(
-        "plugin {plugin:?}: module {path}: compiling needed more memory than engine.compileMemory ({}); refused",
+        "plugin {plugin:?}: module {path}: compiling needed more memory than {setting} ({}); refused",
         super::compiler::mib(*limit)
     )]
     CompileMemory {
@@ -82,6 +88,8 @@ pub enum PluginError {
         path: PathBuf,
         /// The limit, bytes.
         limit: u64,
+        /// The setting (or flag) that gives it.
+        setting: &'static str,
     },
     /// The compiler process failed otherwise (killed by another, crashed).
     #[error("plugin {plugin:?}: module {path}: not compiled: {detail}; refused")]
@@ -200,4 +208,19 @@ fn quoted(names: &[String]) -> String {
         .map(|n| format!("{n:?}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// What a compile over its time bound is refused with.
+fn too_slow(limit: std::time::Duration, setting: &str, wall: bool) -> String {
+    if wall {
+        format!(
+            "compiling did not end within {:?} of wall-clock time ({}x {setting} {limit:?}, the \
+             backstop for a compile starved of CPU: the machine or the pod's CPU quota is too \
+             busy; raise {setting})",
+            limit * super::engine::WALL_BACKSTOP,
+            super::engine::WALL_BACKSTOP
+        )
+    } else {
+        format!("compiling took more than {setting} ({limit:?} of CPU time)")
+    }
 }

@@ -110,15 +110,22 @@ pub(super) fn load_error(spec: &PluginSpec, e: LoadError) -> PluginError {
             path,
             detail,
         },
-        LoadError::TooSlow(limit) => PluginError::CompileTimeout {
+        LoadError::TooSlow {
+            limit,
+            setting,
+            wall,
+        } => PluginError::CompileTimeout {
             plugin,
             path,
             limit,
+            setting,
+            wall,
         },
-        LoadError::TooBig(limit) => PluginError::CompileMemory {
+        LoadError::TooBig { limit, setting } => PluginError::CompileMemory {
             plugin,
             path,
             limit,
+            setting,
         },
         LoadError::Crashed(detail) => PluginError::CompilerFailed {
             plugin,
