@@ -28,7 +28,7 @@
 //!     onFailure: { policy: retry, retries: 3, backoff: 100ms, quarantineAfter: 20 }
 //!     logLevel: info
 //!     batch: 64
-//!     queue: { max: 100000, overflow: coalesce }   # per informer; see below
+//!     queue: { max: 100000, maxBytes: 64Mi, overflow: coalesce }   # per informer; see below
 //!     reload: { probation: 20, rollbackThreshold: 0.5, replayCache: false }
 //!     verdicts: { events: true }   # violations also become Warning Events on the object
 //!     actions:                 # nothing is granted by default
@@ -69,13 +69,15 @@
 //!
 //! `queue` bounds the notifications waiting for a plugin, per informer it receives, so a plugin
 //! far slower than the event rate costs bounded memory and never slows the informer or the
-//! other plugins. `max` (default 100000, at least 1) is a count of notifications; `overflow`
-//! says what happens when it is reached:
+//! other plugins. `max` (default 100000, at least 1) is a count of notifications, `maxBytes`
+//! (default 64Mi, at least 64Ki) the bytes of the objects they hold; `overflow` says what
+//! happens when either is reached:
 //! - `coalesce` (default): below the bound nothing changes; once full, the queue keeps one
 //!   notification per object, merged to its latest state, until the plugin catches up. A plugin
 //!   that acts on the current state of objects loses nothing as long as `max` is at least the
 //!   number of objects of the informer; beyond that the oldest is dropped. The default `max`
-//!   covers informers of up to 100 000 objects.
+//!   covers informers of up to 100 000 objects. Once coalescing, only `max` drops (one
+//!   notification per object: bytes bounded by the informer's objects).
 //! - `dropOldest`: the oldest waiting notification is dropped.
 //! - `dropNewest`: the incoming notification is dropped.
 //!
@@ -97,7 +99,9 @@ use crate::actions::{ActionGrant, ActionSpec, ActionVerb};
 use crate::informer::selector::LabelSelector;
 use crate::informer::shared_informer::OnPanic;
 use crate::informer::{Overflow, QueueBound, RelistResyncs};
-use crate::plugin::spec::{DEFAULT_BATCH_MAX, DEFAULT_OVERFLOW, DEFAULT_QUEUE_MAX};
+use crate::plugin::spec::{
+    DEFAULT_BATCH_MAX, DEFAULT_OVERFLOW, DEFAULT_QUEUE_BYTES, DEFAULT_QUEUE_MAX, MIN_QUEUE_BYTES,
+};
 use crate::plugin::{FailurePolicy, Limits, LogLevel, OnFailure, PluginSpec};
 
 /// A configuration error: file, field path, problem.
@@ -510,6 +514,9 @@ pub struct AuditConfig {
 pub struct QueueConfig {
     /// Most notifications waiting per informer (default 100000).
     pub max: Option<usize>,
+    /// Most bytes of notifications waiting per informer (default 64Mi, at least 64Ki): past
+    /// it a `coalesce` queue keeps one notification per object, the others drop.
+    pub max_bytes: Option<Bytes>,
     /// `coalesce` (default), `dropOldest` or `dropNewest`.
     pub overflow: Option<Overflow>,
 }

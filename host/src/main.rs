@@ -755,7 +755,10 @@ fn check(module: &std::path::Path, settings: &str, compile: &CompileArgs) -> any
     let memory = wisp_host::plugin::spec::DEFAULT_MEMORY;
     if let Some(w) = budget::over_limit(
         &[(&c.info.name, memory)],
-        budget::HOST_BASE,
+        budget::Host {
+            base: budget::HOST_BASE,
+            queues: 0,
+        },
         budget::Compiles {
             at_once: 1,
             each: compile.memory()?,

@@ -466,7 +466,24 @@ impl Live {
                     .map(move |(i, s)| ([("plugin", *p), ("informer", i.as_str())], s.depth as u64))
             }),
         )?;
+        out.gauge(
+            "plugin_queue_bytes",
+            "Bytes of the notifications queued for the plugin, over all its informers.",
+            queues.iter().map(|(p, q)| {
+                let bytes: usize = q.iter().map(|(_, s)| s.bytes).sum();
+                ([("plugin", *p)], bytes as u64)
+            }),
+        )?;
+        out.gauge(
+            "plugin_queue_oldest_age_seconds",
+            "How long the plugin's oldest queued notification has waited (0: none waits).",
+            queues.iter().map(|(p, q)| {
+                let oldest = q.iter().filter_map(|(_, s)| s.oldest_age).max();
+                ([("plugin", *p)], oldest.map_or(0.0, |d| d.as_secs_f64()))
+            }),
+        )?;
         out.latency(&plugins)?;
+        out.waited(&plugins)?;
         out.guest(&plugins)
     }
 }
@@ -575,6 +592,29 @@ impl Out<'_> {
         )?;
         for p in plugins {
             let (cumulative, sum, _) = p.status().counters.handle_latency.snapshot();
+            let (buckets, count) = per_bucket(&cumulative);
+            m.encode_family(&[("plugin", p.name())])?
+                .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
+        }
+        Ok(())
+    }
+
+    /// `wisp_plugin_end_to_end_latency_seconds`: each notification's time from the plugin's
+    /// queue to its outcome, a classic histogram per plugin (over all its informers).
+    fn waited(&mut self, plugins: &[Arc<PluginHandle>]) -> Result<(), std::fmt::Error> {
+        if plugins.is_empty()
+            || !self.claim("plugin_end_to_end_latency_seconds", MetricType::Histogram)
+        {
+            return Ok(());
+        }
+        let mut m = self.enc.encode_descriptor(
+            "plugin_end_to_end_latency",
+            "Time from a notification's queue to its outcome (the end of the plugin's batch, retries included).",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        for p in plugins {
+            let (cumulative, sum, _) = p.waited();
             let (buckets, count) = per_bucket(&cumulative);
             m.encode_family(&[("plugin", p.name())])?
                 .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;

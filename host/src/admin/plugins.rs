@@ -74,6 +74,12 @@ pub struct QueueView {
     pub max_depth: usize,
     /// Its bound (`None`: unbounded).
     pub max: Option<usize>,
+    /// Bytes of the notifications waiting.
+    pub bytes: usize,
+    /// Its bound in bytes (`None`: not bounded in bytes).
+    pub max_bytes: Option<usize>,
+    /// Seconds the oldest notification waiting has waited (`None`: none waits).
+    pub oldest_age_seconds: Option<f64>,
     /// `coalesce`, `dropOldest` or `dropNewest` (`None`: unbounded).
     pub overflow: Option<&'static str>,
     /// Notifications handed to the plugin so far.
@@ -130,6 +136,9 @@ pub fn view(h: &PluginHandle) -> PluginView {
                 depth: s.depth,
                 max_depth: s.max_depth,
                 max: s.bound.max(),
+                bytes: s.bytes,
+                max_bytes: s.bound.max_bytes(),
+                oldest_age_seconds: s.oldest_age.map(|d| d.as_secs_f64()),
                 overflow: match s.bound {
                     QueueBound::Unbounded => None,
                     QueueBound::Bounded { overflow, .. } => Some(overflow_name(overflow)),

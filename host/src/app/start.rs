@@ -503,9 +503,19 @@ fn warn_over_budget(config: &Config, specs: &[PluginSpec]) {
             .compile_memory
             .map_or(crate::plugin::engine::DEFAULT_COMPILE_MEMORY, |m| m.0),
     };
+    let queues = specs
+        .iter()
+        .map(|s| {
+            let each = s.queue.max_bytes().unwrap_or(0) as u64;
+            each.saturating_mul(s.informers.len() as u64)
+        })
+        .fold(0u64, u64::saturating_add);
     if let Some(w) = budget::over_limit(
         &budgets,
-        budget::HOST_BASE,
+        budget::Host {
+            base: budget::HOST_BASE,
+            queues,
+        },
         compiles,
         budget::cgroup_memory_limit(),
     ) {

@@ -55,6 +55,11 @@ impl Config {
                 s.queue = QueueBound::bounded(
                     p.queue.max.unwrap_or(DEFAULT_QUEUE_MAX),
                     p.queue.overflow.unwrap_or(DEFAULT_OVERFLOW),
+                )
+                .with_max_bytes(
+                    p.queue.max_bytes.as_ref().map_or(DEFAULT_QUEUE_BYTES, |b| {
+                        usize::try_from(b.0).unwrap_or(usize::MAX)
+                    }),
                 );
                 s.reload_probation = p.reload.probation.unwrap_or(s.reload_probation);
                 s.rollback_threshold = p.reload.rollback_threshold.unwrap_or(s.rollback_threshold);

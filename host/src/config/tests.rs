@@ -189,17 +189,21 @@ fn a_plugin_queue_defaults_to_100000_coalescing_and_takes_a_bound_and_policy() {
     let c = parse(GOOD).unwrap();
     assert_eq!(
         c.plugin_specs()[0].queue,
-        QueueBound::bounded(100_000, Overflow::Coalesce)
+        QueueBound::bounded(100_000, Overflow::Coalesce).with_max_bytes(64 << 20)
     );
+    let mib = 1 << 20;
     for (yaml, bound) in [
-        ("{ max: 500 }", QueueBound::bounded(500, Overflow::Coalesce)),
         (
-            "{ max: 10, overflow: dropOldest }",
-            QueueBound::bounded(10, Overflow::DropOldest),
+            "{ max: 500 }",
+            QueueBound::bounded(500, Overflow::Coalesce).with_max_bytes(64 * mib),
+        ),
+        (
+            "{ max: 10, overflow: dropOldest, maxBytes: 1Mi }",
+            QueueBound::bounded(10, Overflow::DropOldest).with_max_bytes(mib),
         ),
         (
             "{ overflow: dropNewest }",
-            QueueBound::bounded(100_000, Overflow::DropNewest),
+            QueueBound::bounded(100_000, Overflow::DropNewest).with_max_bytes(64 * mib),
         ),
     ] {
         let c =
@@ -233,9 +237,13 @@ fn a_bad_queue_policy_or_bound_is_refused_naming_the_field() {
     let e = with("{ size: 10 }");
     assert!(
         e.starts_with(
-            "wisp.yaml: plugins[0].queue.size: unknown field `size`, expected `max` or `overflow`"
+            "wisp.yaml: plugins[0].queue.size: unknown field `size`, expected one of `max`, `maxBytes`, `overflow`"
         ),
         "{e}"
+    );
+    assert_eq!(
+        with("{ maxBytes: 1Ki }"),
+        "wisp.yaml: plugins[0].queue.maxBytes: must be at least 64Ki (bytes of notifications per informer)"
     );
 }
 

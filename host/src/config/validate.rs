@@ -367,6 +367,16 @@ impl Config {
                 "must be at least 1 (a count of notifications per informer)",
             ));
         }
+        if p.queue
+            .max_bytes
+            .as_ref()
+            .is_some_and(|b| b.0 < MIN_QUEUE_BYTES)
+        {
+            return Err(self.error(
+                at("queue.maxBytes"),
+                "must be at least 64Ki (bytes of notifications per informer)",
+            ));
+        }
         Ok(())
     }
 

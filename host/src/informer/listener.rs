@@ -75,6 +75,10 @@ pub struct ListenerStats {
     pub coalesced: u64,
     /// The queue's bound.
     pub bound: QueueBound,
+    /// Bytes of the notifications queued now (see [`queue`]).
+    pub bytes: usize,
+    /// How long the oldest notification queued now has waited.
+    pub oldest_age: Option<Duration>,
 }
 
 /// What the listener is doing with its handler.
@@ -109,6 +113,8 @@ struct State {
     initial_in_handler: usize,
     /// Size and first sequence number of the batch in the handler.
     in_hand: usize,
+    /// When each notification of the batch in the handler was queued.
+    in_hand_at: Vec<std::time::Instant>,
     first_seq: u64,
     /// Of the batch in hand, notifications whose call panicked (not delivered).
     failed_in_hand: usize,
@@ -142,6 +148,9 @@ pub(crate) struct Shared {
     resync: Mutex<Resync>,
     /// `None` once the listener has stopped and let it go.
     handler: Mutex<Option<Box<dyn EventHandler>>>,
+    /// Each notification's time from its queue to its outcome (the end of the handler's
+    /// batch, retries included), on [`super::latency::WAIT_BUCKETS`].
+    waited: super::latency::LatencyHistogram,
 }
 
 /// Where the handler runs.
@@ -211,6 +220,7 @@ impl Listener {
                 failed: 0,
                 initial_in_handler: 0,
                 in_hand: 0,
+                in_hand_at: Vec::new(),
                 first_seq: 0,
                 failed_in_hand: 0,
                 panics: 0,
@@ -226,6 +236,7 @@ impl Listener {
                 next: Instant::now() + resync_period,
             }),
             handler: Mutex::new(Some(handler)),
+            waited: super::latency::LatencyHistogram::with_buckets(&super::latency::WAIT_BUCKETS),
             name,
         });
         let runner = match executor {
@@ -341,11 +352,20 @@ impl Listener {
         }
     }
 
+    /// Each notification's time from its queue to its outcome so far: cumulative `(bound,
+    /// count)` buckets, sum in seconds, count.
+    pub fn waited(&self) -> (Vec<(f64, u64)>, f64, u64) {
+        self.shared.waited.snapshot()
+    }
+
     /// Counters.
     pub fn stats(&self) -> ListenerStats {
         let st = lock(&self.shared.queue);
         let q = &st.queue;
+        let now = std::time::Instant::now();
         ListenerStats {
+            bytes: q.bytes(),
+            oldest_age: q.oldest().map(|at| now.saturating_duration_since(at)),
             queued: q.last_seq,
             delivered: st.delivered,
             depth: q.len(),
@@ -474,7 +494,11 @@ impl Shared {
             return None;
         }
         // Not synced until the handler is done with them.
-        st.initial_in_handler = st.queue.take(self.batch_max, batch);
+        st.in_hand_at.clear();
+        let State {
+            queue, in_hand_at, ..
+        } = st;
+        st.initial_in_handler = queue.take(self.batch_max, batch, in_hand_at);
         st.in_hand = batch.len();
         st.failed_in_hand = 0;
         st.first_seq = batch.first().map_or(0, |d| d.seq);
@@ -531,6 +555,10 @@ impl Shared {
         {
             st.run = Run::Unfinished(at);
             return Ran::Later(at);
+        }
+        let now = std::time::Instant::now();
+        for at in st.in_hand_at.drain(..) {
+            self.waited.observe(now.saturating_duration_since(at));
         }
         let failed = st.failed_in_hand.min(st.in_hand);
         st.delivered += (st.in_hand - failed) as u64;

@@ -205,6 +205,12 @@ impl HandlerRegistration {
         self.listener.stats()
     }
 
+    /// Each notification's time from this handler's queue to its outcome so far (see
+    /// [`super::listener::Listener::waited`]).
+    pub fn waited(&self) -> (Vec<(f64, u64)>, f64, u64) {
+        self.listener.waited()
+    }
+
     /// The resync period in force.
     pub fn resync_period(&self) -> Duration {
         self.listener.resync_period()

@@ -68,12 +68,22 @@ pub struct Compiles {
     pub each: u64,
 }
 
+/// What the host itself takes besides the plugins' instances and compiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Host {
+    /// Its code, runtime and compiled plugins ([`HOST_BASE`]).
+    pub base: u64,
+    /// The plugins' queues at their bound: `queue.maxBytes` times the informers of each.
+    pub queues: u64,
+}
+
 /// The warning to give when the plugins' worst case (`budgets`: name and memory budget of each
-/// plugin; twice their sum during a reload) plus the `compiles` that may run at once plus `host`
-/// bytes for the host itself is over `limit`; `None` when it fits or there is no limit.
+/// plugin; twice their sum during a reload) plus the `compiles` that may run at once plus the
+/// `host`'s own bytes and the plugins' queues is over `limit`; `None` when it fits or there is
+/// no limit.
 pub fn over_limit(
     budgets: &[(&str, u64)],
-    host: u64,
+    host: Host,
     compiles: Compiles,
     limit: Option<u64>,
 ) -> Option<String> {
@@ -83,17 +93,19 @@ pub fn over_limit(
     let worst = sum
         .saturating_mul(2)
         .saturating_add(compiling)
-        .saturating_add(host);
+        .saturating_add(host.base)
+        .saturating_add(host.queues);
     (worst > limit).then(|| {
         format!(
-            "the plugins' memory budgets add up to {} MiB ({} plugins), {} MiB during a reload (old and new instance), plus {} MiB for {} compile(s) at once of up to engine.compileMemory {} MiB each, plus about {} MiB for the host: {} MiB, over the container's memory limit of {} MiB; the kernel may kill a compile (its module refused) or the host before a plugin's growth is refused: raise the limit or lower limits.memory, engine.compileMemory or executor.workers (compiles at start)",
+            "the plugins' memory budgets add up to {} MiB ({} plugins), {} MiB during a reload (old and new instance), plus {} MiB for {} compile(s) at once of up to engine.compileMemory {} MiB each, plus {} MiB for the plugins' queues at their queue.maxBytes, plus about {} MiB for the host: {} MiB, over the container's memory limit of {} MiB; the kernel may kill a compile (its module refused) or the host before a plugin's growth is refused: raise the limit or lower limits.memory, queue.maxBytes, engine.compileMemory or executor.workers (compiles at start)",
             sum >> 20,
             budgets.len(),
             sum.saturating_mul(2) >> 20,
             compiling >> 20,
             compiles.at_once,
             compiles.each >> 20,
-            host >> 20,
+            host.queues >> 20,
+            host.base >> 20,
             worst >> 20,
             limit >> 20
         )
@@ -141,13 +153,17 @@ mod tests {
     #[test]
     fn the_worst_case_is_twice_the_budgets_plus_the_compiles_plus_the_host() {
         let plugins = [("a", 64 << 20), ("b", 64 << 20)];
+        let host = Host {
+            base: 128 << 20,
+            queues: 0,
+        };
         let none = Compiles {
             at_once: 0,
             each: 1 << 30,
         };
-        assert_eq!(over_limit(&plugins, 128 << 20, none, None), None);
-        assert_eq!(over_limit(&plugins, 128 << 20, none, Some(384 << 20)), None);
-        let w = over_limit(&plugins, 128 << 20, none, Some(383 << 20)).unwrap();
+        assert_eq!(over_limit(&plugins, host, none, None), None);
+        assert_eq!(over_limit(&plugins, host, none, Some(384 << 20)), None);
+        let w = over_limit(&plugins, host, none, Some(383 << 20)).unwrap();
         assert!(
             w.contains("128 MiB (2 plugins), 256 MiB during a reload"),
             "{w}"
@@ -161,7 +177,7 @@ mod tests {
             at_once: 2,
             each: 256 << 20,
         };
-        let w = over_limit(&plugins, 128 << 20, two, Some(384 << 20)).unwrap();
+        let w = over_limit(&plugins, host, two, Some(384 << 20)).unwrap();
         assert!(
             w.contains(
                 "plus 512 MiB for 2 compile(s) at once of up to engine.compileMemory 256 MiB each"
@@ -172,6 +188,16 @@ mod tests {
             w.contains("896 MiB, over the container's memory limit of 384 MiB"),
             "{w}"
         );
-        assert_eq!(over_limit(&plugins, 128 << 20, two, Some(896 << 20)), None);
+        assert_eq!(over_limit(&plugins, host, two, Some(896 << 20)), None);
+        // The queues at their bound count too.
+        let queued = Host {
+            queues: 64 << 20,
+            ..host
+        };
+        let w = over_limit(&plugins, queued, two, Some(896 << 20)).unwrap();
+        assert!(
+            w.contains("plus 64 MiB for the plugins' queues at their queue.maxBytes"),
+            "{w}"
+        );
     }
 }

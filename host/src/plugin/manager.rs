@@ -56,6 +56,22 @@ impl PluginHandle {
         self.registrations.iter().all(|(_, r)| r.has_synced())
     }
 
+    /// Each notification's time from the plugin's queues to its outcome: cumulative `(bound,
+    /// count)` buckets over all its informers, sum in seconds, count.
+    pub fn waited(&self) -> crate::informer::latency::Snapshot {
+        use crate::informer::latency::{LatencyHistogram, WAIT_BUCKETS};
+        let mut all = LatencyHistogram::with_buckets(&WAIT_BUCKETS).snapshot();
+        for (_, r) in &self.registrations {
+            let (buckets, sum, count) = r.waited();
+            for ((_, n), (_, m)) in all.0.iter_mut().zip(buckets) {
+                *n += m;
+            }
+            all.1 += sum;
+            all.2 += count;
+        }
+        all
+    }
+
     /// Per-informer queue counters.
     pub fn queues(&self) -> Vec<(String, crate::informer::listener::ListenerStats)> {
         self.registrations

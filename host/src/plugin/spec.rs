@@ -21,6 +21,13 @@ pub const DEFAULT_MEMORY: u64 = 64 * 1024 * 1024;
 /// plugin that falls behind still ends with every object's final state. At worst the queue
 /// keeps alive one superseded version per entry, besides the objects the cache holds anyway.
 pub const DEFAULT_QUEUE_MAX: usize = 100_000;
+/// Default bound in bytes of each of a plugin's queues: a plugin that falls behind by this
+/// much (some 10,000 notifications of typical pods) gets its notifications coalesced per
+/// object from then on (or, with another policy, loses the oldest), so a slow plugin's queue
+/// does not grow the host's memory with every superseded version of every object.
+pub const DEFAULT_QUEUE_BYTES: usize = 64 << 20;
+/// The least `queue.maxBytes` accepted.
+pub const MIN_QUEUE_BYTES: u64 = 64 << 10;
 /// Default overflow policy: coalesce (a plugin that keeps up sees every notification; one that
 /// falls behind gets the latest state of each object, not a random subset of events).
 pub const DEFAULT_OVERFLOW: Overflow = Overflow::Coalesce;
@@ -209,7 +216,8 @@ impl PluginSpec {
             on_failure: OnFailure::default(),
             log_level: LogLevel::default(),
             batch_max: DEFAULT_BATCH_MAX,
-            queue: QueueBound::bounded(DEFAULT_QUEUE_MAX, DEFAULT_OVERFLOW),
+            queue: QueueBound::bounded(DEFAULT_QUEUE_MAX, DEFAULT_OVERFLOW)
+                .with_max_bytes(DEFAULT_QUEUE_BYTES),
             reload_probation: 20,
             rollback_threshold: 0.5,
             replay_on_reload: false,

@@ -274,7 +274,8 @@ async fn plugins_lists_a_running_plugin_with_its_hash_counters_queues_and_logs()
     assert_eq!(
         q,
         json!({"informer": "pods", "depth": 0, "delivered": 2, "failed": 0, "queued": 2,
-            "max": 100000, "overflow": "coalesce", "dropped": 0, "coalesced": 0})
+            "max": 100000, "overflow": "coalesce", "dropped": 0, "coalesced": 0,
+            "bytes": 0, "maxBytes": 64 << 20, "oldestAgeSeconds": null})
     );
     let logs: Vec<&str> = p["recentLogs"]
         .as_array()

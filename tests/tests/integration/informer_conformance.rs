@@ -194,10 +194,7 @@ async fn a_panicking_overflow_observer_fails_the_informer_visibly() {
     }
     let inf = SharedInformer::new("pods", Arc::new(src.clone()), config());
     let options = HandlerOptions {
-        queue: QueueBound::Bounded {
-            max: 1,
-            overflow: Overflow::DropNewest,
-        },
+        queue: QueueBound::bounded(1, Overflow::DropNewest),
         overflow: Some(Arc::new(Panics)),
         ..HandlerOptions::default()
     };

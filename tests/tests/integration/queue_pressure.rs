@@ -197,3 +197,103 @@ async fn a_plugin_far_behind_stays_within_its_bound_and_its_neighbours_see_every
     }
     assert!(view_equals_server(&fast, &r.server));
 }
+
+/// Issue 42 item 2: queues bounded in bytes. Two plugins held at the gate while 40 pods, each
+/// with a 4 KiB annotation, are updated 10 times: their queues reach their 64 KiB bound far
+/// before their count (100000). The coalescing one (the default policy) then keeps one
+/// notification per object, merged to its latest state, and once let go ends with the server's
+/// objects; the one that must see every event (`dropOldest`) keeps at most 64 KiB, dropping the
+/// oldest, counted. Both report their bytes and their oldest notification's age while held,
+/// and each handled notification's time from queue to outcome.
+#[tokio::test]
+async fn a_plugin_far_behind_in_bytes_coalesces_at_its_byte_bound_and_ends_with_the_final_state() {
+    const PODS: u64 = 40;
+    const UPDATES: u64 = 10;
+    const MAX_BYTES: usize = 64 << 10;
+    let executor = wisp_host::informer::Executor::new(3).unwrap();
+    let r = rig_with(
+        vec![],
+        wisp_host::informer::shared_informer::InformerConfig {
+            executor: Some(executor.clone()),
+            ..fast_config()
+        },
+    )
+    .await;
+    let gated = json!({"mode": "gate", "namePrefix": "gate-"});
+    let bound =
+        |overflow| QueueBound::bounded(DEFAULT_QUEUE_MAX, overflow).with_max_bytes(MAX_BYTES);
+    let coalescing = faults(&r, "coalescing", gated.clone(), bound(Overflow::Coalesce));
+    let every = faults(&r, "every", gated, bound(Overflow::DropOldest));
+    r.server.create(pod("default", "gate-0")).unwrap();
+    until("both plugins hold the gate", || {
+        [&coalescing, &every]
+            .iter()
+            .all(|h| queue(h).queued == 1 && queue(h).depth == 0)
+    })
+    .await;
+    let big = |name: &str, n: u64| {
+        let mut p = touched(pod("default", name), n);
+        p["metadata"]["annotations"]["wisp.test/padding"] = "x".repeat(4096).into();
+        p
+    };
+    for i in 0..PODS {
+        r.server.create(big(&format!("p-{i}"), 0)).unwrap();
+    }
+    for n in 1..=UPDATES {
+        for i in 0..PODS {
+            r.server.update(big(&format!("p-{i}"), n)).unwrap();
+        }
+    }
+    let changes = 1 + PODS * (1 + UPDATES);
+    until("every change offered to both queues", || {
+        queue(&coalescing).queued == changes && queue(&every).queued == changes
+    })
+    .await;
+
+    let c = queue(&coalescing);
+    assert!(c.coalesced > 0, "full in bytes, far below its count: {c:?}");
+    assert_eq!(c.dropped, 0, "one per object: nothing dropped");
+    assert_eq!(c.depth as u64, PODS, "one notification per object: {c:?}");
+    assert_eq!(c.coalesced + c.depth as u64, changes - 1, "{c:?}");
+    let e = queue(&every);
+    assert!(e.bytes <= MAX_BYTES, "{e:?}");
+    assert_eq!(e.coalesced, 0);
+    assert!(e.dropped > 0 && (e.depth as u64) < changes - 1, "{e:?}");
+    assert_eq!(e.dropped + e.depth as u64, changes - 1, "{e:?}");
+    for q in [c, e] {
+        assert!(q.bytes > 0 && q.oldest_age.is_some(), "{q:?}");
+        assert_eq!(q.bound.max_bytes(), Some(MAX_BYTES));
+    }
+
+    r.server
+        .delete("v1", "Pod", Some("default"), "gate-0")
+        .unwrap();
+    let changes = changes + 1;
+    until("the coalescing plugin's view equals the server", || {
+        view_equals_server(&coalescing, &r.server)
+    })
+    .await;
+    for h in [&coalescing, &every] {
+        until("the plugin drained its queue", || {
+            let q = queue(h);
+            q.queued == changes && q.depth == 0 && q.delivered + q.dropped + q.coalesced == changes
+        })
+        .await;
+        let q = queue(h);
+        assert_eq!((q.bytes, q.oldest_age), (0, None), "{}: {q:?}", h.name());
+        assert_eq!(
+            guest(h, "gaps_total"),
+            q.dropped + q.coalesced,
+            "{}",
+            h.name()
+        );
+        let (buckets, _, count) = h.waited();
+        assert_eq!(
+            count,
+            q.delivered,
+            "{}: one time per handled notification",
+            h.name()
+        );
+        assert_eq!(buckets.last().map(|b| b.1), Some(count));
+    }
+}

@@ -1,6 +1,21 @@
 //! The queue between a listener's `add` and its handler: unbounded (client-go's growing ring
 //! buffer, for native handlers that must see everything) or bounded by a count of notifications
-//! with an overflow policy (what plugins get; see [`QueueBound`]).
+//! and by their bytes, with an overflow policy (what plugins get; see [`QueueBound`]).
+//!
+//! # Bytes
+//!
+//! A notification's bytes are those of the objects it holds (both states of an update, once
+//! when they are the same object): an upper bound of what the queue keeps alive, since a queued
+//! object may also be the informer's cached one. A bounded queue is *full* when it holds `max`
+//! notifications or when the next one would take its bytes past `max_bytes`; one notification
+//! is always let in, whatever its size. A coalescing queue full in bytes starts coalescing
+//! (below); from then on it drops only past its count, as one holding `max` objects does: its
+//! notifications are one per object, mostly the informer's cached objects themselves, so what
+//! it holds beyond the cache is bounded by the informer (at most one older state per object),
+//! while dropping for bytes would lose final states a level-triggered handler needs. The other
+//! policies drop past either bound. Each queued notification also keeps the time it was
+//! queued: the oldest one's age and, once handled, each one's time from queue to outcome are
+//! what the listener reports.
 //!
 //! # Sequence numbers
 //!
@@ -12,7 +27,7 @@
 //!
 //! # Overflow policies
 //!
-//! When a bounded queue holds `max` notifications and another comes:
+//! When a bounded queue is full and another notification comes:
 //! - a **resync** (an update with an unchanged resourceVersion) goes first, whatever the
 //!   policy: an incoming resync is dropped, else the oldest queued resync is dropped to make room.
 //!   A resync carries no change, so the handler loses no state by it;
@@ -64,6 +79,7 @@
 //! dropped no longer counts, so a dropped initial-list notification cannot keep HasSynced false.
 
 use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
 
 use super::super::handler::{Delivery, Notification};
 use super::super::key::{deleted_object_key, object_key};
@@ -82,28 +98,45 @@ pub enum Overflow {
     DropNewest,
 }
 
-/// How many notifications a listener's queue may hold.
+/// How many notifications, and how many bytes of them, a listener's queue may hold.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum QueueBound {
     /// No bound: the queue grows as needed (client-go). For native handlers that must see
     /// every notification and are trusted to keep up.
     #[default]
     Unbounded,
-    /// At most `max` notifications (at least 1) wait; beyond that `overflow` applies.
+    /// At most `max` notifications (at least 1) of at most `max_bytes` wait; beyond that
+    /// `overflow` applies.
     Bounded {
         /// Most notifications queued.
         max: usize,
+        /// Most bytes of notifications queued (see the [module docs](self)).
+        max_bytes: usize,
         /// What happens to the next one.
         overflow: Overflow,
     },
 }
 
 impl QueueBound {
-    /// A bound of `max` (raised to 1) with `overflow`.
+    /// A bound of `max` notifications (raised to 1) with `overflow`, bytes not bounded.
     pub fn bounded(max: usize, overflow: Overflow) -> Self {
         Self::Bounded {
             max: max.max(1),
+            max_bytes: usize::MAX,
             overflow,
+        }
+    }
+
+    /// This bound with at most `max_bytes` of notifications too (no change to an unbounded
+    /// queue).
+    pub fn with_max_bytes(self, max_bytes: usize) -> Self {
+        match self {
+            Self::Unbounded => Self::Unbounded,
+            Self::Bounded { max, overflow, .. } => Self::Bounded {
+                max,
+                max_bytes,
+                overflow,
+            },
         }
     }
 
@@ -113,6 +146,24 @@ impl QueueBound {
             Self::Unbounded => None,
             Self::Bounded { max, .. } => Some(*max),
         }
+    }
+
+    /// The most bytes allowed, if bounded.
+    pub fn max_bytes(&self) -> Option<usize> {
+        match self {
+            Self::Bounded { max_bytes, .. } if *max_bytes != usize::MAX => Some(*max_bytes),
+            _ => None,
+        }
+    }
+}
+
+/// The bytes a notification holds (see the [module docs](self)).
+pub(crate) fn notification_bytes(n: &Notification) -> usize {
+    match n {
+        Notification::Add { obj, .. } => obj.heap_size(),
+        Notification::Update { old, new } if std::sync::Arc::ptr_eq(old, new) => new.heap_size(),
+        Notification::Update { old, new } => old.heap_size() + new.heap_size(),
+        Notification::Delete { obj } => obj.object().heap_size(),
     }
 }
 
@@ -140,11 +191,15 @@ struct Item {
     notification: Notification,
     /// Carries an initial-list notification (its own, or one merged into it).
     initial: bool,
+    /// [`notification_bytes`] of `notification`.
+    bytes: usize,
 }
 
 /// A queue position: a live item, or a hole left by a dropped one (skipped when taking).
 struct Slot {
     seq: u64,
+    /// When the notification (the first, for a merged one) was queued.
+    at: Instant,
     item: Option<Item>,
 }
 
@@ -154,6 +209,8 @@ pub(crate) struct Queue {
     slots: VecDeque<Slot>,
     /// Live items in `slots`.
     live: usize,
+    /// Bytes of the live items.
+    bytes: usize,
     /// Holes in `slots` (a resync dropped from the middle).
     holes: usize,
     bound: QueueBound,
@@ -226,6 +283,7 @@ impl Queue {
         Self {
             slots: VecDeque::new(),
             live: 0,
+            bytes: 0,
             holes: 0,
             bound,
             coalescing: None,
@@ -247,6 +305,20 @@ impl Queue {
         self.live == 0
     }
 
+    /// Bytes of the notifications queued now.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// When the oldest notification queued now was queued.
+    pub(crate) fn oldest(&self) -> Option<Instant> {
+        self.slots.iter().find(|s| s.item.is_some()).map(|s| s.at)
+    }
+
+    /// Whether a notification of `incoming` bytes finds the queue full (one always gets in).
+    fn full(&self, max: usize, max_bytes: usize, incoming: usize) -> bool {
+        self.live > 0 && (self.live >= max || self.bytes.saturating_add(incoming) > max_bytes)
+    }
     pub(crate) fn bound(&self) -> QueueBound {
         self.bound
     }
@@ -255,17 +327,27 @@ impl Queue {
     pub(crate) fn push(&mut self, n: Notification) -> Discarded {
         self.last_seq += 1;
         let seq = self.last_seq;
-        let QueueBound::Bounded { max, overflow } = self.bound else {
+        let QueueBound::Bounded {
+            max,
+            max_bytes,
+            overflow,
+        } = self.bound
+        else {
             self.append(seq, n, None);
             return Discarded::default();
         };
         let before = self.discarded();
+        let size = notification_bytes(&n);
         let mut key = None;
+        // Bytes make a coalescing queue coalesce; once it does, only its count drops (the
+        // module docs say why).
+        let mut max_bytes = max_bytes;
         if overflow == Overflow::Coalesce {
-            if self.coalescing.is_none() && self.live >= max {
+            if self.coalescing.is_none() && self.full(max, max_bytes, size) {
                 self.enter_coalescing();
             }
             if let Some(map) = &self.coalescing {
+                max_bytes = usize::MAX;
                 let k = key_of(&n);
                 if let Some(&at) = map.get(&k) {
                     self.merge_into(at, n);
@@ -275,16 +357,14 @@ impl Queue {
                 key = Some(k);
             }
         }
-        if self.live >= max {
-            if n.is_resync() {
+        while self.full(max, max_bytes, size) {
+            if n.is_resync() || (overflow == Overflow::DropNewest && self.oldest_resync().is_none())
+            {
                 self.dropped += 1;
                 return self.discarded_since(before);
             }
             if let Some(i) = self.oldest_resync() {
                 self.drop_at(i);
-            } else if overflow == Overflow::DropNewest {
-                self.dropped += 1;
-                return self.discarded_since(before);
             } else {
                 self.drop_oldest();
             }
@@ -296,7 +376,12 @@ impl Queue {
     /// Moves up to `max` notifications, oldest first, into `out`; returns how many of them
     /// carry an initial-list notification (no longer counted in `pending_initial`: the listener
     /// counts them until its handler is done with them).
-    pub(crate) fn take(&mut self, max: usize, out: &mut Vec<Delivery>) -> usize {
+    pub(crate) fn take(
+        &mut self,
+        max: usize,
+        out: &mut Vec<Delivery>,
+        queued_at: &mut Vec<Instant>,
+    ) -> usize {
         let mut initial = 0;
         let mut last = 0;
         while out.len() < max {
@@ -309,12 +394,14 @@ impl Queue {
                 continue;
             };
             self.live -= 1;
+            self.bytes -= item.bytes;
             if let Some(map) = &mut self.coalescing {
                 let k = key_of(&item.notification);
                 if map.get(&k) == Some(&slot.seq) {
                     map.remove(&k);
                 }
             }
+            queued_at.push(slot.at);
             initial += usize::from(item.initial);
             self.pending_initial -= usize::from(item.initial);
             out.push(Delivery {
@@ -357,6 +444,7 @@ impl Queue {
     pub(crate) fn clear(&mut self) {
         self.slots.clear();
         self.live = 0;
+        self.bytes = 0;
         self.holes = 0;
         self.coalescing = None;
         self.resyncs.clear();
@@ -377,16 +465,23 @@ impl Queue {
         }
         self.bound = bound;
         let before = self.discarded();
-        let QueueBound::Bounded { max, overflow } = bound else {
+        let QueueBound::Bounded {
+            max,
+            max_bytes,
+            overflow,
+        } = bound
+        else {
             self.coalescing = None;
             return Discarded::default();
         };
+        let over_bytes = |q: &Self| q.live > 1 && q.bytes > max_bytes;
         if overflow != Overflow::Coalesce {
             self.coalescing = None;
-        } else if self.live > max {
+        } else if self.live > max || over_bytes(self) {
             self.enter_coalescing();
         }
-        while self.live > max {
+        let coalescing = self.coalescing.is_some();
+        while self.live > max || (!coalescing && over_bytes(self)) {
             if let Some(i) = self.oldest_resync() {
                 self.drop_at(i);
             } else if overflow == Overflow::DropNewest {
@@ -422,14 +517,18 @@ impl Queue {
         }
         let initial = n.is_initial_list();
         self.pending_initial += usize::from(initial);
+        let bytes = notification_bytes(&n);
         self.slots.push_back(Slot {
             seq,
+            at: Instant::now(),
             item: Some(Item {
                 notification: n,
                 initial,
+                bytes,
             }),
         });
         self.live += 1;
+        self.bytes += bytes;
         self.max_depth = self.max_depth.max(self.live);
     }
 
@@ -450,6 +549,9 @@ impl Queue {
             self.pending_initial += 1;
         }
         item.notification = coalesce(item.notification, n);
+        self.bytes -= item.bytes;
+        item.bytes = notification_bytes(&item.notification);
+        self.bytes += item.bytes;
         self.slots[i].item = Some(item);
     }
 
@@ -471,6 +573,7 @@ impl Queue {
             };
             self.live -= 1;
             self.coalesced += 1;
+            self.bytes -= later.bytes;
             if let Some(mut earlier) = self.slots[at].item.take() {
                 if later.initial {
                     if earlier.initial {
@@ -479,6 +582,9 @@ impl Queue {
                     earlier.initial = true;
                 }
                 earlier.notification = coalesce(earlier.notification, later.notification);
+                self.bytes -= earlier.bytes;
+                earlier.bytes = notification_bytes(&earlier.notification);
+                self.bytes += earlier.bytes;
                 self.slots[at].item = Some(earlier);
             }
         }
@@ -526,6 +632,7 @@ impl Queue {
         };
         let seq = self.slots[i].seq;
         self.live -= 1;
+        self.bytes -= item.bytes;
         self.dropped += 1;
         self.pending_initial -= usize::from(item.initial);
         if let Some(map) = &mut self.coalescing {

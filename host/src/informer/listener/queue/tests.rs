@@ -71,7 +71,7 @@ fn show(n: &Notification) -> String {
 /// Takes everything, as `seq: notification`.
 fn drain(q: &mut Queue) -> Vec<String> {
     let mut out = Vec::new();
-    q.take(usize::MAX, &mut out);
+    q.take(usize::MAX, &mut out, &mut Vec::new());
     out.iter()
         .map(|d| format!("{}: {}", d.seq, show(&d.notification)))
         .collect()
@@ -97,7 +97,7 @@ fn an_unbounded_queue_keeps_everything_numbered_without_gaps() {
     push_all(&mut q, (0..3000).map(|i| add(&format!("p{i}"), "1")));
     assert_eq!(q.len(), 3000);
     let mut out = Vec::new();
-    q.take(usize::MAX, &mut out);
+    q.take(usize::MAX, &mut out, &mut Vec::new());
     assert!(out.iter().zip(1..).all(|(d, seq)| d.seq == seq));
     assert_eq!((q.dropped, q.coalesced), (0, 0));
 }
@@ -172,7 +172,7 @@ fn a_resync_dropped_from_the_middle_leaves_a_hole_that_taking_skips() {
     );
     assert_eq!(q.len(), 4);
     let mut out = Vec::new();
-    q.take(2, &mut out);
+    q.take(2, &mut out, &mut Vec::new());
     assert_eq!(out.iter().map(|d| d.seq).collect::<Vec<_>>(), [1, 2]);
     assert_eq!(drain(&mut q), ["5: add e@5", "6: add f@6"]);
     assert!(q.is_empty());
@@ -231,7 +231,7 @@ fn coalescing_ends_once_the_handler_has_caught_up() {
     assert_eq!(drain(&mut q), ["1: add a@3"]);
     push_all(&mut q, [update("a", "3", "4")]);
     let mut out = Vec::new();
-    q.take(usize::MAX, &mut out);
+    q.take(usize::MAX, &mut out, &mut Vec::new());
     push_all(&mut q, [update("a", "4", "5")]);
     assert_eq!(
         drain(&mut q),
@@ -361,9 +361,9 @@ fn dropped_initial_list_notifications_stop_counting_as_pending() {
         assert_eq!(q.dropped, 7, "{overflow:?}");
         assert_eq!(q.pending_initial, 3, "{overflow:?}");
         let mut out = Vec::new();
-        assert_eq!(q.take(2, &mut out), 2);
+        assert_eq!(q.take(2, &mut out, &mut Vec::new()), 2);
         assert_eq!(q.pending_initial, 1, "{overflow:?}");
-        q.take(usize::MAX, &mut out);
+        q.take(usize::MAX, &mut out, &mut Vec::new());
         assert_eq!(q.pending_initial, 0, "{overflow:?}");
     }
 }
@@ -386,7 +386,7 @@ fn merged_initial_list_notifications_count_once_and_until_taken() {
     q.push(initial("a", "3"));
     assert_eq!(q.pending_initial, 1);
     let mut out = Vec::new();
-    assert_eq!(q.take(usize::MAX, &mut out), 1);
+    assert_eq!(q.take(usize::MAX, &mut out, &mut Vec::new()), 1);
     assert_eq!(q.pending_initial, 0);
 }
 
@@ -455,7 +455,7 @@ fn churn(
     let mut last_seq = 0;
     let mut apply = |q: &mut Queue, batch: usize, view: &mut BTreeMap<String, String>| {
         let mut out = Vec::new();
-        q.take(batch, &mut out);
+        q.take(batch, &mut out, &mut Vec::new());
         for d in &out {
             assert!(d.seq > last_seq, "sequence numbers only go up");
             last_seq = d.seq;
@@ -550,12 +550,12 @@ fn a_queue_holds_no_room_until_used_and_gives_back_a_burst_s_room_once_drained()
         push_all(&mut q, (0..1000).map(|i| add(&format!("p{i}"), "1")));
         assert!(q.capacity() >= 1000, "{bound:?}");
         let mut out = Vec::new();
-        q.take(400, &mut out);
+        q.take(400, &mut out, &mut Vec::new());
         assert!(
             q.capacity() >= 600,
             "{bound:?}: not shrunk while not drained"
         );
-        q.take(1000, &mut out);
+        q.take(1000, &mut out, &mut Vec::new());
         assert_eq!(out.len(), 1000, "{bound:?}");
         assert!(
             q.capacity() <= 2 * KEPT_SLOTS,
@@ -568,4 +568,72 @@ fn a_queue_holds_no_room_until_used_and_gives_back_a_burst_s_room_once_drained()
         q.clear();
         assert!(q.capacity() <= 2 * KEPT_SLOTS, "{bound:?}: cleared");
     }
+}
+
+/// A queue of `max` notifications and `objects` objects' worth of bytes (every test object of a
+/// one-letter name at a one-digit version has the same size).
+fn bytes_queue(objects: usize, overflow: Overflow) -> Queue {
+    let one = o("a", "1").heap_size();
+    Queue::new(QueueBound::bounded(1000, overflow).with_max_bytes(objects * one))
+}
+
+#[test]
+fn a_coalescing_queue_full_in_bytes_coalesces_per_object_and_drops_only_past_its_count() {
+    let one = o("a", "1").heap_size();
+    let mut q = bytes_queue(3, Overflow::Coalesce);
+    for name in ["a", "b", "c"] {
+        q.push(add(name, "1"));
+    }
+    assert_eq!(q.bytes(), 3 * one);
+    // Full in bytes (far from its count): updates merge into the queued adds.
+    for rv in ["2", "3", "4"] {
+        let d = q.push(update("a", "1", rv));
+        assert_eq!(d.coalesced, 1);
+        assert_eq!(q.bytes(), 3 * one, "an add merged with an update is an add");
+    }
+    // A fourth object is kept (one per object: a level-triggered handler loses no final
+    // state), merged into from then on.
+    assert!(q.push(add("d", "5")).is_empty());
+    assert_eq!(q.push(update("d", "5", "6")).coalesced, 1);
+    assert_eq!(q.bytes(), 4 * one);
+    assert_eq!(
+        drain(&mut q),
+        ["1: add a@4", "2: add b@1", "3: add c@1", "7: add d@6"]
+    );
+    assert_eq!(q.bytes(), 0, "a drained queue holds no bytes");
+    assert_eq!(q.oldest(), None);
+    // Caught up, it queues every notification again until full.
+    q.push(add("a", "7"));
+    q.push(update("a", "7", "8"));
+    assert_eq!(q.len(), 2);
+}
+
+#[test]
+fn a_queue_full_in_bytes_drops_the_oldest_and_lets_one_large_notification_in() {
+    let mut q = bytes_queue(2, Overflow::DropOldest);
+    for (i, name) in ["a", "b", "c", "d", "e"].iter().enumerate() {
+        q.push(add(name, &(i + 1).to_string()));
+    }
+    assert_eq!(q.dropped, 3);
+    assert_eq!(drain(&mut q), ["4: add d@4", "5: add e@5"]);
+    // An update holds two objects: over a one-object bound, it still gets in alone.
+    let mut q = bytes_queue(1, Overflow::DropNewest);
+    assert!(q.push(update("a", "1", "2")).is_empty());
+    assert_eq!(q.push(add("b", "3")).dropped, 1, "the newest is dropped");
+    assert_eq!(drain(&mut q), ["1: update a@1->2"]);
+}
+
+#[test]
+fn a_queue_reports_when_its_oldest_notification_was_queued_and_hands_out_each_ones_time() {
+    let mut q = queue(10, Overflow::Coalesce);
+    q.push(add("a", "1"));
+    let first = q.oldest().expect("one queued");
+    q.push(add("b", "2"));
+    assert_eq!(q.oldest(), Some(first), "the oldest stays the first queued");
+    let (mut out, mut at) = (Vec::new(), Vec::new());
+    q.take(1, &mut out, &mut at);
+    assert_eq!(at, [first]);
+    assert!(q.oldest().is_some_and(|b| b >= first));
+    q.take(1, &mut Vec::new(), &mut at);
+    assert_eq!((at.len(), q.oldest()), (2, None));
 }
