@@ -48,7 +48,8 @@
 //! dir: { maxFileSize: 16Mi }   # source dir: only: larger manifest files are refused (default)
 //! audit: { file: /var/log/wisp/audit.jsonl }   # actions also go to the log and to /audit
 //! policyReports: { apiGroup: openreports.io, interval: 10s, maxResults: 1000 }   # kube only
-//! customResources: { enabled: true, namespaces: [team-a], maxLimits: { memory: 64Mi }, allowedGrants: [] }
+//! customResources: { enabled: true, namespaces: [team-a], maxLimits: { memory: 64Mi }, allowedGrants: [],
+//!                    modulePaths: [/var/lib/wisp/modules] }   # where a custom resource's path module may be
 //! ```
 //!
 //! `customResources` (off when omitted; `source: kube` only) also runs the plugins of

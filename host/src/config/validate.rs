@@ -33,7 +33,7 @@ impl Config {
     }
 
     /// `customResources`: a `kube` source, namespaces named, fuel only with an engine that
-    /// meters it, a status interval over 0.
+    /// meters it, a status interval over 0, module paths that are directories.
     fn validate_custom_resources(&self) -> Result<(), ConfigError> {
         let Some(c) = self.custom_resources.as_ref().filter(|c| c.enabled) else {
             return Ok(());
@@ -58,6 +58,15 @@ impl Config {
         }
         if c.status_interval.is_some_and(|d| d.0.is_zero()) {
             return Err(self.error("customResources.statusInterval", "must be more than 0"));
+        }
+        for (i, d) in c.module_paths.iter().enumerate() {
+            let dir = self.resolve(d);
+            if !dir.is_dir() {
+                return Err(self.error(
+                    format!("customResources.modulePaths[{i}]"),
+                    format!("{} is not a directory", dir.display()),
+                ));
+            }
         }
         let at = |f: &str| format!("customResources.{f}");
         self.validate_actions(
