@@ -16,6 +16,8 @@ use wisp_host::config::Config;
 use wisp_host::informer::shared_informer::wait_for;
 use wisp_tests::{TestApiServer, pod};
 
+mod module_paths;
+
 const CRDS: &str = include_str!("../../../deploy/crds.yaml");
 const API_VERSION: &str = "wisp.io/v1alpha1";
 
@@ -105,8 +107,13 @@ fn wisp_plugin(name: &str, spec_extra: Value) -> Value {
 }
 
 fn status(server: &TestApiServer, name: &str) -> Value {
+    status_in(server, "default", name)
+}
+
+/// The status of WispPlugin `name` of namespace `ns`.
+fn status_in(server: &TestApiServer, ns: &str, name: &str) -> Value {
     server
-        .get(API_VERSION, "WispPlugin", Some("default"), name)
+        .get(API_VERSION, "WispPlugin", Some(ns), name)
         .map(|o| o["status"].clone())
         .unwrap_or(Value::Null)
 }
