@@ -188,6 +188,13 @@ fn check(md: &std::fs::Metadata, cap: u64) -> Result<(), FileRefused> {
     Ok(())
 }
 
+/// Makes a FIFO at `path` (for tests of what refuses one).
+#[cfg(all(test, unix))]
+pub(crate) fn mkfifo(path: &Path) {
+    let made = std::process::Command::new("mkfifo").arg(path).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo {}", path.display());
+}
+
 #[cfg(all(test, unix))]
 mod tests {
     use super::*;
@@ -196,11 +203,7 @@ mod tests {
     fn a_fifo_a_device_a_link_and_a_file_over_the_cap_are_refused_without_blocking() {
         let d = tempfile::tempdir().unwrap();
         let fifo = d.path().join("pipe.yaml");
-        let made = std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap();
-        assert!(made.success());
+        mkfifo(&fifo);
         assert_eq!(
             read_regular(&fifo, 100),
             Err(FileRefused::NotRegular("a FIFO"))

@@ -258,25 +258,25 @@ fn custom_resources_need_a_kube_source_and_named_namespaces() {
     std::fs::create_dir(d.path().join("c")).unwrap();
     let parse = |text: &str| Config::parse(text, "wisp.yaml", d.path());
     let inf = "informers: [{name: ns, apiVersion: v1, kind: Namespace}]\n";
-    let e = parse(&format!(
-        "source: dir:c\n{inf}customResources: {{enabled: true}}\n"
-    ))
-    .unwrap_err();
-    assert_eq!(e.path, "customResources.enabled");
-    let e = parse(&format!(
-        "source: kube\n{inf}customResources: {{enabled: true, namespaces: []}}\n"
-    ))
-    .unwrap_err();
-    assert_eq!(e.path, "customResources.namespaces");
-    let e = parse(&format!(
-        "source: kube\n{inf}customResources: {{enabled: true, allowedGrants: [{{verbs: [], apiVersion: v1, kind: Pod}}]}}\n"
-    ))
-    .unwrap_err();
-    assert_eq!(e.path, "customResources.allowedGrants[0].verbs");
-    let e = parse(&format!(
-        "source: kube\n{inf}customResources: {{enabled: true, modulePaths: [c, missing]}}\n"
-    ))
-    .unwrap_err();
-    assert_eq!(e.path, "customResources.modulePaths[1]");
-    assert!(e.problem.ends_with("missing is not a directory"), "{e}");
+    for (source, custom, path) in [
+        ("dir:c", "", "customResources.enabled"),
+        ("kube", ", namespaces: []", "customResources.namespaces"),
+        (
+            "kube",
+            ", allowedGrants: [{verbs: [], apiVersion: v1, kind: Pod}]",
+            "customResources.allowedGrants[0].verbs",
+        ),
+        (
+            "kube",
+            ", modulePaths: [c, missing]",
+            "customResources.modulePaths[1]",
+        ),
+    ] {
+        let text = format!("source: {source}\n{inf}customResources: {{enabled: true{custom}}}\n");
+        let e = parse(&text).unwrap_err();
+        assert_eq!(e.path, path, "{e}");
+    }
+    let text = format!("source: kube\n{inf}customResources: {{enabled: true, modulePaths: [x]}}\n");
+    let e = parse(&text).unwrap_err();
+    assert!(e.problem.ends_with("/x is not a directory"), "{e}");
 }

@@ -22,11 +22,7 @@ async fn a_tenants_module_outside_module_paths_or_not_a_bounded_regular_file_is_
     server.create(ns).unwrap();
     let fifos = tempfile::tempdir().unwrap();
     let fifo = fifos.path().join("pipe.wasm");
-    let made = std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap();
-    assert!(made.success());
+    mkfifo(&fifo);
     let allowed = [plugin_dir(), "/proc/self".into(), fifos.path().to_owned()];
     let host = Host::start_with(&server, &allowed, "").await;
     server.create(wisp_plugin("images", json!({}))).unwrap();
