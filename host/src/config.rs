@@ -43,12 +43,13 @@
 //!       queue: 1000
 //! oci: { dockerConfig: /var/run/secrets/wisp/registry/.dockerconfigjson, keys: [cosign.pub], poll: 5m }
 //! admin: { listen: 127.0.0.1:9090, tokenFile: /var/run/secrets/wisp/token, metricsAddress: 0.0.0.0:9091 }
-//! engine: { cacheDir: /var/cache/wisp, epochTick: 10ms, fuel: false }
+//! engine: { cacheDir: /var/cache/wisp, epochTick: 10ms, fuel: false, maxModuleSize: 64Mi }
 //! executor: { workers: 4 }     # threads that run the plugins (default: one per core)
 //! dir: { maxFileSize: 16Mi }   # source dir: only: larger manifest files are refused (default)
 //! audit: { file: /var/log/wisp/audit.jsonl }   # actions also go to the log and to /audit
 //! policyReports: { apiGroup: openreports.io, interval: 10s, maxResults: 1000 }   # kube only
-//! customResources: { enabled: true, namespaces: [team-a], maxLimits: { memory: 64Mi }, allowedGrants: [] }
+//! customResources: { enabled: true, namespaces: [team-a], maxLimits: { memory: 64Mi }, allowedGrants: [],
+//!                    modulePaths: [/var/lib/wisp/modules] }   # where a custom resource's path module may be
 //! ```
 //!
 //! `customResources` (off when omitted; `source: kube` only) also runs the plugins of
@@ -599,6 +600,9 @@ pub struct EngineSettings {
     /// JavaScript plugins) not in the module cache is compiled with Winch, starts at once, and
     /// is moved onto the Cranelift code by a reload when its compile in the background lands.
     pub first_load_tier: Option<bool>,
+    /// The largest module file read (default 64Mi, or `oci.maxModuleSize` when that is
+    /// larger): a larger one is refused before it is read ([`Config::max_module_size`]).
+    pub max_module_size: Option<Bytes>,
 }
 
 /// The shared executor that runs the plugins' listeners.

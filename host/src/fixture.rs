@@ -50,6 +50,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::actions::{ActionGrant, ActionSpec, HostServices};
+use crate::files::{self, FileRefused};
 use crate::informer::object::Tombstone;
 use crate::informer::{DeletedObject, Delivery, Indexer, Notification, Object, key::object_key};
 use crate::plugin::loader::{PreparedFile, check_prepared, prepare_file};
@@ -58,7 +59,6 @@ use crate::plugin::state::Grants;
 use crate::plugin::{CheckedPlugin, PluginEngine, PluginSpec, PluginStatus};
 use crate::policy::VerdictFilter;
 use crate::record::{Fed, feed};
-use crate::source::files::{self, FileRefused};
 
 /// The largest fixture file, and object file, read: the `dir:` source's default cap.
 pub const MAX_FILE_SIZE: u64 = crate::source::dir::DEFAULT_MAX_FILE_SIZE;

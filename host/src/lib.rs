@@ -9,7 +9,8 @@
 //! 1. Leaves, importing nothing of the crate: [`sync`] (locks that survive a panic), [`units`]
 //!    (durations and sizes as written in a config), [`kinds`] (Kubernetes' kinds, their name
 //!    rules, where a kind lives on an API server), [`abi`] (the byte layout of plugin ABI 0.2:
-//!    an object's wire form).
+//!    an object's wire form), [`files`] (reading a file someone else named: regular files of
+//!    bounded size only).
 //! 2. [`informer`]: the client-go informer pipeline (reflector, queues, indexer, shared
 //!    informer, processor and listeners, an in-memory source). Knows nothing of wasm or HTTP.
 //! 3. [`source`]: `ListerWatcher`s (the Kubernetes API through `kube`, a directory of
@@ -41,6 +42,7 @@ pub mod app;
 pub mod build;
 pub mod config;
 pub mod demo;
+pub mod files;
 pub mod fixture;
 pub mod informer;
 pub mod kinds;

@@ -35,6 +35,9 @@ struct CompileArgs {
     /// over it the module is refused.
     #[arg(long, value_name = "SIZE", default_value = "1Gi")]
     compile_memory: String,
+    /// Largest module file read (engine.maxModuleSize); a larger one is refused unread.
+    #[arg(long, value_name = "SIZE", default_value = "64Mi")]
+    max_module_size: String,
 }
 
 impl CompileArgs {
@@ -59,10 +62,13 @@ impl CompileArgs {
         if timeout.is_zero() {
             anyhow::bail!("--compile-timeout: must be more than 0");
         }
+        let max_module_size = wisp_host::config::parse_bytes(&self.max_module_size)
+            .map_err(|e| anyhow::anyhow!("--max-module-size: {e}"))?;
         Ok(PluginEngine::new(EngineConfig {
             compile_timeout: timeout,
             bound_names: wisp_host::plugin::engine::BoundNames::FLAGS,
             compile_memory: self.memory()?,
+            max_module_size,
             compiler: compiler::own_executable(),
             ..EngineConfig::default()
         })?)

@@ -288,7 +288,10 @@ fn the_crds_serve_what_the_host_reads_and_the_example_is_valid_for_the_deploy_co
     let d = tempfile::tempdir().unwrap();
     config_copy(d.path(), CONFIG);
     let path = d.path().join("deploy").join(CONFIG);
-    let text = std::fs::read_to_string(&path).unwrap() + "customResources: {enabled: true}\n";
+    // As the example's header says, the modules allowed from where the image bakes them in.
+    let allowed = format!("{:?}", plugin_dir().display().to_string());
+    let text = std::fs::read_to_string(&path).unwrap()
+        + &format!("customResources: {{enabled: true, modulePaths: [{allowed}]}}\n");
     std::fs::write(&path, text).unwrap();
     let cfg = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
     let baked = image_modules();

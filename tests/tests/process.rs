@@ -851,14 +851,7 @@ async fn a_fifo_a_device_link_a_link_out_and_a_file_over_the_cap_in_dir_block_no
     let pod = |name: &str| serde_json::to_string(&wisp_tests::pod("shop", name)).unwrap();
     std::fs::write(dir.path().join("outside.yaml"), pod("outsider")).unwrap();
     let hostile = |tag: &str| {
-        let fifo = cluster.join(format!("pipe{tag}.yaml"));
-        assert!(
-            Command::new("mkfifo")
-                .arg(&fifo)
-                .status()
-                .unwrap()
-                .success()
-        );
+        common::mkfifo(&cluster.join(format!("pipe{tag}.yaml")));
         std::os::unix::fs::symlink("/dev/zero", cluster.join(format!("zero{tag}.yaml"))).unwrap();
         let out = cluster.join(format!("out{tag}.yaml"));
         std::os::unix::fs::symlink("../outside.yaml", out).unwrap();

@@ -276,6 +276,7 @@ pub fn engine(
         ec.compile_memory = m.0;
     }
     ec.first_load_tier = config.engine.first_load_tier.unwrap_or(true);
+    ec.max_module_size = config.max_module_size();
     ec.compiler = compiler;
     ec.max_compiles = config.executor.workers();
     Ok(PluginEngine::new(ec)?)

@@ -361,6 +361,8 @@ impl Reconciler {
                 .map_err(|e| ("Invalid", e))?),
         };
         let mut spec = cfg.plugin_specs().remove(0);
+        // A tenant's path: a link at its last component is not followed (modulePaths).
+        spec.module_links = crate::files::Links::Refuse;
         spec.informer_scope = Some(match &fresh {
             Ok((scope, _)) => scope.clone(),
             Err(scope) => scope.clone(),

@@ -2,10 +2,13 @@
 //! custom resources, and what the operator lets them ask for. A custom resource's `spec` is
 //! read into a config of its own (the host's settings, its informers, its one plugin) and
 //! validated as the file is, then confined: a `WispPlugin` sees and acts only in its own
-//! namespace, and nothing a custom resource asks may exceed `maxLimits` or `allowedGrants`.
+//! namespace, nothing a custom resource asks may exceed `maxLimits` or `allowedGrants`, and its
+//! module is pulled from a registry or read from under `modulePaths` ([`module_paths`]).
 
 use super::*;
 use crate::actions::ActionGrant;
+
+mod module_paths;
 
 /// The API group of the CRDs (deploy/crds.yaml).
 pub const GROUP: &str = "wisp.io";
@@ -42,6 +45,10 @@ pub struct CustomResourcesConfig {
     /// change of condition is written at once.
     #[serde(default)]
     pub status_interval: Option<Dur>,
+    /// The directories (relative to the config file, or absolute) a custom resource's module
+    /// path may be in; default none: custom resources name only `oci://` modules.
+    #[serde(default)]
+    pub module_paths: Vec<PathBuf>,
 }
 
 /// The caps on what a custom resource asks (`customResources.maxLimits`); omitted = no cap.
@@ -152,12 +159,21 @@ impl Config {
             informers.iter().map(|i| i.name.clone().into()).collect();
         obj.insert("informers".into(), names.into());
         obj.insert("name".into(), cr.plugin_name().into());
-        let plugin: PluginConfig = serde_path_to_error::deserialize(spec).map_err(|e| {
+        let mut plugin: PluginConfig = serde_path_to_error::deserialize(spec).map_err(|e| {
             invalid(
                 format!("spec{}", dotted(&e.path().to_string())),
                 e.into_inner().to_string(),
             )
         })?;
+        let limits = self.custom_resources.clone().unwrap_or_default();
+        // Before validation, which looks at the file: a path outside is refused unlooked at.
+        let confined = self
+            .confine_module(&plugin.module, &limits.module_paths)
+            .map_err(|problem| CustomRefusal {
+                reason: "NotAllowed",
+                ..invalid("spec.module".into(), problem)
+            })?;
+        plugin.module = confined.unwrap_or(plugin.module);
         let mut c = self.clone();
         c.file = file.clone();
         c.informers = informers;
@@ -167,7 +183,6 @@ impl Config {
             reason: "Invalid",
             error: custom_path(e),
         })?;
-        let limits = self.custom_resources.clone().unwrap_or_default();
         c.confine(cr, &limits)?;
         Ok(c)
     }
@@ -431,212 +446,4 @@ fn custom_path(mut e: ConfigError) -> ConfigError {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn host(custom: &str) -> (tempfile::TempDir, Config) {
-        let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join("p.wasm"), b"\0asm").unwrap();
-        let text = format!(
-            "source: kube\ninformers: [{{name: ns, apiVersion: v1, kind: Namespace}}]\n\
-             customResources: {{enabled: true{custom}}}\n"
-        );
-        let c = Config::parse(&text, "wisp.yaml", d.path()).unwrap();
-        (d, c)
-    }
-
-    fn wisp_plugin(ns: Option<&str>) -> CustomRef {
-        CustomRef {
-            kind: if ns.is_some() {
-                "WispPlugin"
-            } else {
-                "ClusterWispPlugin"
-            },
-            namespace: ns.map(str::to_owned),
-            name: "p".into(),
-        }
-    }
-
-    fn spec(extra: serde_json::Value) -> serde_json::Value {
-        let mut s = json!({"module": "p.wasm",
-            "informers": [{"name": "pods", "apiVersion": "v1", "kind": "Pod"}]});
-        for (k, v) in extra.as_object().unwrap() {
-            s[k] = v.clone();
-        }
-        s
-    }
-
-    fn refusal(c: &Config, cr: &CustomRef, extra: serde_json::Value) -> (&'static str, String) {
-        let r = c.custom_plugin(cr, &spec(extra)).unwrap_err();
-        (r.reason, r.to_string())
-    }
-
-    #[test]
-    fn a_wisp_plugin_is_confined_to_its_namespace_and_a_cluster_one_is_not() {
-        let (_d, c) = host(", allowedGrants: [{verbs: [patch], apiVersion: v1, kind: Pod}]");
-        let grants = json!({"grants": [{"verbs": ["patch"], "apiVersion": "v1", "kind": "Pod"}]});
-        let team = wisp_plugin(Some("team-a"));
-        let got = c
-            .custom_plugin(&team, &spec(json!({"actions": grants})))
-            .unwrap();
-        assert_eq!(got.plugins[0].name, "team-a/p");
-        assert_eq!(got.informers[0].namespaces, Some(vec!["team-a".to_owned()]));
-        let g = &got.plugins[0].actions.grants[0];
-        assert_eq!(g.namespaces, Some(vec!["team-a".to_owned()]));
-        let cluster = c
-            .custom_plugin(&wisp_plugin(None), &spec(json!({"actions": grants})))
-            .unwrap();
-        assert_eq!(cluster.plugins[0].name, "p");
-        assert_eq!(cluster.informers[0].namespaces, None);
-
-        let other = json!({"informers": [{"name": "pods", "apiVersion": "v1", "kind": "Pod",
-            "namespaces": ["team-a", "kube-system"]}]});
-        let (reason, e) = refusal(&c, &team, other);
-        assert_eq!(reason, "NotAllowed");
-        assert_eq!(
-            e,
-            "WispPlugin team-a/p: spec.informers[0].namespaces: a WispPlugin sees and acts only \
-             in its own namespace \"team-a\"; it asks for \"kube-system\""
-        );
-        let nodes = json!({"informers": [{"name": "n", "apiVersion": "v1", "kind": "Node"}]});
-        let (reason, e) = refusal(&c, &team, nodes);
-        assert_eq!(reason, "NotAllowed");
-        assert!(
-            e.contains("spec.informers[0].kind: Node is cluster-scoped"),
-            "{e}"
-        );
-        let elsewhere = json!({"grants": [{"verbs": ["patch"], "apiVersion": "v1", "kind": "Pod",
-            "namespaces": ["prod"]}]});
-        let (_, e) = refusal(&c, &team, json!({"actions": elsewhere}));
-        assert!(e.contains("spec.actions.grants[0].namespaces: "), "{e}");
-    }
-
-    #[test]
-    fn a_grant_outside_the_allowed_grants_is_refused() {
-        let (_d, c) = host(
-            ", allowedGrants: [{verbs: [patch], apiVersion: v1, kind: Pod, namespaces: [team-a]}]",
-        );
-        let ask = |verbs: serde_json::Value, kind: &str| json!({"actions": {"grants": [{"verbs": verbs, "apiVersion": "v1", "kind": kind}]}});
-        let team = wisp_plugin(Some("team-a"));
-        assert!(
-            c.custom_plugin(&team, &spec(ask(json!(["patch"]), "Pod")))
-                .is_ok()
-        );
-        for (verbs, kind, cr) in [
-            (json!(["patch", "apply"]), "Pod", &team),
-            (json!(["patch"]), "ConfigMap", &team),
-            (json!(["patch"]), "Pod", &wisp_plugin(None)),
-            (json!(["patch"]), "Pod", &wisp_plugin(Some("team-b"))),
-        ] {
-            let (reason, e) = refusal(&c, cr, ask(verbs, kind));
-            assert_eq!(reason, "NotAllowed", "{e}");
-            assert!(
-                e.contains("spec.actions.grants[0]: ")
-                    && e.contains("customResources.allowedGrants does not cover it"),
-                "{e}"
-            );
-        }
-    }
-
-    #[test]
-    fn limits_over_max_limits_are_refused_and_omitted_ones_capped() {
-        let (_d, c) = host(", maxLimits: {memory: 32Mi, deadline: 20ms, batch: 8, queue: 100}");
-        let team = wisp_plugin(Some("t"));
-        let got = c.custom_plugin(&team, &spec(json!({}))).unwrap();
-        let p = &got.plugins[0];
-        assert_eq!(
-            p.limits.memory,
-            Some(Bytes(32 << 20)),
-            "the default 64Mi is over the cap"
-        );
-        assert_eq!(p.limits.deadline, Some(Dur(Duration::from_millis(20))));
-        assert_eq!((p.batch, p.queue.max), (Some(8), Some(100)));
-        let small = c
-            .custom_plugin(&team, &spec(json!({"limits": {"memory": "16Mi"}})))
-            .unwrap();
-        assert_eq!(small.plugins[0].limits.memory, Some(Bytes(16 << 20)));
-        for (extra, field) in [
-            (json!({"limits": {"memory": "33Mi"}}), "spec.limits.memory"),
-            (
-                json!({"limits": {"deadline": "1s"}}),
-                "spec.limits.deadline",
-            ),
-            (json!({"batch": 9}), "spec.batch"),
-            (json!({"queue": {"max": 1000}}), "spec.queue.max"),
-        ] {
-            let (reason, e) = refusal(&c, &team, extra);
-            assert_eq!(reason, "OverCap", "{e}");
-            assert!(
-                e.contains(&format!("{field}: over customResources.maxLimits")),
-                "{e}"
-            );
-        }
-    }
-
-    #[test]
-    fn what_only_the_file_may_ask_for_and_bad_fields_are_named_in_spec_terms() {
-        let (_d, c) = host("");
-        let team = wisp_plugin(Some("t"));
-        let inf = |extra: serde_json::Value| {
-            let mut i = json!({"name": "pods", "apiVersion": "v1", "kind": "Pod"});
-            for (k, v) in extra.as_object().unwrap() {
-                i[k] = v.clone();
-            }
-            json!({ "informers": [i] })
-        };
-        let (reason, e) = refusal(&c, &team, inf(json!({"onPanic": "exit"})));
-        assert_eq!(reason, "NotAllowed");
-        assert!(
-            e.contains("spec.informers[0].onPanic: exit would stop the host"),
-            "{e}"
-        );
-        let (reason, e) = refusal(&c, &team, inf(json!({"maxEventSize": "1Gi"})));
-        assert_eq!(reason, "OverCap");
-        assert!(
-            e.contains("spec.informers[0].maxEventSize: over the host's default"),
-            "{e}"
-        );
-        let (reason, e) = refusal(&c, &team, json!({"limits": {"deadline": "0s"}}));
-        assert_eq!(reason, "Invalid");
-        assert_eq!(
-            e,
-            "WispPlugin t/p: spec.limits.deadline: must be more than 0"
-        );
-        let (_, e) = refusal(&c, &team, json!({"limts": {}}));
-        assert!(
-            e.starts_with("WispPlugin t/p: spec.limts: unknown field `limts`"),
-            "{e}"
-        );
-        let (_, e) = refusal(&c, &team, inf(json!({"labelSelector": "a in (b"})));
-        assert!(e.contains("spec.informers[0].labelSelector: "), "{e}");
-        let (_, e) = refusal(&c, &team, json!({"module": "missing.wasm"}));
-        assert!(
-            e.contains("spec.module: ") && e.contains("does not exist"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn custom_resources_need_a_kube_source_and_named_namespaces() {
-        let d = tempfile::tempdir().unwrap();
-        std::fs::create_dir(d.path().join("c")).unwrap();
-        let parse = |text: &str| Config::parse(text, "wisp.yaml", d.path());
-        let inf = "informers: [{name: ns, apiVersion: v1, kind: Namespace}]\n";
-        let e = parse(&format!(
-            "source: dir:c\n{inf}customResources: {{enabled: true}}\n"
-        ))
-        .unwrap_err();
-        assert_eq!(e.path, "customResources.enabled");
-        let e = parse(&format!(
-            "source: kube\n{inf}customResources: {{enabled: true, namespaces: []}}\n"
-        ))
-        .unwrap_err();
-        assert_eq!(e.path, "customResources.namespaces");
-        let e = parse(&format!(
-            "source: kube\n{inf}customResources: {{enabled: true, allowedGrants: [{{verbs: [], apiVersion: v1, kind: Pod}}]}}\n"
-        ))
-        .unwrap_err();
-        assert_eq!(e.path, "customResources.allowedGrants[0].verbs");
-    }
-}
+mod tests;

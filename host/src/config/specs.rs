@@ -3,6 +3,19 @@
 use super::*;
 
 impl Config {
+    /// `engine.maxModuleSize` in force, bytes: as set, else the default or, when larger,
+    /// `oci.maxModuleSize` (a module pulled under that bound is read under this one).
+    pub fn max_module_size(&self) -> u64 {
+        use crate::plugin::module_file::DEFAULT_MAX_MODULE_SIZE;
+        self.engine.max_module_size.map_or_else(
+            || {
+                let pulled = self.oci.max_module_size.map_or(0, |b| b.0);
+                DEFAULT_MAX_MODULE_SIZE.max(pulled)
+            },
+            |b| b.0,
+        )
+    }
+
     /// The plugin specs, with paths resolved.
     pub fn plugin_specs(&self) -> Vec<PluginSpec> {
         self.plugins
@@ -82,5 +95,61 @@ impl Config {
                 s
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A config of one plugin of `module` (in a directory with `p.wasm`, 32 bytes), with
+    /// `extra` added.
+    fn config(module: &str, extra: &str) -> Result<Config, ConfigError> {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("p.wasm"),
+            [b"\0asm".as_slice(), &[0; 28]].concat(),
+        )
+        .unwrap();
+        let text = format!(
+            "source: kube\ninformers: [{{name: pods, apiVersion: v1, kind: Pod}}]\n\
+             plugins: [{{name: p, module: {module}, informers: [pods]}}]\n{extra}"
+        );
+        Config::parse(&text, "wisp.yaml", d.path())
+    }
+
+    #[test]
+    fn the_module_size_cap_follows_a_larger_oci_one_and_refuses_a_module_over_it() {
+        let cap = |extra: &str| config("p.wasm", extra).unwrap().max_module_size();
+        assert_eq!(cap(""), 64 << 20);
+        assert_eq!(cap("oci: { maxModuleSize: 100Mi }\n"), 100 << 20);
+        assert_eq!(cap("oci: { maxModuleSize: 1Mi }\n"), 64 << 20);
+        assert_eq!(cap("engine: { maxModuleSize: 1Mi }\n"), 1 << 20);
+        let e = config("p.wasm", "engine: { maxModuleSize: 16 }\n").unwrap_err();
+        assert_eq!(e.path, "plugins[0].module");
+        assert!(
+            e.problem
+                .ends_with("p.wasm is 32 bytes, over engine.maxModuleSize (16 bytes)"),
+            "{e}"
+        );
+        let e = config("p.wasm", "engine: { maxModuleSize: 4 }\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "wisp.yaml: engine.maxModuleSize: must be at least 8 bytes (a WebAssembly header)"
+        );
+        let both = "engine: { maxModuleSize: 1Mi }\noci: { maxModuleSize: 2Mi }\n";
+        let e = config("p.wasm", both).unwrap_err();
+        assert_eq!(e.path, "engine.maxModuleSize");
+        assert!(e.problem.contains("less than oci.maxModuleSize"), "{e}");
+    }
+
+    #[test]
+    fn a_module_that_is_not_a_regular_file_is_refused_naming_what_it_is() {
+        let e = config("/dev/zero", "").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "wisp.yaml: plugins[0].module: /dev/zero is a character device, not a regular file \
+             (only regular files are read)"
+        );
     }
 }

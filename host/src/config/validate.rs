@@ -20,19 +20,20 @@ impl Config {
             self.oci_settings()
                 .map_err(|(field, e)| self.error(field, e))?;
         }
+        // The engine first: a plugin's module is checked against `engine.maxModuleSize`.
+        self.validate_engine()?;
         let mut plugin_names = BTreeSet::new();
         for (i, p) in self.plugins.iter().enumerate() {
             let at = |f: &str| format!("plugins[{i}].{f}");
             self.validate_plugin(&at, p, &names, &mut plugin_names)?;
         }
         self.validate_executor()?;
-        self.validate_engine()?;
         self.validate_custom_resources()?;
         self.validate_admin()
     }
 
     /// `customResources`: a `kube` source, namespaces named, fuel only with an engine that
-    /// meters it, a status interval over 0.
+    /// meters it, a status interval over 0, module paths that are directories.
     fn validate_custom_resources(&self) -> Result<(), ConfigError> {
         let Some(c) = self.custom_resources.as_ref().filter(|c| c.enabled) else {
             return Ok(());
@@ -58,6 +59,15 @@ impl Config {
         if c.status_interval.is_some_and(|d| d.0.is_zero()) {
             return Err(self.error("customResources.statusInterval", "must be more than 0"));
         }
+        for (i, d) in c.module_paths.iter().enumerate() {
+            let dir = self.resolve(d);
+            if !dir.is_dir() {
+                return Err(self.error(
+                    format!("customResources.modulePaths[{i}]"),
+                    format!("{} is not a directory", dir.display()),
+                ));
+            }
+        }
         let at = |f: &str| format!("customResources.{f}");
         self.validate_actions(
             &ActionsConfig {
@@ -68,10 +78,29 @@ impl Config {
         )
     }
 
-    /// A compile's bounds: a timeout over 0, and room for the compiler itself.
+    /// A compile's bounds: a timeout over 0, and room for the compiler itself; a module size
+    /// cap that lets a module be read, and every module `oci.maxModuleSize` lets be pulled.
     fn validate_engine(&self) -> Result<(), ConfigError> {
         if self.engine.compile_timeout.is_some_and(|d| d.0.is_zero()) {
             return Err(self.error("engine.compileTimeout", "must be more than 0"));
+        }
+        if let Some(m) = self.engine.max_module_size {
+            if m.0 < 8 {
+                return Err(self.error(
+                    "engine.maxModuleSize",
+                    "must be at least 8 bytes (a WebAssembly header)",
+                ));
+            }
+            if let Some(pulled) = self.oci.max_module_size.filter(|o| o.0 > m.0) {
+                return Err(self.error(
+                    "engine.maxModuleSize",
+                    format!(
+                        "{} bytes is less than oci.maxModuleSize ({} bytes): a module pulled \
+                         under that would be refused when read; raise this or lower that",
+                        m.0, pulled.0
+                    ),
+                ));
+            }
         }
         let min = crate::plugin::engine::MIN_COMPILE_MEMORY;
         if let Some(m) = self.engine.compile_memory
@@ -301,15 +330,9 @@ impl Config {
         }
         if let Some(m) = p.module.to_str().filter(|m| crate::oci::is_oci(m)) {
             crate::oci::Reference::parse(m).map_err(|e| self.error(at("module"), e))?;
-        } else if !self.resolve(&p.module).is_file() {
-            let module = self.resolve(&p.module);
-            return Err(self.error(
-                at("module"),
-                format!(
-                    "{} does not exist (build the plugins with `cargo xtask plugins`)",
-                    module.display()
-                ),
-            ));
+        } else {
+            self.validate_module_file(&self.resolve(&p.module))
+                .map_err(|e| self.error(at("module"), e))?;
         }
         if p.informers.is_empty() {
             return Err(self.error(at("informers"), "a plugin needs at least one informer"));
@@ -324,6 +347,27 @@ impl Config {
             }
         }
         self.validate_plugin_settings(at, p)
+    }
+
+    /// A module file that exists and is a regular file (links followed) within
+    /// `engine.maxModuleSize` by its size; looked at, not opened (the loader checks it again
+    /// as it reads it, [`crate::plugin::module_file`]).
+    fn validate_module_file(&self, module: &Path) -> Result<(), String> {
+        use crate::files::{FileRefused, Links, check_path};
+        if !module.exists() {
+            return Err(format!(
+                "{} does not exist (build the plugins with `cargo xtask plugins`)",
+                module.display()
+            ));
+        }
+        let limit = self.max_module_size();
+        check_path(module, limit, Links::Follow).map_err(|e| match e {
+            FileRefused::TooLarge { size, .. } => format!(
+                "{} is {size} bytes, over engine.maxModuleSize ({limit} bytes)",
+                module.display()
+            ),
+            e => format!("{} {e}", module.display()),
+        })
     }
 
     /// A plugin's limits, batch, actions, verdicts and queue.

@@ -32,8 +32,9 @@ use serde::Deserialize;
 
 use crate::units::{Bytes, Dur};
 
-/// Default bound of a module download (`oci.maxModuleSize`).
-pub const DEFAULT_MAX_MODULE_SIZE: u64 = 64 * 1024 * 1024;
+/// Default bound of a module download (`oci.maxModuleSize`): `engine.maxModuleSize`'s, the
+/// largest module file the loader reads.
+pub const DEFAULT_MAX_MODULE_SIZE: u64 = crate::plugin::module_file::DEFAULT_MAX_MODULE_SIZE;
 /// Default bound of the layers of one signature manifest (`oci.maxSignatureLayers`): one per
 /// signer, as `cosign sign` appends them; far more than a module is signed by.
 pub const DEFAULT_MAX_SIGNATURE_LAYERS: usize = 16;

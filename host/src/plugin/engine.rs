@@ -65,6 +65,9 @@ pub struct EngineConfig {
     pub first_load_tier: bool,
     /// The least module size the first-load tier applies to, bytes.
     pub first_load_tier_min: usize,
+    /// The largest module file read (`engine.maxModuleSize`), bytes: a larger one is refused
+    /// before it is read (see [`super::module_file`]).
+    pub max_module_size: u64,
 }
 
 /// The default of [`EngineConfig::first_load_tier_min`]: the Rust plugins (0.1-1 MB) compile
@@ -127,6 +130,7 @@ impl Default for EngineConfig {
             max_compiles: std::thread::available_parallelism().map_or(1, |n| n.get()),
             first_load_tier: false,
             first_load_tier_min: FIRST_LOAD_TIER_MIN,
+            max_module_size: super::module_file::DEFAULT_MAX_MODULE_SIZE,
         }
     }
 }
@@ -359,6 +363,8 @@ pub struct PluginEngine {
     linked: Mutex<HashMap<String, PluginPre<StoreData>>>,
     tick: Duration,
     fuel: bool,
+    /// `engine.maxModuleSize`: the loader reads no larger module file.
+    max_module_size: u64,
     compile_timeout: Duration,
     bound_names: BoundNames,
     /// Compiles in child processes, when the engine was given a compiler.
@@ -498,6 +504,7 @@ impl PluginEngine {
             linked: Mutex::default(),
             tick,
             fuel: config.fuel,
+            max_module_size: config.max_module_size,
             compile_timeout: config.compile_timeout,
             bound_names: config.bound_names,
             child: config.compiler.map(|exe| ChildCompiler {
@@ -539,6 +546,11 @@ impl PluginEngine {
         self.fuel
     }
 
+    /// The largest module file read, bytes (`engine.maxModuleSize`).
+    pub fn max_module_size(&self) -> u64 {
+        self.max_module_size
+    }
+
     /// The epoch tick.
     pub fn tick(&self) -> Duration {
         self.tick
@@ -565,7 +577,7 @@ impl PluginEngine {
         first_load: bool,
     ) -> Result<LoadedComponent, LoadError> {
         let start = Instant::now();
-        if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+        if !super::module_file::is_wasm_header(bytes) {
             return Err(LoadError::NotWasm);
         }
         if bytes[4..8] == [1, 0, 0, 0] {

@@ -16,6 +16,32 @@ pub enum PluginError {
         #[source]
         source: std::io::Error,
     },
+    /// The module path names something other than a regular file (a FIFO, a device, a socket,
+    /// a directory, or a link where links are not followed): refused before any byte is read.
+    #[error("plugin {plugin:?}: module {path}: is {kind}, not a regular file; refused")]
+    NotRegularFile {
+        /// Plugin name.
+        plugin: String,
+        /// Module path.
+        path: PathBuf,
+        /// What it is, e.g. `a FIFO`.
+        kind: &'static str,
+    },
+    /// The module file is larger than `engine.maxModuleSize`: by its size, before it is read,
+    /// or by what reading it gave (it grew, or its size said nothing, as in `/proc`).
+    #[error(
+        "plugin {plugin:?}: module {path}: is over engine.maxModuleSize ({limit} bytes): at least {size} bytes; refused"
+    )]
+    ModuleTooLarge {
+        /// Plugin name.
+        plugin: String,
+        /// Module path.
+        path: PathBuf,
+        /// Its size, or the bytes read when reading stopped (`limit + 1`).
+        size: u64,
+        /// `engine.maxModuleSize`, bytes.
+        limit: u64,
+    },
     /// The file is not WebAssembly at all.
     #[error(
         "plugin {plugin:?}: module {path}: not a WebAssembly file (it does not start with \"\\0asm\")"

@@ -1,4 +1,4 @@
-//! Loading a plugin: read its module, compile it (or take it from a cache), link it (the right
+//! Loading a plugin: read its module ([`super::module_file`]), compile it (or take it from a cache), link it (the right
 //! world, every import provided), instantiate it, `describe` it and `init` it with its settings,
 //! all under its limits. Every way a module enters the host goes through here: a plugin started
 //! or reloaded (`manager`, `reload`), `wisp check`, `wisp replay` and `wisp test`.
@@ -91,12 +91,19 @@ pub fn check_with(
     grants: Grants,
     status: Option<Arc<PluginStatus>>,
 ) -> Result<CheckedPlugin, PluginError> {
-    let bytes = std::fs::read(&spec.module).map_err(|source| PluginError::Read {
-        plugin: spec.name.clone(),
-        path: spec.module.clone(),
-        source,
-    })?;
+    let bytes = read_module(engine, spec)?;
     check_bytes(engine, spec, &bytes, grants, status)
+}
+
+/// The bytes of `spec`'s module file, read as [`super::module_file`] reads any (a regular file
+/// of at most `engine.maxModuleSize`, starting as WebAssembly does).
+pub fn read_module(engine: &PluginEngine, spec: &PluginSpec) -> Result<Vec<u8>, PluginError> {
+    super::module_file::read_module(
+        &spec.name,
+        &spec.module,
+        spec.module_links,
+        engine.max_module_size(),
+    )
 }
 
 /// Why `spec`'s module did not load, as the error naming the plugin and the module.
@@ -373,11 +380,7 @@ pub fn prepare_file(
     module: &Path,
 ) -> Result<PreparedFile, PluginError> {
     let spec = PluginSpec::new(stem(module), module, &[]);
-    let bytes = std::fs::read(module).map_err(|source| PluginError::Read {
-        plugin: spec.name.clone(),
-        path: module.to_owned(),
-        source,
-    })?;
+    let bytes = read_module(engine, &spec)?;
     let prepared = prepare(engine, &spec, &bytes, true)?;
     let info = describe_pre(engine, &spec, &prepared.pre);
     Ok(PreparedFile {

@@ -10,7 +10,8 @@
 //! - [`instance`]: one store + instance with deadline, memory cap and fuel.
 //! - [`runtime`]: failure policy, fresh instances, quarantine; the informer handler.
 //! - [`loader`]: read, compile, link, instantiate, `describe` and `init` a module, the one way
-//!   every module enters the host (start, reload, `wisp check`/`replay`/`test`).
+//!   every module enters the host (start, reload, `wisp check`/`replay`/`test`);
+//!   [`module_file`]: the one reader of module files (regular files under a size cap).
 //! - [`manager`]: attach checked plugins to their informers; [`reload`]: swap a new version in;
 //!   [`probation`]: keep the old one until the new one proves itself, roll back if it does not.
 //! - [`spec`] / [`status`] / [`error`]: what to run, what can be read, what went wrong.
@@ -30,6 +31,7 @@ pub mod host_api;
 pub mod instance;
 pub mod loader;
 pub mod manager;
+pub mod module_file;
 pub mod output;
 pub mod probation;
 pub mod reload;

@@ -150,6 +150,10 @@ pub struct PluginSpec {
     pub name: String,
     /// Path of the component (`.wasm`).
     pub module: PathBuf,
+    /// Whether a link at the module path's last component is followed: yes for the config
+    /// file's and the command line's paths (a ConfigMap mount is links), no for a custom
+    /// resource's ([`super::module_file`]).
+    pub module_links: crate::files::Links,
     /// Informers it receives and may read through the cache API (its grants).
     pub informers: Vec<String>,
     /// Settings passed to `init`, as JSON.
@@ -208,6 +212,7 @@ impl PluginSpec {
         Self {
             name: name.into(),
             module: module.into(),
+            module_links: crate::files::Links::Follow,
             informers: informers.iter().map(|s| (*s).to_owned()).collect(),
             settings: serde_json::json!({}),
             resync: Duration::ZERO,

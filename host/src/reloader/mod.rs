@@ -407,24 +407,31 @@ impl Reloader {
         }
         let _one = lock(&slot.running);
         slot.queued.store(false, Ordering::Release);
-        let hash_of = |p: &Path| -> Option<String> {
-            let bytes = std::fs::read(p).ok()?;
-            Some(
-                Sha256::digest(&bytes)
-                    .iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect(),
-            )
+        let engine = self.manager.engine();
+        // The content's hash; a file the reader refuses (not wasm, not a regular file, over
+        // the cap) is keyed by its refusal, so the reload says why once; one that cannot be
+        // read (gone, being renamed) is looked at again.
+        let hash_of = |spec: &PluginSpec| -> Option<String> {
+            match crate::plugin::loader::read_module(engine, spec) {
+                Ok(bytes) => Some(
+                    Sha256::digest(&bytes)
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect(),
+                ),
+                Err(crate::plugin::PluginError::Read { .. }) => None,
+                Err(e) => Some(format!("refused: {e}")),
+            }
         };
         for attempt in 0..RECHECKS {
             if attempt > 0 {
                 std::thread::sleep(RECHECK_DELAY);
             }
             let Some(h) = self.handle(name) else { return };
-            let Some(module) = self.specs().get(name).map(|s| s.module.clone()) else {
+            let Some(spec) = self.specs().remove(name) else {
                 return;
             };
-            let Some(hash) = hash_of(&module) else {
+            let Some(hash) = hash_of(&spec) else {
                 continue;
             };
             let refused_before = lock(&self.tried).get(name).cloned();
@@ -620,6 +627,9 @@ fn needs_restart(cfg: &Config, next: &Config) -> Option<&'static str> {
         || cfg.engine.compile_memory != next.engine.compile_memory
     {
         return Some("engine changed; the compile bounds need a restart");
+    }
+    if cfg.max_module_size() != next.max_module_size() {
+        return Some("engine.maxModuleSize changed; it needs a restart");
     }
     None
 }

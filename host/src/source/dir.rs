@@ -18,7 +18,7 @@
 //! gets it converted or, where the kind does not convert, reported ([`crate::kinds::convert`]).
 //!
 //! Whoever writes the directory may be hostile: only regular files of at most `dir.maxFileSize`
-//! are read ([`super::files`]). A FIFO, a device, a socket, a link that leads out of the
+//! are read ([`crate::files`]). A FIFO, a device, a socket, a link that leads out of the
 //! directory or a larger file is refused (reported once, with why; the file's previous objects
 //! are kept) without blocking a scan, and no lock is held while files are read, so the admin
 //! endpoints, the informers and shutdown never wait on a file.
@@ -30,9 +30,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
-use super::files::{self, FileRefused};
 use super::filter::{ObjectFilter, group_of};
 use super::memory::MemorySource;
+use crate::files::{self, FileRefused};
 use crate::informer::Object;
 use crate::sync::lock;
 
@@ -1622,8 +1622,7 @@ mod tests {
         };
         let hostile = |dir: &Path, tag: &str| {
             let fifo = dir.join(format!("pipe{tag}.yaml"));
-            let made = std::process::Command::new("mkfifo").arg(&fifo).status();
-            assert!(made.unwrap().success());
+            crate::files::mkfifo(&fifo);
             std::os::unix::fs::symlink("/dev/zero", dir.join(format!("zero{tag}.yaml"))).unwrap();
             let big = format!("{}# {}\n", pod(&format!("big{tag}")), "x".repeat(600));
             std::fs::write(dir.join(format!("big{tag}.yaml")), big).unwrap();

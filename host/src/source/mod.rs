@@ -1,7 +1,6 @@
 //! Sources the reflector lists and watches through.
 
 pub mod dir;
-pub mod files;
 pub mod filter;
 pub mod kube;
 /// The in-memory source lives with the informer (its tests use it); here for the sources' paths.

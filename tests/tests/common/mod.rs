@@ -104,6 +104,12 @@ pub fn start(inf: &Arc<SharedInformer>) -> tokio::sync::oneshot::Sender<()> {
 }
 
 /// Waits for `cond` (panics with `what` after [`T`]).
+/// Makes a FIFO at `path` (for tests of what refuses one).
+pub fn mkfifo(path: &std::path::Path) {
+    let made = std::process::Command::new("mkfifo").arg(path).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo {}", path.display());
+}
+
 pub async fn until(what: &str, cond: impl FnMut() -> bool) {
     assert!(wait_for(T, cond).await, "timed out waiting for: {what}");
 }

@@ -6,6 +6,7 @@
 
 use crate::common;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use common::*;
@@ -14,6 +15,8 @@ use wisp_host::app;
 use wisp_host::config::Config;
 use wisp_host::informer::shared_informer::wait_for;
 use wisp_tests::{TestApiServer, pod};
+
+mod module_paths;
 
 const CRDS: &str = include_str!("../../../deploy/crds.yaml");
 const API_VERSION: &str = "wisp.io/v1alpha1";
@@ -37,14 +40,36 @@ struct Host {
     _dir: tempfile::TempDir,
 }
 
+/// The directory of the built plugins: where the tests' custom resources take their modules.
+fn plugin_dir() -> PathBuf {
+    let m = plugin_path("image_policy");
+    m.parent().expect("a plugin's directory").to_owned()
+}
+
+/// `modulePaths: [...]` allowing `dirs`.
+fn module_paths(dirs: &[PathBuf]) -> String {
+    let dirs: Vec<String> = dirs
+        .iter()
+        .map(|d| format!("{:?}", d.display().to_string()))
+        .collect();
+    format!("modulePaths: [{}]", dirs.join(", "))
+}
+
 impl Host {
-    /// A host reading custom resources, `custom` added to its `customResources`.
+    /// A host reading custom resources, their modules allowed from the built plugins'
+    /// directory, `custom` added to its `customResources`.
     async fn start(server: &TestApiServer, custom: &str) -> Self {
+        Self::start_with(server, &[plugin_dir()], custom).await
+    }
+
+    /// [`Host::start`], the modules of custom resources allowed from `dirs`.
+    async fn start_with(server: &TestApiServer, dirs: &[PathBuf], custom: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let config = format!(
             "source: kube\ninformers:\n  - {{name: namespaces, apiVersion: v1, kind: Namespace}}\n\
-             customResources: {{enabled: true, statusInterval: 1s{custom}}}\n\
-             admin: {{listen: \"127.0.0.1:0\"}}\n"
+             customResources: {{enabled: true, statusInterval: 1s, {paths}{custom}}}\n\
+             admin: {{listen: \"127.0.0.1:0\"}}\n",
+            paths = module_paths(dirs)
         );
         let path = dir.path().join("wisp.yaml");
         std::fs::write(&path, config).unwrap();
@@ -82,8 +107,13 @@ fn wisp_plugin(name: &str, spec_extra: Value) -> Value {
 }
 
 fn status(server: &TestApiServer, name: &str) -> Value {
+    status_in(server, "default", name)
+}
+
+/// The status of WispPlugin `name` of namespace `ns`.
+fn status_in(server: &TestApiServer, ns: &str, name: &str) -> Value {
     server
-        .get(API_VERSION, "WispPlugin", Some("default"), name)
+        .get(API_VERSION, "WispPlugin", Some(ns), name)
         .map(|o| o["status"].clone())
         .unwrap_or(Value::Null)
 }
@@ -264,8 +294,9 @@ async fn a_cluster_wisp_plugin_sees_every_namespace_and_a_name_clash_with_the_fi
     let config = format!(
         "source: kube\ninformers:\n  - {{name: pods, apiVersion: v1, kind: Pod}}\n\
          plugins:\n  - {{name: images, module: {m}, informers: [pods], settings: {{requireLimits: false}}}}\n\
-         customResources: {{enabled: true, statusInterval: 1s}}\nadmin: {{listen: \"127.0.0.1:0\"}}\n",
-        m = plugin_path("image_policy").display()
+         customResources: {{enabled: true, statusInterval: 1s, {paths}}}\nadmin: {{listen: \"127.0.0.1:0\"}}\n",
+        m = plugin_path("image_policy").display(),
+        paths = module_paths(&[plugin_dir()])
     );
     let path = dir.path().join("wisp.yaml");
     std::fs::write(&path, config).unwrap();

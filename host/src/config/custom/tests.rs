@@ -1,0 +1,282 @@
+//! The confinement and caps of custom resources' configs.
+
+use super::*;
+use serde_json::json;
+
+/// A host config in a directory of its own with a module `p.wasm`, custom resources on and
+/// allowed modules from that directory, `custom` added to `customResources`.
+fn host(custom: &str) -> (tempfile::TempDir, Config) {
+    host_with(&format!(", modulePaths: [.]{custom}"))
+}
+
+/// As [`host`], with only `custom` in `customResources` besides `enabled`; the directory
+/// has an empty directory `modules` besides.
+fn host_with(custom: &str) -> (tempfile::TempDir, Config) {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("p.wasm"), b"\0asm").unwrap();
+    std::fs::create_dir(d.path().join("modules")).unwrap();
+    let text = format!(
+        "source: kube\ninformers: [{{name: ns, apiVersion: v1, kind: Namespace}}]\n\
+         customResources: {{enabled: true{custom}}}\n"
+    );
+    let c = Config::parse(&text, "wisp.yaml", d.path()).unwrap();
+    (d, c)
+}
+
+fn wisp_plugin(ns: Option<&str>) -> CustomRef {
+    CustomRef {
+        kind: if ns.is_some() {
+            "WispPlugin"
+        } else {
+            "ClusterWispPlugin"
+        },
+        namespace: ns.map(str::to_owned),
+        name: "p".into(),
+    }
+}
+
+fn spec(extra: serde_json::Value) -> serde_json::Value {
+    let mut s = json!({"module": "p.wasm",
+        "informers": [{"name": "pods", "apiVersion": "v1", "kind": "Pod"}]});
+    for (k, v) in extra.as_object().unwrap() {
+        s[k] = v.clone();
+    }
+    s
+}
+
+fn refusal(c: &Config, cr: &CustomRef, extra: serde_json::Value) -> (&'static str, String) {
+    let r = c.custom_plugin(cr, &spec(extra)).unwrap_err();
+    (r.reason, r.to_string())
+}
+
+#[test]
+fn a_wisp_plugin_is_confined_to_its_namespace_and_a_cluster_one_is_not() {
+    let (_d, c) = host(", allowedGrants: [{verbs: [patch], apiVersion: v1, kind: Pod}]");
+    let grants = json!({"grants": [{"verbs": ["patch"], "apiVersion": "v1", "kind": "Pod"}]});
+    let team = wisp_plugin(Some("team-a"));
+    let got = c
+        .custom_plugin(&team, &spec(json!({"actions": grants})))
+        .unwrap();
+    assert_eq!(got.plugins[0].name, "team-a/p");
+    assert_eq!(got.informers[0].namespaces, Some(vec!["team-a".to_owned()]));
+    let g = &got.plugins[0].actions.grants[0];
+    assert_eq!(g.namespaces, Some(vec!["team-a".to_owned()]));
+    let cluster = c
+        .custom_plugin(&wisp_plugin(None), &spec(json!({"actions": grants})))
+        .unwrap();
+    assert_eq!(cluster.plugins[0].name, "p");
+    assert_eq!(cluster.informers[0].namespaces, None);
+
+    let other = json!({"informers": [{"name": "pods", "apiVersion": "v1", "kind": "Pod",
+        "namespaces": ["team-a", "kube-system"]}]});
+    let (reason, e) = refusal(&c, &team, other);
+    assert_eq!(reason, "NotAllowed");
+    assert_eq!(
+        e,
+        "WispPlugin team-a/p: spec.informers[0].namespaces: a WispPlugin sees and acts only \
+         in its own namespace \"team-a\"; it asks for \"kube-system\""
+    );
+    let nodes = json!({"informers": [{"name": "n", "apiVersion": "v1", "kind": "Node"}]});
+    let (reason, e) = refusal(&c, &team, nodes);
+    assert_eq!(reason, "NotAllowed");
+    assert!(
+        e.contains("spec.informers[0].kind: Node is cluster-scoped"),
+        "{e}"
+    );
+    let elsewhere = json!({"grants": [{"verbs": ["patch"], "apiVersion": "v1", "kind": "Pod",
+        "namespaces": ["prod"]}]});
+    let (_, e) = refusal(&c, &team, json!({"actions": elsewhere}));
+    assert!(e.contains("spec.actions.grants[0].namespaces: "), "{e}");
+}
+
+#[test]
+fn a_grant_outside_the_allowed_grants_is_refused() {
+    let (_d, c) = host(
+        ", allowedGrants: [{verbs: [patch], apiVersion: v1, kind: Pod, namespaces: [team-a]}]",
+    );
+    let ask = |verbs: serde_json::Value, kind: &str| json!({"actions": {"grants": [{"verbs": verbs, "apiVersion": "v1", "kind": kind}]}});
+    let team = wisp_plugin(Some("team-a"));
+    assert!(
+        c.custom_plugin(&team, &spec(ask(json!(["patch"]), "Pod")))
+            .is_ok()
+    );
+    for (verbs, kind, cr) in [
+        (json!(["patch", "apply"]), "Pod", &team),
+        (json!(["patch"]), "ConfigMap", &team),
+        (json!(["patch"]), "Pod", &wisp_plugin(None)),
+        (json!(["patch"]), "Pod", &wisp_plugin(Some("team-b"))),
+    ] {
+        let (reason, e) = refusal(&c, cr, ask(verbs, kind));
+        assert_eq!(reason, "NotAllowed", "{e}");
+        assert!(
+            e.contains("spec.actions.grants[0]: ")
+                && e.contains("customResources.allowedGrants does not cover it"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn limits_over_max_limits_are_refused_and_omitted_ones_capped() {
+    let (_d, c) = host(", maxLimits: {memory: 32Mi, deadline: 20ms, batch: 8, queue: 100}");
+    let team = wisp_plugin(Some("t"));
+    let got = c.custom_plugin(&team, &spec(json!({}))).unwrap();
+    let p = &got.plugins[0];
+    assert_eq!(
+        p.limits.memory,
+        Some(Bytes(32 << 20)),
+        "the default 64Mi is over the cap"
+    );
+    assert_eq!(p.limits.deadline, Some(Dur(Duration::from_millis(20))));
+    assert_eq!((p.batch, p.queue.max), (Some(8), Some(100)));
+    let small = c
+        .custom_plugin(&team, &spec(json!({"limits": {"memory": "16Mi"}})))
+        .unwrap();
+    assert_eq!(small.plugins[0].limits.memory, Some(Bytes(16 << 20)));
+    for (extra, field) in [
+        (json!({"limits": {"memory": "33Mi"}}), "spec.limits.memory"),
+        (
+            json!({"limits": {"deadline": "1s"}}),
+            "spec.limits.deadline",
+        ),
+        (json!({"batch": 9}), "spec.batch"),
+        (json!({"queue": {"max": 1000}}), "spec.queue.max"),
+    ] {
+        let (reason, e) = refusal(&c, &team, extra);
+        assert_eq!(reason, "OverCap", "{e}");
+        assert!(
+            e.contains(&format!("{field}: over customResources.maxLimits")),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn what_only_the_file_may_ask_for_and_bad_fields_are_named_in_spec_terms() {
+    let (_d, c) = host("");
+    let team = wisp_plugin(Some("t"));
+    let inf = |extra: serde_json::Value| {
+        let mut i = json!({"name": "pods", "apiVersion": "v1", "kind": "Pod"});
+        for (k, v) in extra.as_object().unwrap() {
+            i[k] = v.clone();
+        }
+        json!({ "informers": [i] })
+    };
+    let (reason, e) = refusal(&c, &team, inf(json!({"onPanic": "exit"})));
+    assert_eq!(reason, "NotAllowed");
+    assert!(
+        e.contains("spec.informers[0].onPanic: exit would stop the host"),
+        "{e}"
+    );
+    let (reason, e) = refusal(&c, &team, inf(json!({"maxEventSize": "1Gi"})));
+    assert_eq!(reason, "OverCap");
+    assert!(
+        e.contains("spec.informers[0].maxEventSize: over the host's default"),
+        "{e}"
+    );
+    let (reason, e) = refusal(&c, &team, json!({"limits": {"deadline": "0s"}}));
+    assert_eq!(reason, "Invalid");
+    assert_eq!(
+        e,
+        "WispPlugin t/p: spec.limits.deadline: must be more than 0"
+    );
+    let (_, e) = refusal(&c, &team, json!({"limts": {}}));
+    assert!(
+        e.starts_with("WispPlugin t/p: spec.limts: unknown field `limts`"),
+        "{e}"
+    );
+    let (_, e) = refusal(&c, &team, inf(json!({"labelSelector": "a in (b"})));
+    assert!(e.contains("spec.informers[0].labelSelector: "), "{e}");
+    let (_, e) = refusal(&c, &team, json!({"module": "missing.wasm"}));
+    assert!(
+        e.contains("spec.module: ") && e.contains("does not exist"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_module_path_outside_the_module_paths_is_refused_naming_the_setting() {
+    let team = wisp_plugin(Some("t"));
+    let (_d, none) = host_with("");
+    for module in ["p.wasm", "/proc/self/pagemap"] {
+        let (reason, e) = refusal(&none, &team, json!({ "module": module }));
+        assert_eq!(reason, "NotAllowed", "{e}");
+        assert!(
+            e.contains("spec.module: ")
+                && e.ends_with(
+                    "is not under a directory of customResources.modulePaths (none: a custom \
+                     resource may name only oci:// modules)"
+                ),
+            "{e}"
+        );
+    }
+    let oci = json!({"module": "oci://registry.example.com/wisp/p:1"});
+    assert!(none.custom_plugin(&team, &spec(oci)).is_ok());
+
+    let (d, c) = host_with(", modulePaths: [modules]");
+    let modules = d.path().join("modules");
+    std::fs::write(modules.join("p.wasm"), b"\0asm").unwrap();
+    let got = c
+        .custom_plugin(&team, &spec(json!({"module": "modules/./p.wasm"})))
+        .unwrap();
+    assert_eq!(
+        got.plugins[0].module,
+        modules.canonicalize().unwrap().join("p.wasm")
+    );
+    let (_, e) = refusal(&c, &team, json!({"module": "/proc/self/pagemap"}));
+    assert!(
+        e.ends_with(
+            "/proc/self/pagemap is not under a directory of customResources.modulePaths (modules)"
+        ),
+        "{e}"
+    );
+    let (_, e) = refusal(&c, &team, json!({"module": "modules/../p.wasm"}));
+    assert!(e.contains("has a `..`"), "{e}");
+}
+
+#[test]
+fn links_out_of_the_module_paths_and_a_link_as_the_module_are_refused() {
+    let (d, c) = host_with(", modulePaths: [modules]");
+    let modules = d.path().join("modules");
+    std::os::unix::fs::symlink("/proc/self", modules.join("out")).unwrap();
+    std::os::unix::fs::symlink(d.path().join("p.wasm"), modules.join("link.wasm")).unwrap();
+    let team = wisp_plugin(Some("t"));
+    let (reason, e) = refusal(&c, &team, json!({"module": "modules/out/pagemap"}));
+    assert_eq!(reason, "NotAllowed", "{e}");
+    assert!(
+        e.contains("resolves to /proc/") && e.contains("not under a directory of"),
+        "{e}"
+    );
+    let (reason, e) = refusal(&c, &team, json!({"module": "modules/link.wasm"}));
+    assert_eq!(reason, "NotAllowed", "{e}");
+    assert!(e.contains("link.wasm is a symbolic link"), "{e}");
+}
+
+#[test]
+fn custom_resources_need_a_kube_source_and_named_namespaces() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir(d.path().join("c")).unwrap();
+    let parse = |text: &str| Config::parse(text, "wisp.yaml", d.path());
+    let inf = "informers: [{name: ns, apiVersion: v1, kind: Namespace}]\n";
+    for (source, custom, path) in [
+        ("dir:c", "", "customResources.enabled"),
+        ("kube", ", namespaces: []", "customResources.namespaces"),
+        (
+            "kube",
+            ", allowedGrants: [{verbs: [], apiVersion: v1, kind: Pod}]",
+            "customResources.allowedGrants[0].verbs",
+        ),
+        (
+            "kube",
+            ", modulePaths: [c, missing]",
+            "customResources.modulePaths[1]",
+        ),
+    ] {
+        let text = format!("source: {source}\n{inf}customResources: {{enabled: true{custom}}}\n");
+        let e = parse(&text).unwrap_err();
+        assert_eq!(e.path, path, "{e}");
+    }
+    let text = format!("source: kube\n{inf}customResources: {{enabled: true, modulePaths: [x]}}\n");
+    let e = parse(&text).unwrap_err();
+    assert!(e.problem.ends_with("/x is not a directory"), "{e}");
+}
