@@ -15,8 +15,8 @@
 //!     fields: [spec.nodeName, status.phase]   # keep only these paths (and the identity)
 //!     metadataOnly: false      # true: metadata alone (PartialObjectMetadata from the server)
 //!     maxEventSize: 16Mi       # longest watch event read (default); longer: refused, relist
-//!     maxListSize: 512Mi       # longest list response read (default)
-//!     maxListTotalSize: 512Mi  # a whole list, all pages (default: maxListSize); over: relist
+//!     maxListSize: 2Gi         # longest list response read (default)
+//!     maxListTotalSize: 2Gi    # a whole list, all pages (default: maxListSize); over: relist
 //!     maxListObjects: 1000000  # objects in a whole list, all pages (default)
 //! plugins:
 //!   - name: image-policy
@@ -221,7 +221,7 @@ pub struct InformerConfig {
     /// and followed by a relist after backoff.
     #[serde(default)]
     pub max_event_size: Option<Bytes>,
-    /// Longest list response (one page) the host reads (default 512Mi). A list at
+    /// Longest list response (one page) the host reads (default 2Gi). A list at
     /// resourceVersion "0" comes whole from the API server's watch cache, whatever the page
     /// size: raise this for informers of more than some 50,000 objects of 10 KiB.
     #[serde(default)]
@@ -267,7 +267,7 @@ impl InformerConfig {
     }
 
     /// The bounds of one whole list of this informer: `maxListTotalSize` (default
-    /// `maxListSize`, itself 512Mi by default) and `maxListObjects`.
+    /// `maxListSize`, itself 2Gi by default) and `maxListObjects`.
     pub fn list_caps(&self) -> crate::informer::lister_watcher::ListCaps {
         use crate::informer::lister_watcher::ListCaps;
         ListCaps {

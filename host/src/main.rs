@@ -117,10 +117,10 @@ Compiles (engine.compileTimeout 120s, engine.compileMemory 1Gi): each module com
   compile slot, lands in the module cache.
 
 Size caps (per informer): a watch event line over maxEventSize (default 16Mi) or a list response
-  over maxListSize (default 512Mi) is not read further; the error names the informer, the size
+  over maxListSize (default 2Gi) is not read further; the error names the informer, the size
   and the cap, wisp_informer_oversized_responses_total counts it, and the informer relists after
   backoff. etcd refuses objects over 1.5 MiB; a list at resourceVersion 0 comes unpaged from the
-  API server's watch cache, so raise maxListSize for informers of over ~50,000 objects of 10 KiB.
+  API server's watch cache, so raise maxListSize for informers of over ~200,000 objects of 10 KiB.
   A whole list (all its pages, or a streaming list's initial events) over maxListTotalSize
   (default maxListSize) or maxListObjects (default 1000000) is dropped as it is read; the error
   names the informer, the setting and the cap, wisp_informer_lists_over_cap_total counts it, and

@@ -35,9 +35,12 @@ pub struct ListCaps {
 }
 
 impl ListCaps {
-    /// Default most bytes: 512 MiB (as `maxListSize`, the longest one response may be: a
-    /// list served whole from the watch cache is that size paged or not).
-    pub const DEFAULT_BYTES: u64 = 512 << 20;
+    /// Default most bytes: 2 GiB (as `maxListSize`, the longest one response may be: a list
+    /// served whole from the watch cache is that size paged or not). Kubernetes' published
+    /// limit is 150,000 pods per cluster; a pod takes ~2.8 KB as lists count it here (JSON and
+    /// metadata; more with long specs), so 2 GiB lists twice that many (BENCHMARKS.md,
+    /// *Scale-out*: one informer of 300,000 pods lists ~0.8 GB), where 512 MiB refused them.
+    pub const DEFAULT_BYTES: u64 = 2 << 30;
     /// Default most objects: 1,000,000 (some 20 times the objects of a 5,000-node cluster's
     /// largest kind).
     pub const DEFAULT_OBJECTS: u64 = 1_000_000;
@@ -220,7 +223,8 @@ pub enum SourceError {
     /// objects or bytes than the host accepts: the partial list is dropped and the reflector
     /// relists after backoff (no fall-back from a streaming list to a list).
     #[error(
-        "{what}: the list is over {setting}: {taken} {unit} or more across its pages (or initial events), the cap is {cap}; the partial list was dropped (raise {setting} if it is legitimate)"
+        "{what}: the list is over {setting}: {taken} {unit} or more across its pages (or initial events), the cap is {cap}; the partial list was dropped (if it is legitimate, raise the informer's {setting} to at least {}, or narrow the informer: namespaces, selectors, sharding)",
+        raised(*cap, unit)
     )]
     ListOverCap {
         /// What was listed, naming the informer once the reflector has it.
@@ -401,4 +405,30 @@ pub async fn list_all<L: ListerWatcher + ?Sized>(
         resource_version,
         paged,
     })
+}
+
+/// What to raise a list cap of `cap` `unit`s to: twice it, as the config writes it (`4Gi`).
+/// (The list was cut at the cap: its whole size is not known.)
+fn raised(cap: u64, unit: &str) -> String {
+    let twice = cap.saturating_mul(2);
+    if unit != "bytes" {
+        return twice.to_string();
+    }
+    match twice {
+        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{}Gi", b >> 30),
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}Mi", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}Ki", b >> 10),
+        b => b.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_cap_is_raised_to_twice_it_as_the_config_writes_it() {
+        assert_eq!(super::raised(2 << 30, "bytes"), "4Gi");
+        assert_eq!(super::raised(384 << 20, "bytes"), "768Mi");
+        assert_eq!(super::raised(1000, "bytes"), "2000");
+        assert_eq!(super::raised(1_000_000, "objects"), "2000000");
+    }
 }

@@ -10,12 +10,13 @@
 //! Bodies are read with caps ([`SizeCaps`]): a watch event line longer than
 //! `watch_event` or a list response longer than `list_body` is not read further; the request
 //! fails with [`SourceError::TooLarge`] (the reflector relists after backoff) and is counted in
-//! [`oversized_responses`]. Defaults: 16 MiB per watch event, 512 MiB per list response. etcd
+//! [`oversized_responses`]. Defaults: 16 MiB per watch event, 2 GiB per list response. etcd
 //! refuses objects over 1.5 MiB (`--max-request-bytes`), so an event line is at most a few MiB
 //! of JSON even with escaping: 16 MiB leaves a wide margin and still bounds what a broken or
 //! hostile server can make the host buffer. Lists are paged (500 objects), but a list at
 //! resourceVersion "0" is served whole from the API server's watch cache, ignoring the page
-//! size: 512 MiB holds some 50,000 objects of 10 KiB; raise `maxListSize` for larger informers.
+//! size: 2 GiB holds a cluster at Kubernetes' published limits (150,000 pods) with room, some
+//! 200,000 objects of 10 KiB; raise `maxListSize` for larger informers.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -52,8 +53,10 @@ pub struct SizeCaps {
 impl SizeCaps {
     /// Default longest watch event line: 16 MiB.
     pub const DEFAULT_WATCH_EVENT: usize = 16 << 20;
-    /// Default longest list response: 512 MiB.
-    pub const DEFAULT_LIST_BODY: usize = 512 << 20;
+    /// Default longest list response: 2 GiB (a list served whole from the watch cache of a
+    /// cluster at Kubernetes' published limits, 150,000 pods, with room to spare; see
+    /// [`crate::informer::lister_watcher::ListCaps::DEFAULT_BYTES`]).
+    pub const DEFAULT_LIST_BODY: usize = 2 << 30;
 }
 
 impl Default for SizeCaps {

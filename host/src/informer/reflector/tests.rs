@@ -945,6 +945,13 @@ async fn a_streaming_list_of_endless_initial_events_stops_at_the_byte_cap_withou
             .contains("informer \"endless-stream\" (v1/Pod in all namespaces): the list is over maxListTotalSize"),
         "{e}"
     );
+    assert!(
+        e.to_string().contains(&format!(
+            "raise the informer's maxListTotalSize to at least {}, or narrow the informer",
+            100 * one
+        )),
+        "the refusal says what to raise and to what: {e}"
+    );
     let events = lw.events.load(Ordering::SeqCst);
     assert!(
         (45..=52).contains(&events),
