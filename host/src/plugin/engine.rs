@@ -340,6 +340,42 @@ struct Baseline {
     min: usize,
 }
 
+/// A module whose Cranelift compile failed: not compiled again before `until` (a reload, a
+/// restart of its plugin or another plugin of the same module gets the same refusal at once),
+/// so a module over a bound costs its compile once per backoff, not once per try.
+struct Failed {
+    error: LoadError,
+    until: Instant,
+    /// Failures in a row (the backoff doubles with each).
+    times: u32,
+}
+
+/// The first wait after a failed compile of a module; it doubles with each failure in a row,
+/// up to [`MAX_COMPILE_BACKOFF`].
+pub const COMPILE_BACKOFF: Duration = Duration::from_secs(30);
+/// The longest wait between two compiles of a module that failed.
+pub const MAX_COMPILE_BACKOFF: Duration = Duration::from_secs(30 * 60);
+/// How many times a background (tier-up) compile that failed for a reason that may pass (the
+/// wall-clock backstop, a crashed compiler) is tried, the backoff apart.
+pub const TIER_UP_TRIES: u32 = 3;
+
+impl Failed {
+    /// The wait after the `times`-th failure in a row.
+    fn backoff(times: u32) -> Duration {
+        COMPILE_BACKOFF
+            .saturating_mul(1 << times.saturating_sub(1).min(16))
+            .min(MAX_COMPILE_BACKOFF)
+    }
+}
+
+impl LoadError {
+    /// Whether compiling again may succeed: the wall-clock backstop (a machine too busy) or a
+    /// compiler that crashed; not a module over its CPU or memory bound, nor an invalid one.
+    pub fn may_pass(&self) -> bool {
+        matches!(self, Self::TooSlow { wall: true, .. } | Self::Crashed(_))
+    }
+}
+
 /// A Cranelift compile in the background: its outcome once in.
 #[derive(Default)]
 struct Upgrade {
@@ -382,6 +418,8 @@ pub struct PluginEngine {
     baseline: Option<Baseline>,
     /// Cranelift compiles running in the background, by module hash.
     upgrades: Mutex<HashMap<String, Arc<Upgrade>>>,
+    /// Modules whose Cranelift compile failed, by cache key, until their backoff ends.
+    failed: Mutex<HashMap<String, Failed>>,
     /// How many [`TierUpHold`]s are alive: background compiles wait to start while any is.
     held: Arc<(Mutex<usize>, Condvar)>,
 }
@@ -524,6 +562,7 @@ impl PluginEngine {
             ticker: Mutex::new(Some(ticker)),
             baseline,
             upgrades: Mutex::default(),
+            failed: Mutex::default(),
             held: Arc::default(),
         }))
     }
@@ -653,14 +692,39 @@ impl PluginEngine {
         key: &str,
         urgency: Urgency,
     ) -> Result<Component, LoadError> {
+        if let Some(f) = lock(&self.failed).get(key)
+            && Instant::now() < f.until
+        {
+            tracing::info!(module = %&hash[..12], retry_in = ?f.until.saturating_duration_since(Instant::now()), "not compiled again yet: its last compile failed");
+            return Err(f.error.clone());
+        }
         let slot = self.slots.take(urgency);
-        let (c, artifact) = match &self.child {
+        let compiled = match &self.child {
             Some(child) => {
-                self.compile_in_child(child, self.settings, &self.engine, bytes, hash, urgency)?
+                self.compile_in_child(child, self.settings, &self.engine, bytes, hash, urgency)
             }
-            None => (self.compile(&self.engine, bytes, hash)?, None),
+            None => self.compile(&self.engine, bytes, hash).map(|c| (c, None)),
         };
         drop(slot);
+        let (c, artifact) = match compiled {
+            Ok(done) => {
+                lock(&self.failed).remove(key);
+                done
+            }
+            Err(error) => {
+                let mut failed = lock(&self.failed);
+                let times = failed.get(key).map_or(0, |f| f.times) + 1;
+                failed.insert(
+                    key.to_owned(),
+                    Failed {
+                        error: error.clone(),
+                        until: Instant::now() + Failed::backoff(times),
+                        times,
+                    },
+                );
+                return Err(error);
+            }
+        };
         if let Some(cache) = &self.cache {
             match artifact.map_or_else(|| c.serialize(), Ok) {
                 Ok(art) => {
@@ -731,9 +795,24 @@ impl PluginEngine {
                     }
                 }
                 let began = Instant::now();
-                let out = engine
+                let mut out = engine
                     .compile_optimized(&bytes, &module, &key, Urgency::Background)
                     .map(drop);
+                // A failure that may pass is tried again after its backoff, a few times.
+                for _ in 1..TIER_UP_TRIES {
+                    match &out {
+                        Err(e) if e.may_pass() => {}
+                        _ => break,
+                    }
+                    let wait = lock(&engine.failed)
+                        .get(&key)
+                        .map_or(Duration::ZERO, |f| f.until.saturating_duration_since(Instant::now()));
+                    tracing::info!(module = %&module[..12], ?wait, "the background compile failed; trying again after its backoff");
+                    std::thread::sleep(wait);
+                    out = engine
+                        .compile_optimized(&bytes, &module, &key, Urgency::Background)
+                        .map(drop);
+                }
                 tracing::info!(module = %&module[..12], took = ?began.elapsed(), ok = out.is_ok(), "background Cranelift compile of a first-load module ended");
                 if let Some(b) = &engine.baseline {
                     lock(&b.compiled).remove(&module);
@@ -1070,6 +1149,31 @@ mod tests {
         // Starts take every slot; one slot: a tier-up takes it only while no start waits.
         assert!(at(3, 2, 0).may_take(fg, 4) && !at(4, 2, 0).may_take(fg, 4));
         assert!(at(0, 0, 0).may_take(bg, 1) && !at(0, 0, 1).may_take(bg, 1));
+    }
+
+    #[test]
+    fn a_module_whose_compile_failed_is_not_compiled_again_before_its_backoff() {
+        let engine = PluginEngine::new(EngineConfig {
+            cache_dir: None,
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        // A component header, then nothing valid: the compile fails.
+        let bytes = b"\0asm\x0d\0\x01\0garbage".to_vec();
+        let key = |e: &PluginEngine| lock(&e.failed).keys().next().cloned();
+        let first = engine.load(&bytes).err().expect("refused");
+        assert!(matches!(first, LoadError::Invalid(_)), "{first:?}");
+        let again = engine.load(&bytes).err().expect("refused");
+        assert!(matches!(again, LoadError::Invalid(_)), "the same refusal");
+        let key = key(&engine).expect("the failure is remembered");
+        let times = lock(&engine.failed)[&key].times;
+        assert_eq!(times, 1, "refused from memory: not compiled a second time");
+        engine.stop_ticker();
+        assert_eq!(Failed::backoff(1), COMPILE_BACKOFF);
+        assert_eq!(Failed::backoff(2), 2 * COMPILE_BACKOFF);
+        assert_eq!(Failed::backoff(40), MAX_COMPILE_BACKOFF);
+        assert!(!first.may_pass());
+        assert!(LoadError::Crashed("killed".into()).may_pass());
     }
 
     #[test]
