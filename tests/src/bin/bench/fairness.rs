@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Value, json};
 use wisp_host::informer::shared_informer::InformerConfig;
 use wisp_host::informer::{
     Executor, GroupId, HandlerOptions, HandlerRegistration, Placement, SharedInformer,
@@ -53,6 +53,13 @@ struct Figures {
     cut: u64,
 }
 
+/// A plugin on pods: `module` from `plugin_dir`, with `settings`.
+fn on_pods(plugin_dir: &Path, name: String, module: &str, settings: Value) -> PluginSpec {
+    let mut s = PluginSpec::new(name, plugin_dir.join(module), &["pods"]);
+    s.settings = settings;
+    s
+}
+
 /// Starts the neighbours: `bench` plugins parsing every pod, `test_faults` plugins spinning on
 /// every pod.
 fn neighbours(
@@ -61,27 +68,25 @@ fn neighbours(
     n: Neighbours,
 ) -> anyhow::Result<(Vec<PluginHandle>, Vec<PluginHandle>)> {
     let start = |spec: PluginSpec| manager.start(spec).map_err(|e| anyhow::anyhow!("{e}"));
-    let mut busy = Vec::new();
-    for j in 0..n.busy {
-        let mut s = PluginSpec::new(
-            format!("busy-{j}"),
-            plugin_dir.join("bench.wasm"),
-            &["pods"],
-        );
-        s.settings = json!({ "work": "parse" });
-        busy.push(start(s)?);
-    }
-    let mut stuck = Vec::new();
-    for j in 0..n.stuck {
-        let mut s = PluginSpec::new(
-            format!("stuck-{j}"),
-            plugin_dir.join("test_faults.wasm"),
-            &["pods"],
-        );
-        s.settings = json!({ "mode": "spin" });
-        s.on_failure.quarantine_after = 0;
-        stuck.push(start(s)?);
-    }
+    let busy = (0..n.busy)
+        .map(|j| {
+            let parse = json!({ "work": "parse" });
+            start(on_pods(
+                plugin_dir,
+                format!("busy-{j}"),
+                "bench.wasm",
+                parse,
+            ))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let stuck = (0..n.stuck)
+        .map(|j| {
+            let spin = json!({ "mode": "spin" });
+            let mut s = on_pods(plugin_dir, format!("stuck-{j}"), "test_faults.wasm", spin);
+            s.on_failure.quarantine_after = 0;
+            start(s)
+        })
+        .collect::<anyhow::Result<_>>()?;
     Ok((busy, stuck))
 }
 
@@ -93,8 +98,8 @@ fn bystander(
     plugin_dir: &Path,
     clock: &Arc<Clock>,
 ) -> anyhow::Result<HandlerRegistration> {
-    let mut spec = PluginSpec::new("bystander", plugin_dir.join("bench.wasm"), &["pods"]);
-    spec.settings = json!({ "work": "parse" });
+    let parse = json!({ "work": "parse" });
+    let spec = on_pods(plugin_dir, "bystander".into(), "bench.wasm", parse);
     let rt = manager
         .check(&spec)
         .map_err(|e| anyhow::anyhow!("{e}"))?
