@@ -22,6 +22,9 @@
 //!   in the executor's timers, **keeping its group** (so the plugin's other listeners wait, as
 //!   they would behind a sleeping thread) but **holding no worker**; when the time comes it is
 //!   ready again and its handler is resumed. Stopping the listener ends the wait at once.
+//!   A handler whose time has come already (a plugin going on, one call per turn, with a batch
+//!   whose call was cut) goes straight to the **back** of the ready queue, still keeping its
+//!   group: every listener that was ready before it gets its turn first.
 //!
 //! # Threads
 //!
@@ -205,6 +208,16 @@ impl Sched {
             return false;
         }
         if let Ran::Later(at) = ran {
+            if at <= Instant::now() {
+                // Due already (a plugin coming back for the rest of a cut batch): the back of
+                // the ready queue at once, behind the tasks already waiting there, keeping its
+                // group as if it had waited in the timers.
+                self.ready.push_back(Entry {
+                    task,
+                    resumed: true,
+                });
+                return false;
+            }
             let earliest = self.timers.first_key_value().is_none_or(|(k, _)| at < k.0);
             self.timers.insert((at, task.id()), task);
             return earliest;

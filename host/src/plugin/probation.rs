@@ -79,6 +79,7 @@ impl PluginRuntime {
         self.status.set_last_error(msg.clone());
         self.status.logs.push(format!("host: {msg}"));
         // The previous version missed what the new one was given: deliver it again.
+        // One at a time: a call with one notification is never cut into re-deliveries.
         for (informer, d) in p.buffer {
             self.deliver(&informer, std::slice::from_ref(&d));
         }

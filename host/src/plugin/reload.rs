@@ -1,6 +1,8 @@
 //! Hot reload: a new version is compiled and checked off the delivery path, then swapped in
-//! between two batches under the runtime's lock. The listeners' queues are untouched, so
-//! notifications queued meanwhile go to the new version and none is lost or delivered twice.
+//! between two turns of the plugin under the runtime's lock. The listeners' queues are
+//! untouched, so notifications queued meanwhile go to the new version and none is lost or
+//! delivered twice; so does what is left of a batch in hand (retries waiting for their backoff,
+//! items of a cut batch going again one per turn).
 //!
 //! - State hand-off: the old instance's `snapshot` is given to the new one's `restore`.
 //! - The version replaced goes on probation ([`super::probation`]).
@@ -79,7 +81,7 @@ pub fn reload(
 }
 
 impl PluginRuntime {
-    /// Swaps a checked version in (called with the runtime locked, so between two batches).
+    /// Swaps a checked version in (called with the runtime locked, so between two turns).
     fn install(
         &mut self,
         spec: PluginSpec,

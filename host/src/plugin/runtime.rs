@@ -1,5 +1,12 @@
 //! A running plugin: its instance, failure policy and quarantine. Shared by the plugin's
 //! listeners (one per informer it receives), each of which hands it batches from its own queue.
+//!
+//! A listener's turn makes one `handle` call into the plugin (plus, after a failed call, the
+//! fresh instance's `init`): what a batch needs beyond its first call (its items delivered again
+//! one by one after the call was cut, its retries) is left in hand, and the listener comes back
+//! for it ([`PluginRuntime::retry_at`], [`PluginRuntime::resume`]) behind the other plugins
+//! waiting for a worker. So a plugin whose every call spins to its deadline costs the others one
+//! deadline per turn, not one per notification of its batch.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -35,12 +42,14 @@ pub struct PluginRuntime {
     pub(super) version: VersionInfo,
     /// The previous version, kept while a newly loaded one proves itself.
     pub(super) probation: Option<super::probation::Probation>,
-    /// While set (during [`PluginRuntime::begin`]'s delivery), a failed notification under the
-    /// retry policy is queued in `retries` instead of retried on the spot.
+    /// While set (during a listener's turn: [`PluginRuntime::begin`], [`PluginRuntime::resume`]),
+    /// a failed notification under the retry policy is queued in `retries` instead of retried on
+    /// the spot.
     pub(super) defer_retries: bool,
     /// Failed notifications of the batch in hand waiting for their retry, first due first.
     pub(super) retries: std::collections::VecDeque<PendingRetry>,
-    /// The batch in hand while its retries wait.
+    /// The batch in hand while the rest of it waits: items of a cut call to deliver again, or
+    /// retries.
     pub(super) in_hand: Option<InHand>,
 }
 
@@ -57,11 +66,29 @@ pub(super) struct PendingRetry {
     why: String,
 }
 
-/// A batch whose failed notifications wait for their retries.
+/// A batch not finished in the turn that began it: its call was cut, so its items are delivered
+/// again one by one, a turn each; or some of its notifications wait for their retries.
 pub(super) struct InHand {
     informer: String,
     batch: Vec<informer::Delivery>,
     failed_before: u64,
+    /// The next item of `batch` to deliver again alone (the call with the whole batch was cut:
+    /// deadline, trap, memory, fuel); `batch.len()` when none is left.
+    redeliver: usize,
+}
+
+impl InHand {
+    /// Whether items of a cut batch are still to be delivered again.
+    fn redelivering(&self) -> bool {
+        self.redeliver < self.batch.len()
+    }
+
+    /// The next item to deliver again alone, if any; it counts as taken.
+    fn next_redelivery(&mut self) -> Option<informer::Delivery> {
+        let d = self.batch.get(self.redeliver)?.clone();
+        self.redeliver += 1;
+        Some(d)
+    }
 }
 
 /// Longest wait between two retries of a notification (the backoff doubles up to it).
@@ -427,8 +454,9 @@ impl PluginRuntime {
         }
     }
 
-    /// Delivers one batch from `informer`'s listener, retries included: waits for the retries'
-    /// backoff on this thread (offline replay, benchmarks). Listeners use
+    /// Delivers one batch from `informer`'s listener, all of it: a cut batch's items again one
+    /// by one, and the retries, waiting for their backoff on this thread (offline replay,
+    /// benchmarks). Listeners use
     /// [`PluginRuntime::begin`] and [`PluginRuntime::resume`] instead.
     pub fn handle(&mut self, informer: &str, batch: &[informer::Delivery]) {
         self.begin(informer, batch);
@@ -438,14 +466,20 @@ impl PluginRuntime {
         }
     }
 
-    /// Delivers one batch from `informer`'s listener. Notifications that fail under the retry
-    /// policy are retried later, after the rest of the batch: when [`PluginRuntime::retry_at`]
-    /// says, by [`PluginRuntime::resume`]. The batch is finished (probation verdict, deleted
-    /// objects' verdicts cleared) once they are settled. A plugin's next batch, from any of its
-    /// listeners, comes only after that (its listeners form one group on the executor).
+    /// Delivers one batch from `informer`'s listener, in one call into the plugin: a turn of
+    /// the plugin on the shared executor calls it once, so a plugin whose calls are cut holds a
+    /// worker for one deadline per turn, and the other ready plugins run between its turns.
+    ///
+    /// What is left of the batch goes on in later turns, when [`PluginRuntime::retry_at`] says,
+    /// by [`PluginRuntime::resume`], one call each: the items of a batch whose call was cut,
+    /// delivered again one by one (so only the one at fault meets the failure policy), then
+    /// the notifications that failed under the retry policy, after their backoff. The batch is
+    /// finished (probation verdict, deleted objects' verdicts cleared) once they are settled. A
+    /// plugin's next batch, from any of its listeners, comes only after that (its listeners
+    /// form one group on the executor).
     pub fn begin(&mut self, informer: &str, batch: &[informer::Delivery]) {
-        // Left by a listener that stopped during its wait: they will not be retried.
-        self.abandon_retries();
+        // Left by a listener that stopped during its wait: they will not be delivered.
+        self.abandon_pending();
         if self.is_quarantined() {
             PluginCounters::add(&self.status.counters.dropped, batch.len() as u64);
             self.clear_deleted_verdicts(informer, batch);
@@ -453,64 +487,94 @@ impl PluginRuntime {
         }
         let failed_before = PluginCounters::get(&self.status.counters.failed);
         self.defer_retries = true;
-        self.deliver(informer, batch);
+        let cut = self.deliver(informer, batch);
         self.defer_retries = false;
-        if self.retries.is_empty() {
+        if !cut && self.retries.is_empty() {
             self.finish(informer, batch, failed_before);
         } else {
             self.in_hand = Some(InHand {
                 informer: informer.to_owned(),
                 batch: batch.to_vec(),
                 failed_before,
+                redeliver: if cut { 0 } else { batch.len() },
             });
         }
     }
 
-    /// When the next retry of the batch in hand is due (now, if the plugin was quarantined
-    /// meanwhile: what is left is given up); `None` when the batch is finished.
+    /// When the batch in hand goes on: now while items of a cut batch wait to be delivered
+    /// again (or when the plugin was quarantined meanwhile: what is left is dropped or given
+    /// up), else when its next retry is due; `None` when the batch is finished.
     pub fn retry_at(&self) -> Option<Instant> {
-        let first = self.retries.front()?;
-        if self.is_quarantined() {
+        let h = self.in_hand.as_ref()?;
+        if h.redelivering() || self.is_quarantined() {
             return Some(Instant::now());
         }
-        Some(first.due)
+        self.retries.front().map(|r| r.due)
     }
 
-    /// Runs the retries that are due, in order; a retry that fails again waits its doubled
-    /// backoff (and the ones behind it wait too, as they did behind a sleeping thread). When none
-    /// is left, the batch in hand is finished.
+    /// Goes on with the batch in hand, with one call into the plugin at most: delivers the next
+    /// item of a cut batch again, or else runs the first retry if it is due (a retry that fails
+    /// again waits its doubled backoff, and the ones behind it wait too). When nothing is left,
+    /// the batch in hand is finished.
     pub fn resume(&mut self) {
-        while let Some(r) = self.retries.front() {
-            if self.is_quarantined() {
-                self.abandon_retries();
-                return;
-            }
-            if r.due > Instant::now() {
-                return;
-            }
-            let Some(mut r) = self.retries.pop_front() else {
-                break;
-            };
-            if self.retry_once(&r.informer, &r.delivery) {
-                continue;
-            }
-            r.left -= 1;
-            if r.left == 0 {
-                self.give_up(r.delivery.seq, &r.informer, r.why);
-            } else {
-                r.due = after(r.backoff.next_delay());
-                self.retries.push_front(r);
-                return;
-            }
+        if self.is_quarantined() {
+            self.abandon_pending();
+            return;
         }
-        if let Some(h) = self.in_hand.take() {
+        if let Some(h) = self.in_hand.as_mut()
+            && let Some(d) = h.next_redelivery()
+        {
+            let informer = h.informer.clone();
+            self.defer_retries = true;
+            self.redeliver_one(&informer, &d);
+            self.defer_retries = false;
+        } else if self
+            .retries
+            .front()
+            .is_some_and(|r| r.due <= Instant::now())
+        {
+            self.retry_first();
+        }
+        if self.retries.is_empty()
+            && !self.redelivering()
+            && let Some(h) = self.in_hand.take()
+        {
             self.finish(&h.informer, &h.batch, h.failed_before);
         }
     }
 
-    /// Gives up the retries left (the plugin was quarantined, or their listener stopped) and
-    /// finishes the batch in hand.
-    fn abandon_retries(&mut self) {
+    /// Whether items of a cut batch wait to be delivered again.
+    fn redelivering(&self) -> bool {
+        self.in_hand.as_ref().is_some_and(InHand::redelivering)
+    }
+
+    /// Runs the first retry (due): it succeeds, fails for good, or waits its doubled backoff at
+    /// the front.
+    fn retry_first(&mut self) {
+        let Some(mut r) = self.retries.pop_front() else {
+            return;
+        };
+        if self.retry_once(&r.informer, &r.delivery) {
+            return;
+        }
+        r.left -= 1;
+        if r.left == 0 {
+            self.give_up(r.delivery.seq, &r.informer, r.why);
+        } else {
+            r.due = after(r.backoff.next_delay());
+            self.retries.push_front(r);
+        }
+    }
+
+    /// Ends the batch in hand (the plugin was quarantined, or its listener stopped): the items
+    /// of a cut batch not delivered again are dropped, the retries left are given up, and the
+    /// batch is finished.
+    fn abandon_pending(&mut self) {
+        if let Some(h) = self.in_hand.as_mut() {
+            let left = h.batch.len() - h.redeliver;
+            h.redeliver = h.batch.len();
+            PluginCounters::add(&self.status.counters.dropped, left as u64);
+        }
         while let Some(r) = self.retries.pop_front() {
             self.give_up(r.delivery.seq, &r.informer, r.why);
         }
@@ -543,8 +607,11 @@ impl PluginRuntime {
         }
     }
 
-    /// Delivers notifications from `informer`, applying the failure policy.
-    pub(super) fn deliver(&mut self, informer: &str, batch: &[informer::Delivery]) {
+    /// Delivers notifications from `informer` in one call, applying the failure policy. Returns
+    /// whether the call was cut with more than one notification in it (deadline, trap, memory,
+    /// fuel): the batch died with its instance, and its items are to be delivered again one by
+    /// one ([`PluginRuntime::redeliver_one`]), so only the one at fault meets the failure policy.
+    pub(super) fn deliver(&mut self, informer: &str, batch: &[informer::Delivery]) -> bool {
         match self.call(informer, batch) {
             Ok(outcomes) if outcomes.len() == batch.len() => {
                 for (d, o) in batch.iter().zip(outcomes) {
@@ -570,28 +637,29 @@ impl PluginRuntime {
                 }
             }
             Err(e) if batch.len() == 1 => self.settle(informer, &batch[0], e.to_string()),
-            Err(_) => {
-                // The batch died with its instance: deliver its items one by one to a fresh
-                // instance, so only the one at fault meets the failure policy.
-                for d in batch {
-                    if self.is_quarantined() {
-                        PluginCounters::add(&self.status.counters.dropped, 1);
-                        continue;
-                    }
-                    match self.call(informer, std::slice::from_ref(d)) {
-                        Ok(o) if matches!(o.first(), Some(Outcome::Ok)) => self.succeeded(1),
-                        Ok(o) => {
-                            let msg = match o.into_iter().next() {
-                                Some(Outcome::Error(m)) => m,
-                                _ => "no outcome".to_owned(),
-                            };
-                            PluginCounters::add(&self.status.counters.errors, 1);
-                            self.settle(informer, d, msg);
-                        }
-                        Err(e) => self.settle(informer, d, e.to_string()),
-                    }
-                }
+            Err(_) => return true,
+        }
+        false
+    }
+
+    /// Delivers `d`, an item of a cut batch, again alone (to a fresh instance), applying the
+    /// failure policy; dropped when the plugin was quarantined meanwhile.
+    fn redeliver_one(&mut self, informer: &str, d: &informer::Delivery) {
+        if self.is_quarantined() {
+            PluginCounters::add(&self.status.counters.dropped, 1);
+            return;
+        }
+        match self.call(informer, std::slice::from_ref(d)) {
+            Ok(o) if matches!(o.first(), Some(Outcome::Ok)) => self.succeeded(1),
+            Ok(o) => {
+                let msg = match o.into_iter().next() {
+                    Some(Outcome::Error(m)) => m,
+                    _ => "no outcome".to_owned(),
+                };
+                PluginCounters::add(&self.status.counters.errors, 1);
+                self.settle(informer, d, msg);
             }
+            Err(e) => self.settle(informer, d, e.to_string()),
         }
     }
 }

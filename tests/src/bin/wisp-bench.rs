@@ -11,7 +11,9 @@
 //! - hot reload latency (call and file change, cache hit and miss);
 //! - the informer core vs kube-runtime's watcher + reflector over the test API server;
 //! - pipeline throughput into 1, 8, 64 listeners, wasm vs native (`bench/pipeline.rs`);
-//! - delivery latency p50 / p99 under steady load, alone and next to a stuck plugin.
+//! - delivery latency p50 / p99 under steady load, alone and next to a stuck plugin, each on a
+//!   thread of its own; and on the shared executor, beside busy and stuck plugins
+//!   (`bench/fairness.rs`).
 //!
 //! `--callgrind` runs none of these: it prints the delivery rows' instructions per notification,
 //! host and guest apart, under `valgrind --tool=callgrind` (`bench/callgrind.rs`).
@@ -26,6 +28,8 @@ mod callgrind;
 mod common;
 #[path = "bench/delivery.rs"]
 mod delivery;
+#[path = "bench/fairness.rs"]
+mod fairness;
 #[path = "bench/informer_core.rs"]
 mod informer_core;
 #[path = "bench/isolation.rs"]
@@ -183,6 +187,7 @@ fn main() -> anyhow::Result<()> {
     }
     if a.runs("latency") {
         rt.block_on(pipeline::latency_figures(&engine, &a.plugin_dir, a.quick))?;
+        rt.block_on(fairness::fairness_figures(&engine, &a.plugin_dir, a.quick))?;
     }
     if a.runs("scale") {
         rt.block_on(scale::scale_figures(a.quick))?;

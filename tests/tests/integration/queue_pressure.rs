@@ -3,6 +3,10 @@
 //!
 //! The slow plugins are test-faults in `gate` mode: the call that handles the gate pod holds
 //! until the gate pod is deleted, so they fall behind by the whole burst, with no timing involved.
+//!
+//! A plugin whose calls spin to their deadline takes turns with the others on the shared
+//! executor: its cut batch is delivered again one item per turn, and the other plugins run in
+//! between (seen with one worker, gates freezing it at the moment that matters).
 
 use crate::common;
 
@@ -295,5 +299,126 @@ async fn a_plugin_far_behind_in_bytes_coalesces_at_its_byte_bound_and_ends_with_
             h.name()
         );
         assert_eq!(buckets.last().map(|b| b.1), Some(count));
+    }
+}
+
+/// Pods the spinner spins on: one batch, cut, then delivered again one by one.
+const SPUN: u64 = 8;
+
+/// The spinner (spins on `spin-` pods to its deadline, never quarantined), a fast plugin whose
+/// call holds on `stop-0` until it is deleted (it freezes the worker right after it handled the
+/// spun pods), and a gate (holds on `gate-0`), registered in this order: each pod reaches, and
+/// readies, them in this order.
+fn spinner_fast_and_gate(r: &Rig) -> [PluginHandle; 3] {
+    let mut s = spec(
+        "spinner",
+        "test_faults",
+        json!({"mode": "spin", "namePrefix": "spin-"}),
+    );
+    s.on_failure.quarantine_after = 0;
+    let spinner = r.manager.start(s).unwrap();
+    let gated = |name: &str, prefix: &str| {
+        faults(
+            r,
+            name,
+            json!({"mode": "gate", "namePrefix": prefix}),
+            QueueBound::default(),
+        )
+    };
+    [spinner, gated("fast", "stop-"), gated("gate", "gate-")]
+}
+
+#[tokio::test]
+async fn a_spinning_plugin_redelivers_its_cut_batch_one_turn_at_a_time_and_a_fast_one_runs_between()
+{
+    // One worker: every plugin call is on it, one after another, so what the gates freeze is
+    // the schedule itself.
+    let executor = wisp_host::informer::Executor::new(1).unwrap();
+    let config = wisp_host::informer::shared_informer::InformerConfig {
+        executor: Some(executor.clone()),
+        ..fast_config()
+    };
+    let r = rig_with(vec![], config).await;
+    let [spinner, fast, gate] = spinner_fast_and_gate(&r);
+
+    // The gate holds the worker while the spinner's and the fast plugin's queues fill.
+    r.server.create(pod("default", "gate-0")).unwrap();
+    until("the gate holds the worker", || {
+        queue(&gate).queued == 1 && queue(&gate).depth == 0 && queue(&fast).delivered == 1
+    })
+    .await;
+    for i in 1..=SPUN {
+        r.server
+            .create(pod("default", &format!("spin-{i}")))
+            .unwrap();
+    }
+    r.server.create(pod("default", "stop-0")).unwrap();
+    until("the spun pods and stop-0 queued", || {
+        [&spinner, &fast]
+            .iter()
+            .all(|h| queue(h).queued == SPUN + 2)
+    })
+    .await;
+    r.server
+        .delete("v1", "Pod", Some("default"), "gate-0")
+        .unwrap();
+
+    // The spinner takes its batch (the spun pods, stop-0): its call is cut. Then the fast
+    // plugin's turn comes before the spinner's next: it handles every spun pod and holds on
+    // stop-0, and nothing moves until it is let go.
+    until(
+        "the fast plugin handled the spun pods and holds on stop-0",
+        || seen(&fast) == SPUN + 2,
+    )
+    .await;
+    assert_eq!(
+        counter(&spinner, |c| &c.deadline_hits),
+        1,
+        "one turn of the spinner (its batch's call, cut) before the fast plugin's, not the \
+         batch's re-deliveries too"
+    );
+    assert_eq!(
+        (
+            counter(&spinner, |c| &c.failed),
+            counter(&spinner, |c| &c.delivered)
+        ),
+        (0, 1),
+        "none of the cut batch delivered again yet (delivered: gate-0's add)"
+    );
+
+    r.server
+        .delete("v1", "Pod", Some("default"), "stop-0")
+        .unwrap();
+    all_accounted_for(&spinner, &[&fast, &gate], SPUN + 4).await;
+}
+
+/// Once every plugin handled its `changes`: nothing lost, nothing twice; only the spun pods
+/// failed, each on its own deadline after the batch's.
+async fn all_accounted_for(spinner: &PluginHandle, others: &[&PluginHandle], changes: u64) {
+    for h in others.iter().copied().chain([spinner]) {
+        until(&format!("{} handled everything", h.name()), || {
+            handled_all(h) && queue(h).queued == changes
+        })
+        .await;
+    }
+    assert_eq!(
+        (
+            counter(spinner, |c| &c.delivered),
+            counter(spinner, |c| &c.failed),
+            counter(spinner, |c| &c.dropped),
+            counter(spinner, |c| &c.deadline_hits),
+        ),
+        (changes - SPUN, SPUN, 0, 1 + SPUN)
+    );
+    assert_eq!(spinner.state(), wisp_host::plugin::PluginState::Running);
+    for h in others {
+        assert_eq!(seen(h), changes, "{}", h.name());
+        assert_eq!(
+            (guest(h, "gaps_total"), guest(h, "dups_total")),
+            (0, 0),
+            "{}",
+            h.name()
+        );
+        assert_eq!(counter(h, |c| &c.delivered), changes, "{}", h.name());
     }
 }

@@ -567,7 +567,7 @@ fn a_listener_submitted_again_before_its_turn_is_accounted_for_waits_for_its_gro
     s.ready.push_back(Entry::new(a.clone()));
     let t = s.next().unwrap();
     s.running += 1;
-    let at = Instant::now();
+    let at = Instant::now() + Duration::from_secs(3600);
     assert!(s.after(t, Ran::Later(at)), "the earliest timer");
     s.ready.push_back(Entry::new(b.clone()));
     assert!(
@@ -576,4 +576,175 @@ fn a_listener_submitted_again_before_its_turn_is_accounted_for_waits_for_its_gro
     );
     s.due_timers(at);
     assert_eq!(s.next().map(|t| t.id()), Some(1), "a resumes in its group");
+}
+
+/// What the handlers of the fairness test did, in order, across listeners.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<String>>>);
+
+impl Log {
+    fn push(&self, what: String) {
+        lock(&self.0).push(what);
+    }
+
+    fn all(&self) -> Vec<String> {
+        lock(&self.0).clone()
+    }
+}
+
+/// A plugin whose every call is cut, as the runtime treats it: its turn is the one call with the
+/// whole batch, then each item goes again alone, one per turn, coming back at once
+/// (`unfinished() == now`) until none is left.
+struct CutEveryCall {
+    log: Log,
+    again: VecDeque<u64>,
+}
+
+impl EventHandler for CutEveryCall {
+    fn handle(&mut self, batch: &[Delivery]) {
+        self.log.push(format!("cut batch of {}", batch.len()));
+        self.again = batch.iter().map(|d| d.seq).collect();
+    }
+
+    fn unfinished(&mut self) -> Option<Instant> {
+        (!self.again.is_empty()).then(Instant::now)
+    }
+
+    fn resume(&mut self) {
+        if let Some(seq) = self.again.pop_front() {
+            self.log.push(format!("cut {seq} again"));
+        }
+    }
+}
+
+/// Holds `exec`'s worker (its only one, in the tests that use it) until the gate returned is
+/// opened.
+fn hold_a_worker(exec: &Executor) -> (Arc<Listener>, Gate) {
+    let (gate, entered) = (Gate::default(), Arc::new(AtomicBool::new(false)));
+    let (g, e) = (gate.clone(), entered.clone());
+    let blocker = listener(
+        exec,
+        "blocker",
+        Probe::new(&Recorder::new()).on_batch(move |_| {
+            e.store(true, Ordering::SeqCst);
+            g.wait();
+        }),
+    );
+    add(&blocker, 0);
+    eventually("the blocker holds the worker", || {
+        entered.load(Ordering::SeqCst)
+    });
+    (blocker, gate)
+}
+
+impl CutEveryCall {
+    /// A listener on `exec`, in a group of its own, logging to `log`.
+    fn listener(exec: &Executor, log: &Log, batch_max: usize) -> Arc<Listener> {
+        let options = ListenerOptions {
+            batch_max,
+            placement: Placement::Shared {
+                group: Some(GroupId::new()),
+            },
+            ..ListenerOptions::default()
+        };
+        let handler = Box::new(CutEveryCall {
+            log: log.clone(),
+            again: VecDeque::new(),
+        });
+        Listener::new(
+            "cut".into(),
+            handler,
+            options,
+            Arc::new(|| true),
+            Some(exec.clone()),
+        )
+        .unwrap()
+    }
+}
+
+#[test]
+fn a_group_whose_calls_are_cut_lets_the_other_groups_run_between_its_redeliveries() {
+    // One worker: whatever runs, the others wait, so the log is the schedule. It is held while
+    // every queue fills, so each batch is whole and the ready queue is cut, a, b.
+    let exec = Executor::new(1).unwrap();
+    let (_blocker, gate) = hold_a_worker(&exec);
+    let log = Log::default();
+    let cut = CutEveryCall::listener(&exec, &log, 4);
+    for i in 0..4 {
+        add(&cut, i);
+    }
+    let mut fast = Vec::new();
+    for name in ["a", "b"] {
+        let l = log.clone();
+        let probe = Probe::new(&Recorder::new())
+            .group(GroupId::new())
+            .batch(1)
+            .on_batch(move |b| l.push(format!("{name} {}", b[0].seq)));
+        let f = listener(&exec, name, probe);
+        for i in 0..5 {
+            add(&f, i);
+        }
+        fast.push(f);
+    }
+    gate.open();
+    eventually("everything handled", || {
+        cut.stats().delivered == 4 && fast.iter().all(|f| f.stats().delivered == 5)
+    });
+    let expected = [
+        "cut batch of 4",
+        "a 1",
+        "b 1",
+        "cut 1 again",
+        "a 2",
+        "b 2",
+        "cut 2 again",
+        "a 3",
+        "b 3",
+        "cut 3 again",
+        "a 4",
+        "b 4",
+        "cut 4 again",
+        "a 5",
+        "b 5",
+    ];
+    assert_eq!(
+        log.all(),
+        expected,
+        "each ready group runs once between two redeliveries, not after all of them"
+    );
+    exec.shutdown();
+}
+
+/// A task that asks to come back at a time already past (the runtime going on with a cut batch)
+/// goes behind every task ready before it, keeping its group.
+#[test]
+fn a_task_due_again_at_once_queues_behind_the_ready_tasks_and_keeps_its_group() {
+    let g = GroupId::new();
+    let a: Arc<dyn Task> = Arc::new(Fake(1, Some(g)));
+    let peer: Arc<dyn Task> = Arc::new(Fake(2, Some(g)));
+    let b: Arc<dyn Task> = Arc::new(Fake(3, None));
+    let c: Arc<dyn Task> = Arc::new(Fake(4, Some(GroupId::new())));
+    let mut s = Sched::default();
+    s.ready.push_back(Entry::new(a.clone()));
+    let t = s.next().unwrap();
+    s.running += 1;
+    s.ready.push_back(Entry::new(peer));
+    s.ready.push_back(Entry::new(b));
+    s.ready.push_back(Entry::new(c));
+    assert!(
+        !s.after(t, Ran::Later(Instant::now())),
+        "no timer: nobody to wake for it"
+    );
+    assert!(s.timers.is_empty());
+    let order: Vec<u64> = std::iter::from_fn(|| {
+        let t = s.next()?;
+        Some(t.id())
+    })
+    .collect();
+    assert_eq!(
+        order,
+        [3, 4, 1],
+        "b and c first, then a; its peer parked behind it in the group"
+    );
+    assert_eq!(s.groups[&g].parked.len(), 1);
 }

@@ -165,12 +165,24 @@ pub async fn pipeline_figures(
 
 /// When each pod was last written (by name), and how long each delivery took to be handled.
 #[derive(Default)]
-struct Clock {
+pub(crate) struct Clock {
     written: Mutex<HashMap<String, Instant>>,
     latencies: Mutex<Vec<Duration>>,
 }
 
 impl Clock {
+    /// `name` is written now.
+    pub(crate) fn wrote(&self, name: &str) {
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        written.insert(name.to_owned(), Instant::now());
+    }
+
+    /// The latencies so far.
+    pub(crate) fn latencies(&self) -> Vec<Duration> {
+        let l = self.latencies.lock().unwrap_or_else(|p| p.into_inner());
+        l.clone()
+    }
+
     fn handled(&self, batch: &[Delivery]) {
         let now = Instant::now();
         let written = self.written.lock().unwrap_or_else(|p| p.into_inner());
@@ -184,9 +196,9 @@ impl Clock {
 }
 
 /// A plugin runtime driven like the host's own handler, stamping when each batch is handled.
-struct TimedWasm {
-    rt: PluginRuntime,
-    clock: Arc<Clock>,
+pub(crate) struct TimedWasm {
+    pub(crate) rt: PluginRuntime,
+    pub(crate) clock: Arc<Clock>,
 }
 
 impl EventHandler for TimedWasm {
