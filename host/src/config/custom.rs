@@ -52,6 +52,7 @@ pub struct CustomResourcesConfig {
 }
 
 /// The caps on what a custom resource asks (`customResources.maxLimits`); omitted = no cap.
+/// Each cap is itself a valid value of its setting (checked with the config).
 #[derive(Debug, Deserialize, Clone, Default, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct MaxLimits {
@@ -69,6 +70,15 @@ pub struct MaxLimits {
     pub batch: Option<usize>,
     /// `queue.max`.
     pub queue: Option<usize>,
+    /// `queue.maxBytes`.
+    pub queue_bytes: Option<Bytes>,
+    /// `onFailure.quarantineAfter`: the most failures in a row before quarantine; a custom
+    /// resource's 0 (never) is over any cap.
+    pub quarantine_after: Option<u32>,
+    /// `actions.rateLimit.perSecond`.
+    pub actions_per_second: Option<f64>,
+    /// `actions.rateLimit.burst`.
+    pub actions_burst: Option<u32>,
 }
 
 /// The default status refresh of custom resources.
@@ -268,7 +278,8 @@ impl Config {
                 ));
             }
         }
-        cap_limits(p, &allowed.max_limits).map_err(|(f, e)| refuse("OverCap", f, e))
+        cap_limits(p, &allowed.max_limits)
+            .map_err(|(f, e)| refuse("OverCap", &format!("spec.{f}"), e))
     }
 }
 
@@ -343,82 +354,152 @@ fn over_default(inf: &InformerConfig) -> Result<(), (&'static str, String)> {
     Ok(())
 }
 
-/// Refuses a limit over its cap; fills an omitted one with the cap when the default is over.
+/// Refuses a limit over its cap; fills an omitted one with the default, or the cap when the
+/// default is over it.
 fn cap_limits(p: &mut PluginConfig, max: &MaxLimits) -> Result<(), (&'static str, String)> {
-    let d = Limits::default();
-    let over = |field: &'static str, asked: u128, cap: u128, show: String| {
-        if asked > cap {
-            Err((field, format!("over customResources.maxLimits ({show})")))
-        } else {
-            Ok(())
-        }
-    };
-    if let Some(cap) = max.memory {
-        let asked = p.limits.memory.map_or(d.memory.min(cap.0), |b| b.0);
-        over(
-            "spec.limits.memory",
-            asked.into(),
-            cap.0.into(),
-            format!("{} bytes", cap.0),
+    cap_call_limits(&mut p.limits, max)?;
+    let count = |c: usize| c.to_string();
+    cap(
+        ("batch", "batch"),
+        &mut p.batch,
+        DEFAULT_BATCH_MAX,
+        max.batch,
+        count,
+    )?;
+    let q = &mut p.queue;
+    cap(
+        ("queue", "queue.max"),
+        &mut q.max,
+        DEFAULT_QUEUE_MAX,
+        max.queue,
+        count,
+    )?;
+    cap(
+        ("queueBytes", "queue.maxBytes"),
+        &mut q.max_bytes,
+        Bytes(DEFAULT_QUEUE_BYTES as u64),
+        max.queue_bytes,
+        |c| format!("{} bytes", c.0),
+    )?;
+    if max.quarantine_after.is_some() {
+        // 0 is never: as many failures as there can be.
+        let never = |n: u32| if n == 0 { u32::MAX } else { n };
+        let mut after = p.on_failure.quarantine_after.map(never);
+        cap(
+            ("quarantineAfter", "onFailure.quarantineAfter"),
+            &mut after,
+            OnFailure::default().quarantine_after,
+            max.quarantine_after,
+            |c| format!("{c}; 0 is never, over any cap"),
         )?;
-        p.limits.memory = Some(Bytes(asked));
+        p.on_failure.quarantine_after = after;
     }
-    for (field, value, default, cap) in [
+    cap_rate_limit(&mut p.actions.rate_limit, max)
+}
+
+/// `limits` (memory, deadlines, fuel) under their caps.
+fn cap_call_limits(l: &mut LimitsConfig, max: &MaxLimits) -> Result<(), (&'static str, String)> {
+    let d = Limits::default();
+    let bytes = |c: Bytes| format!("{} bytes", c.0);
+    cap(
+        ("memory", "limits.memory"),
+        &mut l.memory,
+        Bytes(d.memory),
+        max.memory,
+        bytes,
+    )?;
+    for (key, field, value, default, cap_of) in [
         (
-            "spec.limits.deadline",
-            &mut p.limits.deadline,
+            "deadline",
+            "limits.deadline",
+            &mut l.deadline,
             d.deadline,
             max.deadline,
         ),
         (
-            "spec.limits.deadlinePerNotification",
-            &mut p.limits.deadline_per_notification,
+            "deadlinePerNotification",
+            "limits.deadlinePerNotification",
+            &mut l.deadline_per_notification,
             d.deadline_per_notification,
             max.deadline_per_notification,
         ),
         (
-            "spec.limits.startupDeadline",
-            &mut p.limits.startup_deadline,
+            "startupDeadline",
+            "limits.startupDeadline",
+            &mut l.startup_deadline,
             d.startup_deadline,
             max.startup_deadline,
         ),
     ] {
-        if let Some(cap) = cap {
-            let asked = value.map_or(default.min(cap.0), |x| x.0);
-            over(
-                field,
-                asked.as_nanos(),
-                cap.0.as_nanos(),
-                format!("{:?}", cap.0),
-            )?;
-            *value = Some(Dur(asked));
-        }
+        cap((key, field), value, Dur(default), cap_of, |c| {
+            format!("{:?}", c.0)
+        })?;
     }
-    if let Some(cap) = max.fuel {
-        let asked = p.limits.fuel.unwrap_or(cap);
-        over(
-            "spec.limits.fuel",
-            asked.into(),
-            cap.into(),
-            cap.to_string(),
-        )?;
-        p.limits.fuel = Some(asked);
+    // No fuel is no limit: an omitted one gets the cap.
+    cap(
+        ("fuel", "limits.fuel"),
+        &mut l.fuel,
+        u64::MAX,
+        max.fuel,
+        |c| c.to_string(),
+    )
+}
+
+/// `actions.rateLimit` under `actionsPerSecond` and `actionsBurst`: an omitted one gets the
+/// default rate and burst, each capped.
+fn cap_rate_limit(
+    r: &mut Option<RateLimitConfig>,
+    max: &MaxLimits,
+) -> Result<(), (&'static str, String)> {
+    if max.actions_per_second.is_none() && max.actions_burst.is_none() {
+        return Ok(());
     }
-    if let Some(cap) = max.batch {
-        let asked = p.batch.unwrap_or(DEFAULT_BATCH_MAX.min(cap));
-        over("spec.batch", asked as u128, cap as u128, cap.to_string())?;
-        p.batch = Some(asked);
+    let d = ActionSpec::default();
+    let (mut per_second, mut burst) = (
+        r.as_ref().map(|r| r.per_second),
+        r.as_ref().map(|r| r.burst),
+    );
+    cap(
+        ("actionsPerSecond", "actions.rateLimit.perSecond"),
+        &mut per_second,
+        d.per_second,
+        max.actions_per_second,
+        |c| c.to_string(),
+    )?;
+    cap(
+        ("actionsBurst", "actions.rateLimit.burst"),
+        &mut burst,
+        d.burst,
+        max.actions_burst,
+        |c| c.to_string(),
+    )?;
+    *r = Some(RateLimitConfig {
+        per_second: per_second.unwrap_or(d.per_second),
+        burst: burst.unwrap_or(d.burst),
+    });
+    Ok(())
+}
+
+/// One cap of `customResources.maxLimits.<key>` on `spec.<field>`: a value over it is refused
+/// naming both; an omitted value gets `default`, or the cap when that is less.
+fn cap<T: Copy + PartialOrd>(
+    (key, field): (&'static str, &'static str),
+    value: &mut Option<T>,
+    default: T,
+    cap: Option<T>,
+    show: impl Fn(T) -> String,
+) -> Result<(), (&'static str, String)> {
+    let Some(cap) = cap else {
+        return Ok(());
+    };
+    let asked = value.unwrap_or(if default > cap { cap } else { default });
+    if asked > cap {
+        return Err((
+            field,
+            format!("over customResources.maxLimits.{key} ({})", show(cap)),
+        ));
     }
-    if let Some(cap) = max.queue {
-        let asked = p.queue.max.unwrap_or(DEFAULT_QUEUE_MAX.min(cap));
-        over(
-            "spec.queue.max",
-            asked as u128,
-            cap as u128,
-            cap.to_string(),
-        )?;
-        p.queue.max = Some(asked);
-    }
+    *value = Some(asked);
     Ok(())
 }
 
