@@ -189,6 +189,7 @@ impl Config {
         c.informers = informers;
         c.plugins = vec![plugin];
         c.oci_pulled = Default::default();
+        c.confine_to_namespace(cr)?;
         c.validate().map_err(|e| CustomRefusal {
             reason: "Invalid",
             error: custom_path(e),
@@ -197,39 +198,53 @@ impl Config {
         Ok(c)
     }
 
-    /// Confines the one plugin of a custom resource's config to what the operator allows.
+    /// Confines a `WispPlugin`'s informers and grants to its namespace: before validation,
+    /// whose checks (the host's own Leases) judge the namespaces they will have.
+    fn confine_to_namespace(&mut self, cr: &CustomRef) -> Result<(), CustomRefusal> {
+        let Some(ns) = &cr.namespace else {
+            return Ok(());
+        };
+        let refuse = |path: String, problem| refusal(cr, "NotAllowed", &path, problem);
+        let cluster_scoped = |api_version: &str, kind: &str| {
+            let (group, _) = crate::kinds::split_api_version(api_version);
+            crate::kinds::builtin_namespaced(group, kind) == Some(false)
+        };
+        for (i, inf) in self.informers.iter_mut().enumerate() {
+            let at = format!("spec.informers[{i}]");
+            confine_namespaces(&mut inf.namespaces, ns)
+                .map_err(|p| refuse(format!("{at}.namespaces"), p))?;
+            if cluster_scoped(&inf.api_version, &inf.kind) {
+                let why = format!(
+                    "{} is cluster-scoped: a WispPlugin sees only its own namespace {ns:?} (a \
+                     ClusterWispPlugin may watch it)",
+                    inf.kind
+                );
+                return Err(refuse(format!("{at}.kind"), why));
+            }
+        }
+        for (i, g) in self.plugins[0].actions.grants.iter_mut().enumerate() {
+            let at = format!("spec.actions.grants[{i}]");
+            confine_namespaces(&mut g.namespaces, ns)
+                .map_err(|e| refuse(format!("{at}.namespaces"), e))?;
+            if cluster_scoped(&g.api_version, &g.kind) {
+                let why = format!(
+                    "{} is cluster-scoped: a WispPlugin acts only in {ns:?}",
+                    g.kind
+                );
+                return Err(refuse(format!("{at}.kind"), why));
+            }
+        }
+        Ok(())
+    }
+
+    /// Confines the one plugin of a custom resource's config, validated, to what the operator
+    /// allows.
     fn confine(
         &mut self,
         cr: &CustomRef,
         allowed: &CustomResourcesConfig,
     ) -> Result<(), CustomRefusal> {
-        let refuse = |reason, path: &str, problem: String| CustomRefusal {
-            reason,
-            error: ConfigError {
-                file: cr.to_string(),
-                path: path.to_owned(),
-                problem,
-            },
-        };
-        if let Some(ns) = &cr.namespace {
-            for (i, inf) in self.informers.iter_mut().enumerate() {
-                let at = format!("spec.informers[{i}]");
-                confine_namespaces(&mut inf.namespaces, ns)
-                    .map_err(|p| refuse("NotAllowed", &format!("{at}.namespaces"), p))?;
-                let (group, _) = crate::kinds::split_api_version(&inf.api_version);
-                if crate::kinds::builtin_namespaced(group, &inf.kind) == Some(false) {
-                    return Err(refuse(
-                        "NotAllowed",
-                        &format!("{at}.kind"),
-                        format!(
-                            "{} is cluster-scoped: a WispPlugin sees only its own namespace \
-                             {ns:?} (a ClusterWispPlugin may watch it)",
-                            inf.kind
-                        ),
-                    ));
-                }
-            }
-        }
+        let refuse = |reason, path: &str, problem| refusal(cr, reason, path, problem);
         for (i, inf) in self.informers.iter().enumerate() {
             let at = format!("spec.informers[{i}]");
             if inf.on_panic == OnPanic::Stop {
@@ -242,24 +257,6 @@ impl Config {
             over_default(inf).map_err(|(f, p)| refuse("OverCap", &format!("{at}.{f}"), p))?;
         }
         let p = &mut self.plugins[0];
-        if let Some(ns) = &cr.namespace {
-            for (i, g) in p.actions.grants.iter_mut().enumerate() {
-                let at = format!("spec.actions.grants[{i}]");
-                confine_namespaces(&mut g.namespaces, ns)
-                    .map_err(|e| refuse("NotAllowed", &format!("{at}.namespaces"), e))?;
-                let (group, _) = crate::kinds::split_api_version(&g.api_version);
-                if crate::kinds::builtin_namespaced(group, &g.kind) == Some(false) {
-                    return Err(refuse(
-                        "NotAllowed",
-                        &format!("{at}.kind"),
-                        format!(
-                            "{} is cluster-scoped: a WispPlugin acts only in {ns:?}",
-                            g.kind
-                        ),
-                    ));
-                }
-            }
-        }
         for (i, g) in p.actions.grants.iter().enumerate() {
             if !covered(g, &allowed.allowed_grants) {
                 return Err(refuse(
@@ -280,6 +277,18 @@ impl Config {
         }
         cap_limits(p, &allowed.max_limits)
             .map_err(|(f, e)| refuse("OverCap", &format!("spec.{f}"), e))
+    }
+}
+
+/// A refusal of custom resource `cr` for `reason` at `path`.
+fn refusal(cr: &CustomRef, reason: &'static str, path: &str, problem: String) -> CustomRefusal {
+    CustomRefusal {
+        reason,
+        error: ConfigError {
+            file: cr.to_string(),
+            path: path.to_owned(),
+            problem,
+        },
     }
 }
 

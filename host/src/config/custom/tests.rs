@@ -117,6 +117,49 @@ fn a_grant_outside_the_allowed_grants_is_refused() {
 }
 
 #[test]
+fn a_lease_grant_is_confined_to_the_namespace_before_it_is_checked_against_the_hosts_lease() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("p.wasm"), b"\0asm").unwrap();
+    let text = "source: kube\ninformers: [{name: ns, apiVersion: v1, kind: Namespace}]\n\
+        sharding: {mode: leader, leaseNamespace: wisp}\n\
+        customResources: {enabled: true, modulePaths: [.], allowedGrants: \
+        [{verbs: [patch], apiVersion: coordination.k8s.io/v1, kind: Lease}]}\n";
+    let c = Config::parse(text, "wisp.yaml", d.path()).unwrap();
+    let lease = |namespaces: Option<&str>| {
+        let mut g = json!({"verbs": ["patch"], "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease"});
+        if let Some(ns) = namespaces {
+            g["namespaces"] = json!([ns]);
+        }
+        json!({"actions": {"grants": [g]}})
+    };
+    let got = c
+        .custom_plugin(&wisp_plugin(Some("team-a")), &spec(lease(None)))
+        .unwrap();
+    let g = &got.plugins[0].actions.grants[0];
+    assert_eq!(g.namespaces, Some(vec!["team-a".to_owned()]));
+
+    let (reason, e) = refusal(&c, &wisp_plugin(Some("team-a")), lease(Some("wisp")));
+    assert_eq!(reason, "NotAllowed", "{e}");
+    assert!(
+        e.ends_with("in its own namespace \"team-a\"; it asks for \"wisp\""),
+        "{e}"
+    );
+    for (cr, namespaces) in [
+        (wisp_plugin(Some("wisp")), None),
+        (wisp_plugin(None), Some("wisp")),
+        (wisp_plugin(None), None),
+    ] {
+        let (_, e) = refusal(&c, &cr, lease(namespaces));
+        assert!(
+            e.contains("spec.actions.grants[0]: ")
+                && e.contains("in namespace \"wisp\" reaches the host's own coordination"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
 fn limits_over_max_limits_are_refused_and_omitted_ones_capped() {
     let (_d, c) = host(
         ", maxLimits: {memory: 32Mi, deadline: 20ms, deadlinePerNotification: 1ms, \
