@@ -355,10 +355,7 @@ impl Reconciler {
         })?;
         let fresh = match &a.informers {
             Some((defs, scope, _)) if *defs == cfg.informers => Err(scope.clone()),
-            _ => Ok(self
-                .start_informers(&cfg)
-                .await
-                .map_err(|e| ("Invalid", e))?),
+            _ => Ok(self.start_informers(&s.cr, &cfg).await?),
         };
         let mut spec = cfg.plugin_specs().remove(0);
         // A tenant's path: a link at its last component is not followed (modulePaths).
@@ -406,18 +403,30 @@ impl Reconciler {
     }
 
     /// The inline informers of `cfg` (kinds checked by discovery), running, registered with
-    /// the manager under a new scope.
-    async fn start_informers(&mut self, cfg: &Config) -> Result<(String, Running), String> {
+    /// the manager under a new scope. A kind discovery does not find is `KindNotServed`
+    /// (tried again); one it lists as cluster-scoped, or whose scope it cannot tell, refuses a
+    /// `WispPlugin`.
+    async fn start_informers(
+        &mut self,
+        cr: &CustomRef,
+        cfg: &Config,
+    ) -> Result<(String, Running), (&'static str, String)> {
         let mut informers = Vec::new();
         for (i, inf) in cfg.informers.iter().enumerate() {
-            let resource = super::build::discover(&self.me.client, cfg, i)
+            let found = super::build::discover(&self.me.client, cfg, i)
                 .await
-                .map_err(|e| format!("{e:#}").replace(": informers[", ": spec.informers["))?;
+                .map_err(|e| {
+                    let e = format!("{e:#}").replace(": informers[", ": spec.informers[");
+                    ("KindNotServed", e)
+                })?;
+            if let Some(ns) = &cr.namespace {
+                namespaced_kind(cfg, i, ns, found.namespaced)?;
+            }
             let view = self.me.shard_view.as_ref();
-            let lw = super::build::kube_lister(&self.me.client, &resource, inf, view);
+            let lw = super::build::kube_lister(&self.me.client, &found.resource, inf, view);
             informers.push(
                 super::build::informer(inf, lw, Some(&self.me.executor), false)
-                    .map_err(|e| format!("{}: {e:#}", cfg.file))?,
+                    .map_err(|e| ("Invalid", format!("{}: {e:#}", cfg.file)))?,
             );
         }
         self.scopes += 1;
@@ -570,6 +579,40 @@ impl Reconciler {
             },
         ]);
         out
+    }
+}
+
+/// A `WispPlugin` of namespace `ns` watches only namespaced kinds: informer `i` of `cfg` is
+/// refused when discovery lists its kind as cluster-scoped (a built-in one is refused before,
+/// with the config), or, discovery having failed, when the kind is not a built-in namespaced
+/// one (its scope unknown: tried again).
+fn namespaced_kind(
+    cfg: &Config,
+    i: usize,
+    ns: &str,
+    namespaced: Option<bool>,
+) -> Result<(), (&'static str, String)> {
+    let inf = &cfg.informers[i];
+    let (group, _) = crate::kinds::split_api_version(&inf.api_version);
+    let at = format!("{}: spec.informers[{i}].kind", cfg.file);
+    match namespaced.or_else(|| crate::kinds::builtin_namespaced(group, &inf.kind)) {
+        Some(true) => Ok(()),
+        Some(false) => Err((
+            "NotAllowed",
+            format!(
+                "{at}: {} ({}) is cluster-scoped, as the API server lists it (informer {:?}): a \
+                 WispPlugin sees only its own namespace {ns:?} (a ClusterWispPlugin may watch it)",
+                inf.kind, inf.api_version, inf.name
+            ),
+        )),
+        None => Err((
+            "KindNotServed",
+            format!(
+                "{at}: discovery failed, so the scope of {} ({}) is unknown (informer {:?}): a \
+                 WispPlugin watches only namespaced kinds; tried again every minute",
+                inf.kind, inf.api_version, inf.name
+            ),
+        )),
     }
 }
 
