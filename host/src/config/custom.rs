@@ -49,6 +49,13 @@ pub struct CustomResourcesConfig {
     /// path may be in; default none: custom resources name only `oci://` modules.
     #[serde(default)]
     pub module_paths: Vec<PathBuf>,
+    /// The most custom resources run from one namespace (default 20); past it a new one is
+    /// refused in its status, those that run are untouched.
+    #[serde(default)]
+    pub max_per_namespace: Option<usize>,
+    /// The most custom resources run in all (default 200), as `maxPerNamespace`.
+    #[serde(default)]
+    pub max_total: Option<usize>,
 }
 
 /// The caps on what a custom resource asks (`customResources.maxLimits`); omitted = no cap.
@@ -84,11 +91,26 @@ pub struct MaxLimits {
 /// The default status refresh of custom resources.
 pub const DEFAULT_STATUS_INTERVAL: Duration = Duration::from_secs(30);
 
+/// The default of `customResources.maxPerNamespace`.
+pub const DEFAULT_MAX_PER_NAMESPACE: usize = 20;
+/// The default of `customResources.maxTotal`.
+pub const DEFAULT_MAX_TOTAL: usize = 200;
+
 impl CustomResourcesConfig {
     /// `statusInterval` in force.
     pub fn status_interval(&self) -> Duration {
         self.status_interval
             .map_or(DEFAULT_STATUS_INTERVAL, |d| d.0)
+    }
+
+    /// `maxPerNamespace` in force.
+    pub fn max_per_namespace(&self) -> usize {
+        self.max_per_namespace.unwrap_or(DEFAULT_MAX_PER_NAMESPACE)
+    }
+
+    /// `maxTotal` in force.
+    pub fn max_total(&self) -> usize {
+        self.max_total.unwrap_or(DEFAULT_MAX_TOTAL)
     }
 }
 

@@ -54,6 +54,17 @@ impl Config {
         if c.status_interval.is_some_and(|d| d.0.is_zero()) {
             return Err(self.error("customResources.statusInterval", "must be more than 0"));
         }
+        for (f, n) in [
+            ("maxPerNamespace", c.max_per_namespace),
+            ("maxTotal", c.max_total),
+        ] {
+            if n == Some(0) {
+                return Err(self.error(
+                    format!("customResources.{f}"),
+                    "must be at least 1 (namespaces and cluster say whose are read)",
+                ));
+            }
+        }
         for (i, d) in c.module_paths.iter().enumerate() {
             let dir = self.resolve(d);
             if !dir.is_dir() {

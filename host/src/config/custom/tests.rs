@@ -410,6 +410,12 @@ fn custom_resources_need_a_kube_source_named_namespaces_and_caps_their_settings_
             ", maxLimits: {actionsBurst: 0}",
             "customResources.maxLimits.actionsBurst",
         ),
+        (
+            "kube",
+            ", maxPerNamespace: 0",
+            "customResources.maxPerNamespace",
+        ),
+        ("kube", ", maxTotal: 0", "customResources.maxTotal"),
     ] {
         let text = format!("source: {source}\n{inf}customResources: {{enabled: true{custom}}}\n");
         let e = parse(&text).unwrap_err();
