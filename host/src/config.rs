@@ -49,6 +49,7 @@
 //! audit: { file: /var/log/wisp/audit.jsonl }   # actions also go to the log and to /audit
 //! policyReports: { apiGroup: openreports.io, interval: 10s, maxResults: 1000 }   # kube only
 //! customResources: { enabled: true, namespaces: [team-a], maxLimits: { memory: 64Mi }, allowedGrants: [],
+//!                    maxPerNamespace: 20, maxTotal: 200,   # custom resources taken (defaults)
 //!                    modulePaths: [/var/lib/wisp/modules] }   # where a custom resource's path module may be
 //! ```
 //!

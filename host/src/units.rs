@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 /// A duration written `50ms`, `30s`, `5m`, `1h`, `1m30s` (or `0` for none).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct Dur(pub Duration);
 
 impl<'de> Deserialize<'de> for Dur {
@@ -81,7 +81,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// A byte quantity written `64Mi`, `1Gi`, `512Ki`, `100M` or a plain number of bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Bytes(pub u64);
 
 impl<'de> Deserialize<'de> for Bytes {

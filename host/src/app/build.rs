@@ -133,8 +133,8 @@ pub async fn build_sharded_informers(
     for (i, inf) in config.informers.iter().enumerate() {
         let lw: Arc<dyn ListerWatcher> = match (&client, &dir) {
             (Some(client), _) => {
-                let resource = discover(client, config, i).await?;
-                kube_lister(client, &resource, inf, view)
+                let found = discover(client, config, i).await?;
+                kube_lister(client, &found.resource, inf, view)
             }
             (None, Some(d)) => {
                 let at = |field: &str| format!("{}: informers[{i}].{field}", config.file);
@@ -282,15 +282,23 @@ pub fn engine(
     Ok(PluginEngine::new(ec)?)
 }
 
-/// The API server's resource for informer `i` (its plural, from discovery). A group version
-/// the server does not serve, or a kind it does not serve in it, is an error; when discovery
-/// itself fails otherwise (no answer, forbidden), the resource is derived from the kind, as
-/// kube does, and the informer's own errors will tell.
+/// What discovery says of an informer's kind.
+pub struct Discovered {
+    /// Its resource (the plural as the server lists it).
+    pub resource: kube::core::ApiResource,
+    /// Whether the server lists it as namespaced; `None` when discovery failed.
+    pub namespaced: Option<bool>,
+}
+
+/// The API server's resource for informer `i` (its plural and scope, from discovery). A group
+/// version the server does not serve, or a kind it does not serve in it, is an error; when
+/// discovery itself fails otherwise (no answer, forbidden), the resource is derived from the
+/// kind, as kube does, its scope unknown, and the informer's own errors will tell.
 pub async fn discover(
     client: &kube::Client,
     config: &Config,
     i: usize,
-) -> anyhow::Result<kube::core::ApiResource> {
+) -> anyhow::Result<Discovered> {
     let inf = &config.informers[i];
     let guessed = crate::source::kube::api_resource(&inf.api_version, &inf.kind);
     let listed = if guessed.group.is_empty() {
@@ -311,7 +319,10 @@ pub async fn discover(
         }
         Err(e) => {
             tracing::warn!(informer = %inf.name, error = %e, "discovery failed; using the plural derived from the kind");
-            return Ok(guessed);
+            return Ok(Discovered {
+                resource: guessed,
+                namespaced: None,
+            });
         }
     };
     // Subresources (`pods/status`) share the kind; the collection is the one without a slash.
@@ -319,9 +330,12 @@ pub async fn discover(
         .iter()
         .find(|r| r.kind == inf.kind && !r.name.contains('/'))
     {
-        Some(r) => Ok(kube::core::ApiResource {
-            plural: r.name.clone(),
-            ..guessed
+        Some(r) => Ok(Discovered {
+            resource: kube::core::ApiResource {
+                plural: r.name.clone(),
+                ..guessed
+            },
+            namespaced: Some(r.namespaced),
         }),
         None => {
             let mut served: Vec<&str> = resources

@@ -5,6 +5,8 @@
 //! ([`Config::custom_plugin`]), its `oci://` module pulled under the host's signature policy,
 //! its inline informers started, then the plugin checked and started, reloaded in place (state
 //! handed over, probation, rollback) or restarted; a refused generation leaves the running one.
+//! At most `customResources.maxPerNamespace` resources of a namespace and `maxTotal` in all are
+//! taken; one past a cap is refused (`TooMany`) until a place is free.
 //!
 //! Each resource's `status` is written by server-side apply (field manager `wisp`) on the
 //! status subresource: at once when a condition, the module or the last error changes (looked
@@ -39,6 +41,9 @@ pub const FIELD_MANAGER: &str = "wisp";
 const CONDITION_CHECK: Duration = Duration::from_secs(1);
 /// Refusals tried again at each resync (they may pass later).
 const TRANSIENT: [&str; 3] = ["PullFailed", "SignatureRefused", "KindNotServed"];
+/// The refusal of a resource past `maxPerNamespace` or `maxTotal`: it holds no place and is
+/// looked at again at each reconcile (taken once a place is free).
+const TOO_MANY: &str = "TooMany";
 /// How often the reconciler looks again when nothing told it to (a missed notification), and
 /// tries again what was refused for a [`TRANSIENT`] reason.
 const RESYNC: Duration = Duration::from_secs(60);
@@ -138,6 +143,67 @@ struct Applied {
     rollbacks_at: u64,
     /// The status last written, and when.
     written: Option<(Value, Instant)>,
+}
+
+impl Applied {
+    /// A resource not reconciled yet.
+    fn new(s: &Seen) -> Self {
+        Self {
+            cr: s.cr.clone(),
+            uid: s.uid.clone(),
+            generation: 0,
+            informers: None,
+            pulled: BTreeMap::new(),
+            refused: None,
+            rollbacks_at: 0,
+            written: None,
+        }
+    }
+
+    /// Whether it counts against `maxPerNamespace` and `maxTotal`: every resource the host
+    /// took, run or refused, but one refused for those caps.
+    fn holds_place(&self) -> bool {
+        !matches!(&self.refused, Some((reason, _)) if *reason == TOO_MANY)
+    }
+}
+
+/// The resources holding a place under the count caps, per namespace and in all.
+#[derive(Default)]
+struct Places {
+    per_namespace: BTreeMap<String, usize>,
+    total: usize,
+}
+
+impl Places {
+    fn count(&mut self, cr: &CustomRef) {
+        if let Some(ns) = &cr.namespace {
+            *self.per_namespace.entry(ns.clone()).or_default() += 1;
+        }
+        self.total += 1;
+    }
+
+    /// A place for `cr`, or why there is none (naming the cap).
+    fn take(&mut self, cr: &CustomRef, caps: &CustomResourcesConfig) -> Result<(), String> {
+        let total = caps.max_total();
+        if self.total >= total {
+            return Err(format!(
+                "{cr}: over customResources.maxTotal ({total}): {total} custom resources hold \
+                 a place already; this one gets one when one of them is deleted"
+            ));
+        }
+        if let Some(ns) = &cr.namespace {
+            let per = caps.max_per_namespace();
+            if self.per_namespace.get(ns).is_some_and(|n| *n >= per) {
+                return Err(format!(
+                    "{cr}: over customResources.maxPerNamespace ({per}): {per} custom resources \
+                     of namespace {ns:?} hold a place already; this one gets one when one of \
+                     them is deleted"
+                ));
+            }
+        }
+        self.count(cr);
+        Ok(())
+    }
 }
 
 /// The reconciler: runs until `stop`, once this replica runs its plugins. Fails (logged and
@@ -271,16 +337,37 @@ impl Reconciler {
         for name in gone {
             self.remove(&name).await;
         }
+        let mut places = Places::default();
+        for a in self.applied.values().filter(|a| a.holds_place()) {
+            places.count(&a.cr);
+        }
         for (name, s) in now {
-            let current = self.applied.get(&name).is_some_and(|a| {
-                a.generation == s.generation
-                    && !(retry && a.refused.as_ref().is_some_and(|r| TRANSIENT.contains(&r.0)))
-            });
+            let holds = self.applied.get(&name).is_some_and(Applied::holds_place);
+            if !holds && let Err(e) = places.take(&s.cr, &self.settings) {
+                self.refuse_count(name, s, e);
+                continue;
+            }
+            let current = holds
+                && self.applied.get(&name).is_some_and(|a| {
+                    a.generation == s.generation
+                        && !(retry && a.refused.as_ref().is_some_and(|r| TRANSIENT.contains(&r.0)))
+                });
             if !current {
                 self.apply(name, s).await;
             }
         }
         self.write_statuses().await;
+    }
+
+    /// Records a resource refused for the count caps (it runs nothing and holds no place);
+    /// logged once per generation.
+    fn refuse_count(&mut self, name: String, s: Seen, e: String) {
+        let a = self.applied.entry(name).or_insert_with(|| Applied::new(&s));
+        if a.generation != s.generation || a.refused.is_none() {
+            tracing::warn!(resource = %s.cr, error = %e, "custom resource refused: over a count cap");
+        }
+        a.generation = s.generation;
+        a.refused = Some((TOO_MANY, e));
     }
 
     /// Stops a deleted resource's plugin and its informers.
@@ -300,16 +387,10 @@ impl Reconciler {
 
     /// Applies one new generation of a resource; what is refused is kept for its status.
     async fn apply(&mut self, name: String, s: Seen) {
-        let mut a = self.applied.remove(&name).unwrap_or_else(|| Applied {
-            cr: s.cr.clone(),
-            uid: s.uid.clone(),
-            generation: 0,
-            informers: None,
-            pulled: BTreeMap::new(),
-            refused: None,
-            rollbacks_at: 0,
-            written: None,
-        });
+        let mut a = self
+            .applied
+            .remove(&name)
+            .unwrap_or_else(|| Applied::new(&s));
         a.generation = s.generation;
         a.refused = match self.try_apply(&mut a, &s).await {
             Ok(msg) => {
@@ -355,10 +436,7 @@ impl Reconciler {
         })?;
         let fresh = match &a.informers {
             Some((defs, scope, _)) if *defs == cfg.informers => Err(scope.clone()),
-            _ => Ok(self
-                .start_informers(&cfg)
-                .await
-                .map_err(|e| ("Invalid", e))?),
+            _ => Ok(self.start_informers(&s.cr, &cfg).await?),
         };
         let mut spec = cfg.plugin_specs().remove(0);
         // A tenant's path: a link at its last component is not followed (modulePaths).
@@ -406,18 +484,30 @@ impl Reconciler {
     }
 
     /// The inline informers of `cfg` (kinds checked by discovery), running, registered with
-    /// the manager under a new scope.
-    async fn start_informers(&mut self, cfg: &Config) -> Result<(String, Running), String> {
+    /// the manager under a new scope. A kind discovery does not find is `KindNotServed`
+    /// (tried again); one it lists as cluster-scoped, or whose scope it cannot tell, refuses a
+    /// `WispPlugin`.
+    async fn start_informers(
+        &mut self,
+        cr: &CustomRef,
+        cfg: &Config,
+    ) -> Result<(String, Running), (&'static str, String)> {
         let mut informers = Vec::new();
         for (i, inf) in cfg.informers.iter().enumerate() {
-            let resource = super::build::discover(&self.me.client, cfg, i)
+            let found = super::build::discover(&self.me.client, cfg, i)
                 .await
-                .map_err(|e| format!("{e:#}").replace(": informers[", ": spec.informers["))?;
+                .map_err(|e| {
+                    let e = format!("{e:#}").replace(": informers[", ": spec.informers[");
+                    ("KindNotServed", e)
+                })?;
+            if let Some(ns) = &cr.namespace {
+                namespaced_kind(cfg, i, ns, found.namespaced)?;
+            }
             let view = self.me.shard_view.as_ref();
-            let lw = super::build::kube_lister(&self.me.client, &resource, inf, view);
+            let lw = super::build::kube_lister(&self.me.client, &found.resource, inf, view);
             informers.push(
                 super::build::informer(inf, lw, Some(&self.me.executor), false)
-                    .map_err(|e| format!("{}: {e:#}", cfg.file))?,
+                    .map_err(|e| ("Invalid", format!("{}: {e:#}", cfg.file)))?,
             );
         }
         self.scopes += 1;
@@ -570,6 +660,40 @@ impl Reconciler {
             },
         ]);
         out
+    }
+}
+
+/// A `WispPlugin` of namespace `ns` watches only namespaced kinds: informer `i` of `cfg` is
+/// refused when discovery lists its kind as cluster-scoped (a built-in one is refused before,
+/// with the config), or, discovery having failed, when the kind is not a built-in namespaced
+/// one (its scope unknown: tried again).
+fn namespaced_kind(
+    cfg: &Config,
+    i: usize,
+    ns: &str,
+    namespaced: Option<bool>,
+) -> Result<(), (&'static str, String)> {
+    let inf = &cfg.informers[i];
+    let (group, _) = crate::kinds::split_api_version(&inf.api_version);
+    let at = format!("{}: spec.informers[{i}].kind", cfg.file);
+    match namespaced.or_else(|| crate::kinds::builtin_namespaced(group, &inf.kind)) {
+        Some(true) => Ok(()),
+        Some(false) => Err((
+            "NotAllowed",
+            format!(
+                "{at}: {} ({}) is cluster-scoped, as the API server lists it (informer {:?}): a \
+                 WispPlugin sees only its own namespace {ns:?} (a ClusterWispPlugin may watch it)",
+                inf.kind, inf.api_version, inf.name
+            ),
+        )),
+        None => Err((
+            "KindNotServed",
+            format!(
+                "{at}: discovery failed, so the scope of {} ({}) is unknown (informer {:?}): a \
+                 WispPlugin watches only namespaced kinds; tried again every minute",
+                inf.kind, inf.api_version, inf.name
+            ),
+        )),
     }
 }
 

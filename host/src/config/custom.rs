@@ -49,9 +49,17 @@ pub struct CustomResourcesConfig {
     /// path may be in; default none: custom resources name only `oci://` modules.
     #[serde(default)]
     pub module_paths: Vec<PathBuf>,
+    /// The most custom resources run from one namespace (default 20); past it a new one is
+    /// refused in its status, those that run are untouched.
+    #[serde(default)]
+    pub max_per_namespace: Option<usize>,
+    /// The most custom resources run in all (default 200), as `maxPerNamespace`.
+    #[serde(default)]
+    pub max_total: Option<usize>,
 }
 
 /// The caps on what a custom resource asks (`customResources.maxLimits`); omitted = no cap.
+/// Each cap is itself a valid value of its setting (checked with the config).
 #[derive(Debug, Deserialize, Clone, Default, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct MaxLimits {
@@ -69,16 +77,40 @@ pub struct MaxLimits {
     pub batch: Option<usize>,
     /// `queue.max`.
     pub queue: Option<usize>,
+    /// `queue.maxBytes`.
+    pub queue_bytes: Option<Bytes>,
+    /// `onFailure.quarantineAfter`: the most failures in a row before quarantine; a custom
+    /// resource's 0 (never) is over any cap.
+    pub quarantine_after: Option<u32>,
+    /// `actions.rateLimit.perSecond`.
+    pub actions_per_second: Option<f64>,
+    /// `actions.rateLimit.burst`.
+    pub actions_burst: Option<u32>,
 }
 
 /// The default status refresh of custom resources.
 pub const DEFAULT_STATUS_INTERVAL: Duration = Duration::from_secs(30);
+
+/// The default of `customResources.maxPerNamespace`.
+pub const DEFAULT_MAX_PER_NAMESPACE: usize = 20;
+/// The default of `customResources.maxTotal`.
+pub const DEFAULT_MAX_TOTAL: usize = 200;
 
 impl CustomResourcesConfig {
     /// `statusInterval` in force.
     pub fn status_interval(&self) -> Duration {
         self.status_interval
             .map_or(DEFAULT_STATUS_INTERVAL, |d| d.0)
+    }
+
+    /// `maxPerNamespace` in force.
+    pub fn max_per_namespace(&self) -> usize {
+        self.max_per_namespace.unwrap_or(DEFAULT_MAX_PER_NAMESPACE)
+    }
+
+    /// `maxTotal` in force.
+    pub fn max_total(&self) -> usize {
+        self.max_total.unwrap_or(DEFAULT_MAX_TOTAL)
     }
 }
 
@@ -179,6 +211,7 @@ impl Config {
         c.informers = informers;
         c.plugins = vec![plugin];
         c.oci_pulled = Default::default();
+        c.confine_to_namespace(cr)?;
         c.validate().map_err(|e| CustomRefusal {
             reason: "Invalid",
             error: custom_path(e),
@@ -187,39 +220,53 @@ impl Config {
         Ok(c)
     }
 
-    /// Confines the one plugin of a custom resource's config to what the operator allows.
+    /// Confines a `WispPlugin`'s informers and grants to its namespace: before validation,
+    /// whose checks (the host's own Leases) judge the namespaces they will have.
+    fn confine_to_namespace(&mut self, cr: &CustomRef) -> Result<(), CustomRefusal> {
+        let Some(ns) = &cr.namespace else {
+            return Ok(());
+        };
+        let refuse = |path: String, problem| refusal(cr, "NotAllowed", &path, problem);
+        let cluster_scoped = |api_version: &str, kind: &str| {
+            let (group, _) = crate::kinds::split_api_version(api_version);
+            crate::kinds::builtin_namespaced(group, kind) == Some(false)
+        };
+        for (i, inf) in self.informers.iter_mut().enumerate() {
+            let at = format!("spec.informers[{i}]");
+            confine_namespaces(&mut inf.namespaces, ns)
+                .map_err(|p| refuse(format!("{at}.namespaces"), p))?;
+            if cluster_scoped(&inf.api_version, &inf.kind) {
+                let why = format!(
+                    "{} is cluster-scoped: a WispPlugin sees only its own namespace {ns:?} (a \
+                     ClusterWispPlugin may watch it)",
+                    inf.kind
+                );
+                return Err(refuse(format!("{at}.kind"), why));
+            }
+        }
+        for (i, g) in self.plugins[0].actions.grants.iter_mut().enumerate() {
+            let at = format!("spec.actions.grants[{i}]");
+            confine_namespaces(&mut g.namespaces, ns)
+                .map_err(|e| refuse(format!("{at}.namespaces"), e))?;
+            if cluster_scoped(&g.api_version, &g.kind) {
+                let why = format!(
+                    "{} is cluster-scoped: a WispPlugin acts only in {ns:?}",
+                    g.kind
+                );
+                return Err(refuse(format!("{at}.kind"), why));
+            }
+        }
+        Ok(())
+    }
+
+    /// Confines the one plugin of a custom resource's config, validated, to what the operator
+    /// allows.
     fn confine(
         &mut self,
         cr: &CustomRef,
         allowed: &CustomResourcesConfig,
     ) -> Result<(), CustomRefusal> {
-        let refuse = |reason, path: &str, problem: String| CustomRefusal {
-            reason,
-            error: ConfigError {
-                file: cr.to_string(),
-                path: path.to_owned(),
-                problem,
-            },
-        };
-        if let Some(ns) = &cr.namespace {
-            for (i, inf) in self.informers.iter_mut().enumerate() {
-                let at = format!("spec.informers[{i}]");
-                confine_namespaces(&mut inf.namespaces, ns)
-                    .map_err(|p| refuse("NotAllowed", &format!("{at}.namespaces"), p))?;
-                let (group, _) = crate::kinds::split_api_version(&inf.api_version);
-                if crate::kinds::builtin_namespaced(group, &inf.kind) == Some(false) {
-                    return Err(refuse(
-                        "NotAllowed",
-                        &format!("{at}.kind"),
-                        format!(
-                            "{} is cluster-scoped: a WispPlugin sees only its own namespace \
-                             {ns:?} (a ClusterWispPlugin may watch it)",
-                            inf.kind
-                        ),
-                    ));
-                }
-            }
-        }
+        let refuse = |reason, path: &str, problem| refusal(cr, reason, path, problem);
         for (i, inf) in self.informers.iter().enumerate() {
             let at = format!("spec.informers[{i}]");
             if inf.on_panic == OnPanic::Stop {
@@ -232,24 +279,6 @@ impl Config {
             over_default(inf).map_err(|(f, p)| refuse("OverCap", &format!("{at}.{f}"), p))?;
         }
         let p = &mut self.plugins[0];
-        if let Some(ns) = &cr.namespace {
-            for (i, g) in p.actions.grants.iter_mut().enumerate() {
-                let at = format!("spec.actions.grants[{i}]");
-                confine_namespaces(&mut g.namespaces, ns)
-                    .map_err(|e| refuse("NotAllowed", &format!("{at}.namespaces"), e))?;
-                let (group, _) = crate::kinds::split_api_version(&g.api_version);
-                if crate::kinds::builtin_namespaced(group, &g.kind) == Some(false) {
-                    return Err(refuse(
-                        "NotAllowed",
-                        &format!("{at}.kind"),
-                        format!(
-                            "{} is cluster-scoped: a WispPlugin acts only in {ns:?}",
-                            g.kind
-                        ),
-                    ));
-                }
-            }
-        }
         for (i, g) in p.actions.grants.iter().enumerate() {
             if !covered(g, &allowed.allowed_grants) {
                 return Err(refuse(
@@ -268,7 +297,20 @@ impl Config {
                 ));
             }
         }
-        cap_limits(p, &allowed.max_limits).map_err(|(f, e)| refuse("OverCap", f, e))
+        cap_limits(p, &allowed.max_limits)
+            .map_err(|(f, e)| refuse("OverCap", &format!("spec.{f}"), e))
+    }
+}
+
+/// A refusal of custom resource `cr` for `reason` at `path`.
+fn refusal(cr: &CustomRef, reason: &'static str, path: &str, problem: String) -> CustomRefusal {
+    CustomRefusal {
+        reason,
+        error: ConfigError {
+            file: cr.to_string(),
+            path: path.to_owned(),
+            problem,
+        },
     }
 }
 
@@ -343,82 +385,152 @@ fn over_default(inf: &InformerConfig) -> Result<(), (&'static str, String)> {
     Ok(())
 }
 
-/// Refuses a limit over its cap; fills an omitted one with the cap when the default is over.
+/// Refuses a limit over its cap; fills an omitted one with the default, or the cap when the
+/// default is over it.
 fn cap_limits(p: &mut PluginConfig, max: &MaxLimits) -> Result<(), (&'static str, String)> {
-    let d = Limits::default();
-    let over = |field: &'static str, asked: u128, cap: u128, show: String| {
-        if asked > cap {
-            Err((field, format!("over customResources.maxLimits ({show})")))
-        } else {
-            Ok(())
-        }
-    };
-    if let Some(cap) = max.memory {
-        let asked = p.limits.memory.map_or(d.memory.min(cap.0), |b| b.0);
-        over(
-            "spec.limits.memory",
-            asked.into(),
-            cap.0.into(),
-            format!("{} bytes", cap.0),
+    cap_call_limits(&mut p.limits, max)?;
+    let count = |c: usize| c.to_string();
+    cap(
+        ("batch", "batch"),
+        &mut p.batch,
+        DEFAULT_BATCH_MAX,
+        max.batch,
+        count,
+    )?;
+    let q = &mut p.queue;
+    cap(
+        ("queue", "queue.max"),
+        &mut q.max,
+        DEFAULT_QUEUE_MAX,
+        max.queue,
+        count,
+    )?;
+    cap(
+        ("queueBytes", "queue.maxBytes"),
+        &mut q.max_bytes,
+        Bytes(DEFAULT_QUEUE_BYTES as u64),
+        max.queue_bytes,
+        |c| format!("{} bytes", c.0),
+    )?;
+    if max.quarantine_after.is_some() {
+        // 0 is never: as many failures as there can be.
+        let never = |n: u32| if n == 0 { u32::MAX } else { n };
+        let mut after = p.on_failure.quarantine_after.map(never);
+        cap(
+            ("quarantineAfter", "onFailure.quarantineAfter"),
+            &mut after,
+            OnFailure::default().quarantine_after,
+            max.quarantine_after,
+            |c| format!("{c}; 0 is never, over any cap"),
         )?;
-        p.limits.memory = Some(Bytes(asked));
+        p.on_failure.quarantine_after = after;
     }
-    for (field, value, default, cap) in [
+    cap_rate_limit(&mut p.actions.rate_limit, max)
+}
+
+/// `limits` (memory, deadlines, fuel) under their caps.
+fn cap_call_limits(l: &mut LimitsConfig, max: &MaxLimits) -> Result<(), (&'static str, String)> {
+    let d = Limits::default();
+    let bytes = |c: Bytes| format!("{} bytes", c.0);
+    cap(
+        ("memory", "limits.memory"),
+        &mut l.memory,
+        Bytes(d.memory),
+        max.memory,
+        bytes,
+    )?;
+    for (key, field, value, default, cap_of) in [
         (
-            "spec.limits.deadline",
-            &mut p.limits.deadline,
+            "deadline",
+            "limits.deadline",
+            &mut l.deadline,
             d.deadline,
             max.deadline,
         ),
         (
-            "spec.limits.deadlinePerNotification",
-            &mut p.limits.deadline_per_notification,
+            "deadlinePerNotification",
+            "limits.deadlinePerNotification",
+            &mut l.deadline_per_notification,
             d.deadline_per_notification,
             max.deadline_per_notification,
         ),
         (
-            "spec.limits.startupDeadline",
-            &mut p.limits.startup_deadline,
+            "startupDeadline",
+            "limits.startupDeadline",
+            &mut l.startup_deadline,
             d.startup_deadline,
             max.startup_deadline,
         ),
     ] {
-        if let Some(cap) = cap {
-            let asked = value.map_or(default.min(cap.0), |x| x.0);
-            over(
-                field,
-                asked.as_nanos(),
-                cap.0.as_nanos(),
-                format!("{:?}", cap.0),
-            )?;
-            *value = Some(Dur(asked));
-        }
+        cap((key, field), value, Dur(default), cap_of, |c| {
+            format!("{:?}", c.0)
+        })?;
     }
-    if let Some(cap) = max.fuel {
-        let asked = p.limits.fuel.unwrap_or(cap);
-        over(
-            "spec.limits.fuel",
-            asked.into(),
-            cap.into(),
-            cap.to_string(),
-        )?;
-        p.limits.fuel = Some(asked);
+    // No fuel is no limit: an omitted one gets the cap.
+    cap(
+        ("fuel", "limits.fuel"),
+        &mut l.fuel,
+        u64::MAX,
+        max.fuel,
+        |c| c.to_string(),
+    )
+}
+
+/// `actions.rateLimit` under `actionsPerSecond` and `actionsBurst`: an omitted one gets the
+/// default rate and burst, each capped.
+fn cap_rate_limit(
+    r: &mut Option<RateLimitConfig>,
+    max: &MaxLimits,
+) -> Result<(), (&'static str, String)> {
+    if max.actions_per_second.is_none() && max.actions_burst.is_none() {
+        return Ok(());
     }
-    if let Some(cap) = max.batch {
-        let asked = p.batch.unwrap_or(DEFAULT_BATCH_MAX.min(cap));
-        over("spec.batch", asked as u128, cap as u128, cap.to_string())?;
-        p.batch = Some(asked);
+    let d = ActionSpec::default();
+    let (mut per_second, mut burst) = (
+        r.as_ref().map(|r| r.per_second),
+        r.as_ref().map(|r| r.burst),
+    );
+    cap(
+        ("actionsPerSecond", "actions.rateLimit.perSecond"),
+        &mut per_second,
+        d.per_second,
+        max.actions_per_second,
+        |c| c.to_string(),
+    )?;
+    cap(
+        ("actionsBurst", "actions.rateLimit.burst"),
+        &mut burst,
+        d.burst,
+        max.actions_burst,
+        |c| c.to_string(),
+    )?;
+    *r = Some(RateLimitConfig {
+        per_second: per_second.unwrap_or(d.per_second),
+        burst: burst.unwrap_or(d.burst),
+    });
+    Ok(())
+}
+
+/// One cap of `customResources.maxLimits.<key>` on `spec.<field>`: a value over it is refused
+/// naming both; an omitted value gets `default`, or the cap when that is less.
+fn cap<T: Copy + PartialOrd>(
+    (key, field): (&'static str, &'static str),
+    value: &mut Option<T>,
+    default: T,
+    cap: Option<T>,
+    show: impl Fn(T) -> String,
+) -> Result<(), (&'static str, String)> {
+    let Some(cap) = cap else {
+        return Ok(());
+    };
+    let asked = value.unwrap_or(if default > cap { cap } else { default });
+    if asked > cap {
+        return Err((
+            field,
+            format!("over customResources.maxLimits.{key} ({})", show(cap)),
+        ));
     }
-    if let Some(cap) = max.queue {
-        let asked = p.queue.max.unwrap_or(DEFAULT_QUEUE_MAX.min(cap));
-        over(
-            "spec.queue.max",
-            asked as u128,
-            cap as u128,
-            cap.to_string(),
-        )?;
-        p.queue.max = Some(asked);
-    }
+    *value = Some(asked);
     Ok(())
 }
 

@@ -50,14 +50,20 @@ impl Config {
                 "an empty list reads no WispPlugin; omit it to read every namespace",
             ));
         }
-        if c.max_limits.fuel.is_some() && !self.engine.fuel {
-            return Err(self.error(
-                "customResources.maxLimits.fuel",
-                "needs `engine: { fuel: true }`",
-            ));
-        }
+        self.validate_max_limits(&c.max_limits)?;
         if c.status_interval.is_some_and(|d| d.0.is_zero()) {
             return Err(self.error("customResources.statusInterval", "must be more than 0"));
+        }
+        for (f, n) in [
+            ("maxPerNamespace", c.max_per_namespace),
+            ("maxTotal", c.max_total),
+        ] {
+            if n == Some(0) {
+                return Err(self.error(
+                    format!("customResources.{f}"),
+                    "must be at least 1 (namespaces and cluster say whose are read)",
+                ));
+            }
         }
         for (i, d) in c.module_paths.iter().enumerate() {
             let dir = self.resolve(d);
@@ -76,6 +82,42 @@ impl Config {
             },
             &|f: &str| at(&f.replacen("actions.grants", "allowedGrants", 1)),
         )
+    }
+
+    /// Each cap of `customResources.maxLimits` is a value its setting may take: an omitted
+    /// setting of a custom resource gets it unchecked.
+    fn validate_max_limits(&self, m: &custom::MaxLimits) -> Result<(), ConfigError> {
+        let at = |f: &str| format!("customResources.maxLimits.{f}");
+        if m.fuel.is_some() && !self.engine.fuel {
+            return Err(self.error(at("fuel"), "needs `engine: { fuel: true }`"));
+        }
+        for (f, d) in [
+            ("deadline", m.deadline),
+            ("startupDeadline", m.startup_deadline),
+        ] {
+            if d.is_some_and(|d| d.0.is_zero()) {
+                return Err(self.error(at(f), "must be more than 0"));
+            }
+        }
+        for (f, n) in [
+            ("batch", m.batch),
+            ("queue", m.queue),
+            ("actionsBurst", m.actions_burst.map(|n| n as usize)),
+            ("quarantineAfter", m.quarantine_after.map(|n| n as usize)),
+        ] {
+            if n == Some(0) {
+                return Err(self.error(at(f), "must be at least 1 (omit it for no cap)"));
+            }
+        }
+        if m.queue_bytes.is_some_and(|b| b.0 < MIN_QUEUE_BYTES) {
+            return Err(self.error(at("queueBytes"), "must be at least 64Ki"));
+        }
+        if m.actions_per_second
+            .is_some_and(|r| !(r > 0.0 && r.is_finite()))
+        {
+            return Err(self.error(at("actionsPerSecond"), "must be more than 0"));
+        }
+        Ok(())
     }
 
     /// A compile's bounds: a timeout over 0, and room for the compiler itself; a module size

@@ -16,6 +16,8 @@ use wisp_host::config::Config;
 use wisp_host::informer::shared_informer::wait_for;
 use wisp_tests::{TestApiServer, pod};
 
+mod cluster_scoped;
+mod counts;
 mod module_paths;
 
 const CRDS: &str = include_str!("../../../deploy/crds.yaml");

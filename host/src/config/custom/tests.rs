@@ -117,8 +117,55 @@ fn a_grant_outside_the_allowed_grants_is_refused() {
 }
 
 #[test]
+fn a_lease_grant_is_confined_to_the_namespace_before_it_is_checked_against_the_hosts_lease() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("p.wasm"), b"\0asm").unwrap();
+    let text = "source: kube\ninformers: [{name: ns, apiVersion: v1, kind: Namespace}]\n\
+        sharding: {mode: leader, leaseNamespace: wisp}\n\
+        customResources: {enabled: true, modulePaths: [.], allowedGrants: \
+        [{verbs: [patch], apiVersion: coordination.k8s.io/v1, kind: Lease}]}\n";
+    let c = Config::parse(text, "wisp.yaml", d.path()).unwrap();
+    let lease = |namespaces: Option<&str>| {
+        let mut g = json!({"verbs": ["patch"], "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease"});
+        if let Some(ns) = namespaces {
+            g["namespaces"] = json!([ns]);
+        }
+        json!({"actions": {"grants": [g]}})
+    };
+    let got = c
+        .custom_plugin(&wisp_plugin(Some("team-a")), &spec(lease(None)))
+        .unwrap();
+    let g = &got.plugins[0].actions.grants[0];
+    assert_eq!(g.namespaces, Some(vec!["team-a".to_owned()]));
+
+    let (reason, e) = refusal(&c, &wisp_plugin(Some("team-a")), lease(Some("wisp")));
+    assert_eq!(reason, "NotAllowed", "{e}");
+    assert!(
+        e.ends_with("in its own namespace \"team-a\"; it asks for \"wisp\""),
+        "{e}"
+    );
+    for (cr, namespaces) in [
+        (wisp_plugin(Some("wisp")), None),
+        (wisp_plugin(None), Some("wisp")),
+        (wisp_plugin(None), None),
+    ] {
+        let (_, e) = refusal(&c, &cr, lease(namespaces));
+        assert!(
+            e.contains("spec.actions.grants[0]: ")
+                && e.contains("in namespace \"wisp\" reaches the host's own coordination"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
 fn limits_over_max_limits_are_refused_and_omitted_ones_capped() {
-    let (_d, c) = host(", maxLimits: {memory: 32Mi, deadline: 20ms, batch: 8, queue: 100}");
+    let (_d, c) = host(
+        ", maxLimits: {memory: 32Mi, deadline: 20ms, deadlinePerNotification: 1ms, \
+         startupDeadline: 1s, batch: 8, queue: 100, queueBytes: 1Mi, quarantineAfter: 10, \
+         actionsPerSecond: 2, actionsBurst: 4}",
+    );
     let team = wisp_plugin(Some("t"));
     let got = c.custom_plugin(&team, &spec(json!({}))).unwrap();
     let p = &got.plugins[0];
@@ -127,28 +174,90 @@ fn limits_over_max_limits_are_refused_and_omitted_ones_capped() {
         Some(Bytes(32 << 20)),
         "the default 64Mi is over the cap"
     );
-    assert_eq!(p.limits.deadline, Some(Dur(Duration::from_millis(20))));
+    let ms = |n| Some(Dur(Duration::from_millis(n)));
+    assert_eq!(p.limits.deadline, ms(20));
+    assert_eq!(p.limits.deadline_per_notification, ms(1));
+    assert_eq!(p.limits.startup_deadline, ms(1000));
     assert_eq!((p.batch, p.queue.max), (Some(8), Some(100)));
-    let small = c
-        .custom_plugin(&team, &spec(json!({"limits": {"memory": "16Mi"}})))
-        .unwrap();
-    assert_eq!(small.plugins[0].limits.memory, Some(Bytes(16 << 20)));
-    for (extra, field) in [
-        (json!({"limits": {"memory": "33Mi"}}), "spec.limits.memory"),
+    assert_eq!(p.queue.max_bytes, Some(Bytes(1 << 20)));
+    assert_eq!(p.on_failure.quarantine_after, Some(10));
+    let rate = p.actions.rate_limit.as_ref().unwrap();
+    assert_eq!((rate.per_second, rate.burst), (2.0, 4));
+    let at_caps = json!({"limits": {"memory": "16Mi"}, "onFailure": {"quarantineAfter": 10},
+        "actions": {"rateLimit": {"perSecond": 0.5, "burst": 4}}});
+    let small = c.custom_plugin(&team, &spec(at_caps)).unwrap();
+    let p = &small.plugins[0];
+    assert_eq!(p.limits.memory, Some(Bytes(16 << 20)));
+    assert_eq!(p.on_failure.quarantine_after, Some(10));
+    let rate = p.actions.rate_limit.as_ref().unwrap();
+    assert_eq!((rate.per_second, rate.burst), (0.5, 4));
+    let rate = |per_second: f64, burst: u32| json!({"actions": {"rateLimit": {"perSecond": per_second, "burst": burst}}});
+    for (extra, field, cap) in [
+        (
+            json!({"limits": {"memory": "33Mi"}}),
+            "limits.memory",
+            "memory (33554432 bytes)",
+        ),
         (
             json!({"limits": {"deadline": "1s"}}),
-            "spec.limits.deadline",
+            "limits.deadline",
+            "deadline (20ms)",
         ),
-        (json!({"batch": 9}), "spec.batch"),
-        (json!({"queue": {"max": 1000}}), "spec.queue.max"),
+        (
+            json!({"limits": {"deadlinePerNotification": "2ms"}}),
+            "limits.deadlinePerNotification",
+            "deadlinePerNotification (1ms)",
+        ),
+        (
+            json!({"limits": {"startupDeadline": "1h"}}),
+            "limits.startupDeadline",
+            "startupDeadline (1s)",
+        ),
+        (json!({"batch": 9}), "batch", "batch (8)"),
+        (json!({"queue": {"max": 1000}}), "queue.max", "queue (100)"),
+        (
+            json!({"queue": {"maxBytes": "2Mi"}}),
+            "queue.maxBytes",
+            "queueBytes (1048576 bytes)",
+        ),
+        (
+            json!({"onFailure": {"quarantineAfter": 11}}),
+            "onFailure.quarantineAfter",
+            "quarantineAfter (10; 0 is never, over any cap)",
+        ),
+        (
+            json!({"onFailure": {"quarantineAfter": 0}}),
+            "onFailure.quarantineAfter",
+            "quarantineAfter (10; 0 is never, over any cap)",
+        ),
+        (
+            rate(3.0, 4),
+            "actions.rateLimit.perSecond",
+            "actionsPerSecond (2)",
+        ),
+        (rate(1.0, 5), "actions.rateLimit.burst", "actionsBurst (4)"),
     ] {
         let (reason, e) = refusal(&c, &team, extra);
         assert_eq!(reason, "OverCap", "{e}");
-        assert!(
-            e.contains(&format!("{field}: over customResources.maxLimits")),
-            "{e}"
+        assert_eq!(
+            e,
+            format!("WispPlugin t/p: spec.{field}: over customResources.maxLimits.{cap}")
         );
     }
+}
+
+#[test]
+fn without_a_cap_a_custom_resource_keeps_what_it_asks_and_what_it_omits() {
+    let (_d, c) = host("");
+    let asks = json!({"onFailure": {"quarantineAfter": 0}, "queue": {"maxBytes": "1Gi"}});
+    let got = c.custom_plugin(&wisp_plugin(None), &spec(asks)).unwrap();
+    let p = &got.plugins[0];
+    assert_eq!(p.on_failure.quarantine_after, Some(0));
+    assert_eq!(p.queue.max_bytes, Some(Bytes(1 << 30)));
+    assert_eq!(
+        (p.limits.memory, p.actions.rate_limit.as_ref()),
+        (None, None)
+    );
 }
 
 #[test]
@@ -253,7 +362,7 @@ fn links_out_of_the_module_paths_and_a_link_as_the_module_are_refused() {
 }
 
 #[test]
-fn custom_resources_need_a_kube_source_and_named_namespaces() {
+fn custom_resources_need_a_kube_source_named_namespaces_and_caps_their_settings_may_take() {
     let d = tempfile::tempdir().unwrap();
     std::fs::create_dir(d.path().join("c")).unwrap();
     let parse = |text: &str| Config::parse(text, "wisp.yaml", d.path());
@@ -271,6 +380,42 @@ fn custom_resources_need_a_kube_source_and_named_namespaces() {
             ", modulePaths: [c, missing]",
             "customResources.modulePaths[1]",
         ),
+        (
+            "kube",
+            ", maxLimits: {fuel: 1000}",
+            "customResources.maxLimits.fuel",
+        ),
+        (
+            "kube",
+            ", maxLimits: {startupDeadline: 0s}",
+            "customResources.maxLimits.startupDeadline",
+        ),
+        (
+            "kube",
+            ", maxLimits: {quarantineAfter: 0}",
+            "customResources.maxLimits.quarantineAfter",
+        ),
+        (
+            "kube",
+            ", maxLimits: {queueBytes: 1Ki}",
+            "customResources.maxLimits.queueBytes",
+        ),
+        (
+            "kube",
+            ", maxLimits: {actionsPerSecond: 0}",
+            "customResources.maxLimits.actionsPerSecond",
+        ),
+        (
+            "kube",
+            ", maxLimits: {actionsBurst: 0}",
+            "customResources.maxLimits.actionsBurst",
+        ),
+        (
+            "kube",
+            ", maxPerNamespace: 0",
+            "customResources.maxPerNamespace",
+        ),
+        ("kube", ", maxTotal: 0", "customResources.maxTotal"),
     ] {
         let text = format!("source: {source}\n{inf}customResources: {{enabled: true{custom}}}\n");
         let e = parse(&text).unwrap_err();
