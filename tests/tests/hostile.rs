@@ -28,9 +28,23 @@ fn pods(n: usize) -> Vec<Value> {
     (0..n).map(|i| pod("default", &format!("p-{i}"))).collect()
 }
 
-/// The epoch tick plus what a loaded 2-core machine adds to a cut call (scheduling, the
-/// instance's teardown): what "deadline + one tick" may take here, measured from outside.
+/// The epoch tick plus what a cut call adds of its own (the instance's teardown, a fresh one).
 const SLACK: Duration = Duration::from_millis(400);
+
+/// The host's wall-clock backstop of a call with this deadline: cut by then whatever CPU time
+/// it used (`WALL_CAP_FACTOR` times the deadline, at least `MIN_WALL_CAP`).
+fn wall_cap(deadline: Duration) -> Duration {
+    use wisp_host::plugin::clock::{MIN_WALL_CAP, WALL_CAP_FACTOR};
+    (deadline * WALL_CAP_FACTOR).max(MIN_WALL_CAP)
+}
+
+/// The most wall-clock time a call cut at `deadline` may take here before the test calls it
+/// stuck: its [`wall_cap`] plus [`SLACK`], scaled by [`patience`]. A give-up bound: that the
+/// deadline cut the call shows in counters and messages (and, where the test runs the call
+/// on its own thread, in that thread's CPU time), not in how soon a busy machine got there.
+fn cut_by(deadline: Duration) -> Duration {
+    patience(wall_cap(deadline) + SLACK)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_sleeping_in_init_is_cut_at_its_startup_deadline() {
@@ -53,9 +67,10 @@ async fn a_plugin_sleeping_in_init_is_cut_at_its_startup_deadline() {
         e.to_string().contains("startup deadline of 200ms exceeded"),
         "{e}"
     );
-    // Instantiation, describe and init share the one startup deadline (not the call's 50 ms).
+    // Instantiation, describe and init share the one startup deadline (not the call's 50 ms,
+    // not the 60 s sleep: the message names the deadline that cut it).
     assert!(
-        took >= Duration::from_millis(200) && took < Duration::from_millis(200) + SLACK,
+        took >= Duration::from_millis(200) && took < cut_by(Duration::from_millis(200)),
         "refused after {took:?}"
     );
 }
@@ -88,12 +103,11 @@ async fn a_plugin_spinning_in_init_is_refused_at_its_startup_deadline() {
         e.to_string(),
         "plugin \"spinner\": init: startup deadline of 300ms exceeded (instantiate, describe, init and restore together: limits.startupDeadline)"
     );
-    // Cut at the startup deadline (CPU time is at most wall time), not at the call's 10 ms.
-    // The deadline counts the plugin's CPU time: on a loaded 2-core machine (a process spinning
-    // on one core, this binary's other tests on the other) 300 ms of it took 876 ms of wall
-    // time, so the upper bound allows three times the deadline.
+    // Cut at the startup deadline (CPU time is at most wall time), not at the call's 10 ms:
+    // the message names it. The deadline counts the plugin's CPU time: on a loaded 2-core
+    // machine 300 ms of it took 876 ms of wall time, so the upper bound is the give-up.
     assert!(
-        took >= Duration::from_millis(300) && took < Duration::from_millis(300) * 3 + SLACK,
+        took >= Duration::from_millis(300) && took < cut_by(Duration::from_millis(300)),
         "refused after {took:?}"
     );
 }
@@ -176,16 +190,24 @@ fn a_batch_has_a_deadline_per_notification_so_a_healthy_batch_is_not_cut() {
 #[test]
 fn a_spinning_plugin_is_still_cut_within_a_bound_per_batch_and_loses_no_notification() {
     // Bound: the batch's call (20 ms + 7 x 5 ms), then each notification alone (8 x 20 ms), plus
-    // a fresh instance per cut.
+    // a fresh instance per cut. The calls run on this thread, and their deadlines count its
+    // CPU time: the bound is on that, which a busy machine does not stretch.
     let (mut rt, status) = faults_runtime(json!({"mode": "spin"}), |l| {
         l.deadline = Duration::from_millis(20);
         l.deadline_per_notification = Duration::from_millis(5);
     });
-    let began = Instant::now();
+    let cpu_time = || wisp_host::plugin::cputime::thread_cpu_time().expect("thread CPU time");
+    let (began, cpu0) = (Instant::now(), cpu_time());
     rt.handle("pods", &batch_of(8));
-    let took = began.elapsed();
+    let (took, cpu) = (began.elapsed(), cpu_time() - cpu0);
     let bound = Duration::from_millis(20 + 7 * 5 + 8 * 20);
-    assert!(took < bound + SLACK * 2, "the batch took {took:?}");
+    eprintln!("a spinning batch of 8: {cpu:?} of CPU time, {took:?} of wall time");
+    assert!(
+        cpu >= bound && cpu < bound + SLACK * 2,
+        "the batch used {cpu:?} of CPU time ({took:?} of wall time)"
+    );
+    let give_up = cut_by(Duration::from_millis(20 + 7 * 5)) + cut_by(Duration::from_millis(20)) * 8;
+    assert!(took < give_up, "the batch took {took:?}");
     assert_eq!(
         get(&status, |c| &c.deadline_hits),
         9,
@@ -282,18 +304,15 @@ async fn a_plugin_sleeping_in_handle_is_cut_at_its_deadline_and_reload_does_not_
         quarantine_after: 0,
         ..OnFailure::default()
     };
-    let began = Instant::now();
     let h = r.manager.start(s.clone()).unwrap();
+    // Three pods, each cut (and maybe once more alone after its batch was cut): a call that
+    // slept its 60 s would hold the rest past this give-up.
     until("three calls cut", || counter(&h, |c| &c.deadline_hits) >= 3).await;
-    // Three pods, each cut (and maybe once more alone after its batch was cut).
-    let took = began.elapsed();
-    assert!(took < Duration::from_secs(5), "three cuts took {took:?}");
-    let latency = h.status().counters.handle_latency.snapshot();
-    let (buckets, _, calls) = latency;
-    let over_half_a_second = calls - buckets.iter().find(|(b, _)| *b >= 0.5).unwrap().1;
-    assert_eq!(
-        over_half_a_second, 0,
-        "no call ran past the deadline: {buckets:?}"
+    // And no call slept on: the time in calls, as the host measured it, is what cut calls take.
+    let (buckets, in_calls, calls) = h.status().counters.handle_latency.snapshot();
+    assert!(
+        in_calls < calls as f64 * cut_by(s.limits.deadline).as_secs_f64(),
+        "{calls} calls took {in_calls:.2} s: {buckets:?}"
     );
 
     // While it sleeps again, a reload takes the runtime once the call is cut, not after 60 s.
@@ -309,8 +328,9 @@ async fn a_plugin_sleeping_in_handle_is_cut_at_its_deadline_and_reload_does_not_
     .unwrap();
     report.unwrap();
     let took = began.elapsed();
+    // A call cut, then a fresh instance of the new version: seconds at most, not the 60 s sleep.
     assert!(
-        took < Duration::from_millis(50) * 4 + SLACK * 2,
+        took < cut_by(s.limits.deadline) + patience(SLACK * 4),
         "reload waited {took:?}"
     );
 }

@@ -76,13 +76,6 @@ fn thread_names() -> BTreeMap<String, usize> {
     out
 }
 
-async fn until_within(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
-    assert!(
-        wisp_host::informer::shared_informer::wait_for(limit, &mut cond).await,
-        "timed out waiting for: {what}"
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_plugins_get_every_notification_in_order_on_a_fixed_pool_of_workers() {
     let test_start = Instant::now();

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::T;
+use super::{T, patience};
 
 /// An HTTP response.
 #[derive(Debug)]
@@ -79,7 +79,7 @@ pub async fn request_with(addr: SocketAddr, method: &str, path: &str, headers: &
     );
     s.write_all(req.as_bytes()).await.unwrap();
     let mut raw = Vec::new();
-    tokio::time::timeout(T, s.read_to_end(&mut raw))
+    tokio::time::timeout(patience(T), s.read_to_end(&mut raw))
         .await
         .expect("a reply in time")
         .unwrap();

@@ -17,8 +17,31 @@ use wisp_host::informer::{Notification, SharedInformer};
 use wisp_host::source::kube::KubeSource;
 use wisp_tests::{RecordedRequest, TestApiServer, Verb};
 
-/// Generous bound for anything that should happen promptly.
+/// Give-up bound for anything that should happen promptly, before [`patience`] scales it:
+/// pass it through `patience(T)`.
 pub const T: Duration = Duration::from_secs(30);
+
+/// How much longer than on an idle machine the tests wait before giving up:
+/// `WISP_TEST_TIME_SCALE` (a float, default 1). A pod with a CPU limit, or CI on two loaded
+/// cores, is a busy machine all the time; set it there to 2 or more.
+pub fn time_scale() -> f64 {
+    static SCALE: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *SCALE.get_or_init(|| match std::env::var("WISP_TEST_TIME_SCALE") {
+        Err(_) => 1.0,
+        Ok(v) => match v.trim().parse::<f64>() {
+            Ok(s) if s.is_finite() && s > 0.0 => s,
+            _ => panic!("WISP_TEST_TIME_SCALE={v:?}: expected a positive number"),
+        },
+    })
+}
+
+/// `d`, a give-up bound of a test (how long to wait for a condition, or the most a step may
+/// take before the test calls it stuck), scaled by [`time_scale`]. Every such bound in the
+/// tests goes through here; what a test asserts is the condition, or a lower bound, never that
+/// a busy machine was quick.
+pub fn patience(d: Duration) -> Duration {
+    d.mul_f64(time_scale())
+}
 
 /// The queue the informer suites run over: `WISP_TEST_QUEUE` names it as the config does
 /// (`realFIFO`, the default; `realFIFONonAtomic`; `deltaFIFO`); `cargo xtask test` runs them
@@ -103,15 +126,24 @@ pub fn start(inf: &Arc<SharedInformer>) -> tokio::sync::oneshot::Sender<()> {
     tx
 }
 
-/// Waits for `cond` (panics with `what` after [`T`]).
 /// Makes a FIFO at `path` (for tests of what refuses one).
 pub fn mkfifo(path: &std::path::Path) {
     let made = std::process::Command::new("mkfifo").arg(path).status();
     assert!(made.is_ok_and(|s| s.success()), "mkfifo {}", path.display());
 }
 
+/// Waits for `cond` (panics with `what` after `patience(T)`).
 pub async fn until(what: &str, cond: impl FnMut() -> bool) {
-    assert!(wait_for(T, cond).await, "timed out waiting for: {what}");
+    until_within(what, T, cond).await;
+}
+
+/// Waits for `cond` (panics with `what` after `patience(limit)`).
+pub async fn until_within(what: &str, limit: Duration, cond: impl FnMut() -> bool) {
+    let limit = patience(limit);
+    assert!(
+        wait_for(limit, cond).await,
+        "timed out ({limit:?}) waiting for: {what}"
+    );
 }
 
 /// Waits until the informer has a watch open that has delivered at least one event (a bookmark

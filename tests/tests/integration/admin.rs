@@ -101,7 +101,7 @@ impl Admin {
     /// Signals shutdown and checks that `serve` returns cleanly.
     async fn stop(self) {
         self.stop.send(()).unwrap();
-        let done = tokio::time::timeout(T, self.task)
+        let done = tokio::time::timeout(patience(T), self.task)
             .await
             .expect("serve returns after shutdown");
         done.unwrap().unwrap();
@@ -177,7 +177,7 @@ async fn metrics_report_cache_size_deliveries_latency_buckets_and_the_plugins_ow
     let r = loop {
         let r = scrape_openmetrics(admin.addr).await;
         if r.sample(r#"wisp_informer_queued_items{informer="pods"}"#) == Some(0.0)
-            || started.elapsed() > std::time::Duration::from_secs(10)
+            || started.elapsed() > patience(std::time::Duration::from_secs(10))
         {
             break r;
         }

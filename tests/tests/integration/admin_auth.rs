@@ -172,10 +172,15 @@ async fn token_guesses_past_the_failure_rate_get_429_whatever_the_token_and_are_
         "the token is not checked while limited: {r:?}"
     );
 
-    // A flood for two seconds: 401s (answers about a guess) stay within the refill rate.
+    // A flood until 200 guesses were refused 429: 401s (answers about a guess) stay within the
+    // refill rate over the time it took, however long a busy machine makes that.
     let start = std::time::Instant::now();
     let (mut unauthorized, mut limited) = (0u32, 0u32);
-    while start.elapsed() < std::time::Duration::from_secs(2) {
+    while limited < 200 {
+        assert!(
+            start.elapsed() < common::patience(common::T),
+            "{unauthorized} 401s, {limited} 429s"
+        );
         match call(addr, "GET", "/audit", Some("guess-y")).await.0 {
             401 => unauthorized += 1,
             429 => limited += 1,
@@ -186,7 +191,6 @@ async fn token_guesses_past_the_failure_rate_get_429_whatever_the_token_and_are_
     let bound = (admin::auth::FAILURES_PER_SECOND * secs).ceil() as u32 + 1;
     eprintln!("flood: {unauthorized} answered 401, {limited} answered 429 in {secs:.2} s");
     assert!(unauthorized <= bound, "{unauthorized} 401s in {secs:.2} s");
-    assert!(limited > 10 * unauthorized.max(1), "{limited} 429s");
     let r = request(addr, "GET", "/metrics", None).await;
     assert!(
         r.sample("wisp_admin_auth_failures_total").unwrap() >= f64::from(20 + unauthorized),

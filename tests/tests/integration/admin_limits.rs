@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::http::{get, request};
+use common::patience;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use wisp_host::admin::server::{RESERVE, RESERVE_TIMEOUT};
@@ -37,7 +38,7 @@ async fn metrics_server(limits: ServerLimits) -> SocketAddr {
 }
 
 /// Waits up to `within` for the server to close `s` (EOF or reset); the time it took, or
-/// `None` if it is still open.
+/// `None` if it is still open (with `Duration::ZERO`: whether it is closed already).
 async fn closed_within(s: &mut TcpStream, within: Duration) -> Option<Duration> {
     let start = Instant::now();
     let mut buf = [0u8; 4096];
@@ -51,10 +52,13 @@ async fn closed_within(s: &mut TcpStream, within: Duration) -> Option<Duration> 
 }
 
 /// Idle connections, connections idle after a request, and slowloris peers (a header line
-/// every 200 ms, never ending the head) are each closed at their timeout, and counted.
+/// every 200 ms, never ending the head) are each closed at their timeout (not before it; the
+/// slowloris peers at the header timeout, before any idle connection reached the idle one),
+/// and counted.
 #[tokio::test]
 async fn idle_and_slowloris_connections_are_closed_at_their_timeouts() {
-    let (header, idle) = (Duration::from_secs(1), Duration::from_secs(3));
+    // Far apart, so that the order of the cuts below holds however late the test sees them.
+    let (header, idle) = (Duration::from_secs(1), Duration::from_secs(5));
     let addr = metrics_server(limits(128, header, idle)).await;
     let opened = Instant::now();
     let mut idlers = Vec::new();
@@ -87,7 +91,7 @@ async fn idle_and_slowloris_connections_are_closed_at_their_timeouts() {
                     }
                 });
                 let mut b = [0u8; 512];
-                let end = tokio::time::timeout(Duration::from_secs(10), async {
+                let end = tokio::time::timeout(patience(Duration::from_secs(10)), async {
                     loop {
                         match r.read(&mut b).await {
                             Ok(0) | Err(_) => break,
@@ -104,13 +108,26 @@ async fn idle_and_slowloris_connections_are_closed_at_their_timeouts() {
     for t in slow {
         let took = t.await.unwrap().expect("a slowloris peer is cut");
         assert!(
-            took >= header - Duration::from_millis(100) && took < header + Duration::from_secs(1),
+            took >= header - Duration::from_millis(100),
             "slowloris cut after {took:?} (header read timeout {header:?})"
         );
     }
+    // Cut by the header timeout, not by the idle one: the server's timers fire in order
+    // however late a busy machine runs them, and the idle connections' come 4 s later.
+    let mut still_open = 0;
     for s in &mut idlers {
-        let left =
-            (opened + idle + Duration::from_secs(2)).saturating_duration_since(Instant::now());
+        if closed_within(s, Duration::ZERO).await.is_none() {
+            still_open += 1;
+        }
+    }
+    assert_eq!(
+        still_open,
+        idlers.len(),
+        "idle connections closed before the slowloris peers"
+    );
+    for s in &mut idlers {
+        let left = (opened + patience(idle + Duration::from_secs(2)))
+            .saturating_duration_since(Instant::now());
         closed_within(s, left)
             .await
             .expect("an idle connection is closed");
@@ -120,12 +137,12 @@ async fn idle_and_slowloris_connections_are_closed_at_their_timeouts() {
             "closed at {took:?}"
         );
     }
-    closed_within(&mut kept, Duration::from_secs(5))
+    closed_within(&mut kept, patience(Duration::from_secs(5)))
         .await
         .expect("a connection idle after its request is closed");
     let took = answered.elapsed();
     assert!(
-        took >= idle - Duration::from_millis(100) && took < idle + Duration::from_secs(1),
+        took >= idle - Duration::from_millis(100),
         "idle after a request, closed at {took:?}"
     );
     let r = get(addr, "/metrics").await;
@@ -134,10 +151,11 @@ async fn idle_and_slowloris_connections_are_closed_at_their_timeouts() {
 }
 
 /// 300 idle connections to a server capped at 16: each past the cap closes the oldest idle
-/// one, so the server holds 16 and `/healthz` answers at once on a 301st.
+/// one, so the server holds 16 and `/healthz` answers on a 301st (with timeouts of an hour,
+/// it answers only because connections are shed, not because they time out).
 #[tokio::test]
 async fn at_the_cap_a_new_connection_closes_the_oldest_idle_one_and_healthz_answers() {
-    let long = Duration::from_secs(60);
+    let long = Duration::from_secs(3600);
     let addr = metrics_server(limits(16, long, long)).await;
     let mut conns = Vec::new();
     for _ in 0..300 {
@@ -146,18 +164,22 @@ async fn at_the_cap_a_new_connection_closes_the_oldest_idle_one_and_healthz_answ
     let start = Instant::now();
     let r = get(addr, "/healthz").await;
     assert_eq!((r.status, r.body.as_str()), (200, "ok"));
-    assert!(
-        start.elapsed() < Duration::from_secs(1),
-        "{:?}",
-        start.elapsed()
-    );
-    let mut open = 0;
-    for s in &mut conns {
-        if closed_within(s, Duration::from_millis(300)).await.is_none() {
-            open += 1;
+    eprintln!("/healthz past 300 idle connections: {:?}", start.elapsed());
+    // The shed connections close as their tasks see it; then the newest stay (one of them
+    // closed for /healthz's), with nothing else to close them for an hour.
+    let give_up = Instant::now() + patience(common::T);
+    let open = loop {
+        let mut open = 0;
+        for s in &mut conns {
+            if closed_within(s, Duration::ZERO).await.is_none() {
+                open += 1;
+            }
         }
-    }
-    // The newest connections stay (one of them closed for /healthz's).
+        if open <= 16 || Instant::now() > give_up {
+            break open;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert!(open <= 16, "{open} connections still open");
     assert!(open >= 14, "only {open} connections still open");
     let r = get(addr, "/metrics").await;
@@ -198,18 +220,26 @@ async fn with_every_slot_busy_the_reserve_answers_healthz_and_frees_itself() {
         let r = get(addr, path).await;
         assert_eq!(r.status, 200, "{path}: {r:?}");
     }
-    // The reserve, taken by idle peers, then one more: closed at accept.
+    // The reserve, taken by idle peers, then one more: closed at accept. (The server accepts
+    // in the order the connections were made, so the reserve is taken when it comes.)
     let mut hold = Vec::new();
     for _ in 0..RESERVE {
         hold.push(TcpStream::connect(addr).await.unwrap());
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
     let mut extra = TcpStream::connect(addr).await.unwrap();
-    closed_within(&mut extra, Duration::from_millis(500))
+    closed_within(&mut extra, patience(RESERVE_TIMEOUT))
         .await
-        .expect("a connection past the cap and the reserve is closed at once");
+        .expect("a connection past the cap and the reserve is closed");
+    // At once: before the reserve's own connections, accepted just before it, reached their
+    // timeout.
     for s in &mut hold {
-        closed_within(s, RESERVE_TIMEOUT + Duration::from_secs(1))
+        assert!(
+            closed_within(s, Duration::ZERO).await.is_none(),
+            "a reserve connection closed before the one past the reserve"
+        );
+    }
+    for s in &mut hold {
+        closed_within(s, patience(RESERVE_TIMEOUT + Duration::from_secs(1)))
             .await
             .expect("a reserve connection idle past its timeout is closed");
     }

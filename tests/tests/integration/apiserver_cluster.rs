@@ -5,6 +5,8 @@
 //! Driven through a real `kube::Client`, and through raw HTTP where a client would not send the
 //! request (a protobuf or YAML body, an unknown propagation policy).
 
+use crate::common::patience;
+
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt, TryStreamExt};
@@ -63,7 +65,7 @@ type Event = kube::Result<WatchEvent<DynamicObject>>;
 /// The next non-bookmark event of a watch.
 async fn next_change<S: Stream<Item = Event> + Unpin>(stream: &mut S) -> WatchEvent<DynamicObject> {
     loop {
-        let event = tokio::time::timeout(PATIENCE, stream.next())
+        let event = tokio::time::timeout(patience(PATIENCE), stream.next())
             .await
             .expect("watch stream stalled")
             .expect("watch stream ended")
@@ -100,7 +102,7 @@ async fn raw(
     stream.write_all(head.as_bytes()).await.expect("write");
     stream.write_all(body).await.expect("write");
     let mut reply = Vec::new();
-    tokio::time::timeout(PATIENCE, stream.read_to_end(&mut reply))
+    tokio::time::timeout(patience(PATIENCE), stream.read_to_end(&mut reply))
         .await
         .expect("a reply in time")
         .expect("read");

@@ -145,7 +145,7 @@ async fn kubectl_get_watch_prints_each_event_as_a_row_of_the_servers_table() -> 
     tokio::spawn(async move {
         // Once kubectl's watch is open.
         if writer
-            .wait_for_open_watches(1, std::time::Duration::from_secs(20))
+            .wait_for_open_watches(1, common::patience(std::time::Duration::from_secs(20)))
             .await
             .is_ok()
         {
@@ -719,9 +719,12 @@ async fn kubectl_scale_writes_replicas_through_the_scale_subresource() -> anyhow
         "deployment.apps/web scaled"
     );
     let modified = loop {
-        let event = tokio::time::timeout(std::time::Duration::from_secs(10), stream.next())
-            .await?
-            .expect("watch open")?;
+        let event = tokio::time::timeout(
+            common::patience(std::time::Duration::from_secs(10)),
+            stream.next(),
+        )
+        .await?
+        .expect("watch open")?;
         match event {
             WatchEvent::Bookmark(_) => continue,
             WatchEvent::Modified(obj) => break obj,

@@ -3,6 +3,8 @@
 //! Every test drives the server through a real `kube::Client` (`Api<DynamicObject>` or the typed
 //! `Api<Pod>`), never through a mock.
 
+use crate::common::patience;
+
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt, TryStreamExt};
@@ -44,7 +46,7 @@ type Event = kube::Result<WatchEvent<DynamicObject>>;
 
 /// The next item of a watch stream, `None` at its end; fails the test if nothing comes.
 async fn next<S: Stream<Item = Event> + Unpin>(stream: &mut S) -> Option<Event> {
-    tokio::time::timeout(PATIENCE, stream.next())
+    tokio::time::timeout(patience(PATIENCE), stream.next())
         .await
         .expect("watch stream stalled")
 }
@@ -355,7 +357,7 @@ async fn bookmarks_arrive_and_carry_kind_api_version_and_the_latest_resource_ver
         )
         .await?
         .boxed();
-    let event = tokio::time::timeout(PATIENCE, typed_stream.try_next()).await??;
+    let event = tokio::time::timeout(patience(PATIENCE), typed_stream.try_next()).await??;
     assert!(matches!(event, Some(WatchEvent::Bookmark(_))), "{event:?}");
     Ok(())
 }
@@ -637,7 +639,7 @@ async fn typed_pod_api_and_dynamic_api_share_one_collection() -> anyhow::Result<
         ["dns-1"]
     );
     let mut stream = typed.watch(&WatchParams::default(), "0").await?.boxed();
-    let first = tokio::time::timeout(PATIENCE, stream.try_next()).await??;
+    let first = tokio::time::timeout(patience(PATIENCE), stream.try_next()).await??;
     assert!(
         matches!(first, Some(WatchEvent::Added(p)) if p.metadata.name.as_deref() == Some("web-1"))
     );
@@ -700,7 +702,7 @@ async fn restart_closes_watches_and_starts_a_new_resource_version_epoch() -> any
         .watch(&WatchParams::default(), &rv_of(&a))
         .await?
         .boxed();
-    server.wait_for_open_watches(1, PATIENCE).await?;
+    server.wait_for_open_watches(1, patience(PATIENCE)).await?;
     let before = server.resource_version();
     server.restart();
     assert!(
@@ -722,7 +724,7 @@ async fn restart_closes_watches_and_starts_a_new_resource_version_epoch() -> any
         )
         .await?
         .boxed();
-    server.wait_for_open_watches(1, PATIENCE).await?;
+    server.wait_for_open_watches(1, patience(PATIENCE)).await?;
     server.close_watches();
     assert!(next_change(&mut closed).await.is_none());
     let mut expired = api
@@ -732,7 +734,7 @@ async fn restart_closes_watches_and_starts_a_new_resource_version_epoch() -> any
         )
         .await?
         .boxed();
-    server.wait_for_open_watches(1, PATIENCE).await?;
+    server.wait_for_open_watches(1, patience(PATIENCE)).await?;
     server.expire_watches();
     assert!(
         matches!(next_change(&mut expired).await, Some(Ok(WatchEvent::Error(s))) if s.code == 410 && s.reason == "Expired")
@@ -781,7 +783,7 @@ async fn ten_thousand_objects_list_in_pages_and_a_watcher_that_does_not_read_nev
         .watch(&WatchParams::default().disable_bookmarks(), &start_rv)
         .await?
         .boxed();
-    server.wait_for_open_watches(1, PATIENCE).await?;
+    server.wait_for_open_watches(1, patience(PATIENCE)).await?;
     for i in 0..5_000 {
         let mut obj = server
             .get("v1", "Pod", Some("default"), &format!("web-{i:05}"))

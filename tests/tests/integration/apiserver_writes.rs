@@ -4,6 +4,8 @@
 //! Every test drives the server through a real `kube::Client` or through kubectl
 //! (`/usr/bin/kubectl`, skipped with a note when it is not installed).
 
+use crate::common::patience;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -455,7 +457,7 @@ async fn dry_run_writes_answer_as_usual_but_store_nothing_and_notify_no_watch() 
     )
     .await
     .expect("a real patch");
-    let first = tokio::time::timeout(PATIENCE, watch.try_next())
+    let first = tokio::time::timeout(patience(PATIENCE), watch.try_next())
         .await
         .expect("an event in time")
         .expect("a watch event")

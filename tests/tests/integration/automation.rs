@@ -310,7 +310,7 @@ async fn the_rate_limit_holds_under_a_plugin_asking_for_a_thousand_actions() {
     let h = r.start_plugin(s);
     let started = Instant::now();
     r.server.create(pod("default", "ask-1")).unwrap();
-    let all = wisp_host::informer::shared_informer::wait_for(T, || {
+    let all = wisp_host::informer::shared_informer::wait_for(patience(T), || {
         answers(&h).values().sum::<u64>() == 1000
     })
     .await;

@@ -134,7 +134,10 @@ async fn until_status(
     what: &str,
     cond: impl Fn(&Value) -> bool,
 ) -> Value {
-    let ok = wait_for(Duration::from_secs(20), || cond(&status(server, name))).await;
+    let ok = wait_for(patience(Duration::from_secs(20)), || {
+        cond(&status(server, name))
+    })
+    .await;
     let s = status(server, name);
     assert!(ok, "timed out waiting for: {what}; status: {s:#}");
     s

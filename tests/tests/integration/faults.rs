@@ -446,7 +446,14 @@ async fn soak_of_api_faults_plugin_traps_reloads_and_churn_loses_and_repeats_not
     let mut reloads = 0u64;
     let mut last_reload = Instant::now();
     let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(secs) {
+    // At least `secs` seconds and at least a reload for each (one every 0.7 s when the
+    // machine keeps up): a busy machine makes the soak longer, not thinner.
+    while started.elapsed() < Duration::from_secs(secs) || reloads < secs {
+        assert!(
+            started.elapsed() < patience(Duration::from_secs(secs * 5)),
+            "only {reloads} reloads in {:?}",
+            started.elapsed()
+        );
         h.churn(20).await;
         let server = h.server().clone();
         let f = server.faults();
@@ -549,6 +556,5 @@ async fn soak_of_api_faults_plugin_traps_reloads_and_churn_loses_and_repeats_not
         h.changes,
         lists(h.server()).len() - 1,
     );
-    assert!(reloads >= secs, "reloaded about every 0.7 s: {reloads}");
     assert_eq!(h.view.running().generation, reloads + 1);
 }

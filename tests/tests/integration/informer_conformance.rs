@@ -2,6 +2,7 @@
 //! API: test names follow client-go's cases where one exists.
 
 use crate::common;
+use crate::common::patience;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,7 +67,7 @@ async fn indexer_added_after_start_indexes_existing_items() {
     inf.add_indexers([("labels".to_owned(), label_keys.clone())])
         .unwrap();
     let (stop, run) = start(&inf);
-    assert!(wait_for(T, || inf.has_synced()).await);
+    assert!(wait_for(patience(T), || inf.has_synced()).await);
     assert_eq!(
         names(inf.cache().by_index("labels", "a").unwrap()),
         ["pod1"]
@@ -74,7 +75,11 @@ async fn indexer_added_after_start_indexes_existing_items() {
 
     src.apply(pod("pod3", json!({"a": "a-val2"}))).unwrap();
     assert!(
-        wait_for(T, || inf.cache().by_index("labels", "a").unwrap().len()
+        wait_for(patience(T), || inf
+            .cache()
+            .by_index("labels", "a")
+            .unwrap()
+            .len()
             == 2)
         .await,
         "adding an item later is fine as well"
@@ -98,7 +103,15 @@ async fn indexer_added_after_start_indexes_existing_items() {
     values.sort();
     assert_eq!(values, ["a", "b"]);
     src.apply(pod("pod4", json!({"a": "x"}))).unwrap();
-    assert!(wait_for(T, || inf.cache().by_index("by-a", "x").unwrap().len() == 1).await);
+    assert!(
+        wait_for(patience(T), || inf
+            .cache()
+            .by_index("by-a", "x")
+            .unwrap()
+            .len()
+            == 1)
+        .await
+    );
 
     let _ = stop.send(());
     run.await.unwrap().unwrap();
@@ -117,9 +130,9 @@ async fn fails_visibly(inf: &Arc<SharedInformer>, src: &MemorySource) {
         .add_event_handler("h", Box::new(rec.clone()), Duration::ZERO)
         .unwrap();
     let (_stop, run) = start(inf);
-    assert!(wait_for(T, || reg.has_synced()).await);
+    assert!(wait_for(patience(T), || reg.has_synced()).await);
     src.apply(pod("boom", json!({}))).unwrap();
-    let out = tokio::time::timeout(FAIL, run)
+    let out = tokio::time::timeout(patience(FAIL), run)
         .await
         .expect("run returns after the panic, without a shutdown")
         .expect("run does not panic");
@@ -202,7 +215,10 @@ async fn a_panicking_overflow_observer_fails_the_informer_visibly() {
         .add_event_handler_with_options("slow", Box::new(Slow), options)
         .unwrap();
     let (_stop, run) = start(&inf);
-    let out = tokio::time::timeout(FAIL, run).await.unwrap().unwrap();
+    let out = tokio::time::timeout(patience(FAIL), run)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(
         matches!(&out, Err(InformerError::Panicked { detail, .. }) if detail.contains("boom!")),
         "{out:?}"
@@ -234,23 +250,23 @@ async fn restarts_and_recovers(inf: &Arc<SharedInformer>, src: &MemorySource) {
         .add_event_handler("h", Box::new(rec.clone()), Duration::ZERO)
         .unwrap();
     let (_stop, run) = start(inf);
-    assert!(wait_for(T, || reg.has_synced()).await);
+    assert!(wait_for(patience(T), || reg.has_synced()).await);
     src.apply(pod("boom", json!({}))).unwrap();
     assert!(
-        wait_for(FAIL, || inf.stats().restarts == 1).await,
+        wait_for(patience(FAIL), || inf.stats().restarts == 1).await,
         "restarted"
     );
     assert_eq!(inf.stats().panics, 1);
     src.apply(pod("after", json!({}))).unwrap();
     assert!(
-        wait_for(T, || {
+        wait_for(patience(T), || {
             inf.has_synced() && names(inf.cache().list()) == ["after", "boom", "fine"]
         })
         .await,
         "ready again, with every object: {:?}",
         names(inf.cache().list())
     );
-    assert!(wait_for(T, || reg.has_synced()).await);
+    assert!(wait_for(patience(T), || reg.has_synced()).await);
     assert!(inf.failure().is_none());
     assert!(!run.is_finished(), "run goes on");
     // Every object reached the handler exactly once as an add; the restart's list brought

@@ -95,13 +95,16 @@ async fn a_shutdown_sends_queued_actions_until_its_grace_period_then_audits_the_
     stop.send(()).unwrap();
     let report = host.finish(tokio::time::Instant::now() + grace).await;
     let took = t.elapsed();
-    assert!(
-        took < grace + Duration::from_secs(2),
-        "finish took {took:?} for a grace of {grace:?}"
-    );
+    eprintln!("finish took {took:?} for a grace of {grace:?}");
+    // The grace period ended the sending: not every patch was sent (all 12 take 3.6 s). How
+    // soon after it `finish` returned is what a busy machine makes it: the bound is a give-up.
     assert!(report.informers_stopped, "{report:?}");
     assert!(!report.actions_drained, "{report:?}");
     assert!(report.actions_not_sent >= 1, "{report:?}");
+    assert!(
+        took >= grace && took < patience(grace + Duration::from_secs(10)),
+        "finish took {took:?} for a grace of {grace:?}"
+    );
 
     // Every accepted patch is in the audit log exactly once: applied, or not sent.
     let entries: Vec<Value> = audit(dir.path())

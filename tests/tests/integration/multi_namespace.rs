@@ -38,7 +38,7 @@ async fn an_informer_on_two_namespaces_lists_and_watches_only_in_them() {
     until("watched", || cache_state(&inf) == expected(&server)).await;
 
     // The watches end; each namespace resumes from its own resourceVersion, without a relist.
-    server.wait_for_open_watches(2, T).await.unwrap();
+    server.wait_for_open_watches(2, patience(T)).await.unwrap();
     server.close_watches();
     server.create(pod("team-a", "a-2")).unwrap();
     server.delete("v1", "Pod", Some("team-b"), "b-1").unwrap();

@@ -420,7 +420,7 @@ async fn a_shard_member_names_its_reports_with_its_identity() {
          renewDeadline: 3s, retryPeriod: 300ms}\n",
     )
     .await;
-    let written = wait_for(T, || {
+    let written = wait_for(patience(T), || {
         server
             .get(
                 "openreports.io/v1alpha1",

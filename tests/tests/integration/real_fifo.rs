@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::patience;
+
 use serde_json::json;
 use wisp_host::config::Config;
 use wisp_host::informer::handler::Recorder;
@@ -71,7 +73,10 @@ async fn churn_over(queue: QueueKind) {
     let run = tokio::spawn(inf.clone().run(async {
         let _ = rx.await;
     }));
-    assert!(wait_for(T, || reg.has_synced()).await, "{queue:?}: synced");
+    assert!(
+        wait_for(patience(T), || reg.has_synced()).await,
+        "{queue:?}: synced"
+    );
     let initial = rec.len();
     assert_eq!(initial, 20, "{queue:?}");
 
@@ -95,7 +100,7 @@ async fn churn_over(queue: QueueKind) {
         .collect();
     let cache = inf.cache();
     assert!(
-        wait_for(T, || rec.len() == initial + changes).await,
+        wait_for(patience(T), || rec.len() == initial + changes).await,
         "{queue:?}: every change delivered ({} of {})",
         rec.len() - initial,
         changes

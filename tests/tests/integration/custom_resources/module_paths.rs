@@ -43,7 +43,7 @@ async fn a_tenants_module_outside_module_paths_or_not_a_bounded_regular_file_is_
         let server = &server;
         async move {
             let degraded = |s: &Value| condition(s, "Degraded")["status"] == "True";
-            let ok = wait_for(Duration::from_secs(20), || {
+            let ok = wait_for(patience(Duration::from_secs(20)), || {
                 degraded(&status_in(server, "team-a", name))
             })
             .await;
