@@ -25,7 +25,8 @@ const USAGE: &str = "usage: cargo xtask <demo|plugins|test|bench|fuzz> [args]
            informer suites again over the other queues (WISP_TEST_QUEUE=deltaFIFO,
            realFIFONonAtomic); each test binary and each pass runs even when one fails
            (--no-fail-fast), and the task fails at the end if any did;
-           further args go to cargo test (and skip the rest)
+           further args go to cargo test (and skip the rest); on a busy machine,
+           WISP_TEST_TIME_SCALE=3 (default 1) makes the tests wait longer before giving up
   bench    build the plugins, then run the benchmark harness (release); `--quick` for a short run,
            `--only pipeline,latency` for some sections (see `cargo xtask bench -- --help`);
            `--callgrind` for the delivery rows' instruction counts under valgrind instead
