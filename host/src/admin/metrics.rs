@@ -15,6 +15,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::{AdminState, PLUGIN_COUNTERS, guest};
+use crate::informer::listener::ListenerStats;
 use crate::plugin::status::PluginCounters;
 use crate::plugin::{PluginHandle, PluginState};
 
@@ -86,12 +87,6 @@ pub fn to_prometheus_text(openmetrics: &str) -> String {
             renamed.insert(family, (name, kind));
         }
     }
-    let mut counter_families: Vec<&str> = renamed
-        .iter()
-        .filter(|(_, (n, k))| *k == "counter" && n.ends_with("_total"))
-        .map(|(f, _)| *f)
-        .collect();
-    counter_families.sort_unstable();
     for line in openmetrics.lines() {
         if line == "# EOF" || line.starts_with("# UNIT ") {
             continue;
@@ -110,7 +105,9 @@ pub fn to_prometheus_text(openmetrics: &str) -> String {
         }
         let name_end = line.find(['{', ' ']).unwrap_or(line.len());
         if let Some(family) = line[..name_end].strip_suffix("_created")
-            && counter_families.binary_search(&family).is_ok()
+            && renamed
+                .get(family)
+                .is_some_and(|(_, kind)| *kind == "counter")
         {
             continue;
         }
@@ -450,13 +447,17 @@ impl Live {
             }),
         )?;
         let queues: Vec<_> = plugins.iter().map(|p| (p.name(), p.queues())).collect();
+        // A field of every queue of each plugin, added up.
+        let summed = |field: fn(&ListenerStats) -> usize| {
+            queues.iter().map(move |(p, q)| {
+                let sum: usize = q.iter().map(|(_, s)| field(s)).sum();
+                ([("plugin", *p)], sum as u64)
+            })
+        };
         out.gauge(
             "plugin_queue_depth",
             "Notifications queued for the plugin, over all its informers.",
-            queues.iter().map(|(p, q)| {
-                let depth: usize = q.iter().map(|(_, s)| s.depth).sum();
-                ([("plugin", *p)], depth as u64)
-            }),
+            summed(|s| s.depth),
         )?;
         out.gauge(
             "plugin_informer_queue_depth",
@@ -469,10 +470,7 @@ impl Live {
         out.gauge(
             "plugin_queue_bytes",
             "Bytes of the notifications queued for the plugin, over all its informers.",
-            queues.iter().map(|(p, q)| {
-                let bytes: usize = q.iter().map(|(_, s)| s.bytes).sum();
-                ([("plugin", *p)], bytes as u64)
-            }),
+            summed(|s| s.bytes),
         )?;
         out.gauge(
             "plugin_queue_oldest_age_seconds",

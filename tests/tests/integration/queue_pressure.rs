@@ -45,6 +45,33 @@ fn faults(r: &Rig, name: &str, settings: serde_json::Value, bound: QueueBound) -
     r.manager.start(s).unwrap()
 }
 
+/// Deletes the gate pod and waits until `coalescing`'s view equals the server and every one
+/// of `plugins` has drained its queue, every notification offered (`changes`, the gate's
+/// deletion not included) delivered, dropped or coalesced. Returns the changes offered then.
+async fn release_gate(
+    r: &Rig,
+    coalescing: &PluginHandle,
+    plugins: &[&PluginHandle],
+    changes: u64,
+) -> u64 {
+    r.server
+        .delete("v1", "Pod", Some("default"), "gate-0")
+        .unwrap();
+    let changes = changes + 1;
+    until("the coalescing plugin's view equals the server", || {
+        view_equals_server(coalescing, &r.server)
+    })
+    .await;
+    for h in plugins {
+        until("the slow plugin drained its queue", || {
+            let q = queue(h);
+            q.queued == changes && q.depth == 0 && q.delivered + q.dropped + q.coalesced == changes
+        })
+        .await;
+    }
+    changes
+}
+
 fn guest(h: &PluginHandle, name: &str) -> u64 {
     h.status().guest_counter(name, &[])
 }
@@ -168,20 +195,8 @@ async fn a_plugin_far_behind_stays_within_its_bound_and_its_neighbours_see_every
 
     // Let them go: the coalescing one ends with the server's objects; both see exactly their
     // overflow as gaps, and count it.
-    r.server
-        .delete("v1", "Pod", Some("default"), "gate-0")
-        .unwrap();
-    let changes = changes + 1;
-    until("the coalescing plugin's view equals the server", || {
-        view_equals_server(&coalescing, &r.server)
-    })
-    .await;
+    release_gate(&r, &coalescing, &[&coalescing, &dropping], changes).await;
     for h in [&coalescing, &dropping] {
-        until("the slow plugin drained its queue", || {
-            let q = queue(h);
-            q.queued == changes && q.depth == 0 && q.delivered + q.dropped + q.coalesced == changes
-        })
-        .await;
         let q = queue(h);
         until("the plugin counted what it handled", || {
             seen(h) == q.delivered
@@ -269,20 +284,8 @@ async fn a_plugin_far_behind_in_bytes_coalesces_at_its_byte_bound_and_ends_with_
         assert_eq!(q.bound.max_bytes(), Some(MAX_BYTES));
     }
 
-    r.server
-        .delete("v1", "Pod", Some("default"), "gate-0")
-        .unwrap();
-    let changes = changes + 1;
-    until("the coalescing plugin's view equals the server", || {
-        view_equals_server(&coalescing, &r.server)
-    })
-    .await;
+    release_gate(&r, &coalescing, &[&coalescing, &every], changes).await;
     for h in [&coalescing, &every] {
-        until("the plugin drained its queue", || {
-            let q = queue(h);
-            q.queued == changes && q.depth == 0 && q.delivered + q.dropped + q.coalesced == changes
-        })
-        .await;
         let q = queue(h);
         assert_eq!((q.bytes, q.oldest_age), (0, None), "{}: {q:?}", h.name());
         assert_eq!(

@@ -333,7 +333,8 @@ impl Queue {
             overflow,
         } = self.bound
         else {
-            self.append(seq, n, None);
+            let size = notification_bytes(&n);
+            self.append(seq, n, size, None);
             return Discarded::default();
         };
         let before = self.discarded();
@@ -369,7 +370,7 @@ impl Queue {
                 self.drop_oldest();
             }
         }
-        self.append(seq, n, key);
+        self.append(seq, n, size, key);
         self.discarded_since(before)
     }
 
@@ -507,7 +508,8 @@ impl Queue {
         }
     }
 
-    fn append(&mut self, seq: u64, n: Notification, key: Option<String>) {
+    /// Queues `n` (of `bytes`, [`notification_bytes`]) under `seq`.
+    fn append(&mut self, seq: u64, n: Notification, bytes: usize, key: Option<String>) {
         // Only a bounded queue ever looks for a resync to drop.
         if self.bound != QueueBound::Unbounded && n.is_resync() {
             self.resyncs.push_back(seq);
@@ -517,7 +519,6 @@ impl Queue {
         }
         let initial = n.is_initial_list();
         self.pending_initial += usize::from(initial);
-        let bytes = notification_bytes(&n);
         self.slots.push_back(Slot {
             seq,
             at: Instant::now(),
