@@ -154,12 +154,24 @@ impl Wisp {
     }
 }
 
+/// Lines of a failed test's host log that are shown.
+const LOG_TAIL: usize = 60;
+
 impl Drop for Wisp {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
         if std::thread::panicking() {
-            eprintln!("--- log of {} ---\n{}", self.name, self.log());
+            // Its tail, where a failure shows: a whole log can be cut in the middle by what
+            // shows a failing run's output.
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            let skipped = lines.len().saturating_sub(LOG_TAIL);
+            eprintln!(
+                "--- log of {} ({skipped} earlier lines left out) ---\n{}",
+                self.name,
+                lines[skipped..].join("\n")
+            );
         }
     }
 }
@@ -1622,8 +1634,11 @@ impl Drop for MemoryCgroup {
 /// compile) written over a running plugin's module with the default `engine.compileMemory`
 /// (1 GiB, more than the cgroup has). Before, the host was OOM-killed (at 400 MiB) and every
 /// plugin with it. Now the aliasing calls trap at the budget and their plugins are quarantined;
-/// the compile's child, first for the OOM killer, is the kernel's victim at the cgroup's limit;
-/// the host lives on, answers, refuses the bomb naming why, and the running version delivers.
+/// the host stops the compile's child when the cgroup's anonymous memory comes within its
+/// reserve of the limit (or the kernel kills it first, the OOM killer's first choice: not the
+/// host); the host lives on, answers, refuses the bomb naming why, and the running version
+/// delivers. (Left to the kernel alone, a compile at the limit once thrashed the cgroup for
+/// over two minutes on a busy machine before the OOM kill.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_memory_cgroup_aliased_bytes_and_a_compile_bomb_leave_the_host_running() {
     let cgroup = match MemoryCgroup::new("bombs", CGROUP_LIMIT) {
@@ -1700,16 +1715,19 @@ async fn in_a_memory_cgroup_aliased_bytes_and_a_compile_bomb_leave_the_host_runn
         .lines()
         .find(|l| l.contains("reload") && l.contains("audit") && l.contains("compil"))
         .unwrap_or_else(|| panic!("no refusal logged:\n{log}"));
-    assert!(
-        why.contains("the compiler process was killed (SIGKILL), most likely by the kernel"),
-        "{why}"
-    );
+    // The host stops the compile when the cgroup's unreclaimable memory nears its limit; the
+    // kernel may still be first when one allocation jumps past the host's 10 ms look.
+    let by_host = why.contains("within 32 MiB of its limit of 192 MiB");
+    let by_kernel =
+        why.contains("the compiler process was killed (SIGKILL), most likely by the kernel");
+    assert!(by_host || by_kernel, "{why}");
     let kills = cgroup.oom_kills();
     eprintln!(
-        "bomb refused after {refused:?}; OOM kills in the cgroup: {kills}; host peak {} MiB",
+        "bomb refused after {refused:?} by the {}; OOM kills in the cgroup: {kills}; host peak {} MiB",
+        if by_host { "host" } else { "kernel" },
         peak_rss(pid) >> 20
     );
-    assert!(kills >= 1, "no OOM kill counted in the cgroup");
+    assert!(by_host || kills >= 1, "no OOM kill counted in the cgroup");
     assert!(w.running(), "the host died:\n{}", w.log());
     assert!(
         get(admin, "/healthz").await.is_some_and(|(s, _)| s == 200),

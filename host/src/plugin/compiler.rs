@@ -9,7 +9,12 @@
 //! - **memory**: the child's address space is limited to `engine.compileMemory` (`RLIMIT_AS`,
 //!   set between fork and exec), so an allocation over it fails in the child; and the child gives
 //!   itself the kernel's highest OOM score (`oom_score_adj` 1000), so a container short of
-//!   memory loses the compile, not the host;
+//!   memory loses the compile, not the host. In a container with a memory limit the parent
+//!   also stops the child when the container's anonymous and shared memory come within a
+//!   reserve of the limit ([`CgroupMemory::reserve`]): without swap the kernel reclaims the
+//!   code pages the processes run from before it kills, and a compile near the limit can
+//!   thrash the whole container for minutes, reading its code back from disk while its CPU
+//!   time hardly grows;
 //! - **time**: `engine.compileTimeout` bounds the child's CPU time (all its threads): the parent
 //!   reads it every [`CPU_POLL`] and kills the child past the bound, so the machine's load (a
 //!   pod's CPU quota, other work) does not decide whether a module compiles. A wall-clock
@@ -32,6 +37,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::budget::CgroupMemory;
 use super::engine::{BoundNames, WALL_BACKSTOP};
 
 use super::engine::LoadError;
@@ -135,9 +141,13 @@ pub struct ChildCompiler {
     pub memory: u64,
     /// How refusals name the bounds.
     pub names: BoundNames,
+    /// The memory cgroup the host and its children run in, if it has a limit: a compile is
+    /// stopped when the cgroup's unreclaimable memory comes within its reserve of the limit
+    /// ([`CgroupMemory::is_full`]), before the kernel thrashes the code pages out or kills.
+    pub container: Option<CgroupMemory>,
 }
 
-/// How often the parent reads a compiling child's CPU time.
+/// How often the parent reads a compiling child's CPU time (and the container's memory).
 pub const CPU_POLL: Duration = Duration::from_millis(10);
 
 /// How urgent a compile is: it sets the child's nice value.
@@ -165,6 +175,8 @@ enum Over {
     Cpu,
     /// The wall-clock backstop.
     Wall,
+    /// The container's memory: its limit, less the reserve.
+    Container,
 }
 
 /// What a child compile produced.
@@ -187,7 +199,7 @@ struct Ended {
     code: Option<i32>,
     /// The signal that ended it.
     signal: Option<i32>,
-    /// The parent killed it at a time bound.
+    /// The parent killed it at a bound (time, or the container's memory).
     over: Option<Over>,
     /// Its stdout went past the memory bound (then the parent killed it).
     too_big: bool,
@@ -280,6 +292,9 @@ impl ChildCompiler {
                 }
                 if Instant::now() >= backstop {
                     break (Vec::new(), Some(Over::Wall));
+                }
+                if self.container.as_ref().is_some_and(CgroupMemory::is_full) {
+                    break (Vec::new(), Some(Over::Container));
                 }
             };
             let too_big = artifact.len() as u64 > limit;
@@ -506,6 +521,18 @@ impl Ended {
         if self.over == Some(Over::Wall) {
             return Err(too_slow(true));
         }
+        if self.over == Some(Over::Container)
+            && let Some(c) = &limits.container
+        {
+            return Err(LoadError::Crashed(format!(
+                "the compile was stopped when the container's memory (anonymous and shared, of \
+                 every process in its cgroup) came within {} of its limit of {}, the room kept \
+                 for the code the processes run from: past it the kernel thrashes or kills; \
+                 give the container more memory",
+                mib(c.reserve()),
+                mib(c.limit)
+            )));
+        }
         if self.too_big {
             return Err(too_big);
         }
@@ -563,6 +590,31 @@ mod tests {
             timeout: Duration::from_secs(7),
             memory: 300 << 20,
             names: BoundNames::FLAGS,
+            container: None,
+        }
+    }
+
+    #[test]
+    fn a_compile_stopped_at_the_containers_memory_names_the_limit_and_the_reserve() {
+        let dir = tempfile::tempdir().unwrap();
+        let cgroup = dir.path().join("pod");
+        std::fs::create_dir(&cgroup).unwrap();
+        std::fs::write(cgroup.join("memory.max"), format!("{}\n", 192u64 << 20)).unwrap();
+        let membership = "0::/pod\n";
+        let container = CgroupMemory::in_root_for_tests(dir.path(), membership).unwrap();
+        let l = ChildCompiler {
+            container: Some(container),
+            ..limits()
+        };
+        let mut t = ended(None, Some(libc::SIGKILL), "");
+        t.over = Some(Over::Container);
+        match t.verdict(&l) {
+            Err(LoadError::Crashed(why)) => assert!(
+                why.contains("within 32 MiB of its limit of 192 MiB")
+                    && why.contains("give the container more memory"),
+                "{why}"
+            ),
+            other => panic!("{other:?}"),
         }
     }
 

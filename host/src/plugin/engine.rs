@@ -550,6 +550,7 @@ impl PluginEngine {
                 timeout: config.compile_timeout,
                 memory: config.compile_memory,
                 names: config.bound_names,
+                container: super::budget::CgroupMemory::of_self(),
             }),
             settings,
             slots: CompileSlots {
