@@ -1293,6 +1293,63 @@ fn big_bomb() -> Vec<u8> {
     common::rig::compile_bomb(1, 3000, 5000)
 }
 
+/// Issue 42, item 3: at start a plugin runs as soon as it is checked: the informers list while
+/// the plugins compile, and a small plugin delivers while a large one, listed first, still
+/// compiles (before, every plugin waited for the slowest compile: in a 0.5-core quota the Rust
+/// plugins waited 98 s for the Python and JavaScript ones). A plugin that then fails its check
+/// still refuses the start, naming it, and the host exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_start_a_small_plugin_delivers_while_a_large_one_compiles_and_a_refusal_still_stops_the_host()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("cluster");
+    std::fs::create_dir(&cluster).unwrap();
+    std::fs::write(
+        cluster.join("pod.yaml"),
+        serde_json::to_string(&wisp_tests::pod("shop", "web-0")).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("slow.wasm"), slow_bomb()).unwrap();
+    let config = dir.path().join("wisp.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "source: dir:cluster\ninformers:\n  - {{name: pods, apiVersion: v1, kind: Pod}}\n\
+             plugins:\n  - {{name: slow, module: slow.wasm, informers: [pods]}}\n  \
+             - {{name: audit, module: {}, informers: [pods]}}\n\
+             executor: {{workers: 2}}\nengine: {{cacheDir: modules, compileTimeout: 10s, firstLoadTier: false}}\n\
+             admin: {{listen: \"127.0.0.1:0\"}}\n",
+            plugin_path("audit_log").display()
+        ),
+    )
+    .unwrap();
+    let mut w = Wisp::run("early", dir.path(), &config, "5s");
+    let admin = w.admin().await;
+    until(
+        "the small plugin delivers",
+        Duration::from_secs(120),
+        || has_metric(admin, "wisp_plugin_delivered_total{plugin=\"audit\"} 1"),
+    )
+    .await;
+    // Meanwhile the large one still compiles: the host is not ready, and says why.
+    let (code, body) = get(admin, "/readyz").await.expect("/readyz answers");
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("plugin slow: compiling"), "{body}");
+    // Its compile (Cranelift: the first-load tier is off, or Winch would take it in a second)
+    // passes its bound (10 s of CPU): the start is refused, naming it.
+    let status = w
+        .exited(Duration::from_secs(300))
+        .await
+        .expect("the host exits once the slow plugin is refused");
+    assert!(!status.success());
+    let log = w.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("plugin \"slow\"") && l.contains("engine.compileTimeout")),
+        "{log}"
+    );
+}
+
 /// Issue 32, hole 1: a compile bomb written over a running plugin's module (hot reload). The
 /// host compiles in a child process, killed at the first bound it passes: the slow bomb at
 /// `engine.compileTimeout`, the large one at `engine.compileMemory`. Each is refused naming the
@@ -2013,6 +2070,15 @@ async fn admin_reads_answer_while_every_worker_is_held_in_a_plugin_call() {
     let mut w = Wisp::run("held", dir.path(), &config, "5s");
     let admin = w.admin().await;
     let metrics = w.listening("metrics server listening").await;
+    // Each plugin starts once checked: the first two may hold the workers before the others run.
+    until("every plugin running", Duration::from_secs(120), || async {
+        let (_, body) = get(admin, "/plugins").await.unwrap_or_default();
+        serde_json::from_str::<Value>(&body)
+            .ok()
+            .and_then(|v| v.as_array().map(Vec::len))
+            == Some(4)
+    })
+    .await;
     until(
         "both workers in a held call",
         Duration::from_secs(120),

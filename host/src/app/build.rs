@@ -121,13 +121,16 @@ pub async fn build_sharded_informers(
             Some(c) => (Some(c.clone()), None),
             None => (Some(kube_client(opts.context.as_deref()).await?), None),
         },
-        SourceKind::Dir(p) => (
-            None,
+        // The first scan reads and parses every manifest: off the async workers.
+        SourceKind::Dir(p) => (None, {
+            let (path, max) = (p.clone(), config.dir.max_file_size());
             Some(
-                DirCluster::open(p, config.dir.max_file_size())
+                tokio::task::spawn_blocking(move || DirCluster::open(path, max))
+                    .await
+                    .context("the dir: source's first scan panicked")?
                     .with_context(|| format!("source dir:{}", p.display()))?,
-            ),
-        ),
+            )
+        }),
     };
     let mut out = Vec::new();
     for (i, inf) in config.informers.iter().enumerate() {

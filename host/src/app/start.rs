@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -18,17 +18,19 @@ use crate::actions::HostServices;
 use crate::admin::{AdminState, ReloadError, ReloadFn, ServerLimits, Startup};
 use crate::config::{AdminConfig, Config, ShardingMode};
 use crate::informer::{Executor, SharedInformer};
-use crate::plugin::{CheckedPlugin, PluginManager, PluginSet, PluginSpec};
+use crate::plugin::{CheckedPlugin, PluginHandle, PluginManager, PluginSet, PluginSpec};
 use crate::reloader::Reloader;
 use crate::scale::lease::{Elector, Ended, Leadership};
 use crate::scale::members::Membership;
 use crate::scale::shards::{Ranges, ShardView};
 use crate::source::dir::DirCluster;
-use crate::sync::lock;
 
 /// Builds and starts everything; returns once the plugins run (or, on a standby, wait for the
-/// Lease) and the informers list (they sync in the background). Every plugin with a local module
-/// is checked before any starts: a bad one refuses the start. Modules from OCI registries are
+/// Lease) and the informers list (they sync in the background). The informers list while the
+/// plugins with local modules are checked, and each of those starts as soon as it is checked
+/// (in config order among them in `/plugins`): a small plugin does not wait for a large one's
+/// compile. One that fails refuses the start (those started meanwhile stop with the host);
+/// on a standby every plugin is checked first, and starts when it leads. Modules from OCI registries are
 /// pulled meanwhile (each pull within `oci.pullTimeout`); the plugins with local modules do not
 /// wait for them (except on a standby, which starts every plugin when it leads). A module that
 /// cannot be pulled or is refused still refuses the start. When `shutdown` completes, the host stops taking
@@ -89,8 +91,19 @@ pub async fn start(
     warn_over_budget(config, &config.plugin_specs());
     let workers = config.executor.workers();
     let local = pulls.local_specs(config);
-    let (manager, checked) = check_plugins(manager, local, workers, &admin.startup).await?;
-    let mut starter = PluginStarter {
+    let elector = fencing.elector.take();
+    let mut dir = dir;
+    let order: Vec<String> = config.plugins.iter().map(|p| p.name.clone()).collect();
+    let early = elector.is_none().then(|| {
+        // The informers list while the plugins compile; each plugin starts once checked.
+        run_informers(&sup, &informers, dir.take());
+        AttachAsChecked {
+            plugins: &plugins,
+            order: &order,
+        }
+    });
+    let (manager, checked) = check_plugins(manager, local, workers, &admin.startup, early).await?;
+    let starter = PluginStarter {
         manager,
         checked,
         plugins: plugins.clone(),
@@ -99,11 +112,9 @@ pub async fn start(
         config_path: opts.config_path.clone(),
         sup: sup.clone(),
     };
-    match fencing.elector.take() {
+    match elector {
         None => {
-            // The plugins with local modules run now; a pull holds only its own plugins.
-            starter.attach_checked()?;
-            run_informers(&sup, &informers, dir);
+            // The plugins with local modules run; a pull holds only its own plugins.
             starter
                 .add_pulled(pulls, workers, &admin.startup)
                 .await?
@@ -112,7 +123,7 @@ pub async fn start(
         Some(elector) => {
             let starter = starter.add_pulled(pulls, workers, &admin.startup).await?;
             lead_then_start(&sup, elector, starter);
-            run_informers(&sup, &informers, dir);
+            run_informers(&sup, &informers, dir.take());
         }
     }
     if let Some(m) = fencing.membership.take() {
@@ -523,25 +534,48 @@ fn warn_over_budget(config: &Config, specs: &[PluginSpec]) {
     }
 }
 
+/// Where plugins go as soon as they are checked, in `order` (the config's) among themselves.
+struct AttachAsChecked<'a> {
+    plugins: &'a PluginSet,
+    order: &'a [String],
+}
+
+impl AttachAsChecked<'_> {
+    /// Adds `plugin` to the set before the first plugin that comes after it in the config.
+    fn insert(&self, plugin: PluginHandle) {
+        let at = |name: &str| self.order.iter().position(|o| o == name);
+        let mut list = self.plugins.lock();
+        let pos = list
+            .iter()
+            .position(|p| at(p.name()) > at(plugin.name()))
+            .unwrap_or(list.len());
+        list.insert(pos, Arc::new(plugin));
+    }
+}
+
 /// Step: every plugin checked (compiled, or loaded from the module cache, and initialised),
-/// several at once (as many as the executor has `workers`), each named in `/readyz` until done.
-/// The first to fail, in config order, refuses the start.
+/// several at once (as many as the executor has `workers`), each named in `/readyz` until done;
+/// with `attach`, each started as soon as it is checked (the rest are returned). The first to
+/// fail, in config order, refuses the start, once every check is done.
 async fn check_plugins(
     manager: PluginManager,
     specs: Vec<PluginSpec>,
     workers: usize,
     startup: &Arc<Startup>,
+    attach: Option<AttachAsChecked<'_>>,
 ) -> anyhow::Result<(PluginManager, Vec<CheckedPlugin>)> {
     let parallel = workers.clamp(1, specs.len().max(1));
+    let n = specs.len();
     let startup = startup.clone();
-    tokio::task::spawn_blocking(move || {
-        let results: Vec<Mutex<Option<Result<CheckedPlugin, String>>>> =
-            specs.iter().map(|_| Mutex::new(None)).collect();
+    let manager = Arc::new(manager);
+    let checker = manager.clone();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let checks = tokio::task::spawn_blocking(move || {
         let next = AtomicUsize::new(0);
         let check = |spec: &PluginSpec| {
             startup.begin(&spec.name, "compiling");
             let t = std::time::Instant::now();
-            let r = manager.check(spec).map_err(|e| format!("{e:#}"));
+            let r = checker.check(spec).map_err(|e| format!("{e:#}"));
             tracing::info!(plugin = %spec.name, ok = r.is_ok(), took = ?t.elapsed(), "checked");
             startup.end(&spec.name);
             r
@@ -552,23 +586,42 @@ async fn check_plugins(
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(spec) = specs.get(i) else { break };
-                        *lock(&results[i]) = Some(check(spec));
+                        if tx.send((i, check(spec))).is_err() {
+                            break;
+                        }
                     }
                 });
             }
         });
-        let mut checked = Vec::with_capacity(specs.len());
-        for r in results {
-            match r.into_inner().unwrap_or_else(|p| p.into_inner()) {
-                Some(Ok(c)) => checked.push(c),
-                Some(Err(e)) => anyhow::bail!("{e}"),
-                None => anyhow::bail!("a plugin check did not run"),
-            }
+    });
+    // Per plugin: attached (`None`), checked and not attached, or why it failed.
+    let mut results: Vec<Option<Result<Option<CheckedPlugin>, String>>> =
+        (0..n).map(|_| None).collect();
+    while let Some((i, r)) = rx.recv().await {
+        results[i] = Some(match (r, &attach) {
+            (Ok(c), Some(a)) => match manager.attach(c) {
+                Ok(h) => {
+                    a.insert(h);
+                    Ok(None)
+                }
+                Err(e) => Err(format!("{e:#}")),
+            },
+            (r, _) => r.map(Some),
+        });
+    }
+    checks.await.context("checking the plugins")?;
+    let manager = Arc::into_inner(manager)
+        .ok_or_else(|| anyhow::anyhow!("the plugin checks still hold the plugin manager"))?;
+    let mut checked = Vec::with_capacity(n);
+    for r in results {
+        match r {
+            Some(Ok(Some(c))) => checked.push(c),
+            Some(Ok(None)) => {}
+            Some(Err(e)) => anyhow::bail!("{e}"),
+            None => anyhow::bail!("a plugin check did not run"),
         }
-        Ok((manager, checked))
-    })
-    .await
-    .context("checking the plugins")?
+    }
+    Ok((manager, checked))
 }
 
 /// What starts the checked plugins: now, or once this replica leads.
@@ -606,7 +659,7 @@ impl PluginStarter {
         };
         let mut specs = config.plugin_specs();
         specs.retain(|s| names.contains(&s.name));
-        let (manager, checked) = check_plugins(self.manager, specs, workers, startup).await?;
+        let (manager, checked) = check_plugins(self.manager, specs, workers, startup, None).await?;
         self.manager = manager;
         self.checked.extend(checked);
         // In config order, as they would have been checked together.

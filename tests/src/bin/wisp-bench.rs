@@ -40,6 +40,8 @@ mod load;
 mod memory;
 #[path = "bench/pipeline.rs"]
 mod pipeline;
+#[path = "bench/process.rs"]
+mod process;
 #[path = "bench/reload.rs"]
 mod reload;
 #[path = "bench/scale.rs"]
@@ -71,7 +73,7 @@ enum Mode {
 }
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 9] = [
+const SECTIONS: [&str; 10] = [
     "load",
     "delivery",
     "isolation",
@@ -81,6 +83,7 @@ const SECTIONS: [&str; 9] = [
     "pipeline",
     "latency",
     "scale",
+    "process",
 ];
 
 impl Args {
@@ -191,6 +194,9 @@ fn main() -> anyhow::Result<()> {
     }
     if a.runs("scale") {
         rt.block_on(scale::scale_figures(a.quick))?;
+    }
+    if a.runs("process") {
+        process::process_figures(&a)?;
     }
     Ok(())
 }
