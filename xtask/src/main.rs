@@ -72,9 +72,8 @@ const EXAMPLE_PLUGINS: [&str; 4] = ["audit-log", "image-policy", "inventory", "t
 enum Plugins {
     /// The example plugins alone (the demo's).
     Examples,
-    /// Every Rust plugin crate: the examples, the benchmarks' and the tests' own.
-    Rust,
-    /// Every Rust plugin, and the Python and JavaScript ones.
+    /// Every Rust plugin crate (the examples, the benchmarks' and the tests' own), and the
+    /// Python and JavaScript ones.
     All,
 }
 
@@ -638,7 +637,18 @@ fn main() -> anyhow::Result<()> {
         "demo" => demo(),
         "plugins" => build_plugins(Plugins::All).map(|_| ()),
         "bench" => {
-            let dist = build_plugins(Plugins::Rust)?;
+            // The `process` section runs the release `wisp` with the Python and JS plugins too.
+            let dist = build_plugins(Plugins::All)?;
+            let mut wisp = cargo();
+            wisp.args([
+                "build",
+                "--release",
+                "--package",
+                "wisp-host",
+                "--bin",
+                "wisp",
+            ]);
+            run(wisp)?;
             let mut c = cargo();
             c.env("WISP_PLUGIN_DIR", dist);
             c.args([
