@@ -501,7 +501,7 @@ fn warn_over_budget(config: &Config, specs: &[PluginSpec]) {
         each: config
             .engine
             .compile_memory
-            .map_or(crate::plugin::engine::DEFAULT_COMPILE_MEMORY, |m| m.0),
+            .map_or(crate::plugin::compile::DEFAULT_COMPILE_MEMORY, |m| m.0),
     };
     let queues = specs
         .iter()

@@ -4,16 +4,18 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use super::engine::{PluginEngine, Tier};
-use super::error::PluginError;
+use super::calls::WasmHandler;
 use super::loader::{CheckedPlugin, LoadReport, check_with};
-use super::runtime::{PluginRuntime, WasmHandler};
-use super::spec::PluginSpec;
-use super::state::Grants;
-use super::status::{PluginState, PluginStatus};
+use super::state::PluginRuntime;
 use crate::actions::HostServices;
 use crate::informer::shared_informer::HandlerRegistration;
 use crate::informer::{Cache, SharedInformer};
+use crate::plugin::compile::Tier;
+use crate::plugin::engine::PluginEngine;
+use crate::plugin::error::PluginError;
+use crate::plugin::sandbox::state::Grants;
+use crate::plugin::spec::PluginSpec;
+use crate::plugin::status::{PluginState, PluginStatus};
 use crate::sync::lock;
 
 /// A running plugin.
@@ -32,7 +34,7 @@ impl PluginHandle {
     }
 
     /// The version running now: what it says about itself, its module, hash and generation.
-    pub fn running(&self) -> super::status::Running {
+    pub fn running(&self) -> crate::plugin::status::Running {
         self.status.running()
     }
 
