@@ -46,6 +46,7 @@ pub async fn start(
     let (informers, dir, client) =
         build_sharded_informers(config, opts, Some(&executor), shard_view.as_ref()).await?;
     let mut services = services(config, client.clone())?;
+    services.tasks = sup.tasks();
     let custom_view = shard_view.clone();
     let mut fencing = Fencing::new(
         config,
@@ -476,7 +477,7 @@ fn plugin_manager(
     informers: &[Arc<SharedInformer>],
     sup: &Supervisor,
 ) -> anyhow::Result<PluginManager> {
-    let engine = engine(config, opts.compiler.clone())?;
+    let engine = engine(config, opts.compiler.clone(), Some(sup.tasks()))?;
     let e = engine.clone();
     sup.join_on_stop("epoch ticker", move || e.stop_ticker());
     let mut manager = PluginManager::new(engine);
@@ -746,6 +747,7 @@ fn watch_custom_resources(
         leadership: fencing.leadership.clone(),
         executor,
         shard_view: view,
+        sup: sup.clone(),
     };
     sup.spawn(Phase::Intake, "custom resources", OnError::Log, |stop| {
         super::custom::run(me, stop)

@@ -105,8 +105,13 @@ impl PluginEngine {
     pub fn stop_ticker(&self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = lock(&self.ticker).take() {
-            let _ = t.join();
+            crate::tasks::report_join("wisp-epoch", t.join());
         }
+    }
+
+    /// Where the engine's background threads run (the first-load tier's).
+    pub fn tasks(&self) -> &crate::tasks::Tasks {
+        self.modules.tasks()
     }
 
     /// The wasmtime engine.

@@ -48,6 +48,9 @@ pub struct EngineConfig {
     pub first_load_tier: bool,
     /// The least module size the first-load tier applies to, bytes.
     pub first_load_tier_min: usize,
+    /// Where the first-load tier's background threads run (the host's supervisor's: named,
+    /// joined at shutdown, a panic reported).
+    pub tasks: crate::tasks::Tasks,
     /// The largest module file read (`engine.maxModuleSize`), bytes: a larger one is refused
     /// before it is read (see [`crate::plugin::runtime::module_file`]).
     pub max_module_size: u64,
@@ -113,6 +116,7 @@ impl Default for EngineConfig {
             max_compiles: std::thread::available_parallelism().map_or(1, |n| n.get()),
             first_load_tier: false,
             first_load_tier_min: FIRST_LOAD_TIER_MIN,
+            tasks: crate::tasks::Tasks::default(),
             max_module_size: DEFAULT_MAX_MODULE_SIZE,
         }
     }

@@ -21,6 +21,7 @@ use super::loaded::{LoadError, LoadSource, LoadedComponent, Tier, is_wasm_header
 use super::slots::CompileSlots;
 use super::tier_up::{Baseline, TierUpHold, TierUps};
 use crate::sync::lock;
+use crate::tasks::Tasks;
 
 /// The compiled modules, and the compiles that make them.
 pub struct Modules {
@@ -46,6 +47,8 @@ pub struct Modules {
     tier_ups: TierUps,
     /// Modules whose Cranelift compile failed, by cache key, until their backoff ends.
     failed: Mutex<HashMap<String, Failed>>,
+    /// Where the tier-up threads run.
+    tasks: Tasks,
 }
 
 /// The first-load tier's engine, when `config` asks for it.
@@ -118,7 +121,13 @@ impl Modules {
             overdue: Arc::default(),
             tier_ups: TierUps::new(baseline),
             failed: Mutex::default(),
+            tasks: config.tasks.clone(),
         })
+    }
+
+    /// Where the engine's background threads run.
+    pub fn tasks(&self) -> &Tasks {
+        &self.tasks
     }
 
     /// The optimizing engine (the host's).
@@ -300,7 +309,7 @@ impl Modules {
     }
 
     /// Starts the Cranelift compile of a module just compiled with Winch, on a thread of its
-    /// own (once per module).
+    /// own (once per module), under the engine's [`Tasks`].
     fn start_upgrade(self: &Arc<Self>, bytes: &[u8], hash: &str, key: &str) {
         let Some(up) = self.tier_ups.begin(hash) else {
             return;
@@ -311,15 +320,13 @@ impl Modules {
             hash.to_owned(),
             key.to_owned(),
         );
-        let spawned = std::thread::Builder::new()
-            .name("wisp-tier-up".into())
-            .spawn(move || {
-                me.tier_ups.wait_unheld();
-                let began = Instant::now();
-                let out = me.tier_up(&bytes, &module, &key);
-                tracing::info!(module = %&module[..12], took = ?began.elapsed(), ok = out.is_ok(), "background Cranelift compile of a first-load module ended");
-                me.tier_ups.land(&module, &up, out);
-            });
+        let spawned = self.tasks.spawn_thread("wisp-tier-up", move || {
+            me.tier_ups.wait_unheld();
+            let began = Instant::now();
+            let out = me.tier_up(&bytes, &module, &key);
+            tracing::info!(module = %&module[..12], took = ?began.elapsed(), ok = out.is_ok(), "background Cranelift compile of a first-load module ended");
+            me.tier_ups.land(&module, &up, out);
+        });
         if let Err(e) = spawned {
             tracing::warn!(error = %e, "cannot start the background compile; the module stays on its first-load code");
             self.tier_ups.forget(hash);
