@@ -33,7 +33,7 @@ pub mod sandbox;
 pub mod spec;
 pub mod status;
 
-/// The paths of the files before `plugin/` was cut by job, for callers outside it.
+// The paths of the files before `plugin/` was cut by job, kept for callers outside it.
 pub use compile::{budget, cache, compiler, cputime};
 pub use runtime::{loader, manager, module_file, probation, reload, set};
 pub use sandbox::{clock, instance, output, state};
