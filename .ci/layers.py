@@ -5,6 +5,7 @@ A top-level module is a file `host/src/<m>.rs` or a directory `host/src/<m>/`; a
 `crate::<other>` path anywhere in its files (a `use` line or a path in code), tests included
 (`tests.rs` files and `#[cfg(test)]` modules are the module's own). `lib.rs` states the layers;
 this checks that the graph they describe has no cycle, and prints each cycle found.
+`.ci/circles.py` checks the same one level down (inside a module's directory).
 
 Usage: python3 .ci/layers.py [host/src]
 """

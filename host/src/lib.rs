@@ -10,7 +10,8 @@
 //!    (durations and sizes as written in a config), [`kinds`] (Kubernetes' kinds, their name
 //!    rules, where a kind lives on an API server), [`abi`] (the byte layout of plugin ABI 0.2:
 //!    an object's wire form), [`files`] (reading a file someone else named: regular files of
-//!    bounded size only).
+//!    bounded size only), [`tasks`] (background work started inside a layer, run under the
+//!    supervisor: named, joined at shutdown, a panic reported).
 //! 2. [`informer`]: the client-go informer pipeline (reflector, queues, indexer, shared
 //!    informer, processor and listeners, an in-memory source). Knows nothing of wasm or HTTP.
 //! 3. [`source`]: `ListerWatcher`s (the Kubernetes API through `kube`, a directory of
@@ -56,4 +57,5 @@ pub mod reports;
 pub mod scale;
 pub mod source;
 pub mod sync;
+pub mod tasks;
 pub mod units;

@@ -45,7 +45,7 @@ impl CompileArgs {
     fn memory(&self) -> anyhow::Result<u64> {
         let memory = wisp_host::config::parse_bytes(&self.compile_memory)
             .map_err(|e| anyhow::anyhow!("--compile-memory: {e}"))?;
-        let min = wisp_host::plugin::engine::MIN_COMPILE_MEMORY;
+        let min = wisp_host::plugin::compile::MIN_COMPILE_MEMORY;
         if memory < min {
             anyhow::bail!(
                 "--compile-memory: {memory} bytes is too little: at least {}Mi",
@@ -66,7 +66,7 @@ impl CompileArgs {
             .map_err(|e| anyhow::anyhow!("--max-module-size: {e}"))?;
         Ok(PluginEngine::new(EngineConfig {
             compile_timeout: timeout,
-            bound_names: wisp_host::plugin::engine::BoundNames::FLAGS,
+            bound_names: wisp_host::plugin::compile::BoundNames::FLAGS,
             compile_memory: self.memory()?,
             max_module_size,
             compiler: compiler::own_executable(),

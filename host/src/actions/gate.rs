@@ -127,13 +127,18 @@ impl PluginActions {
         // counted into its summary, so a plugin refused in a loop cannot flood either.
         if self.services.audit.refused(entry, reason) {
             // A window opened: its summary is written when it is over, even if nothing follows.
-            if let Some(rt) = &self.services.runtime {
-                let audit = self.services.audit.clone();
-                rt.spawn(async move {
-                    tokio::time::sleep(audit.refusal_window()).await;
-                    audit.flush();
+            let audit = self.services.audit.clone();
+            // Outside a runtime no timer runs: the next record or read writes the summary.
+            let _ = self
+                .services
+                .tasks
+                .spawn("refusal summary", |stop| async move {
+                    tokio::select! {
+                        () = tokio::time::sleep(audit.refusal_window()) => audit.flush(),
+                        // Shutdown: what is over is flushed at the next read.
+                        () = stop.cancelled() => {}
+                    }
                 });
-            }
             tracing::warn!(target: "wisp::plugin", plugin = %self.plugin, verb = verb.as_str(), kind = %t.kind, namespace = t.namespace.as_deref().unwrap_or(""), name = %t.name, error = %e, "action refused (similar refusals in the next {:?} are counted, then summed up in the audit log)", self.services.audit.refusal_window());
             self.report.log(format!(
                 "warn: {} {} {:?} refused: {e}",
@@ -208,23 +213,25 @@ impl PluginActions {
         }
     }
 
-    /// Starts the task that sends this plugin's actions (on first use); `None` without a sink
-    /// or a runtime.
+    /// Starts the task that sends this plugin's actions (on first use), under the host's
+    /// [`Tasks`](crate::tasks::Tasks); `None` without a sink or a runtime.
     fn spawn_sender(&self) -> Option<tokio::sync::mpsc::Sender<Action>> {
         let sink = self.services.sink.clone()?;
-        let rt = self.services.runtime.clone()?;
         let (tx, rx) = tokio::sync::mpsc::channel(self.spec.queue.max(1));
-        let task = rt.spawn(worker(
-            rx,
-            sink,
-            Sender {
-                audit: self.services.audit.clone(),
-                report: self.report.clone(),
-                senders: self.services.senders.clone(),
-            },
-            self.spec.retries,
-            self.spec.backoff,
-        ));
+        let name = format!("action sender of plugin {}", self.plugin);
+        let task = self.services.tasks.spawn(&name, |_| {
+            worker(
+                rx,
+                sink,
+                Sender {
+                    audit: self.services.audit.clone(),
+                    report: self.report.clone(),
+                    senders: self.services.senders.clone(),
+                },
+                self.spec.retries,
+                self.spec.backoff,
+            )
+        })?;
         self.services.senders.register(task);
         Some(tx)
     }

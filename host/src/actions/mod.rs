@@ -83,8 +83,9 @@ pub struct HostServices {
     pub sink: Option<Arc<dyn ActionSink>>,
     /// The audit log.
     pub audit: Arc<AuditLog>,
-    /// Runtime of the per-plugin sender tasks.
-    pub runtime: Option<tokio::runtime::Handle>,
+    /// Where the per-plugin sender tasks and the refusal summary timers run: the host's
+    /// supervisor's [`Tasks`](crate::tasks::Tasks) (named, waited for, a panic reported).
+    pub tasks: crate::tasks::Tasks,
     /// The sender tasks and their phase (drained at shutdown).
     pub senders: Arc<lifecycle::Senders>,
     /// What the policy report writer did (with `policyReports`).
@@ -98,7 +99,7 @@ impl Default for HostServices {
             verdicts: Arc::new(VerdictStore::new()),
             sink: None,
             audit: Arc::new(AuditLog::memory()),
-            runtime: tokio::runtime::Handle::try_current().ok(),
+            tasks: crate::tasks::Tasks::default(),
             senders: Arc::default(),
             reports: Arc::default(),
         }
@@ -115,7 +116,8 @@ impl std::fmt::Debug for HostServices {
 }
 
 impl HostServices {
-    /// Services that send actions with `sink`, running senders on the current runtime.
+    /// Services that send actions with `sink`, running senders on the current runtime (set
+    /// [`HostServices::tasks`] to run them under a supervisor).
     pub fn with_sink(sink: Arc<dyn ActionSink>, audit: Arc<AuditLog>) -> Self {
         Self {
             sink: Some(sink),

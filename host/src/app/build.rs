@@ -259,12 +259,17 @@ pub fn services(config: &Config, client: Option<kube::Client>) -> anyhow::Result
 }
 
 /// The plugin engine for a config; compiles run in child processes of `compiler` when given
-/// ([`crate::plugin::compiler`]).
+/// ([`crate::plugin::compiler`]), its background threads under `tasks` (a supervisor's) when
+/// given.
 pub fn engine(
     config: &Config,
     compiler: Option<std::path::PathBuf>,
+    tasks: Option<crate::tasks::Tasks>,
 ) -> anyhow::Result<Arc<PluginEngine>> {
     let mut ec = EngineConfig::default();
+    if let Some(t) = tasks {
+        ec.tasks = t;
+    }
     if let Some(d) = &config.engine.cache_dir {
         ec.cache_dir = Some(config.resolve(d));
     }

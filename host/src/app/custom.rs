@@ -24,6 +24,7 @@ use kube::core::ApiResource;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use super::supervisor::{OnError, Phase, Supervisor};
 use crate::config::{Config, CustomRef, CustomResourcesConfig, InformerConfig};
 use crate::informer::handler::EventHandler;
 use crate::informer::object::DeletedObject;
@@ -74,6 +75,8 @@ pub struct CustomPlugins {
     /// With `sharding: {mode: shards}`: the hash ranges this member serves; the custom
     /// resources' informers with `shard` (the default) hold only those, as the config's do.
     pub shard_view: Option<Arc<crate::scale::shards::ShardView>>,
+    /// The host's supervisor: the custom resources' informers run under it.
+    pub sup: Arc<Supervisor>,
 }
 
 /// Notifies the reconciler of any change of a watched custom resource.
@@ -91,7 +94,8 @@ impl EventHandler for Nudge {
     }
 }
 
-/// Informers running under a token of their own.
+/// Informers running under a token of their own, as tasks of the supervisor (in the phase of
+/// the reconciler that owns them: their errors and panics logged and counted by name).
 struct Running {
     informers: Vec<Arc<SharedInformer>>,
     stop: CancellationToken,
@@ -99,16 +103,21 @@ struct Running {
 }
 
 impl Running {
-    fn start(informers: Vec<Arc<SharedInformer>>, parent: &CancellationToken) -> Self {
+    fn start(
+        informers: Vec<Arc<SharedInformer>>,
+        parent: &CancellationToken,
+        sup: &Arc<Supervisor>,
+    ) -> Self {
         let stop = parent.child_token();
         let tasks = informers
             .iter()
             .map(|i| {
                 let (i, stop) = (i.clone(), stop.clone());
-                tokio::spawn(async move {
-                    if let Err(e) = i.clone().run(stop.cancelled_owned()).await {
-                        tracing::error!(informer = %i.name(), error = %e, "custom resource informer stopped");
-                    }
+                let task = format!("custom resource informer {}", i.name());
+                sup.spawn_owned(Phase::Intake, &task, OnError::Log, |_| async move {
+                    i.run(stop.cancelled_owned())
+                        .await
+                        .map_err(|e| anyhow::anyhow!("custom resource informer stopped: {e}"))
                 })
             })
             .collect();
@@ -122,6 +131,8 @@ impl Running {
     async fn stop(self) {
         self.stop.cancel();
         for t in self.tasks {
+            // Its error or panic was reported by the supervisor; an error here is only a task
+            // the runtime dropped at its shutdown.
             let _ = t.await;
         }
     }
@@ -224,6 +235,7 @@ pub async fn run(me: CustomPlugins, stop: CancellationToken) -> anyhow::Result<(
         watchers(&me, &cr_config, &nudge)
             .map_err(|e| e.context("cannot watch the custom resources"))?,
         &stop,
+        &me.sup,
     );
     let mut r = Reconciler {
         me,
@@ -377,7 +389,8 @@ impl Reconciler {
         };
         let r = self.reloader.clone();
         let n = name.to_owned();
-        let _ = tokio::task::spawn_blocking(move || r.remove_custom(&n)).await;
+        let removed = tokio::task::spawn_blocking(move || r.remove_custom(&n)).await;
+        crate::tasks::report_blocking("custom resources: remove a plugin", removed.map(drop));
         if let Some((_, scope, running)) = a.informers {
             self.reloader.manager().remove_scoped_informers(&scope);
             running.stop().await;
@@ -515,7 +528,7 @@ impl Reconciler {
         self.reloader
             .manager()
             .add_scoped_informers(&scope, informers.clone());
-        Ok((scope, Running::start(informers, &self.stop)))
+        Ok((scope, Running::start(informers, &self.stop, &self.me.sup)))
     }
 
     /// Writes each resource's status that changed: conditions at once, counters at most every

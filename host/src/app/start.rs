@@ -48,6 +48,7 @@ pub async fn start(
     let (informers, dir, client) =
         build_sharded_informers(config, opts, Some(&executor), shard_view.as_ref()).await?;
     let mut services = services(config, client.clone())?;
+    services.tasks = sup.tasks();
     let custom_view = shard_view.clone();
     let mut fencing = Fencing::new(
         config,
@@ -487,7 +488,7 @@ fn plugin_manager(
     informers: &[Arc<SharedInformer>],
     sup: &Supervisor,
 ) -> anyhow::Result<PluginManager> {
-    let engine = engine(config, opts.compiler.clone())?;
+    let engine = engine(config, opts.compiler.clone(), Some(sup.tasks()))?;
     let e = engine.clone();
     sup.join_on_stop("epoch ticker", move || e.stop_ticker());
     let mut manager = PluginManager::new(engine);
@@ -512,7 +513,7 @@ fn warn_over_budget(config: &Config, specs: &[PluginSpec]) {
         each: config
             .engine
             .compile_memory
-            .map_or(crate::plugin::engine::DEFAULT_COMPILE_MEMORY, |m| m.0),
+            .map_or(crate::plugin::compile::DEFAULT_COMPILE_MEMORY, |m| m.0),
     };
     let queues = specs
         .iter()
@@ -799,6 +800,7 @@ fn watch_custom_resources(
         leadership: fencing.leadership.clone(),
         executor,
         shard_view: view,
+        sup: sup.clone(),
     };
     sup.spawn(Phase::Intake, "custom resources", OnError::Log, |stop| {
         super::custom::run(me, stop)

@@ -15,7 +15,10 @@
 //!    the membership Lease's deletion (shards); the elector renews until then, so the actions of
 //!    step 3 are still sent by a leader.
 //! 5. [`Phase::Servers`]: the admin and metrics servers (they answer `/healthz` to the end).
-//! 6. Threads: the executor's workers and the engine's epoch ticker are joined.
+//! 6. Threads: the executor's workers and the engine's epoch ticker are joined; the background
+//!    work started inside the layers through the supervisor's [`Tasks`] (the first-load tier's
+//!    threads, the plugins' action senders, the refusal summary timers) is told to stop, waited
+//!    for, and its threads joined. A panic there is an [`OnError::Log`] failure like any other.
 //!
 //! **When a task ends with an error**, what happens is the task's [`OnError`], chosen where it is
 //! spawned, by this rule: a task without which the host would go on *silently wrong* is
@@ -36,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::sync::lock;
+use crate::tasks::{Tasks, panic_text};
 
 /// When a task is told to stop (see the module doc for the order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -87,20 +91,36 @@ type Joiner = Box<dyn FnOnce() + Send>;
 pub struct Supervisor {
     phases: [PhaseTasks; 4],
     fatal: Fatal,
-    failures: Mutex<BTreeMap<String, u64>>,
+    failures: Arc<Mutex<BTreeMap<String, u64>>>,
     threads: Mutex<Vec<(String, Joiner)>>,
+    /// The background work the layers start (see the module doc, step 6).
+    tasks: Tasks,
+}
+
+/// Logs and counts the failure of an [`OnError::Log`] task.
+fn log_failure(failures: &Mutex<BTreeMap<String, u64>>, task: &str, error: String) {
+    tracing::error!(task, %error, "a task of the host failed; the host goes on without it");
+    *lock(failures).entry(task.to_owned()).or_default() += 1;
 }
 
 impl Default for Supervisor {
+    /// A supervisor whose background [`Tasks`] run on the current runtime, if any.
     fn default() -> Self {
+        let failures: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
+        let counted = failures.clone();
+        let tasks = Tasks::new(
+            tokio::runtime::Handle::try_current().ok(),
+            Arc::new(move |task: &str, error: String| log_failure(&counted, task, error)),
+        );
         Self {
             phases: Phase::ALL.map(|_| PhaseTasks {
                 token: CancellationToken::new(),
                 tracker: TaskTracker::new(),
             }),
             fatal: Fatal::default(),
-            failures: Mutex::default(),
+            failures,
             threads: Mutex::default(),
+            tasks,
         }
     }
 }
@@ -113,6 +133,11 @@ impl Supervisor {
     /// The token cancelled when `phase` stops.
     pub fn token(&self, phase: Phase) -> CancellationToken {
         self.phases[phase.index()].token.clone()
+    }
+
+    /// The background work of the layers, run under this supervisor (see the module doc).
+    pub fn tasks(&self) -> Tasks {
+        self.tasks.clone()
     }
 
     /// Whether the shutdown has begun (intake stopped).
@@ -158,6 +183,39 @@ impl Supervisor {
         F: FnOnce(CancellationToken) -> Fut,
         Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
     {
+        drop(self.spawn_tracked(handle, phase, name, on_error, task));
+    }
+
+    /// [`Supervisor::spawn`] for an owner that stops the task before its phase does: the handle
+    /// completes once the task ended, however it ended (its error or panic was handled as
+    /// `on_error` says; the handle's own error is only a task the runtime dropped).
+    pub fn spawn_owned<F, Fut>(
+        self: &Arc<Self>,
+        phase: Phase,
+        name: &str,
+        on_error: OnError,
+        task: F,
+    ) -> tokio::task::JoinHandle<()>
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        let handle = tokio::runtime::Handle::current();
+        self.spawn_tracked(&handle, phase, name, on_error, task)
+    }
+
+    fn spawn_tracked<F, Fut>(
+        self: &Arc<Self>,
+        handle: &tokio::runtime::Handle,
+        phase: Phase,
+        name: &str,
+        on_error: OnError,
+        task: F,
+    ) -> tokio::task::JoinHandle<()>
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
         let p = &self.phases[phase.index()];
         let fut = std::panic::AssertUnwindSafe(task(p.token.clone())).catch_unwind();
         let (me, name) = (Arc::downgrade(self), name.to_owned());
@@ -173,7 +231,7 @@ impl Supervisor {
                 }
             },
             handle,
-        );
+        )
     }
 
     /// Registers a thread (or group of threads) to be joined, by `join`, once every phase
@@ -190,10 +248,7 @@ impl Supervisor {
                 lock(&self.fatal.error).get_or_insert_with(|| format!("{task}: {error}"));
                 self.fatal.raised.cancel();
             }
-            OnError::Log => {
-                tracing::error!(task, %error, "a task of the host failed; the host goes on without it");
-                *lock(&self.failures).entry(task.to_owned()).or_default() += 1;
-            }
+            OnError::Log => log_failure(&self.failures, task, error),
         }
     }
 
@@ -236,17 +291,28 @@ impl Supervisor {
         ended
     }
 
-    /// Joins the registered threads, in order, on a blocking thread; `true` when all were
-    /// joined by `deadline` (those left are detached and end with the process).
+    /// Stops and waits for the background [`Tasks`], then joins the registered threads, in
+    /// order, and the tasks' threads, on a blocking thread; `true` when all were joined by
+    /// `deadline` (those left are detached and end with the process).
     pub async fn join_threads(&self, deadline: Instant) -> bool {
+        let tasks_ended = self.tasks.wait(deadline).await;
+        if !tasks_ended {
+            tracing::warn!(
+                left = self.tasks.running(),
+                "background tasks still running when the grace period ran out"
+            );
+        }
         let threads = std::mem::take(&mut *lock(&self.threads));
+        let tasks = self.tasks.clone();
         let join = tokio::task::spawn_blocking(move || {
             for (name, join) in threads {
                 tracing::debug!(thread = %name, "joining");
                 join();
             }
+            tasks.join_threads();
         });
-        let joined = matches!(tokio::time::timeout_at(deadline, join).await, Ok(Ok(())));
+        let joined =
+            tasks_ended & matches!(tokio::time::timeout_at(deadline, join).await, Ok(Ok(())));
         if !joined {
             tracing::warn!("threads still running when the grace period ran out");
         }
@@ -269,15 +335,6 @@ impl Drop for Supervisor {
     fn drop(&mut self) {
         self.cancel_all();
     }
-}
-
-/// The message of a panic payload.
-fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "(no message)".into())
 }
 
 #[cfg(test)]

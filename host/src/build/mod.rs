@@ -44,7 +44,7 @@ pub fn toolchains_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("WISP_TOOLCHAINS") {
         return d.into();
     }
-    crate::plugin::engine::wisp_cache_dir("toolchains")
+    crate::plugin::compile::wisp_cache_dir("toolchains")
         .unwrap_or_else(|| std::env::temp_dir().join("wisp").join("toolchains"))
 }
 

@@ -144,7 +144,7 @@ impl Config {
                 ));
             }
         }
-        let min = crate::plugin::engine::MIN_COMPILE_MEMORY;
+        let min = crate::plugin::compile::MIN_COMPILE_MEMORY;
         if let Some(m) = self.engine.compile_memory
             && m.0 < min
         {

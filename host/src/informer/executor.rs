@@ -364,7 +364,8 @@ impl Executor {
         let me = std::thread::current().id();
         for t in threads {
             if t.thread().id() != me {
-                let _ = t.join();
+                let name = t.thread().name().unwrap_or("wisp-worker").to_owned();
+                crate::tasks::report_join(&name, t.join());
             }
         }
     }

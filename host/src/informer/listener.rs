@@ -401,7 +401,8 @@ impl Listener {
         match &self.runner {
             Runner::Thread(t) => {
                 if let Some(h) = lock(t).take() {
-                    let _ = h.join();
+                    let name = h.thread().name().unwrap_or("wisp-listener").to_owned();
+                    crate::tasks::report_join(&name, h.join());
                 }
             }
             Runner::Pool(_) => {
@@ -523,7 +524,12 @@ impl Shared {
         }))
         .is_err();
         let caught = take_caught();
-        let later = catch_unwind(AssertUnwindSafe(|| handler.unfinished())).unwrap_or(None);
+        let later = catch_unwind(AssertUnwindSafe(|| handler.unfinished())).unwrap_or_else(|p| {
+            // Not swallowed: said, and the batch taken as finished (nothing to resume).
+            let panic = crate::tasks::panic_text(&*p);
+            tracing::error!(listener = %self.name, %panic, "event handler panicked saying whether its batch is finished; taken as finished");
+            None
+        });
         drop(guard);
         if whole || caught.panics > 0 {
             let mut st = lock(&self.queue);

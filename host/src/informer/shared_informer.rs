@@ -676,7 +676,7 @@ impl SharedInformer {
             // leaves it running.
             if process.as_ref().is_none_or(|p| p.is_finished()) {
                 if let Some(p) = process.take() {
-                    let _ = p.join();
+                    crate::tasks::report_join(&format!("wisp-informer-{}", self.name), p.join());
                 }
                 let me = self.clone();
                 process = std::thread::Builder::new()
@@ -725,13 +725,14 @@ impl SharedInformer {
         lock(&self.state).stopped = true;
         self.fifo.close();
         let me = self.clone();
-        let _ = tokio::task::spawn_blocking(move || {
+        let stopped = tokio::task::spawn_blocking(move || {
             if let Some(p) = process {
-                let _ = p.join();
+                crate::tasks::report_join(&format!("wisp-informer-{}", me.name), p.join());
             }
             me.processor.stop();
         })
         .await;
+        crate::tasks::report_blocking("stopping an informer", stopped);
         if let Some(detail) = self.failure() {
             tracing::error!(informer = %self.name, %detail, "informer stopped after a panic");
             return Err(InformerError::Panicked {

@@ -114,7 +114,7 @@ impl Default for Settings {
 
 /// `$XDG_CACHE_HOME/wisp/oci` or `$HOME/.cache/wisp/oci`.
 pub fn default_cache_dir() -> PathBuf {
-    crate::plugin::engine::wisp_cache_dir("oci")
+    crate::plugin::compile::wisp_cache_dir("oci")
         .unwrap_or_else(|| std::env::temp_dir().join("wisp").join("oci"))
 }
 

@@ -105,7 +105,7 @@ pub enum PluginError {
     /// Its compile needed more memory than `engine.compileMemory` (or `--compile-memory`).
     #[error(
         "plugin {plugin:?}: module {path}: compiling needed more memory than {setting} ({}); refused",
-        super::compiler::mib(*limit)
+        super::compile::compiler::mib(*limit)
     )]
     CompileMemory {
         /// Plugin name.
@@ -243,8 +243,8 @@ fn too_slow(limit: std::time::Duration, setting: &str, wall: bool) -> String {
             "compiling did not end within {:?} of wall-clock time ({}x {setting} {limit:?}, the \
              backstop for a compile starved of CPU: the machine or the pod's CPU quota is too \
              busy; raise {setting})",
-            limit * super::engine::WALL_BACKSTOP,
-            super::engine::WALL_BACKSTOP
+            limit * super::compile::WALL_BACKSTOP,
+            super::compile::WALL_BACKSTOP
         )
     } else {
         format!("compiling took more than {setting} ({limit:?} of CPU time)")

@@ -332,7 +332,7 @@ pub struct Running {
     pub abi: &'static str,
     /// Which compiler its code comes from (published with the version, so readers never
     /// take the plugin's runtime lock to learn it).
-    pub tier: super::engine::Tier,
+    pub tier: super::compile::Tier,
 }
 
 /// A metric series a plugin reports: name plus sorted labels.

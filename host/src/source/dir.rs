@@ -907,7 +907,8 @@ impl DirCluster {
             loop {
                 tokio::time::sleep(interval).await;
                 let m = me.clone();
-                let _ = tokio::task::spawn_blocking(move || m.rescan()).await;
+                let rescanned = tokio::task::spawn_blocking(move || m.rescan()).await;
+                crate::tasks::report_blocking("dir: rescan", rescanned);
             }
         };
         tokio::select! {

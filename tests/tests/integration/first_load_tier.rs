@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use wisp_host::admin::plugins::view;
-use wisp_host::plugin::engine::Tier;
+use wisp_host::plugin::compile::Tier;
 use wisp_host::plugin::{EngineConfig, PluginEngine, PluginManager};
 use wisp_tests::pod;
 

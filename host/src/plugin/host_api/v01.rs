@@ -1,12 +1,12 @@
 //! The imports of ABI 0.1 (records): each converts its arguments and calls the 0.2 function,
 //! so both ABIs keep one behaviour.
 
-use super::super::bindings::v01::wisp::plugin::{actions, host, policy, types};
-use super::super::bindings::v01::{
+use crate::plugin::bindings::v01::wisp::plugin::{actions, host, policy, types};
+use crate::plugin::bindings::v01::{
     CacheError, Level, ObjectMetaResult, ObjectResult, OwnerRefResult,
 };
-use super::super::bindings::wisp::plugin as v02;
-use super::super::state::StoreData;
+use crate::plugin::bindings::wisp::plugin as v02;
+use crate::plugin::sandbox::state::StoreData;
 
 /// Converts a cached object to its owned 0.1 WIT form (for cache reads).
 pub fn to_wit(o: &crate::informer::Object) -> ObjectResult {

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use serde_json::json;
 use wisp_host::informer::{Delivery, EventHandler};
-use wisp_host::plugin::engine::LoadSource;
+use wisp_host::plugin::compile::LoadSource;
 use wisp_host::plugin::{EngineConfig, PluginEngine, check_module};
 
 use super::common::*;

@@ -169,8 +169,13 @@ impl Prepared {
         engine: &PluginEngine,
         api: HostApi,
     ) -> anyhow::Result<wisp_host::plugin::instance::Instance> {
-        wisp_host::plugin::instance::Instance::new(engine, &self.pre, api, &self.spec.limits)
-            .map_err(|e| anyhow::anyhow!("{e}"))
+        wisp_host::plugin::instance::Instance::new(
+            engine.metering(),
+            &self.pre,
+            api,
+            &self.spec.limits,
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))
     }
 }
 

@@ -70,7 +70,7 @@ pub(crate) fn isolation_figures(a: &Args) -> anyhow::Result<()> {
         ms(median(times.clone())),
         ms(*times.iter().max().unwrap_or(&Duration::ZERO)),
         ms(spec.limits.deadline),
-        ms(wisp_host::plugin::engine::DEFAULT_EPOCH_TICK)
+        ms(wisp_host::plugin::compile::DEFAULT_EPOCH_TICK)
     );
     Ok(())
 }

@@ -4,16 +4,18 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use super::engine::{PluginEngine, Tier};
-use super::error::PluginError;
+use super::calls::WasmHandler;
 use super::loader::{CheckedPlugin, LoadReport, check_with};
-use super::runtime::{PluginRuntime, WasmHandler};
-use super::spec::PluginSpec;
-use super::state::Grants;
-use super::status::{PluginState, PluginStatus};
+use super::state::PluginRuntime;
 use crate::actions::HostServices;
 use crate::informer::shared_informer::HandlerRegistration;
 use crate::informer::{Cache, SharedInformer};
+use crate::plugin::compile::Tier;
+use crate::plugin::engine::PluginEngine;
+use crate::plugin::error::PluginError;
+use crate::plugin::sandbox::state::Grants;
+use crate::plugin::spec::PluginSpec;
+use crate::plugin::status::{PluginState, PluginStatus};
 use crate::sync::lock;
 
 /// A running plugin.
@@ -32,7 +34,7 @@ impl PluginHandle {
     }
 
     /// The version running now: what it says about itself, its module, hash and generation.
-    pub fn running(&self) -> super::status::Running {
+    pub fn running(&self) -> crate::plugin::status::Running {
         self.status.running()
     }
 
@@ -110,42 +112,41 @@ impl PluginHandle {
         let engine = lock(&self.runtime).engine.clone();
         let runtime = Arc::downgrade(&self.runtime);
         let (name, regs) = (self.name.clone(), self.registrations.clone());
-        let spawned = std::thread::Builder::new()
-            .name("wisp-tier-up".into())
-            .spawn(move || {
-                let compiled = engine.wait_optimized(&hash);
-                let Some(runtime) = runtime.upgrade() else {
+        let tasks = engine.tasks().clone();
+        let spawned = tasks.spawn_thread("wisp-tier-up-reload", move || {
+            let compiled = engine.wait_optimized(&hash);
+            let Some(runtime) = runtime.upgrade() else {
+                return;
+            };
+            let spec = {
+                let rt = lock(&runtime);
+                if let Err(e) = compiled {
+                    let e = super::loader::load_error(&rt.spec, e);
+                    tracing::warn!(plugin = %name, error = %e, "the optimized compile failed; the plugin stays on its first-load code");
+                    rt.status.logs.push(format!("host: stays on its first-load (Winch) code: {e}"));
                     return;
-                };
-                let spec = {
-                    let rt = lock(&runtime);
-                    if let Err(e) = compiled {
-                        let e = super::loader::load_error(&rt.spec, e);
-                        tracing::warn!(plugin = %name, error = %e, "the optimized compile failed; the plugin stays on its first-load code");
-                        rt.status.logs.push(format!("host: stays on its first-load (Winch) code: {e}"));
-                        return;
-                    }
-                    if rt.version.hash != hash || engine.tier(&rt.pre) != Tier::Baseline {
-                        return;
-                    }
-                    rt.spec.clone()
-                };
-                match super::reload::reload(&runtime, spec) {
-                    Ok(report) => {
-                        lock(&runtime).status.logs.push(format!(
-                            "host: moved onto the optimized (Cranelift) code: generation {}",
-                            report.generation
-                        ));
-                        tracing::info!(plugin = %name, generation = report.generation, "moved onto the optimized code");
-                        if report.replay {
-                            replay(&name, &regs);
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(plugin = %name, error = %e, "not moved onto the optimized code; it stays on its first-load code")
+                }
+                if rt.version.hash != hash || engine.tier(&rt.pre) != Tier::Baseline {
+                    return;
+                }
+                rt.spec.clone()
+            };
+            match super::reload::reload(&runtime, spec) {
+                Ok(report) => {
+                    lock(&runtime).status.logs.push(format!(
+                        "host: moved onto the optimized (Cranelift) code: generation {}",
+                        report.generation
+                    ));
+                    tracing::info!(plugin = %name, generation = report.generation, "moved onto the optimized code");
+                    if report.replay {
+                        replay(&name, &regs);
                     }
                 }
-            });
+                Err(e) => {
+                    tracing::warn!(plugin = %name, error = %e, "not moved onto the optimized code; it stays on its first-load code")
+                }
+            }
+        });
         if let Err(e) = spawned {
             tracing::warn!(plugin = %self.name, error = %e, "cannot start the thread that moves the plugin onto its optimized code");
         }

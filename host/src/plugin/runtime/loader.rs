@@ -7,15 +7,17 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::bindings::PluginInfo;
-use super::engine::{LinkError, LoadError, LoadSource, LoadedComponent, PluginEngine, Tier};
-use super::error::PluginError;
-use super::instance::{CallError, Instance};
-use super::runtime::{PluginRuntime, VersionInfo};
-use super::spec::PluginSpec;
-use super::state::Grants;
-use super::status::PluginStatus;
+use super::state::{PluginRuntime, VersionInfo};
 use crate::actions::PluginActions;
+use crate::plugin::bindings::PluginInfo;
+use crate::plugin::compile::{LoadError, LoadSource, LoadedComponent, Tier};
+use crate::plugin::engine::PluginEngine;
+use crate::plugin::error::PluginError;
+use crate::plugin::sandbox::instance::{CallError, Instance};
+use crate::plugin::sandbox::linker::LinkError;
+use crate::plugin::sandbox::state::Grants;
+use crate::plugin::spec::PluginSpec;
+use crate::plugin::status::PluginStatus;
 
 /// How a plugin was loaded: timings for the benchmarks and the log.
 #[derive(Clone, Debug)]
@@ -40,7 +42,7 @@ pub struct CheckedPlugin {
     /// Timings.
     pub report: LoadReport,
     pub(super) spec: PluginSpec,
-    pub(super) pre: super::bindings::PluginPre<super::state::StoreData>,
+    pub(super) pre: crate::plugin::bindings::PluginPre<crate::plugin::sandbox::state::StoreData>,
     pub(super) instance: Instance,
     pub(super) status: Arc<PluginStatus>,
     pub(super) grants: Grants,
@@ -66,7 +68,7 @@ impl CheckedPlugin {
     }
 
     /// The ABI (world version) of the component.
-    pub fn abi(&self) -> super::bindings::Abi {
+    pub fn abi(&self) -> crate::plugin::bindings::Abi {
         self.pre.abi()
     }
 
@@ -146,7 +148,7 @@ pub(super) fn load_error(spec: &PluginSpec, e: LoadError) -> PluginError {
 /// for each check of it.
 #[derive(Clone)]
 pub struct Prepared {
-    pre: super::bindings::PluginPre<super::state::StoreData>,
+    pre: crate::plugin::bindings::PluginPre<crate::plugin::sandbox::state::StoreData>,
     source: LoadSource,
     elapsed: Duration,
     hash: String,
@@ -270,10 +272,10 @@ fn instantiate(
     let failed = |phase, e: CallError| PluginError::Failed {
         plugin: plugin.clone(),
         phase,
-        detail: super::runtime::with_panic_message(&e, &status.logs, logs_before),
+        detail: crate::plugin::sandbox::instance::with_panic_message(&e, &status.logs, logs_before),
     };
-    let mut instance =
-        Instance::new(engine, &pre, api, &spec.limits).map_err(|e| failed("instantiate", e))?;
+    let mut instance = Instance::new(engine.metering(), &pre, api, &spec.limits)
+        .map_err(|e| failed("instantiate", e))?;
     let info = instance.describe().map_err(|e| failed("describe", e))?;
     if informers == Informers::Configured {
         check_informers(spec, &info)?;
@@ -431,7 +433,7 @@ fn host_api(
     spec: &PluginSpec,
     grants: &Grants,
     status: &Arc<PluginStatus>,
-) -> (Arc<PluginActions>, super::state::HostApi) {
+) -> (Arc<PluginActions>, crate::plugin::sandbox::state::HostApi) {
     let name: Arc<str> = spec.name.as_str().into();
     let actions = Arc::new(PluginActions::new(
         name.clone(),
@@ -456,10 +458,10 @@ pub fn describe_file(engine: &Arc<PluginEngine>, module: &Path) -> Option<Plugin
 fn describe_pre(
     engine: &Arc<PluginEngine>,
     spec: &PluginSpec,
-    pre: &super::bindings::PluginPre<super::state::StoreData>,
+    pre: &crate::plugin::bindings::PluginPre<crate::plugin::sandbox::state::StoreData>,
 ) -> Option<PluginInfo> {
     let (_, api) = host_api(spec, &Grants::default(), &Arc::default());
-    Instance::new(engine, pre, api, &spec.limits)
+    Instance::new(engine.metering(), pre, api, &spec.limits)
         .ok()?
         .describe()
         .ok()

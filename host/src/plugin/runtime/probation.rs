@@ -2,29 +2,8 @@
 //! new version's first notifications; if more than the threshold of them fail, it is swapped
 //! back and those notifications are delivered to it again, so it misses nothing.
 
-use std::sync::Arc;
-
-use super::bindings::PluginPre;
-use super::instance::Instance;
-use super::runtime::{PluginRuntime, VersionInfo};
-use super::spec::PluginSpec;
-use super::state::StoreData;
-use super::status::PluginCounters;
-
-/// The version being replaced, kept while the new one proves itself.
-pub struct Probation {
-    pub(super) spec: PluginSpec,
-    pub(super) settings: String,
-    pub(super) pre: PluginPre<StoreData>,
-    pub(super) instance: Option<Instance>,
-    pub(super) version: VersionInfo,
-    pub(super) actions: Arc<crate::actions::PluginActions>,
-    /// Notifications the new version handled so far, and how many of them failed.
-    pub(super) seen: u32,
-    pub(super) failed: u32,
-    /// Those notifications (with their informer), to give to the previous version on a rollback.
-    pub(super) buffer: Vec<(String, crate::informer::Delivery)>,
-}
+use super::state::{PluginRuntime, VersionInfo};
+use crate::plugin::status::PluginCounters;
 
 impl PluginRuntime {
     /// Counts a batch handled on probation; commits or rolls back when the verdict is in.
@@ -69,7 +48,8 @@ impl PluginRuntime {
             ..p.version
         };
         self.consecutive_failures = 0;
-        self.status.set_state(super::status::PluginState::Running);
+        self.status
+            .set_state(crate::plugin::status::PluginState::Running);
         PluginCounters::add(&self.status.counters.rollbacks, 1);
         self.version.publish(&self.spec, &self.status);
         let msg = format!(

@@ -10,14 +10,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::bindings::PluginPre;
-use super::error::PluginError;
-use super::instance::Instance;
 use super::loader::{LoadReport, check_with};
-use super::runtime::{PluginRuntime, VersionInfo};
-use super::spec::PluginSpec;
-use super::state::StoreData;
-use super::status::PluginCounters;
+use super::state::{PluginRuntime, VersionInfo};
+use crate::plugin::bindings::PluginPre;
+use crate::plugin::error::PluginError;
+use crate::plugin::sandbox::instance::Instance;
+use crate::plugin::sandbox::state::StoreData;
+use crate::plugin::spec::PluginSpec;
+use crate::plugin::status::PluginCounters;
 use crate::sync::lock;
 
 /// What a reload did.
@@ -87,7 +87,7 @@ impl PluginRuntime {
         spec: PluginSpec,
         pre: PluginPre<StoreData>,
         mut instance: Instance,
-        info: super::bindings::PluginInfo,
+        info: crate::plugin::bindings::PluginInfo,
         load: LoadReport,
         actions: Arc<crate::actions::PluginActions>,
     ) -> Result<ReloadReport, PluginError> {
@@ -129,7 +129,7 @@ impl PluginRuntime {
             tier: self.engine.tier(&pre),
         };
         let settings = spec.settings.to_string();
-        let old = super::probation::Probation {
+        let old = super::state::Probation {
             spec: std::mem::replace(&mut self.spec, spec),
             settings: std::mem::replace(&mut self.settings, settings),
             pre: std::mem::replace(&mut self.pre, pre),
@@ -147,7 +147,8 @@ impl PluginRuntime {
         let c = &self.status.counters;
         PluginCounters::add(&c.reloads, 1);
         self.version.publish(&self.spec, &self.status);
-        self.status.set_state(super::status::PluginState::Running);
+        self.status
+            .set_state(crate::plugin::status::PluginState::Running);
         self.status.logs.push(format!(
             "host: reloaded: generation {generation}, {} {}",
             self.version.info.name, self.version.info.version

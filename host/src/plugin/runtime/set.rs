@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, RwLock, RwLockWriteGuard};
 
-use super::PluginHandle;
+use super::manager::PluginHandle;
 use crate::sync::{read, write};
 
 /// The running plugins, in start order. Cloning shares the set.

@@ -1,5 +1,5 @@
 //! A plugin's stdout and stderr: lines go to the host log, tagged with the plugin's name,
-//! within its log budget (see [`LogRing::emit`](super::status::LogRing::emit)): stdout at INFO,
+//! within its log budget (see [`LogRing::emit`](crate::plugin::status::LogRing::emit)): stdout at INFO,
 //! stderr at WARN (where interpreters write tracebacks and Rust writes panics). Nothing reaches
 //! the host's own stdio.
 
@@ -11,8 +11,8 @@ use bytes::Bytes;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
 
-use super::spec::LogLevel;
-use super::status::PluginStatus;
+use crate::plugin::spec::LogLevel;
+use crate::plugin::status::PluginStatus;
 use crate::sync::lock;
 
 /// Longest line kept; longer output is cut into pieces of this size.

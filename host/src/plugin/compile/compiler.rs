@@ -37,10 +37,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::budget::CgroupMemory;
-use super::engine::{BoundNames, WALL_BACKSTOP};
+use wasmtime::Config;
 
-use super::engine::LoadError;
+use super::budget::CgroupMemory;
+use super::config::{BoundNames, WALL_BACKSTOP};
+
+use super::loaded::LoadError;
 
 /// The hidden subcommand of the `wisp` binary that runs one compile.
 pub const SUBCOMMAND: &str = "__compile";
@@ -65,6 +67,20 @@ pub struct ArtifactSettings {
     /// `engine.firstLoadTier`): ~6x faster to compile, ~1.75x slower to run. Its artifacts load
     /// only into an engine on Winch.
     pub baseline: bool,
+}
+
+/// The wasmtime settings of an engine: the parent's and a compile child's are made here, so an
+/// artifact the child writes loads into the parent's engine.
+pub fn wasm_config(s: ArtifactSettings) -> Config {
+    let mut c = Config::new();
+    c.wasm_component_model(true);
+    c.epoch_interruption(s.epoch_interruption);
+    c.consume_fuel(s.fuel);
+    if s.baseline {
+        // Winch compiles the same epoch checks (function entries, loop headers) and fuel.
+        c.strategy(wasmtime::Strategy::Winch);
+    }
+    c
 }
 
 impl ArtifactSettings {
@@ -104,7 +120,7 @@ pub fn child_main(settings: ArtifactSettings) -> i32 {
         eprintln!("reading the module from stdin: {e}");
         return EXIT_IO;
     }
-    let engine = match wasmtime::Engine::new(&super::engine::wasm_config(settings)) {
+    let engine = match wasmtime::Engine::new(&wasm_config(settings)) {
         Ok(e) => e,
         Err(e) => {
             eprintln!("the compiler's engine: {e:#}");

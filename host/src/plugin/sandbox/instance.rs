@@ -11,11 +11,28 @@ use std::time::Duration;
 
 use wasmtime::{Store, Trap};
 
-use super::batch::Batch;
-use super::bindings::{Outcome, PluginInfo, PluginPre, v01, v02};
-use super::engine::PluginEngine;
-use super::spec::Limits;
 use super::state::{HostApi, StoreData};
+use crate::plugin::batch::Batch;
+use crate::plugin::bindings::{Outcome, PluginInfo, PluginPre, v01, v02};
+use crate::plugin::spec::Limits;
+use crate::plugin::status::LogRing;
+
+/// The epoch tick and fuel metering of the engine a store runs on
+/// ([`crate::plugin::PluginEngine::metering`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Metering {
+    /// The epoch tick: deadlines are enforced to within one.
+    pub tick: Duration,
+    /// Whether fuel metering is on.
+    pub fuel: bool,
+}
+
+impl Metering {
+    /// Epoch ticks for a deadline (at least one).
+    pub fn deadline_ticks(&self, deadline: Duration) -> u64 {
+        (deadline.as_nanos().div_ceil(self.tick.as_nanos())).max(1) as u64
+    }
+}
 
 /// Most bytes one host call may make the host copy out of a plugin, whatever its memory limit
 /// (see [`host_call_budget`]): above the API server's largest request body (3 MiB), so any
@@ -64,6 +81,28 @@ impl std::fmt::Display for CallError {
     }
 }
 
+/// `e` with the guest's panic message, when it printed one to stderr (since log position
+/// `logs_before`) before it trapped.
+pub fn with_panic_message(e: &CallError, logs: &LogRing, logs_before: u64) -> String {
+    let stderr: Vec<String> = logs
+        .since(logs_before)
+        .into_iter()
+        .filter_map(|l| l.strip_prefix("stderr: ").map(str::to_owned))
+        .collect();
+    let said = stderr.iter().position(|l| l.contains("panicked")).map(|i| {
+        stderr[i..]
+            .iter()
+            .take(2)
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(" ")
+    });
+    match said {
+        Some(p) => format!("{e} ({})", p.trim()),
+        None => e.to_string(),
+    }
+}
+
 /// The instantiated component, in its world.
 enum Guest {
     V0_1(v01::Plugin),
@@ -89,16 +128,16 @@ pub struct Instance {
 impl Instance {
     /// A fresh store and instance from the pre-instantiated component.
     pub fn new(
-        engine: &PluginEngine,
+        metering: Metering,
         pre: &PluginPre<StoreData>,
         api: HostApi,
         limits: &Limits,
     ) -> Result<Self, CallError> {
-        off_async(|| Self::instantiate(engine, pre, api, limits))
+        off_async(|| Self::instantiate(metering, pre, api, limits))
     }
 
     fn instantiate(
-        engine: &PluginEngine,
+        metering: Metering,
         pre: &PluginPre<StoreData>,
         api: HostApi,
         limits: &Limits,
@@ -112,11 +151,11 @@ impl Instance {
         store.set_hostcall_fuel(host_call_budget(limits.memory));
         // Handles of component resources live in host tables: wasmtime's default is 100,000.
         store.set_max_component_handles(super::state::MAX_WASI_RESOURCES);
-        store.epoch_deadline_callback(deadline_check(engine.tick()));
+        store.epoch_deadline_callback(deadline_check(metering.tick));
         // Instantiation runs wasm (start functions): arm the startup deadline first.
         store.data_mut().clock.start();
-        store.set_epoch_deadline(engine.deadline_ticks(limits.startup_deadline));
-        if engine.fuel() {
+        store.set_epoch_deadline(metering.deadline_ticks(limits.startup_deadline));
+        if metering.fuel {
             let _ = store.set_fuel(limits.fuel.unwrap_or(u64::MAX));
         }
         let plugin = match pre {
@@ -140,10 +179,10 @@ impl Instance {
         Ok(Self {
             store,
             plugin,
-            tick: engine.tick(),
+            tick: metering.tick,
             startup_left: Some(limits.startup_deadline.saturating_sub(spent)),
             limits: limits.clone(),
-            fuel_engine: engine.fuel(),
+            fuel_engine: metering.fuel,
             metadata_only: false,
             handle,
         })
@@ -274,7 +313,7 @@ impl Instance {
                     f.call(s, (param,)).map(|(r,)| r)
                 })
             }
-            Guest::V0_1(_) => super::runtime::with_wit_batch(informer, batch, |wit| {
+            Guest::V0_1(_) => super::wit_batch::with_wit_batch(informer, batch, |wit| {
                 self.call(batch.len(), |p, s| match p {
                     Guest::V0_1(p) => p.wisp_plugin_listener().call_handle(s, wit),
                     Guest::V0_2(_) => Err(wasmtime::Error::msg("the instance changed ABI")),
@@ -342,8 +381,8 @@ pub const MAX_PLUGIN_MESSAGE: usize = 4096;
 
 /// `text` cut to `max` bytes and escaped to one printable line, in place.
 fn bound_text(text: &mut String, max: usize) {
-    let clipped = super::status::clip(text, max);
-    let bounded = super::status::escape_line(&clipped);
+    let clipped = crate::plugin::status::clip(text, max);
+    let bounded = crate::plugin::status::escape_line(&clipped);
     if bounded != text.as_str() {
         *text = bounded.into_owned();
     }

@@ -12,10 +12,10 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::clock::CallClock;
 use super::output::LogStream;
-use super::spec::LogLevel;
-use super::status::PluginStatus;
 use crate::actions::{HostServices, PluginActions};
 use crate::informer::Cache;
+use crate::plugin::spec::LogLevel;
+use crate::plugin::status::PluginStatus;
 
 /// What one table element costs in host memory (wasmtime keeps a pointer per element).
 pub const TABLE_ELEMENT_BYTES: usize = std::mem::size_of::<usize>();
@@ -233,7 +233,7 @@ impl StoreData {
 
 impl StoreData {
     /// The WASI resource table and the call's clock, apart.
-    pub(super) fn table_and_clock(&mut self) -> (&mut ResourceTable, &mut CallClock) {
+    pub fn table_and_clock(&mut self) -> (&mut ResourceTable, &mut CallClock) {
         (&mut self.table, &mut self.clock)
     }
 }

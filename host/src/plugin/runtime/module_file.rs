@@ -11,26 +11,20 @@
 //! after its size was looked at, is refused, not read until the host runs out of memory.
 //!
 //! Whether a link at the path's last component is followed is the spec's
-//! ([`super::spec::PluginSpec::module_links`]): the config file's paths follow links (a
+//! ([`crate::plugin::spec::PluginSpec::module_links`]): the config file's paths follow links (a
 //! Kubernetes ConfigMap mount is a chain of them), a custom resource's do not.
 
 use std::io::Read;
 use std::path::Path;
 
-use super::error::PluginError;
 use crate::files::{self, FileRefused, Links};
+use crate::plugin::error::PluginError;
 
-/// The default of `engine.maxModuleSize`: the example Python and JavaScript components are 19
-/// and 12 MB, a Rust one under 1 MB; also the default of `oci.maxModuleSize`.
-pub const DEFAULT_MAX_MODULE_SIZE: u64 = 64 << 20;
+pub use crate::plugin::compile::DEFAULT_MAX_MODULE_SIZE;
+pub use crate::plugin::compile::loaded::is_wasm_header;
 
 /// How many bytes of a module are read before anything else: the magic and the version.
-const HEADER: u64 = 8;
-
-/// Whether `bytes` start as a WebAssembly file does (`\0asm` and a 4-byte version).
-pub fn is_wasm_header(bytes: &[u8]) -> bool {
-    bytes.len() >= HEADER as usize && bytes.starts_with(b"\0asm")
-}
+const HEADER: u64 = crate::plugin::compile::loaded::WASM_HEADER as u64;
 
 /// The bytes of the module file `path` of plugin `plugin` (named in errors): a regular file of
 /// at most `cap` bytes that starts as WebAssembly does, a link at its last component followed

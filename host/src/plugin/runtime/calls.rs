@@ -11,85 +11,16 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::bindings::v01::{
-    Added, Deleted, Delivery, Notification, ObjectMetaParam, ObjectParam, OwnerRefParam, Updated,
-};
-use super::bindings::{Outcome, PluginPre};
-use super::engine::PluginEngine;
-use super::instance::{CallError, Instance};
-use super::spec::{FailurePolicy, PluginSpec};
-use super::state::{Grants, HostApi, StoreData};
-use super::status::{PluginCounters, PluginState, PluginStatus};
+use super::state::{InHand, PendingRetry, PluginRuntime, VersionInfo};
 use crate::informer::backoff::{Backoff, BackoffConfig};
-use crate::informer::{self, DeletedObject, EventHandler};
+use crate::informer::{self, EventHandler};
+use crate::plugin::bindings::Outcome;
+use crate::plugin::engine::PluginEngine;
+use crate::plugin::sandbox::instance::{CallError, Instance, with_panic_message};
+use crate::plugin::sandbox::state::{Grants, HostApi};
+use crate::plugin::spec::{FailurePolicy, PluginSpec};
+use crate::plugin::status::{PluginCounters, PluginState, PluginStatus};
 use crate::sync::lock;
-
-/// The mutable heart of a plugin.
-pub struct PluginRuntime {
-    pub(super) name: Arc<str>,
-    pub(super) spec: PluginSpec,
-    pub(super) settings: String,
-    pub(super) engine: Arc<PluginEngine>,
-    pub(super) pre: PluginPre<StoreData>,
-    pub(super) grants: Grants,
-    pub(super) status: Arc<PluginStatus>,
-    /// The running version's actions (its instances share the rate limit and sender).
-    pub(super) actions: Arc<crate::actions::PluginActions>,
-    /// `None` after a failure until the next delivery makes a fresh one.
-    pub(super) instance: Option<Instance>,
-    pub(super) consecutive_failures: u32,
-    /// What the running version said about itself, and its module hash.
-    pub(super) version: VersionInfo,
-    /// The previous version, kept while a newly loaded one proves itself.
-    pub(super) probation: Option<super::probation::Probation>,
-    /// While set (during a listener's turn: [`PluginRuntime::begin`], [`PluginRuntime::resume`]),
-    /// a failed notification under the retry policy is queued in `retries` instead of retried on
-    /// the spot.
-    pub(super) defer_retries: bool,
-    /// Failed notifications of the batch in hand waiting for their retry, first due first.
-    pub(super) retries: std::collections::VecDeque<PendingRetry>,
-    /// The batch in hand while the rest of it waits: items of a cut call to deliver again, or
-    /// retries.
-    pub(super) in_hand: Option<InHand>,
-}
-
-/// A notification that failed and waits for its next retry.
-pub(super) struct PendingRetry {
-    informer: String,
-    delivery: informer::Delivery,
-    /// Retries left.
-    left: u32,
-    /// The waits before the next ones.
-    backoff: Backoff,
-    due: Instant,
-    /// Why its first attempt failed (what the log and quarantine say if it never succeeds).
-    why: String,
-}
-
-/// A batch not finished in the turn that began it: its call was cut, so its items are delivered
-/// again one by one, a turn each; or some of its notifications wait for their retries.
-pub(super) struct InHand {
-    informer: String,
-    batch: Vec<informer::Delivery>,
-    failed_before: u64,
-    /// The next item of `batch` to deliver again alone (the call with the whole batch was cut:
-    /// deadline, trap, memory, fuel); `batch.len()` when none is left.
-    redeliver: usize,
-}
-
-impl InHand {
-    /// Whether items of a cut batch are still to be delivered again.
-    fn redelivering(&self) -> bool {
-        self.redeliver < self.batch.len()
-    }
-
-    /// The next item to deliver again alone, if any; it counts as taken.
-    fn next_redelivery(&mut self) -> Option<informer::Delivery> {
-        let d = self.batch.get(self.redeliver)?.clone();
-        self.redeliver += 1;
-        Some(d)
-    }
-}
 
 /// Longest wait between two retries of a notification (the backoff doubles up to it).
 pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
@@ -105,130 +36,6 @@ fn after(wait: Duration) -> Instant {
     let now = Instant::now();
     now.checked_add(wait)
         .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
-}
-
-/// Identity of a version (the running one, or the one kept on probation).
-#[derive(Clone, Debug)]
-pub struct VersionInfo {
-    /// What the plugin said about itself.
-    pub info: super::bindings::PluginInfo,
-    /// SHA-256 of its module.
-    pub hash: String,
-    /// 1 for the first version, +1 per reload (and per rollback).
-    pub generation: u64,
-    /// The version of the `wisp:plugin` world its component targets.
-    pub abi: super::bindings::Abi,
-    /// Which compiler its code comes from.
-    pub tier: super::engine::Tier,
-}
-
-impl VersionInfo {
-    /// Publishes this version, loaded from `spec`'s module, in the plugin's status.
-    pub(super) fn publish(&self, spec: &super::PluginSpec, status: &PluginStatus) {
-        status.set_running(super::status::Running {
-            plugin_name: self.info.name.clone(),
-            version: self.info.version.clone(),
-            module: spec.module.clone(),
-            origin: spec.origin.clone(),
-            hash: self.hash.clone(),
-            generation: self.generation,
-            abi: self.abi.version(),
-            tier: self.tier,
-        });
-    }
-}
-
-/// The slices a borrowed object needs (the WIT form wants `&[(&str, &str)]` for labels).
-struct MetaParts<'a> {
-    labels: Vec<(&'a str, &'a str)>,
-    annotations: Vec<(&'a str, &'a str)>,
-    owners: Vec<OwnerRefParam<'a>>,
-}
-
-impl<'a> MetaParts<'a> {
-    fn of(o: &'a informer::Object) -> Self {
-        let m = o.meta();
-        Self {
-            labels: m.labels().collect(),
-            annotations: m.annotations().collect(),
-            owners: m
-                .owner_references()
-                .map(|r| OwnerRefParam {
-                    api_version: r.api_version,
-                    kind: r.kind,
-                    name: r.name,
-                    uid: r.uid,
-                    controller: r.controller,
-                })
-                .collect(),
-        }
-    }
-
-    fn object(&'a self, o: &'a informer::Object) -> ObjectParam<'a> {
-        let m = o.meta();
-        ObjectParam {
-            meta: ObjectMetaParam {
-                api_version: m.api_version(),
-                kind: m.kind(),
-                namespace: m.namespace(),
-                name: m.name(),
-                uid: m.uid(),
-                resource_version: m.resource_version(),
-                labels: &self.labels,
-                annotations: &self.annotations,
-                owner_references: &self.owners,
-            },
-            json: o.json(),
-        }
-    }
-}
-
-/// Runs `f` on the 0.1 WIT form of a batch (records), borrowed from the cached objects (no
-/// copies).
-pub(super) fn with_wit_batch<R>(
-    informer: &str,
-    batch: &[informer::Delivery],
-    f: impl FnOnce(&[Delivery<'_>]) -> R,
-) -> R {
-    let parts: Vec<(MetaParts<'_>, Option<MetaParts<'_>>)> = batch
-        .iter()
-        .map(|d| match &d.notification {
-            informer::Notification::Add { obj, .. } => (MetaParts::of(obj), None),
-            informer::Notification::Update { old, new } => {
-                (MetaParts::of(new), Some(MetaParts::of(old)))
-            }
-            informer::Notification::Delete { obj } => (MetaParts::of(obj.object()), None),
-        })
-        .collect();
-    let wit: Vec<Delivery<'_>> = batch
-        .iter()
-        .zip(&parts)
-        .map(|(d, (p, old_p))| {
-            let notification = match &d.notification {
-                informer::Notification::Add { obj, initial_list } => Notification::Added(Added {
-                    object: p.object(obj),
-                    initial_list: *initial_list,
-                }),
-                informer::Notification::Update { old, new } => Notification::Updated(Updated {
-                    old: old_p
-                        .as_ref()
-                        .map_or_else(|| p.object(new), |op| op.object(old)),
-                    new: p.object(new),
-                    resync: d.notification.is_resync(),
-                }),
-                informer::Notification::Delete { obj } => Notification::Deleted(Deleted {
-                    object: p.object(obj.object()),
-                    final_state_unknown: matches!(obj, DeletedObject::Tombstone(_)),
-                }),
-            };
-            Delivery {
-                seq: d.seq,
-                informer,
-                notification,
-            }
-        })
-        .collect();
-    f(&wit)
 }
 
 impl PluginRuntime {
@@ -294,7 +101,7 @@ impl PluginRuntime {
                 &self.status,
                 &self.actions,
             );
-            let mut inst = Instance::new(&self.engine, &self.pre, api, &self.spec.limits)
+            let mut inst = Instance::new(self.engine.metering(), &self.pre, api, &self.spec.limits)
                 .map_err(|e| e.to_string())?;
             inst.set_metadata_only(self.version.info.metadata_only);
             match inst.init(&self.settings) {
@@ -661,32 +468,6 @@ impl PluginRuntime {
             }
             Err(e) => self.settle(informer, d, e.to_string()),
         }
-    }
-}
-
-/// `e` with the guest's panic message, when it printed one to stderr (since log position
-/// `logs_before`) before it trapped.
-pub(super) fn with_panic_message(
-    e: &CallError,
-    logs: &super::status::LogRing,
-    logs_before: u64,
-) -> String {
-    let stderr: Vec<String> = logs
-        .since(logs_before)
-        .into_iter()
-        .filter_map(|l| l.strip_prefix("stderr: ").map(str::to_owned))
-        .collect();
-    let said = stderr.iter().position(|l| l.contains("panicked")).map(|i| {
-        stderr[i..]
-            .iter()
-            .take(2)
-            .map(String::as_str)
-            .collect::<Vec<_>>()
-            .join(" ")
-    });
-    match said {
-        Some(p) => format!("{e} ({})", p.trim()),
-        None => e.to_string(),
     }
 }
 
