@@ -9,6 +9,8 @@
 //! - idle instance memory, a stuck call's cut time against its deadline;
 //! - heap per cached object vs kube-runtime's Store;
 //! - hot reload latency (call and file change, cache hit and miss);
+//! - the first-load tier: each example plugin on its Winch and its Cranelift code, compile and
+//!   per-notification cost (`bench/tiers.rs`);
 //! - the informer core vs kube-runtime's watcher + reflector over the test API server;
 //! - pipeline throughput into 1, 8, 64 listeners, wasm vs native (`bench/pipeline.rs`);
 //! - delivery latency p50 / p99 under steady load, alone and next to a stuck plugin, each on a
@@ -48,6 +50,8 @@ mod reload;
 mod scale;
 #[path = "bench/smaps.rs"]
 mod smaps;
+#[path = "bench/tiers.rs"]
+mod tiers;
 use common::*;
 
 use wisp_host::plugin::{EngineConfig, PluginEngine};
@@ -79,6 +83,7 @@ const SECTIONS: [&str; 10] = [
     "isolation",
     "memory",
     "reload",
+    "tiers",
     "core",
     "pipeline",
     "latency",
@@ -122,7 +127,7 @@ fn args() -> anyhow::Result<Args> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: wisp-bench [--quick] [--plugins DIR] [--only SECTION,...] [--callgrind]\n\nDIR holds the compiled plugins (default: $WISP_PLUGIN_DIR or plugins/dist).\nSECTION: {} (default: all).\n--callgrind: instead of the sections, the delivery rows' instructions per notification\n(host and guest apart) under valgrind --tool=callgrind, modules from a precompiled cache.",
+                    "usage: wisp-bench [--quick] [--plugins DIR] [--only SECTION,...] [--callgrind]\n\nDIR holds the compiled plugins (default: $WISP_PLUGIN_DIR or plugins/dist).\nSECTION: {} (default: all).\n--callgrind: instead of the sections, the delivery rows' instructions per notification\n(host and guest apart) under valgrind --tool=callgrind, modules from a precompiled cache;\nwith --only tiers, the audit-log examples on their Winch and Cranelift code instead\n(WISP_TIERS_ONLY=-js: only the plugins whose file names contain -js).",
                     SECTIONS.join(", ")
                 );
                 std::process::exit(0);
@@ -177,6 +182,9 @@ fn main() -> anyhow::Result<()> {
     }
     if a.runs("reload") {
         rt.block_on(reload::reload_figures(&a))?;
+    }
+    if a.runs("tiers") {
+        tiers::tier_figures(&a)?;
     }
     if a.runs("core") {
         rt.block_on(informer_core::core_figures(&a))?;

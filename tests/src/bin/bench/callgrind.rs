@@ -33,7 +33,7 @@ use crate::Args;
 
 /// The function callgrind collects in: each row's notifications, delivered in batches.
 #[inline(never)]
-fn cg_measured_notifications(
+pub(crate) fn cg_measured_notifications(
     deliver: &mut dyn FnMut(&[Delivery]),
     items: &[Delivery],
     batch: usize,
@@ -95,6 +95,12 @@ fn rows() -> Vec<Row> {
     rows
 }
 
+/// Whether `--only tiers` asks for the first-load tier's rows (`bench/tiers.rs`) instead of the
+/// delivery rows.
+fn tier_rows(a: &Args) -> bool {
+    a.only.iter().any(|s| s == "tiers")
+}
+
 fn notifications(quick: bool) -> usize {
     if quick { 128 } else { 512 }
 }
@@ -144,6 +150,9 @@ fn load_all(
 /// `--callgrind-prepare`, run under `valgrind --tool=none`: compiles the bench plugins into the
 /// cache for the CPU valgrind emulates.
 pub(crate) fn prepare(a: &Args, cache: &Path) -> anyhow::Result<()> {
+    if tier_rows(a) {
+        return super::tiers::cg_prepare(a, cache);
+    }
     let on = engine(cache, true)?;
     let off = engine(cache, false)?;
     load_all(&a.plugin_dir, &[(true, &on), (false, &off)], false)
@@ -151,6 +160,9 @@ pub(crate) fn prepare(a: &Args, cache: &Path) -> anyhow::Result<()> {
 
 /// The child, run under callgrind: every row once, each inside [`cg_measured_notifications`].
 pub(crate) fn child(a: &Args, cache: &Path) -> anyhow::Result<()> {
+    if tier_rows(a) {
+        return super::tiers::cg_child(a, cache);
+    }
     let items = deliveries(notifications(a.quick));
     let on = engine(cache, true)?;
     let off = engine(cache, false)?;
@@ -182,6 +194,11 @@ pub(crate) fn child(a: &Args, cache: &Path) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map_or_else(String::new, |f| f.to_string_lossy().into_owned())
 }
 
 /// Writes `chunk` as one batch (ABI 0.2) into `buf`, reused.
@@ -216,9 +233,9 @@ fn wasm_row(
 
 /// Instructions of one dump: the host's (code in ELF objects) and the guest's (the rest).
 #[derive(Default, Clone, Copy)]
-struct Split {
-    host: u64,
-    guest: u64,
+pub(crate) struct Split {
+    pub(crate) host: u64,
+    pub(crate) guest: u64,
 }
 
 impl Split {
@@ -317,6 +334,9 @@ fn run_child(a: &Args, dir: &Path, cache: &Path) -> anyhow::Result<Vec<Split>> {
     if a.quick {
         c.arg("--quick");
     }
+    if tier_rows(a) {
+        c.args(["--only", "tiers"]);
+    }
     let out = c.output().context("running valgrind (is it installed?)")?;
     if !out.status.success() {
         bail!(
@@ -327,7 +347,11 @@ fn run_child(a: &Args, dir: &Path, cache: &Path) -> anyhow::Result<Vec<Split>> {
         );
     }
     let files = dumps(dir)?;
-    let want = rows().len();
+    let want = if tier_rows(a) {
+        super::tiers::cg_rows(&a.plugin_dir).len()
+    } else {
+        rows().len()
+    };
     if files.len() != want {
         bail!(
             "callgrind wrote {} dumps, expected {want} (one per row)",
@@ -368,13 +392,18 @@ pub(crate) fn callgrind_figures(a: &Args) -> anyhow::Result<()> {
     let exe = std::env::current_exe()?;
     let cache = exe.with_file_name("wisp-callgrind-cache");
     let t = std::time::Instant::now();
-    let out = Command::new("valgrind")
+    let mut prepare = Command::new("valgrind");
+    prepare
         .args(["--tool=none", "-q"])
         .arg(&exe)
         .arg("--plugins")
         .arg(&a.plugin_dir)
         .arg("--callgrind-prepare")
-        .arg(&cache)
+        .arg(&cache);
+    if tier_rows(a) {
+        prepare.args(["--only", "tiers"]);
+    }
+    let out = prepare
         .output()
         .context("running valgrind (is it installed?)")?;
     if !out.status.success() {
@@ -389,10 +418,30 @@ pub(crate) fn callgrind_figures(a: &Args) -> anyhow::Result<()> {
         cache.display(),
         t.elapsed().as_secs_f64()
     );
-    provenance(&a.plugin_dir)?;
-    let n = notifications(a.quick);
+    let files: Vec<String> = if tier_rows(a) {
+        let present = super::tiers::plugins(&a.plugin_dir);
+        present.map(|p| p.file.to_owned()).collect()
+    } else {
+        [false, true]
+            .map(|meta| file_name(&plugin(&a.plugin_dir, meta)))
+            .into()
+    };
+    provenance(&a.plugin_dir, &files)?;
+    let n = if tier_rows(a) {
+        super::tiers::cg_notifications(a.quick)
+    } else {
+        notifications(a.quick)
+    };
     let t = std::time::Instant::now();
     let splits = run_child(a, &dir, &cache)?;
+    if tier_rows(a) {
+        println!(
+            "\n## The first-load tier: instructions per notification (callgrind; {n} pod updates per row; {:.1} s under valgrind)\n",
+            t.elapsed().as_secs_f64()
+        );
+        super::tiers::cg_print(a, &splits, n);
+        return Ok(());
+    }
     println!(
         "\n## Instructions per notification (callgrind; {n} pods of ~2 KB per row; {:.1} s under valgrind)\n",
         t.elapsed().as_secs_f64()
@@ -406,14 +455,14 @@ pub(crate) fn callgrind_figures(a: &Args) -> anyhow::Result<()> {
 /// only when both lines match what was meant: a `wisp-bench` built in one worktree run with
 /// another's plugins (or a binary left in a shared target dir) counts one's host code and the
 /// other's guest code (issue 31: a "rerun on main" read the host side of an unmerged probe).
-fn provenance(plugin_dir: &Path) -> anyhow::Result<()> {
+fn provenance(plugin_dir: &Path, files: &[String]) -> anyhow::Result<()> {
     use sha2::Digest;
     let built = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap_or(Path::new("/"));
     println!("wisp-bench built from the checkout {}", built.display());
-    for meta in [false, true] {
-        let path = plugin(plugin_dir, meta);
+    for file in files {
+        let path = plugin_dir.join(file);
         let bytes = std::fs::read(&path).with_context(|| format!("{}", path.display()))?;
         let hash = sha2::Sha256::digest(&bytes);
         let hex: String = hash[..8].iter().map(|b| format!("{b:02x}")).collect();
