@@ -77,7 +77,7 @@ enum Mode {
 }
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 10] = [
+const SECTIONS: [&str; 11] = [
     "load",
     "delivery",
     "isolation",

@@ -64,7 +64,7 @@ pub struct ArtifactSettings {
     /// Fuel metering (its checks are compiled in).
     pub fuel: bool,
     /// Compiled by Winch, wasmtime's baseline compiler (the first-load tier,
-    /// `engine.firstLoadTier`): ~6x faster to compile, ~1.75x slower to run. Its artifacts load
+    /// `engine.firstLoadTier`): ~6x faster to compile, 1.6-2.2x the guest instructions to run. Its artifacts load
     /// only into an engine on Winch.
     pub baseline: bool,
 }

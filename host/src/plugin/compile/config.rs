@@ -41,7 +41,7 @@ pub struct EngineConfig {
     /// beyond waits for one to end. The memory plan counts this many `compile_memory`.
     pub max_compiles: usize,
     /// The first-load tier (`engine.firstLoadTier`): a module of at least `first_load_tier_min`
-    /// bytes that is in neither cache is compiled with Winch (~6x faster to compile, ~1.75x
+    /// bytes that is in neither cache is compiled with Winch (~6x faster to compile, 1.6-2.2x
     /// slower to run) so its plugin starts at once, and with Cranelift in the background into
     /// the module cache; the plugins running the Winch code are then reloaded onto it
     /// ([`crate::plugin::runtime::manager`]). Off: every module is compiled with Cranelift before it starts.

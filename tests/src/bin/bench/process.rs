@@ -472,6 +472,20 @@ fn cold_start_once(a: &Args, wisp: &Path, cgroup: Option<&CpuCgroup>) -> anyhow:
         );
         std::thread::sleep(Duration::from_millis(100));
     };
+    // Where the time went: each check and compile, from the host's log.
+    let log = host.log();
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("checked plugin=") || l.contains("compiled in a child process"))
+        .collect();
+    let setting = if cgroup.is_some() {
+        "0.5 core"
+    } else {
+        "no quota"
+    };
+    for line in said {
+        eprintln!("cold start, {setting}: {line}");
+    }
     host.stop(Duration::from_secs(30))?;
     Ok(ColdStart { first, optimized })
 }

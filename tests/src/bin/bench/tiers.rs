@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use wisp_host::informer::{Delivery, Notification, Object};
-use wisp_host::plugin::engine::{LoadSource, Tier};
+use wisp_host::plugin::compile::{LoadSource, Tier};
 use wisp_host::plugin::runtime::PluginRuntime;
 use wisp_host::plugin::{EngineConfig, PluginEngine};
 
