@@ -556,8 +556,9 @@ impl AttachAsChecked<'_> {
 
 /// Step: every plugin checked (compiled, or loaded from the module cache, and initialised),
 /// several at once (as many as the executor has `workers`), each named in `/readyz` until done;
-/// with `attach`, each started as soon as it is checked (the rest are returned). The first to
-/// fail, in config order, refuses the start, once every check is done.
+/// with `attach`, each started as soon as it is checked (the rest are returned); background
+/// tier-ups wait until every check is done. The first to fail, in config order, refuses the
+/// start, once every check is done.
 async fn check_plugins(
     manager: PluginManager,
     specs: Vec<PluginSpec>,
@@ -568,6 +569,11 @@ async fn check_plugins(
     let parallel = workers.clamp(1, specs.len().max(1));
     let n = specs.len();
     let startup = startup.clone();
+    // No background tier-up takes a compile slot before every start is checked: between two
+    // checks no start waits for a slot, and with one slot (`executor.workers` follows a CPU
+    // quota: one in a 0.5-core pod) a tier-up taken then held the next start for its whole
+    // Cranelift compile (~25 s in 0.5 core).
+    let _tier_ups = manager.engine().hold_tier_up();
     let manager = Arc::new(manager);
     let checker = manager.clone();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
