@@ -1293,6 +1293,54 @@ fn big_bomb() -> Vec<u8> {
     common::rig::compile_bomb(1, 3000, 5000)
 }
 
+/// Issue 42, item 3: with one compile slot (`executor.workers: 1`, what a 0.5-core quota gives
+/// by default) no background tier-up takes the slot before every start is checked: the second
+/// large module's first-load compile does not wait behind the first one's Cranelift compile
+/// (in a 0.5-core quota each such wait was ~25 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_one_compile_slot_every_start_is_checked_before_a_tier_up_takes_it() {
+    let (py, js) = (plugin_path("audit-log-py"), plugin_path("audit-log-js"));
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("cluster");
+    std::fs::create_dir(&cluster).unwrap();
+    std::fs::write(
+        cluster.join("pod.yaml"),
+        serde_json::to_string(&wisp_tests::pod("shop", "web-0")).unwrap(),
+    )
+    .unwrap();
+    let config = dir.path().join("wisp.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "source: dir:cluster\ninformers:\n  - {{name: pods, apiVersion: v1, kind: Pod}}\n\
+             plugins:\n  - {{name: audit-py, module: {}, informers: [pods]}}\n  \
+             - {{name: audit-js, module: {}, informers: [pods]}}\n\
+             executor: {{workers: 1}}\nengine: {{cacheDir: modules}}\n\
+             admin: {{listen: \"127.0.0.1:0\"}}\n",
+            py.display(),
+            js.display()
+        ),
+    )
+    .unwrap();
+    let mut w = Wisp::run("one-slot", dir.path(), &config, "5s");
+    w.logged("checked plugin=audit-js", Duration::from_secs(300))
+        .await;
+    let log = w.log();
+    let lines: Vec<&str> = log.lines().collect();
+    let at = |f: &dyn Fn(&str) -> bool| lines.iter().position(|l| f(l));
+    let checked = at(&|l| l.contains("checked plugin=audit-js")).unwrap();
+    // A Cranelift compile (`baseline=false`) that ended before the last start was checked
+    // held the only slot meanwhile.
+    let cranelift =
+        at(&|l| l.contains("compiled in a child process") && l.contains("baseline=false"));
+    assert!(
+        cranelift.is_none_or(|c| c > checked),
+        "a tier-up ended before the last start was checked:\n{log}"
+    );
+    assert!(log.contains("checked plugin=audit-py ok=true"), "{log}");
+    assert!(log.contains("checked plugin=audit-js ok=true"), "{log}");
+}
+
 /// Issue 42, item 3: at start a plugin runs as soon as it is checked: the informers list while
 /// the plugins compile, and a small plugin delivers while a large one, listed first, still
 /// compiles (before, every plugin waited for the slowest compile: in a 0.5-core quota the Rust
