@@ -228,16 +228,17 @@ def check(d, found):
     return count
 
 
-sys.setrecursionlimit(10000)
-dirs = [pathlib.Path(a) for a in sys.argv[1:]] or [SRC / "plugin"]
-found, checked = [], 0
-for d in dirs:
-    checked += check(d, found)
-if found:
-    print(f"{len(found)} import cycle(s) inside {', '.join(map(str, dirs))}:")
-    for d, scc, inside in found:
-        print(f"  {d}: " + ", ".join(scc))
-        for a in scc:
-            print(f"    {a} -> {', '.join(inside[a])}")
-    sys.exit(1)
-print(f"no import cycle in the {checked} module directories under {', '.join(map(str, dirs))}")
+if __name__ == "__main__":
+    sys.setrecursionlimit(10000)
+    dirs = [pathlib.Path(a) for a in sys.argv[1:]] or [SRC / "plugin"]
+    found, checked = [], 0
+    for d in dirs:
+        checked += check(d, found)
+    if found:
+        print(f"{len(found)} import cycle(s) inside {', '.join(map(str, dirs))}:")
+        for d, scc, inside in found:
+            print(f"  {d}: " + ", ".join(scc))
+            for a in scc:
+                print(f"    {a} -> {', '.join(inside[a])}")
+        sys.exit(1)
+    print(f"no import cycle in the {checked} module directories under {', '.join(map(str, dirs))}")

@@ -34,37 +34,12 @@ for m in sorted(modules):
                 if other in modules and other != m:
                     edges[m].add(other)
 
-# Strongly connected components (Tarjan).
-index, low, on, stack, sccs, counter = {}, {}, set(), [], [], [0]
-
-
-def visit(v):
-    index[v] = low[v] = counter[0]
-    counter[0] += 1
-    stack.append(v)
-    on.add(v)
-    for w in sorted(edges[v]):
-        if w not in index:
-            visit(w)
-            low[v] = min(low[v], low[w])
-        elif w in on:
-            low[v] = min(low[v], index[w])
-    if low[v] == index[v]:
-        scc = []
-        while True:
-            w = stack.pop()
-            on.discard(w)
-            scc.append(w)
-            if w == v:
-                break
-        if len(scc) > 1:
-            sccs.append(sorted(scc))
-
-
+# Strongly connected components: the one Tarjan of .ci/circles.py.
 sys.setrecursionlimit(10000)
-for v in sorted(modules):
-    if v not in index:
-        visit(v)
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from circles import sccs_of  # noqa: E402
+
+sccs = sccs_of(sorted(modules), edges)
 
 if sccs:
     print(f"{len(sccs)} import cycle(s) between top-level modules of {root}:")
