@@ -457,29 +457,7 @@ async fn sigterm_under_a_slow_server_audits_every_accepted_action_once_and_exits
 /// timeline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_start_answers_health_at_once_and_names_the_plugins_compiling() {
-    let (py, js) = (plugin_path("audit-log-py"), plugin_path("audit-log-js"));
-    let dir = tempfile::tempdir().unwrap();
-    let cluster = dir.path().join("cluster");
-    std::fs::create_dir(&cluster).unwrap();
-    std::fs::write(
-        cluster.join("pod.yaml"),
-        serde_json::to_string(&wisp_tests::pod("shop", "web-0")).unwrap(),
-    )
-    .unwrap();
-    let config = dir.path().join("wisp.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "source: dir:cluster\ninformers:\n  - {{name: pods, apiVersion: v1, kind: Pod}}\n\
-             plugins:\n  - {{name: audit-py, module: {}, informers: [pods]}}\n  \
-             - {{name: audit-js, module: {}, informers: [pods]}}\n\
-             executor: {{workers: 2}}\nengine: {{cacheDir: modules}}\n\
-             admin: {{listen: \"127.0.0.1:0\"}}\n",
-            py.display(),
-            js.display()
-        ),
-    )
-    .unwrap();
+    let (dir, config) = python_and_js_audit_logs(2);
     let mut w = Wisp::run("cold", dir.path(), &config, "5s");
     let admin = w.admin().await;
     let mut healthy = None;
@@ -1293,12 +1271,10 @@ fn big_bomb() -> Vec<u8> {
     common::rig::compile_bomb(1, 3000, 5000)
 }
 
-/// Issue 42, item 3: with one compile slot (`executor.workers: 1`, what a 0.5-core quota gives
-/// by default) no background tier-up takes the slot before every start is checked: the second
-/// large module's first-load compile does not wait behind the first one's Cranelift compile
-/// (in a 0.5-core quota each such wait was ~25 s).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_one_compile_slot_every_start_is_checked_before_a_tier_up_takes_it() {
+/// A directory with one pod in a `dir:` source and a config running the Python and the
+/// JavaScript audit-log plugins on `workers` executor workers (as many compile slots), an
+/// empty module cache and the admin server on a free port; and the config's path.
+fn python_and_js_audit_logs(workers: usize) -> (tempfile::TempDir, PathBuf) {
     let (py, js) = (plugin_path("audit-log-py"), plugin_path("audit-log-js"));
     let dir = tempfile::tempdir().unwrap();
     let cluster = dir.path().join("cluster");
@@ -1315,13 +1291,23 @@ async fn with_one_compile_slot_every_start_is_checked_before_a_tier_up_takes_it(
             "source: dir:cluster\ninformers:\n  - {{name: pods, apiVersion: v1, kind: Pod}}\n\
              plugins:\n  - {{name: audit-py, module: {}, informers: [pods]}}\n  \
              - {{name: audit-js, module: {}, informers: [pods]}}\n\
-             executor: {{workers: 1}}\nengine: {{cacheDir: modules}}\n\
+             executor: {{workers: {workers}}}\nengine: {{cacheDir: modules}}\n\
              admin: {{listen: \"127.0.0.1:0\"}}\n",
             py.display(),
             js.display()
         ),
     )
     .unwrap();
+    (dir, config)
+}
+
+/// Issue 42, item 3: with one compile slot (`executor.workers: 1`, what a 0.5-core quota gives
+/// by default) no background tier-up takes the slot before every start is checked: the second
+/// large module's first-load compile does not wait behind the first one's Cranelift compile
+/// (in a 0.5-core quota each such wait was ~25 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_one_compile_slot_every_start_is_checked_before_a_tier_up_takes_it() {
+    let (dir, config) = python_and_js_audit_logs(1);
     let mut w = Wisp::run("one-slot", dir.path(), &config, "5s");
     w.logged("checked plugin=audit-js", Duration::from_secs(300))
         .await;
