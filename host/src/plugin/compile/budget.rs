@@ -37,7 +37,7 @@ impl CgroupMemory {
     }
 
     /// [`CgroupMemory::of_self`] under `root` for the `/proc/self/cgroup` text `membership`.
-    fn in_root(root: &Path, membership: &str) -> Option<Self> {
+    pub(super) fn in_root(root: &Path, membership: &str) -> Option<Self> {
         // v2: "0::/path"; v1: "N:memory:/path" (or "N:...,memory,...:/path").
         let v2 = membership.lines().find_map(|l| l.strip_prefix("0::"));
         let v1 = membership.lines().find_map(|l| {
@@ -108,12 +108,6 @@ impl CgroupMemory {
             }
         }
         found.then_some(sum)
-    }
-
-    /// [`CgroupMemory::in_root`], for other modules' tests.
-    #[cfg(test)]
-    pub fn in_root_for_tests(root: &Path, membership: &str) -> Option<Self> {
-        Self::in_root(root, membership)
     }
 
     /// How close to the limit the unreclaimable bytes may come while a compile runs: the

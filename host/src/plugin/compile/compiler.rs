@@ -617,7 +617,7 @@ mod tests {
         std::fs::create_dir(&cgroup).unwrap();
         std::fs::write(cgroup.join("memory.max"), format!("{}\n", 192u64 << 20)).unwrap();
         let membership = "0::/pod\n";
-        let container = CgroupMemory::in_root_for_tests(dir.path(), membership).unwrap();
+        let container = CgroupMemory::in_root(dir.path(), membership).unwrap();
         let l = ChildCompiler {
             container: Some(container),
             ..limits()
