@@ -102,7 +102,8 @@ use crate::informer::selector::LabelSelector;
 use crate::informer::shared_informer::OnPanic;
 use crate::informer::{Overflow, QueueBound, RelistResyncs};
 use crate::plugin::spec::{
-    DEFAULT_BATCH_MAX, DEFAULT_OVERFLOW, DEFAULT_QUEUE_BYTES, DEFAULT_QUEUE_MAX, MIN_QUEUE_BYTES,
+    DEFAULT_BATCH_MAX, DEFAULT_OVERFLOW, DEFAULT_QUEUE_BYTES, DEFAULT_QUEUE_MAX, DEFAULT_RETRIES,
+    MIN_QUEUE_BYTES,
 };
 use crate::plugin::{FailurePolicy, Limits, LogLevel, OnFailure, PluginSpec};
 

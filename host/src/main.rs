@@ -157,7 +157,10 @@ Custom resources (customResources, source: kube only; off when omitted): plugins
   WispPlugin (namespaced) and ClusterWispPlugin (wisp.io/v1alpha1; CRDs in deploy/crds.yaml),
   applied through the reload path (checks, signature policy, probation, rollback). A WispPlugin
   sees and acts only in its own namespace; grants must be covered by allowedGrants (default
-  none), limits, batch and queue.max at most maxLimits. Status by server-side apply (field
+  none), every limit at most maxLimits; at most maxPerNamespace (20) of a namespace and
+  maxTotal (200) taken; concurrentApplies (4) applied at once, concurrentAppliesPerNamespace
+  (1) of a namespace, namespaces in turn; in a container with a memory limit, one that does not
+  fit the memory plan is refused (OverBudget). Status by server-side apply (field
   manager wisp, only while leading): conditions ModuleReady, Running, Degraded (with the
   reason), module digest, ABI, last error, counters; conditions written on change (looked at
   every second), counters at most every statusInterval (30s). `wisp rbac` grants the verbs. See

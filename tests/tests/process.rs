@@ -7,6 +7,8 @@
 //! bounds are on them, not on a runtime shared with other tests.
 
 mod common;
+#[path = "process/tenants.rs"]
+mod tenants;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

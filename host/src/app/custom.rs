@@ -15,8 +15,9 @@
 //! written before this replica runs its plugins (a standby waits for the Lease), and status
 //! writes stop while it does not hold the Lease.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, OnceLock};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -30,10 +31,11 @@ use crate::informer::handler::EventHandler;
 use crate::informer::object::DeletedObject;
 use crate::informer::object::Object;
 use crate::informer::{Executor, SharedInformer};
-use crate::plugin::PluginState;
 use crate::plugin::status::PluginCounters as C;
+use crate::plugin::{PluginSpec, PluginState};
 use crate::reloader::{ReloadError, Reloader};
 use crate::scale::lease::Leadership;
+use crate::sync::lock;
 
 pub use crate::config::custom::{GROUP, KINDS, VERSION};
 /// The field manager of the status writes.
@@ -41,7 +43,12 @@ pub const FIELD_MANAGER: &str = "wisp";
 /// How often conditions are looked at (and written when they changed).
 const CONDITION_CHECK: Duration = Duration::from_secs(1);
 /// Refusals tried again at each resync (they may pass later).
-const TRANSIENT: [&str; 3] = ["PullFailed", "SignatureRefused", "KindNotServed"];
+const TRANSIENT: [&str; 4] = [
+    "PullFailed",
+    "SignatureRefused",
+    "KindNotServed",
+    "OverBudget",
+];
 /// The refusal of a resource past `maxPerNamespace` or `maxTotal`: it holds no place and is
 /// looked at again at each reconcile (taken once a place is free).
 const TOO_MANY: &str = "TooMany";
@@ -238,23 +245,38 @@ pub async fn run(me: CustomPlugins, stop: CancellationToken) -> anyhow::Result<(
         &me.sup,
     );
     let mut r = Reconciler {
-        me,
-        reloader,
+        ctx: Arc::new(Ctx {
+            me,
+            reloader,
+            stop: stop.clone(),
+            scopes: AtomicU64::new(0),
+            reserved: Mutex::new(BTreeMap::new()),
+            memory_limit: crate::plugin::budget::cgroup_memory_limit(),
+        }),
         settings: cr_config,
         applied: BTreeMap::new(),
-        scopes: 0,
-        stop: stop.clone(),
+        busy: BTreeMap::new(),
+        jobs: tokio::task::JoinSet::new(),
+        ids: HashMap::new(),
+        turn: None,
     };
     let mut tick = tokio::time::interval(CONDITION_CHECK);
     let mut resync = tokio::time::interval(RESYNC);
     loop {
         tokio::select! {
             _ = stop.cancelled() => break,
+            Some(done) = r.jobs.join_next_with_id(), if !r.jobs.is_empty() => {
+                r.finish(done);
+                r.reconcile(&watchers.informers, false).await;
+            }
             _ = nudge.notified() => r.reconcile(&watchers.informers, false).await,
             _ = resync.tick() => r.reconcile(&watchers.informers, true).await,
             _ = tick.tick() => r.write_statuses().await,
         }
     }
+    // Applies in flight are dropped (their informers stop with `stop`; a check running in a
+    // blocking thread ends at its own bounds).
+    r.jobs.shutdown().await;
     for (_, a) in std::mem::take(&mut r.applied) {
         if let Some((_, _, running)) = a.informers {
             running.stop().await;
@@ -318,19 +340,43 @@ fn seen(obj: &Object) -> Option<Seen> {
     })
 }
 
-struct Reconciler {
+/// What an apply needs, shared by the applies that run at once.
+struct Ctx {
     me: CustomPlugins,
     reloader: Arc<Reloader>,
+    stop: CancellationToken,
+    /// Numbers the informer scopes of the resources' plugins.
+    scopes: AtomicU64,
+    /// The worst-case memory of each version being applied (see [`Ctx::reserve_memory`]).
+    reserved: Mutex<BTreeMap<String, u64>>,
+    /// The container's memory limit, if it has one.
+    memory_limit: Option<u64>,
+}
+
+struct Reconciler {
+    ctx: Arc<Ctx>,
     settings: CustomResourcesConfig,
     applied: BTreeMap<String, Applied>,
-    scopes: u64,
-    stop: CancellationToken,
+    /// The resources being applied (their record is with the apply), by name.
+    busy: BTreeMap<String, CustomRef>,
+    jobs: tokio::task::JoinSet<(String, Applied)>,
+    /// The name of each apply in `jobs` (a panicked one is known by its id).
+    ids: HashMap<tokio::task::Id, String>,
+    /// The namespace last given an apply: the next goes to the one after it.
+    turn: Option<String>,
+}
+
+/// The namespace a resource's applies are taken in turn by (`""`: the cluster-scoped ones).
+fn turn_of(cr: &CustomRef) -> String {
+    cr.namespace.clone().unwrap_or_default()
 }
 
 impl Reconciler {
     /// Brings the plugins in line with the custom resources cached now; with `retry`, a
-    /// generation refused for what may pass later (a registry, a kind not served yet) is
-    /// tried again.
+    /// generation refused for what may pass later (a registry, a kind not served yet, the
+    /// memory plan) is tried again. Each resource to apply is started when an apply is free
+    /// (`concurrentApplies`, `concurrentAppliesPerNamespace`), in turn by namespace; the
+    /// others wait for the next reconcile, which each finished apply starts.
     async fn reconcile(&mut self, watchers: &[Arc<SharedInformer>], retry: bool) {
         let mut now: BTreeMap<String, Seen> = BTreeMap::new();
         for s in watchers
@@ -353,7 +399,14 @@ impl Reconciler {
         for a in self.applied.values().filter(|a| a.holds_place()) {
             places.count(&a.cr);
         }
+        for cr in self.busy.values() {
+            places.count(cr);
+        }
+        let mut wanted: BTreeMap<String, Vec<(String, Seen)>> = BTreeMap::new();
         for (name, s) in now {
+            if self.busy.contains_key(&name) {
+                continue;
+            }
             let holds = self.applied.get(&name).is_some_and(Applied::holds_place);
             if !holds && let Err(e) = places.take(&s.cr, &self.settings) {
                 self.refuse_count(name, s, e);
@@ -365,10 +418,71 @@ impl Reconciler {
                         && !(retry && a.refused.as_ref().is_some_and(|r| TRANSIENT.contains(&r.0)))
                 });
             if !current {
-                self.apply(name, s).await;
+                wanted.entry(turn_of(&s.cr)).or_default().push((name, s));
             }
         }
+        self.start_applies(wanted);
         self.write_statuses().await;
+    }
+
+    /// Starts applies of `wanted` (by namespace) while there are free ones, a namespace at a
+    /// time in turn, none past its namespace's share.
+    fn start_applies(&mut self, mut wanted: BTreeMap<String, Vec<(String, Seen)>>) {
+        let all = self.settings.concurrent_applies();
+        let per_namespace = self.settings.concurrent_applies_per_namespace();
+        while self.busy.len() < all {
+            let open = |ns: &String, waiting: &Vec<(String, Seen)>| {
+                !waiting.is_empty()
+                    && self.busy.values().filter(|cr| turn_of(cr) == *ns).count() < per_namespace
+            };
+            let after = self.turn.clone().unwrap_or_default();
+            let next = wanted
+                .iter()
+                .filter(|(ns, w)| **ns > after && open(ns, w))
+                .chain(wanted.iter().filter(|(ns, w)| open(ns, w)))
+                .map(|(ns, _)| ns.clone())
+                .next();
+            let Some(ns) = next else { break };
+            let (name, s) = wanted.get_mut(&ns).map(|w| w.remove(0)).expect("chosen");
+            self.turn = Some(ns);
+            self.start_apply(name, s);
+        }
+    }
+
+    /// Applies `s` in a task of its own; its record comes back through [`Reconciler::finish`].
+    fn start_apply(&mut self, name: String, s: Seen) {
+        let a = self
+            .applied
+            .remove(&name)
+            .unwrap_or_else(|| Applied::new(&s));
+        self.busy.insert(name.clone(), s.cr.clone());
+        let ctx = self.ctx.clone();
+        let n = name.clone();
+        let task = self
+            .jobs
+            .spawn(async move { (n.clone(), ctx.apply(&n, a, s).await) });
+        self.ids.insert(task.id(), name);
+    }
+
+    /// Takes back the record of a finished apply; one that panicked is forgotten (logged), so
+    /// the next reconcile applies its resource again.
+    fn finish(
+        &mut self,
+        done: Result<(tokio::task::Id, (String, Applied)), tokio::task::JoinError>,
+    ) {
+        match done {
+            Ok((id, (name, a))) => {
+                self.ids.remove(&id);
+                self.busy.remove(&name);
+                self.applied.insert(name, a);
+            }
+            Err(e) => {
+                if let Some(name) = self.ids.remove(&e.id()) {
+                    self.busy.remove(&name);
+                }
+                crate::tasks::report_blocking("custom resources: apply", Err(e));
+            }
+        }
     }
 
     /// Records a resource refused for the count caps (it runs nothing and holds no place);
@@ -387,154 +501,25 @@ impl Reconciler {
         let Some(a) = self.applied.remove(name) else {
             return;
         };
-        let r = self.reloader.clone();
+        let r = self.ctx.reloader.clone();
         let n = name.to_owned();
         let removed = tokio::task::spawn_blocking(move || r.remove_custom(&n)).await;
         crate::tasks::report_blocking("custom resources: remove a plugin", removed.map(drop));
         if let Some((_, scope, running)) = a.informers {
-            self.reloader.manager().remove_scoped_informers(&scope);
+            self.ctx.reloader.manager().remove_scoped_informers(&scope);
             running.stop().await;
         }
         tracing::info!(plugin = %name, "custom resource deleted: plugin stopped");
     }
 
-    /// Applies one new generation of a resource; what is refused is kept for its status.
-    async fn apply(&mut self, name: String, s: Seen) {
-        let mut a = self
-            .applied
-            .remove(&name)
-            .unwrap_or_else(|| Applied::new(&s));
-        a.generation = s.generation;
-        a.refused = match self.try_apply(&mut a, &s).await {
-            Ok(msg) => {
-                tracing::info!(resource = %s.cr, "{msg}");
-                None
-            }
-            Err((reason, e)) => {
-                tracing::error!(resource = %s.cr, reason, error = %e, "custom resource refused; what runs is unchanged");
-                Some((reason, e))
-            }
-        };
-        if a.refused.is_none() {
-            a.rollbacks_at = self
-                .handle(&name)
-                .map_or(0, |h| C::get(&h.status().counters.rollbacks));
-        }
-        self.applied.insert(name, a);
-    }
-
     fn handle(&self, name: &str) -> Option<Arc<crate::plugin::PluginHandle>> {
-        self.reloader.running_plugin(name)
-    }
-
-    /// Validates, pulls, starts the informers, then starts or changes the plugin.
-    async fn try_apply(
-        &mut self,
-        a: &mut Applied,
-        s: &Seen,
-    ) -> Result<String, (&'static str, String)> {
-        // The config in force now: its `oci` keys and engine, as a file reload would use.
-        let mut cfg = self
-            .reloader
-            .config()
-            .custom_plugin(&s.cr, &s.spec)
-            .map_err(|r| (r.reason, r.to_string()))?;
-        cfg.pull_oci(Some(&a.pulled)).await.map_err(|e| {
-            let reason = if e.contains("signature") || e.contains("not signed") {
-                "SignatureRefused"
-            } else {
-                "PullFailed"
-            };
-            (reason, e)
-        })?;
-        let fresh = match &a.informers {
-            Some((defs, scope, _)) if *defs == cfg.informers => Err(scope.clone()),
-            _ => Ok(self.start_informers(&s.cr, &cfg).await?),
-        };
-        let mut spec = cfg.plugin_specs().remove(0);
-        // A tenant's path: a link at its last component is not followed (modulePaths).
-        spec.module_links = crate::files::Links::Refuse;
-        spec.informer_scope = Some(match &fresh {
-            Ok((scope, _)) => scope.clone(),
-            Err(scope) => scope.clone(),
-        });
-        let r = self.reloader.clone();
-        let applied = tokio::task::spawn_blocking(move || r.apply_custom(spec))
-            .await
-            .unwrap_or_else(|e| Err(ReloadError::Refused(format!("the reload failed: {e}"))));
-        match (applied, fresh) {
-            (Ok(msg), Ok((scope, running))) => {
-                if let Some((_, old, running)) = a.informers.take() {
-                    self.reloader.manager().remove_scoped_informers(&old);
-                    running.stop().await;
-                }
-                a.informers = Some((cfg.informers.clone(), scope, running));
-                a.pulled = cfg.oci_pulled.clone();
-                Ok(msg)
-            }
-            (Ok(msg), Err(_)) => {
-                a.pulled = cfg.oci_pulled.clone();
-                Ok(msg)
-            }
-            (Err(e), fresh) => {
-                if let Ok((scope, running)) = fresh {
-                    self.reloader.manager().remove_scoped_informers(&scope);
-                    running.stop().await;
-                }
-                let e = match e {
-                    ReloadError::Refused(e) | ReloadError::UnknownPlugin(e) => e,
-                };
-                let reason = if e.contains("settings rejected") {
-                    "SettingsRefused"
-                } else if e.contains("defines a plugin named") {
-                    "NameClash"
-                } else {
-                    "ModuleRefused"
-                };
-                Err((reason, e))
-            }
-        }
-    }
-
-    /// The inline informers of `cfg` (kinds checked by discovery), running, registered with
-    /// the manager under a new scope. A kind discovery does not find is `KindNotServed`
-    /// (tried again); one it lists as cluster-scoped, or whose scope it cannot tell, refuses a
-    /// `WispPlugin`.
-    async fn start_informers(
-        &mut self,
-        cr: &CustomRef,
-        cfg: &Config,
-    ) -> Result<(String, Running), (&'static str, String)> {
-        let mut informers = Vec::new();
-        for (i, inf) in cfg.informers.iter().enumerate() {
-            let found = super::build::discover(&self.me.client, cfg, i)
-                .await
-                .map_err(|e| {
-                    let e = format!("{e:#}").replace(": informers[", ": spec.informers[");
-                    ("KindNotServed", e)
-                })?;
-            if let Some(ns) = &cr.namespace {
-                namespaced_kind(cfg, i, ns, found.namespaced)?;
-            }
-            let view = self.me.shard_view.as_ref();
-            let lw = super::build::kube_lister(&self.me.client, &found.resource, inf, view);
-            informers.push(
-                super::build::informer(inf, lw, Some(&self.me.executor), false)
-                    .map_err(|e| ("Invalid", format!("{}: {e:#}", cfg.file)))?,
-            );
-        }
-        self.scopes += 1;
-        let scope = format!("{}#{}", cfg.plugins[0].name, self.scopes);
-        self.reloader
-            .manager()
-            .add_scoped_informers(&scope, informers.clone());
-        Ok((scope, Running::start(informers, &self.stop, &self.me.sup)))
+        self.ctx.reloader.running_plugin(name)
     }
 
     /// Writes each resource's status that changed: conditions at once, counters at most every
     /// `statusInterval`; nothing while this replica does not hold the Lease.
     async fn write_statuses(&mut self) {
-        if let Some(l) = &self.me.leadership
+        if let Some(l) = &self.ctx.me.leadership
             && !l.is_leader()
         {
             return;
@@ -543,7 +528,7 @@ impl Reconciler {
         let names: Vec<String> = self.applied.keys().cloned().collect();
         // Current violations per plugin, counted once for every resource.
         let mut violations: BTreeMap<String, u64> = BTreeMap::new();
-        for ((plugin, _, _), n) in self.reloader.manager().services().verdicts.counts() {
+        for ((plugin, _, _), n) in self.ctx.reloader.manager().services().verdicts.counts() {
             *violations.entry(plugin).or_default() += n;
         }
         for name in names {
@@ -588,8 +573,8 @@ impl Reconciler {
             .unwrap_or(KINDS[0]);
         let ar = resource(kind, plural);
         let api: Api<DynamicObject> = match &cr.namespace {
-            Some(ns) => Api::namespaced_with(self.me.client.clone(), ns, &ar),
-            None => Api::all_with(self.me.client.clone(), &ar),
+            Some(ns) => Api::namespaced_with(self.ctx.me.client.clone(), ns, &ar),
+            None => Api::all_with(self.ctx.me.client.clone(), &ar),
         };
         let body = json!({"apiVersion": ar.api_version, "kind": kind, "status": status});
         api.patch_status(
@@ -674,6 +659,215 @@ impl Reconciler {
         ]);
         out
     }
+}
+
+impl Ctx {
+    /// Applies one new generation of a resource to its record `a`; what is refused is kept
+    /// for its status.
+    async fn apply(&self, name: &str, mut a: Applied, s: Seen) -> Applied {
+        a.generation = s.generation;
+        a.refused = match self.try_apply(&mut a, &s).await {
+            Ok(msg) => {
+                tracing::info!(resource = %s.cr, "{msg}");
+                None
+            }
+            Err((reason, e)) => {
+                tracing::error!(resource = %s.cr, reason, error = %e, "custom resource refused; what runs is unchanged");
+                Some((reason, e))
+            }
+        };
+        if a.refused.is_none() {
+            a.rollbacks_at = self
+                .reloader
+                .running_plugin(name)
+                .map_or(0, |h| C::get(&h.status().counters.rollbacks));
+        }
+        a
+    }
+
+    /// Validates, pulls, starts the informers, then starts or changes the plugin.
+    async fn try_apply(&self, a: &mut Applied, s: &Seen) -> Result<String, (&'static str, String)> {
+        // The config in force now: its `oci` keys and engine, as a file reload would use.
+        let mut cfg = self
+            .reloader
+            .config()
+            .custom_plugin(&s.cr, &s.spec)
+            .map_err(|r| (r.reason, r.to_string()))?;
+        let _memory = self.reserve_memory(&s.cr, &cfg.plugin_specs()[0])?;
+        cfg.pull_oci(Some(&a.pulled)).await.map_err(|e| {
+            let reason = if e.contains("signature") || e.contains("not signed") {
+                "SignatureRefused"
+            } else {
+                "PullFailed"
+            };
+            (reason, e)
+        })?;
+        let fresh = match &a.informers {
+            Some((defs, scope, _)) if *defs == cfg.informers => Err(scope.clone()),
+            _ => Ok(self.start_informers(&s.cr, &cfg).await?),
+        };
+        let mut spec = cfg.plugin_specs().remove(0);
+        // A tenant's path: a link at its last component is not followed (modulePaths).
+        spec.module_links = crate::files::Links::Refuse;
+        spec.informer_scope = Some(match &fresh {
+            Ok((scope, _)) => scope.clone(),
+            Err(scope) => scope.clone(),
+        });
+        let r = self.reloader.clone();
+        let applied = tokio::task::spawn_blocking(move || r.apply_custom(spec))
+            .await
+            .unwrap_or_else(|e| Err(ReloadError::Refused(format!("the reload failed: {e}"))));
+        match (applied, fresh) {
+            (Ok(msg), Ok((scope, running))) => {
+                if let Some((_, old, running)) = a.informers.take() {
+                    self.reloader.manager().remove_scoped_informers(&old);
+                    running.stop().await;
+                }
+                a.informers = Some((cfg.informers.clone(), scope, running));
+                a.pulled = cfg.oci_pulled.clone();
+                Ok(msg)
+            }
+            (Ok(msg), Err(_)) => {
+                a.pulled = cfg.oci_pulled.clone();
+                Ok(msg)
+            }
+            (Err(e), fresh) => {
+                if let Ok((scope, running)) = fresh {
+                    self.reloader.manager().remove_scoped_informers(&scope);
+                    running.stop().await;
+                }
+                let e = match e {
+                    ReloadError::Refused(e) | ReloadError::UnknownPlugin(e) => e,
+                };
+                let reason = if e.contains("settings rejected") {
+                    "SettingsRefused"
+                } else if e.contains("defines a plugin named") {
+                    "NameClash"
+                } else {
+                    "ModuleRefused"
+                };
+                Err((reason, e))
+            }
+        }
+    }
+
+    /// The inline informers of `cfg` (kinds checked by discovery), running, registered with
+    /// the manager under a new scope. A kind discovery does not find is `KindNotServed`
+    /// (tried again); one it lists as cluster-scoped, or whose scope it cannot tell, refuses a
+    /// `WispPlugin`.
+    async fn start_informers(
+        &self,
+        cr: &CustomRef,
+        cfg: &Config,
+    ) -> Result<(String, Running), (&'static str, String)> {
+        let mut informers = Vec::new();
+        for (i, inf) in cfg.informers.iter().enumerate() {
+            let found = super::build::discover(&self.me.client, cfg, i)
+                .await
+                .map_err(|e| {
+                    let e = format!("{e:#}").replace(": informers[", ": spec.informers[");
+                    ("KindNotServed", e)
+                })?;
+            if let Some(ns) = &cr.namespace {
+                namespaced_kind(cfg, i, ns, found.namespaced)?;
+            }
+            let view = self.me.shard_view.as_ref();
+            let lw = super::build::kube_lister(&self.me.client, &found.resource, inf, view);
+            informers.push(
+                super::build::informer(inf, lw, Some(&self.me.executor), false)
+                    .map_err(|e| ("Invalid", format!("{}: {e:#}", cfg.file)))?,
+            );
+        }
+        let n = self.scopes.fetch_add(1, Ordering::Relaxed) + 1;
+        let scope = format!("{}#{}", cfg.plugins[0].name, n);
+        self.reloader
+            .manager()
+            .add_scoped_informers(&scope, informers.clone());
+        Ok((scope, Running::start(informers, &self.stop, &self.me.sup)))
+    }
+
+    /// Holds `spec`'s worst case in the memory plan while its apply runs (it is counted with
+    /// the running plugins once accepted), or refuses it (`OverBudget`, tried again at each
+    /// resync) when the container's memory limit cannot hold it beside the host, the config
+    /// file's plugins, the other custom resources' running versions and the applies in flight.
+    fn reserve_memory(
+        &self,
+        cr: &CustomRef,
+        spec: &PluginSpec,
+    ) -> Result<Reservation<'_>, (&'static str, String)> {
+        let name = spec.name.clone();
+        let this = worst_case(spec);
+        let mut reserved = lock(&self.reserved);
+        if let Some(limit) = self.memory_limit {
+            let files: u64 = self
+                .reloader
+                .config()
+                .plugin_specs()
+                .iter()
+                .map(worst_case)
+                .sum();
+            let others: u64 = self
+                .reloader
+                .custom_specs()
+                .iter()
+                .filter(|(n, _)| **n != name)
+                .map(|(_, s)| worst_case(s))
+                .chain(
+                    reserved
+                        .iter()
+                        .filter(|(n, _)| **n != name)
+                        .map(|(_, b)| *b),
+                )
+                .sum();
+            let host = crate::plugin::budget::HOST_BASE;
+            let total = host + files + others + this;
+            if total > limit {
+                let mib = |b: u64| b >> 20;
+                return Err((
+                    "OverBudget",
+                    format!(
+                        "{cr}: spec.limits.memory: this plugin may take {} MiB at worst (limits.memory \
+                         {} MiB twice, as during a reload, and {} queue(s) of queue.maxBytes {} \
+                         MiB); beside the host (~{} MiB), the config file's plugins ({} MiB) and \
+                         the other custom resources' ({} MiB) that is {} MiB, over the \
+                         container's memory limit of {} MiB: lower its limits.memory or \
+                         queue.maxBytes (tried again every minute)",
+                        mib(this),
+                        mib(spec.limits.memory),
+                        spec.informers.len(),
+                        mib(spec.queue.max_bytes().unwrap_or(0) as u64),
+                        mib(host),
+                        mib(files),
+                        mib(others),
+                        mib(total),
+                        mib(limit),
+                    ),
+                ));
+            }
+        }
+        reserved.insert(name.clone(), this);
+        Ok(Reservation { ctx: self, name })
+    }
+}
+
+/// A version's place in the memory plan while it is applied.
+struct Reservation<'a> {
+    ctx: &'a Ctx,
+    name: String,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        lock(&self.ctx.reserved).remove(&self.name);
+    }
+}
+
+/// What a plugin may hold at worst: its instance's memory twice (the old and the new one
+/// during a reload) and each of its queues full.
+fn worst_case(spec: &PluginSpec) -> u64 {
+    let queues =
+        (spec.queue.max_bytes().unwrap_or(0) as u64).saturating_mul(spec.informers.len() as u64);
+    spec.limits.memory.saturating_mul(2).saturating_add(queues)
 }
 
 /// A `WispPlugin` of namespace `ns` watches only namespaced kinds: informer `i` of `cfg` is

@@ -56,6 +56,14 @@ pub struct CustomResourcesConfig {
     /// The most custom resources run in all (default 200), as `maxPerNamespace`.
     #[serde(default)]
     pub max_total: Option<usize>,
+    /// The most custom resources applied at once (pulled, compiled, checked; default 4).
+    #[serde(default)]
+    pub concurrent_applies: Option<usize>,
+    /// The most of one namespace's custom resources applied at once (default 1; the
+    /// `ClusterWispPlugin`s count as one namespace): the others' wait for a free apply, taken
+    /// in turn by namespace, so one namespace's slow compiles do not hold another's.
+    #[serde(default)]
+    pub concurrent_applies_per_namespace: Option<usize>,
 }
 
 /// The caps on what a custom resource asks (`customResources.maxLimits`); omitted = no cap.
@@ -82,10 +90,16 @@ pub struct MaxLimits {
     /// `onFailure.quarantineAfter`: the most failures in a row before quarantine; a custom
     /// resource's 0 (never) is over any cap.
     pub quarantine_after: Option<u32>,
+    /// `onFailure.retries`: the most times a failed call is made again.
+    pub retries: Option<u32>,
     /// `actions.rateLimit.perSecond`.
     pub actions_per_second: Option<f64>,
     /// `actions.rateLimit.burst`.
     pub actions_burst: Option<u32>,
+    /// `actions.queue`: the most actions waiting to be sent.
+    pub actions_queue: Option<usize>,
+    /// `actions.retries`: the most further attempts of an action.
+    pub actions_retries: Option<u32>,
 }
 
 /// The default status refresh of custom resources.
@@ -95,6 +109,10 @@ pub const DEFAULT_STATUS_INTERVAL: Duration = Duration::from_secs(30);
 pub const DEFAULT_MAX_PER_NAMESPACE: usize = 20;
 /// The default of `customResources.maxTotal`.
 pub const DEFAULT_MAX_TOTAL: usize = 200;
+/// The default of `customResources.concurrentApplies`.
+pub const DEFAULT_CONCURRENT_APPLIES: usize = 4;
+/// The default of `customResources.concurrentAppliesPerNamespace`.
+pub const DEFAULT_CONCURRENT_APPLIES_PER_NAMESPACE: usize = 1;
 
 impl CustomResourcesConfig {
     /// `statusInterval` in force.
@@ -111,6 +129,19 @@ impl CustomResourcesConfig {
     /// `maxTotal` in force.
     pub fn max_total(&self) -> usize {
         self.max_total.unwrap_or(DEFAULT_MAX_TOTAL)
+    }
+
+    /// `concurrentApplies` in force.
+    pub fn concurrent_applies(&self) -> usize {
+        self.concurrent_applies
+            .unwrap_or(DEFAULT_CONCURRENT_APPLIES)
+    }
+
+    /// `concurrentAppliesPerNamespace` in force (at most `concurrentApplies`).
+    pub fn concurrent_applies_per_namespace(&self) -> usize {
+        self.concurrent_applies_per_namespace
+            .unwrap_or(DEFAULT_CONCURRENT_APPLIES_PER_NAMESPACE)
+            .min(self.concurrent_applies())
     }
 }
 
@@ -425,7 +456,30 @@ fn cap_limits(p: &mut PluginConfig, max: &MaxLimits) -> Result<(), (&'static str
         )?;
         p.on_failure.quarantine_after = after;
     }
-    cap_rate_limit(&mut p.actions.rate_limit, max)
+    cap(
+        ("retries", "onFailure.retries"),
+        &mut p.on_failure.retries,
+        DEFAULT_RETRIES,
+        max.retries,
+        |c| c.to_string(),
+    )?;
+    let d = ActionSpec::default();
+    let a = &mut p.actions;
+    cap(
+        ("actionsQueue", "actions.queue"),
+        &mut a.queue,
+        d.queue,
+        max.actions_queue,
+        count,
+    )?;
+    cap(
+        ("actionsRetries", "actions.retries"),
+        &mut a.retries,
+        d.retries,
+        max.actions_retries,
+        |c| c.to_string(),
+    )?;
+    cap_rate_limit(&mut a.rate_limit, max)
 }
 
 /// `limits` (memory, deadlines, fuel) under their caps.

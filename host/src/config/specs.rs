@@ -51,7 +51,7 @@ impl Config {
                     policy: match p.on_failure.policy {
                         PolicyName::Skip => FailurePolicy::Skip,
                         PolicyName::Retry => FailurePolicy::Retry {
-                            retries: p.on_failure.retries.unwrap_or(3),
+                            retries: p.on_failure.retries.unwrap_or(DEFAULT_RETRIES),
                             backoff: p
                                 .on_failure
                                 .backoff

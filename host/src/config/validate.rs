@@ -54,14 +54,32 @@ impl Config {
         if c.status_interval.is_some_and(|d| d.0.is_zero()) {
             return Err(self.error("customResources.statusInterval", "must be more than 0"));
         }
-        for (f, n) in [
-            ("maxPerNamespace", c.max_per_namespace),
-            ("maxTotal", c.max_total),
+        for (f, n, why) in [
+            (
+                "maxPerNamespace",
+                c.max_per_namespace,
+                "namespaces and cluster say whose are read",
+            ),
+            (
+                "maxTotal",
+                c.max_total,
+                "namespaces and cluster say whose are read",
+            ),
+            (
+                "concurrentApplies",
+                c.concurrent_applies,
+                "0 would apply none",
+            ),
+            (
+                "concurrentAppliesPerNamespace",
+                c.concurrent_applies_per_namespace,
+                "0 would apply none",
+            ),
         ] {
             if n == Some(0) {
                 return Err(self.error(
                     format!("customResources.{f}"),
-                    "must be at least 1 (namespaces and cluster say whose are read)",
+                    format!("must be at least 1 ({why})"),
                 ));
             }
         }
@@ -104,6 +122,7 @@ impl Config {
             ("queue", m.queue),
             ("actionsBurst", m.actions_burst.map(|n| n as usize)),
             ("quarantineAfter", m.quarantine_after.map(|n| n as usize)),
+            ("actionsQueue", m.actions_queue),
         ] {
             if n == Some(0) {
                 return Err(self.error(at(f), "must be at least 1 (omit it for no cap)"));

@@ -34,6 +34,8 @@ pub const DEFAULT_OVERFLOW: Overflow = Overflow::Coalesce;
 
 /// The largest batch a plugin gets per call unless its config says otherwise.
 pub const DEFAULT_BATCH_MAX: usize = 64;
+/// The default of `onFailure.retries` (policy `retry`).
+pub const DEFAULT_RETRIES: u32 = 3;
 
 /// Resource limits of one plugin instance.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -22,6 +22,11 @@ impl Reloader {
         lock(&self.config).clone()
     }
 
+    /// The specs the custom resources' plugins run with, by name.
+    pub fn custom_specs(&self) -> std::collections::BTreeMap<String, PluginSpec> {
+        lock(&self.custom).clone()
+    }
+
     /// Whether the config file defines a plugin named `name`.
     pub fn is_config_plugin(&self, name: &str) -> bool {
         lock(&self.config).plugins.iter().any(|p| p.name == name)

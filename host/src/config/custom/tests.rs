@@ -164,7 +164,7 @@ fn limits_over_max_limits_are_refused_and_omitted_ones_capped() {
     let (_d, c) = host(
         ", maxLimits: {memory: 32Mi, deadline: 20ms, deadlinePerNotification: 1ms, \
          startupDeadline: 1s, batch: 8, queue: 100, queueBytes: 1Mi, quarantineAfter: 10, \
-         actionsPerSecond: 2, actionsBurst: 4}",
+         actionsPerSecond: 2, actionsBurst: 4, retries: 2, actionsQueue: 50, actionsRetries: 1}",
     );
     let team = wisp_plugin(Some("t"));
     let got = c.custom_plugin(&team, &spec(json!({}))).unwrap();
@@ -183,6 +183,8 @@ fn limits_over_max_limits_are_refused_and_omitted_ones_capped() {
     assert_eq!(p.on_failure.quarantine_after, Some(10));
     let rate = p.actions.rate_limit.as_ref().unwrap();
     assert_eq!((rate.per_second, rate.burst), (2.0, 4));
+    assert_eq!(p.on_failure.retries, Some(2), "the default 3 is over the cap");
+    assert_eq!((p.actions.queue, p.actions.retries), (Some(50), Some(1)));
     let at_caps = json!({"limits": {"memory": "16Mi"}, "onFailure": {"quarantineAfter": 10},
         "actions": {"rateLimit": {"perSecond": 0.5, "burst": 4}}});
     let small = c.custom_plugin(&team, &spec(at_caps)).unwrap();
@@ -236,6 +238,21 @@ fn limits_over_max_limits_are_refused_and_omitted_ones_capped() {
             "actionsPerSecond (2)",
         ),
         (rate(1.0, 5), "actions.rateLimit.burst", "actionsBurst (4)"),
+        (
+            json!({"onFailure": {"policy": "retry", "retries": 3}}),
+            "onFailure.retries",
+            "retries (2)",
+        ),
+        (
+            json!({"actions": {"queue": 51}}),
+            "actions.queue",
+            "actionsQueue (50)",
+        ),
+        (
+            json!({"actions": {"retries": 2}}),
+            "actions.retries",
+            "actionsRetries (1)",
+        ),
     ] {
         let (reason, e) = refusal(&c, &team, extra);
         assert_eq!(reason, "OverCap", "{e}");
@@ -416,6 +433,21 @@ fn custom_resources_need_a_kube_source_named_namespaces_and_caps_their_settings_
             "customResources.maxPerNamespace",
         ),
         ("kube", ", maxTotal: 0", "customResources.maxTotal"),
+        (
+            "kube",
+            ", maxLimits: {actionsQueue: 0}",
+            "customResources.maxLimits.actionsQueue",
+        ),
+        (
+            "kube",
+            ", concurrentApplies: 0",
+            "customResources.concurrentApplies",
+        ),
+        (
+            "kube",
+            ", concurrentAppliesPerNamespace: 0",
+            "customResources.concurrentAppliesPerNamespace",
+        ),
     ] {
         let text = format!("source: {source}\n{inf}customResources: {{enabled: true{custom}}}\n");
         let e = parse(&text).unwrap_err();

@@ -47,7 +47,12 @@ async fn past_a_count_cap_a_new_resource_is_refused_and_takes_a_place_once_one_i
             .is_some_and(|e| e.contains(": over customResources.maxTotal (2): 2 custom")),
         "{s}"
     );
-    assert!(host.host.plugins.get("cluster").is_some());
+    // The cluster-scoped one held its place while it was applied (at once with the refusal).
+    let ok = wait_for(Duration::from_secs(20), || {
+        host.host.plugins.get("cluster").is_some()
+    })
+    .await;
+    assert!(ok, "the ClusterWispPlugin does not run");
     let first = host.host.plugins.get("default/first").expect("runs on");
     assert_eq!(first.running().generation, 1);
     assert!(running(&status(&server, "first")));
