@@ -161,6 +161,7 @@ pub fn overflow_name(o: Overflow) -> &'static str {
         Overflow::Coalesce => "coalesce",
         Overflow::DropOldest => "dropOldest",
         Overflow::DropNewest => "dropNewest",
+        Overflow::Quarantine => "quarantine",
     }
 }
 

@@ -394,6 +394,23 @@ impl PluginStatus {
         *lock(&self.state) = Some(s);
     }
 
+    /// Quarantines plugin `plugin` for `reason` (logged, kept as its last error and in its
+    /// logs) unless it is already: it receives nothing more until reloaded.
+    pub(crate) fn quarantine(&self, plugin: &str, reason: String) {
+        {
+            let mut state = lock(&self.state);
+            if matches!(*state, Some(PluginState::Quarantined { .. })) {
+                return;
+            }
+            *state = Some(PluginState::Quarantined {
+                reason: reason.clone(),
+            });
+        }
+        tracing::error!(%plugin, %reason, "plugin quarantined: it receives nothing more until reloaded");
+        self.set_last_error(reason.clone());
+        self.logs.push(format!("host: quarantined: {reason}"));
+    }
+
     /// Module hash and generation of the running version (generation 1 is the first load).
     pub fn version(&self) -> (String, u64) {
         let r = lock(&self.running);
@@ -486,11 +503,28 @@ impl PluginStatus {
     }
 }
 
-/// The plugin's queues report their overflow into its counters.
-impl crate::informer::OverflowObserver for PluginStatus {
+/// A plugin's queues report their overflow into its status: counted, and under
+/// `queue.overflow: quarantine` a dropped change quarantines the plugin.
+pub struct QueueOverflow {
+    /// The plugin's name.
+    pub plugin: String,
+    /// Its status.
+    pub status: Arc<PluginStatus>,
+}
+
+impl crate::informer::OverflowObserver for QueueOverflow {
     fn overflowed(&self, d: crate::informer::listener::Discarded) {
-        PluginCounters::add(&self.counters.queue_dropped, d.dropped);
-        PluginCounters::add(&self.counters.queue_coalesced, d.coalesced);
+        let c = &self.status.counters;
+        PluginCounters::add(&c.queue_dropped, d.dropped);
+        PluginCounters::add(&c.queue_coalesced, d.coalesced);
+        if d.quarantine {
+            self.status.quarantine(
+                &self.plugin,
+                "its queue overflowed and a change was dropped (queue.overflow: quarantine): \
+                 raise queue.max or queue.maxBytes, or make it keep up"
+                    .into(),
+            );
+        }
     }
 }
 

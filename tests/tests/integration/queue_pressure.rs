@@ -20,7 +20,7 @@ use wisp_host::informer::listener::ListenerStats;
 use wisp_host::informer::{Overflow, QueueBound};
 use wisp_host::plugin::PluginHandle;
 use wisp_host::plugin::spec::{DEFAULT_OVERFLOW, DEFAULT_QUEUE_MAX};
-use wisp_host::plugin::status::PluginCounters;
+use wisp_host::plugin::status::{PluginCounters, PluginState};
 use wisp_tests::pod;
 
 /// Pods in the burst; each is created, updated `UPDATES` times, and every third deleted.
@@ -303,6 +303,84 @@ async fn a_plugin_far_behind_in_bytes_coalesces_at_its_byte_bound_and_ends_with_
         );
         assert_eq!(buckets.last().map(|b| b.1), Some(count));
     }
+}
+
+/// Issue 42 item 2: `queue.overflow: quarantine`, for a plugin that must see every change or
+/// stop. Held at the gate while the burst comes, it is quarantined as soon as its full queue
+/// drops a change (its state and last error say why), and once let go it is handed nothing
+/// more: what was queued is dropped, counted. Its neighbour on the same informer, with the
+/// default bound, sees every pod.
+#[tokio::test]
+async fn a_plugin_whose_queue_overflows_under_quarantine_is_quarantined_and_handed_nothing_more() {
+    let executor = wisp_host::informer::Executor::new(3).unwrap();
+    let r = rig_with(
+        vec![],
+        wisp_host::informer::shared_informer::InformerConfig {
+            executor: Some(executor.clone()),
+            ..fast_config()
+        },
+    )
+    .await;
+    let strict = faults(
+        &r,
+        "strict",
+        json!({"mode": "gate", "namePrefix": "gate-"}),
+        QueueBound::bounded(DROP_MAX, Overflow::Quarantine),
+    );
+    let fast = faults(
+        &r,
+        "fast",
+        json!({}),
+        QueueBound::bounded(DEFAULT_QUEUE_MAX, DEFAULT_OVERFLOW),
+    );
+    r.server.create(pod("default", "gate-0")).unwrap();
+    until("the strict plugin holds the gate", || {
+        queue(&strict).queued == 1 && queue(&strict).depth == 0
+    })
+    .await;
+    assert_eq!(strict.status().state(), PluginState::Running);
+    for i in 0..PODS {
+        r.server.create(pod("default", &format!("p-{i}"))).unwrap();
+    }
+    until("every pod offered to its queue", || {
+        queue(&strict).queued == 1 + PODS
+    })
+    .await;
+    let q = queue(&strict);
+    assert_eq!(q.depth, DROP_MAX, "{q:?}");
+    assert_eq!(
+        q.dropped,
+        PODS - DROP_MAX as u64,
+        "the incoming ones: {q:?}"
+    );
+    let PluginState::Quarantined { reason } = strict.status().state() else {
+        panic!("not quarantined: {:?}", strict.status().state());
+    };
+    assert!(reason.contains("queue.overflow: quarantine"), "{reason}");
+    assert_eq!(
+        strict.status().last_error().as_deref(),
+        Some(reason.as_str())
+    );
+
+    r.server
+        .delete("v1", "Pod", Some("default"), "gate-0")
+        .unwrap();
+    let st = strict.status();
+    until("the strict plugin's queue drained", || {
+        queue(&strict).depth == 0 && PluginCounters::get(&st.counters.dropped) >= DROP_MAX as u64
+    })
+    .await;
+    assert_eq!(
+        PluginCounters::get(&st.counters.delivered),
+        1,
+        "only the gate pod, handled before the overflow"
+    );
+    assert_eq!(seen(&strict), 1);
+    until("the fast plugin saw every pod", || {
+        seen(&fast) == 1 + PODS + 1
+    })
+    .await;
+    assert_eq!(fast.status().state(), PluginState::Running);
 }
 
 /// Pods the spinner spins on: one batch, cut, then delivered again one by one.

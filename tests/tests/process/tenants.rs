@@ -9,7 +9,9 @@ const API_VERSION: &str = "wisp.io/v1alpha1";
 
 /// A server with the CRDs and the namespaces `names`.
 async fn server(names: &[&str]) -> TestApiServer {
-    let server = TestApiServer::start().await.expect("test API server starts");
+    let server = TestApiServer::start()
+        .await
+        .expect("test API server starts");
     for doc in serde_yaml_ng::Deserializer::from_str(CRDS) {
         let crd: Value = serde::Deserialize::deserialize(doc).unwrap();
         server.create(crd).unwrap();
@@ -94,9 +96,11 @@ async fn a_tenants_compile_bomb_holds_up_no_other_namespace_and_the_memory_plan_
         .create(wisp_plugin("bombs", "bomb", &bomb, json!({})))
         .unwrap();
     let pid = w.child.id();
-    until("the bomb's compile running", Duration::from_secs(60), || async {
-        !children(pid).is_empty()
-    })
+    until(
+        "the bomb's compile running",
+        Duration::from_secs(60),
+        || async { !children(pid).is_empty() },
+    )
     .await;
     server
         .create(wisp_plugin("team", "policy", &policy, json!({})))

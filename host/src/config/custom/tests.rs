@@ -183,7 +183,11 @@ fn limits_over_max_limits_are_refused_and_omitted_ones_capped() {
     assert_eq!(p.on_failure.quarantine_after, Some(10));
     let rate = p.actions.rate_limit.as_ref().unwrap();
     assert_eq!((rate.per_second, rate.burst), (2.0, 4));
-    assert_eq!(p.on_failure.retries, Some(2), "the default 3 is over the cap");
+    assert_eq!(
+        p.on_failure.retries,
+        Some(2),
+        "the default 3 is over the cap"
+    );
     assert_eq!((p.actions.queue, p.actions.retries), (Some(50), Some(1)));
     let at_caps = json!({"limits": {"memory": "16Mi"}, "onFailure": {"quarantineAfter": 10},
         "actions": {"rateLimit": {"perSecond": 0.5, "burst": 4}}});

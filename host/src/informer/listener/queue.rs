@@ -33,6 +33,9 @@
 //!   A resync carries no change, so the handler loses no state by it;
 //! - [`Overflow::DropOldest`]: the oldest queued notification is dropped;
 //! - [`Overflow::DropNewest`]: the incoming notification is dropped;
+//! - [`Overflow::Quarantine`]: the incoming notification is dropped, as with `DropNewest`, and
+//!   the queue says so ([`Discarded::quarantine`]): its handler, which needs every change, is
+//!   to be stopped rather than go on with one missing;
 //! - [`Overflow::Coalesce`]: see below.
 //!
 //! Dropped notifications are counted (`dropped`).
@@ -96,6 +99,9 @@ pub enum Overflow {
     DropOldest,
     /// Drop the incoming notification.
     DropNewest,
+    /// Drop the incoming notification and stop the handler ([`Discarded::quarantine`]): for a
+    /// handler that needs every change (an audit log), a gap is worse than stopping.
+    Quarantine,
 }
 
 /// How many notifications, and how many bytes of them, a listener's queue may hold.
@@ -174,6 +180,9 @@ pub struct Discarded {
     pub dropped: u64,
     /// Notifications merged into an earlier one.
     pub coalesced: u64,
+    /// Under [`Overflow::Quarantine`], a change (not a resync) was dropped: the handler is to
+    /// be stopped.
+    pub quarantine: bool,
 }
 
 impl Discarded {
@@ -358,11 +367,13 @@ impl Queue {
                 key = Some(k);
             }
         }
+        let drops_newest = matches!(overflow, Overflow::DropNewest | Overflow::Quarantine);
         while self.full(max, max_bytes, size) {
-            if n.is_resync() || (overflow == Overflow::DropNewest && self.oldest_resync().is_none())
-            {
+            if n.is_resync() || (drops_newest && self.oldest_resync().is_none()) {
                 self.dropped += 1;
-                return self.discarded_since(before);
+                let mut d = self.discarded_since(before);
+                d.quarantine = overflow == Overflow::Quarantine && !n.is_resync();
+                return d;
             }
             if let Some(i) = self.oldest_resync() {
                 self.drop_at(i);
@@ -482,22 +493,29 @@ impl Queue {
             self.enter_coalescing();
         }
         let coalescing = self.coalescing.is_some();
+        let mut quarantine = false;
         while self.live > max || (!coalescing && over_bytes(self)) {
             if let Some(i) = self.oldest_resync() {
                 self.drop_at(i);
             } else if overflow == Overflow::DropNewest {
                 self.drop_newest();
+            } else if overflow == Overflow::Quarantine {
+                self.drop_newest();
+                quarantine = true;
             } else {
                 self.drop_oldest();
             }
         }
-        self.discarded_since(before)
+        let mut d = self.discarded_since(before);
+        d.quarantine = quarantine;
+        d
     }
 
     fn discarded(&self) -> Discarded {
         Discarded {
             dropped: self.dropped,
             coalesced: self.coalesced,
+            quarantine: false,
         }
     }
 
@@ -505,6 +523,7 @@ impl Queue {
         Discarded {
             dropped: self.dropped - before.dropped,
             coalesced: self.coalesced - before.coalesced,
+            quarantine: false,
         }
     }
 

@@ -167,15 +167,7 @@ impl PluginRuntime {
     }
 
     fn quarantine(&mut self, reason: String) {
-        if self.is_quarantined() {
-            return;
-        }
-        tracing::error!(plugin = %self.name, %reason, "plugin quarantined: it receives nothing more until reloaded");
-        self.status.set_last_error(reason.clone());
-        self.status
-            .logs
-            .push(format!("host: quarantined: {reason}"));
-        self.status.set_state(PluginState::Quarantined { reason });
+        self.status.quarantine(&self.name, reason);
     }
 
     /// Whether the plugin is quarantined.

@@ -282,7 +282,10 @@ impl PluginManager {
             relist_resyncs: checked.spec.relist_resyncs,
             batch_max: Some(checked.spec.batch_max.max(1)),
             queue: checked.spec.queue,
-            overflow: Some(checked.status.clone()),
+            overflow: Some(Arc::new(crate::plugin::status::QueueOverflow {
+                plugin: name.clone(),
+                status: checked.status.clone(),
+            })),
             placement: crate::informer::Placement::Shared { group: Some(group) },
         };
         let informers = checked.spec.informers.clone();

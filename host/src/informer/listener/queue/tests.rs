@@ -87,6 +87,7 @@ fn push_all(q: &mut Queue, ns: impl IntoIterator<Item = Notification>) -> Discar
         let d = q.push(n);
         total.dropped += d.dropped;
         total.coalesced += d.coalesced;
+        total.quarantine |= d.quarantine;
     }
     total
 }
@@ -110,7 +111,8 @@ fn drop_oldest_drops_the_oldest_and_leaves_its_number_as_a_gap() {
         d,
         Discarded {
             dropped: 1,
-            coalesced: 0
+            coalesced: 0,
+            quarantine: false,
         }
     );
     assert_eq!(drain(&mut q), ["2: add b@2", "3: add c@3"]);
@@ -129,10 +131,29 @@ fn drop_newest_drops_the_incoming_and_leaves_its_number_as_a_gap() {
 }
 
 #[test]
+fn quarantine_drops_the_incoming_change_and_says_so_but_not_for_a_resync() {
+    let mut q = queue(2, Overflow::Quarantine);
+    let d = push_all(&mut q, [add("a", "1"), resync("b", "2")]);
+    assert!(!d.quarantine && d.is_empty());
+    // Full: the resync goes first, which loses no change.
+    let d = q.push(add("c", "3"));
+    assert_eq!((d.dropped, d.quarantine), (1, false));
+    // Full of changes: the incoming one is dropped, and the handler is to be stopped.
+    let d = q.push(update("c", "3", "4"));
+    assert_eq!((d.dropped, d.quarantine), (1, true));
+    assert_eq!(drain(&mut q), ["1: add a@1", "3: add c@3"]);
+    // A smaller bound dropping a change says so too.
+    push_all(&mut q, [add("d", "5"), add("e", "6")]);
+    let d = q.set_bound(QueueBound::bounded(1, Overflow::Quarantine));
+    assert_eq!((d.dropped, d.quarantine), (1, true));
+}
+
+#[test]
 fn a_full_queue_drops_resyncs_first_whatever_the_policy() {
     for overflow in [
         Overflow::DropOldest,
         Overflow::DropNewest,
+        Overflow::Quarantine,
         Overflow::Coalesce,
     ] {
         let mut q = queue(3, overflow);
@@ -210,7 +231,8 @@ fn coalesce_at_the_bound_compacts_to_one_entry_per_object_in_the_first_place_and
         d,
         Discarded {
             dropped: 0,
-            coalesced: 2
+            coalesced: 2,
+            quarantine: false,
         }
     );
     assert_eq!(q.len(), 3);
@@ -251,7 +273,8 @@ fn coalesce_drops_only_when_max_distinct_objects_wait_and_then_the_oldest() {
         d,
         Discarded {
             dropped: 1,
-            coalesced: 0
+            coalesced: 0,
+            quarantine: false,
         }
     );
     q.push(update("c", "3", "4"));
@@ -420,7 +443,8 @@ fn a_smaller_bound_applies_the_policy_to_what_is_queued() {
         d,
         Discarded {
             dropped: 0,
-            coalesced: 1
+            coalesced: 1,
+            quarantine: false,
         }
     );
     assert_eq!(drain(&mut q), ["1: add a@2", "2: add b@1"]);
