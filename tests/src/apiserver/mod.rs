@@ -312,6 +312,17 @@ impl TestApiServer {
         format!("http://{}", self.inner.addr)
     }
 
+    /// A kubeconfig file's text for this server (no credentials; namespace `default`), as
+    /// kubectl and the `wisp` binary read it.
+    pub fn kubeconfig(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: wisp\n  cluster: {{server: \"{}\"}}\n\
+             contexts:\n- name: wisp\n  context: {{cluster: wisp, user: wisp, namespace: default}}\n\
+             current-context: wisp\nusers:\n- name: wisp\n  user: {{}}\n",
+            self.url()
+        )
+    }
+
     /// A kube `Config` for this server, default namespace `default`, kube's retries on.
     pub fn config(&self) -> kube::Config {
         let uri = axum::http::Uri::from_maybe_shared(self.url())

@@ -50,6 +50,8 @@ mod reload;
 mod scale;
 #[path = "bench/smaps.rs"]
 mod smaps;
+#[path = "bench/soak.rs"]
+mod soak;
 #[path = "bench/tiers.rs"]
 mod tiers;
 use common::*;
@@ -77,7 +79,7 @@ enum Mode {
 }
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 11] = [
+const SECTIONS: [&str; 12] = [
     "load",
     "delivery",
     "isolation",
@@ -89,6 +91,7 @@ const SECTIONS: [&str; 11] = [
     "latency",
     "scale",
     "process",
+    "soak",
 ];
 
 impl Args {
@@ -127,7 +130,7 @@ fn args() -> anyhow::Result<Args> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: wisp-bench [--quick] [--plugins DIR] [--only SECTION,...] [--callgrind]\n\nDIR holds the compiled plugins (default: $WISP_PLUGIN_DIR or plugins/dist).\nSECTION: {} (default: all).\n--callgrind: instead of the sections, the delivery rows' instructions per notification\n(host and guest apart) under valgrind --tool=callgrind, modules from a precompiled cache;\nwith --only tiers, the audit-log examples on their Winch and Cranelift code instead\n(WISP_TIERS_ONLY=-js: only the plugins whose file names contain -js).",
+                    "usage: wisp-bench [--quick] [--plugins DIR] [--only SECTION,...] [--callgrind]\n\nDIR holds the compiled plugins (default: $WISP_PLUGIN_DIR or plugins/dist).\nSECTION: {} (default: all but soak, which runs 30 min, WISP_SOAK_MINUTES).\n--callgrind: instead of the sections, the delivery rows' instructions per notification\n(host and guest apart) under valgrind --tool=callgrind, modules from a precompiled cache;\nwith --only tiers, the audit-log examples on their Winch and Cranelift code instead\n(WISP_TIERS_ONLY=-js: only the plugins whose file names contain -js).",
                     SECTIONS.join(", ")
                 );
                 std::process::exit(0);
@@ -205,6 +208,10 @@ fn main() -> anyhow::Result<()> {
     }
     if a.runs("process") {
         process::process_figures(&a)?;
+    }
+    // Half an hour: only when named.
+    if a.only.iter().any(|s| s == "soak") {
+        rt.block_on(soak::soak_figures(&a))?;
     }
     Ok(())
 }

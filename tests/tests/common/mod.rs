@@ -234,23 +234,9 @@ pub fn rv_of(r: &RecordedRequest) -> String {
     r.query.get("resourceVersion").cloned().unwrap_or_default()
 }
 
-/// The server's pods as key -> resourceVersion.
+/// The server's pods as key -> resourceVersion ([`wisp_tests::view::server_state`]).
 pub fn server_state(server: &TestApiServer) -> BTreeMap<String, String> {
-    server
-        .objects("v1", "Pod")
-        .iter()
-        .map(|o| {
-            let md = &o["metadata"];
-            (
-                format!(
-                    "{}/{}",
-                    md["namespace"].as_str().unwrap_or(""),
-                    md["name"].as_str().unwrap_or("")
-                ),
-                md["resourceVersion"].as_str().unwrap_or("").to_owned(),
-            )
-        })
-        .collect()
+    wisp_tests::view::server_state(server)
 }
 
 /// The informer's cache as key -> resourceVersion.
@@ -417,11 +403,7 @@ pub async fn start_host(
 /// kubectl, the Python client and `wisp run` read it.
 pub fn kubeconfig(dir: &std::path::Path, server: &TestApiServer) -> std::path::PathBuf {
     let path = dir.join("kubeconfig");
-    let config = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: wisp\n  cluster: {{server: \"{}\"}}\ncontexts:\n- name: wisp\n  context: {{cluster: wisp, user: wisp, namespace: default}}\ncurrent-context: wisp\nusers:\n- name: wisp\n  user: {{}}\n",
-        server.url()
-    );
-    std::fs::write(&path, config).expect("write kubeconfig");
+    std::fs::write(&path, server.kubeconfig()).expect("write kubeconfig");
     path
 }
 

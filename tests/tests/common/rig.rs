@@ -189,24 +189,7 @@ pub fn gauge(h: &PluginHandle, name: &str) -> Option<f64> {
     h.status().guest_gauge(name, &[])
 }
 
-/// test-faults' hash of `key@rv` (52 bits, so a xor of them fits a gauge exactly).
-pub fn fnv52(key: &str, rv: &str) -> u64 {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in key.bytes().chain(std::iter::once(b'@')).chain(rv.bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    h & ((1 << 52) - 1)
-}
-
-/// The server's pods as test-faults' `view_size` and `view_checksum` would show them.
-pub fn server_checksum(server: &TestApiServer) -> (usize, f64) {
-    let s = server_state(server);
-    (
-        s.len(),
-        s.iter().fold(0u64, |acc, (k, rv)| acc ^ fnv52(k, rv)) as f64,
-    )
-}
+pub use wisp_tests::view::server_checksum;
 
 /// Whether test-faults' view (`view_size`, `view_checksum`) equals the server's pods.
 pub fn view_equals_server(h: &PluginHandle, server: &TestApiServer) -> bool {

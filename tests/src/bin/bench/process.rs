@@ -19,7 +19,7 @@ use crate::Args;
 
 /// The release `wisp` next to this bench (`cargo build --release -p wisp-host --bin wisp`), or
 /// `$WISP_BIN`.
-fn wisp_binary() -> anyhow::Result<PathBuf> {
+pub(super) fn wisp_binary() -> anyhow::Result<PathBuf> {
     let path = match std::env::var_os("WISP_BIN") {
         Some(p) => PathBuf::from(p),
         None => std::env::current_exe()?.with_file_name("wisp"),
@@ -33,16 +33,17 @@ fn wisp_binary() -> anyhow::Result<PathBuf> {
 }
 
 /// A running `wisp run`, its stderr kept.
-struct Host {
+pub(super) struct Host {
     child: Child,
     log: Arc<Mutex<String>>,
     spawned: Instant,
 }
 
 impl Host {
-    /// `wisp run --config wisp.yaml` in `dir`; in the CPU cgroup whose `cgroup.procs` is
-    /// `cgroup` when given (entered before exec, so its compile children are in it too).
-    fn start(wisp: &Path, dir: &Path, cgroup: Option<&Path>) -> anyhow::Result<Self> {
+    /// `wisp run --config wisp.yaml` in `dir` (`KUBECONFIG` at `dir/kubeconfig`); in the CPU
+    /// cgroup whose `cgroup.procs` is `cgroup` when given (entered before exec, so its compile
+    /// children are in it too).
+    pub(super) fn start(wisp: &Path, dir: &Path, cgroup: Option<&Path>) -> anyhow::Result<Self> {
         let mut c = match cgroup {
             None => Command::new(wisp),
             Some(procs) => {
@@ -58,6 +59,7 @@ impl Host {
         c.args(["run", "--config", "wisp.yaml", "--grace", "10s"])
             .current_dir(dir)
             .env("RUST_LOG", "info")
+            .env("KUBECONFIG", dir.join("kubeconfig"))
             .env("XDG_CACHE_HOME", dir.join("cache"))
             .env_remove("POD_NAME")
             .stdin(Stdio::null())
@@ -83,7 +85,7 @@ impl Host {
     }
 
     /// The address of the server that logs `what` ("admin server listening").
-    fn listening(&mut self, what: &str) -> anyhow::Result<SocketAddr> {
+    pub(super) fn listening(&mut self, what: &str) -> anyhow::Result<SocketAddr> {
         let start = Instant::now();
         loop {
             let found = self.log.lock().unwrap().lines().find_map(|l| {
@@ -102,12 +104,17 @@ impl Host {
         }
     }
 
-    fn log(&self) -> String {
+    pub(super) fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }
 
+    /// The process id.
+    pub(super) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGTERM, and how long the host took to exit (`None`: not within `limit`, then killed).
-    fn stop(mut self, limit: Duration) -> anyhow::Result<Option<Duration>> {
+    pub(super) fn stop(mut self, limit: Duration) -> anyhow::Result<Option<Duration>> {
         let sent = Instant::now();
         Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
@@ -133,7 +140,11 @@ impl Drop for Host {
 
 /// `GET path` with `Connection: close`: status, body and how long the answer took; `None`
 /// when nothing answered within `timeout`.
-fn get(addr: SocketAddr, path: &str, timeout: Duration) -> Option<(u16, String, Duration)> {
+pub(super) fn get(
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+) -> Option<(u16, String, Duration)> {
     let start = Instant::now();
     let mut s = TcpStream::connect_timeout(&addr, timeout).ok()?;
     s.set_read_timeout(Some(timeout)).ok()?;
