@@ -28,16 +28,18 @@ pub mod ratelimit;
 pub mod request;
 pub mod sender;
 pub mod spec;
+pub mod target;
 pub mod validate;
 
 use std::sync::Arc;
 
 pub use self::gate::PluginActions;
 pub use self::request::{
-    Accepted, Action, ActionBody, ActionError, Target, apply_target, event_body, metadata_patch,
+    Accepted, Action, ActionBody, ActionError, apply_target, event_body, metadata_patch,
 };
 pub use self::sender::{ActionSink, SendError, Sender, Sent, worker};
 pub use self::spec::{ActionGrant, ActionSpec, ActionVerb};
+pub use self::target::Target;
 
 use self::audit::AuditLog;
 use crate::policy::VerdictStore;

@@ -6,21 +6,9 @@ use std::time::SystemTime;
 use serde_json::{Value, json};
 
 use super::spec::ActionVerb;
+use super::target::Target;
 use super::validate::{check_event_reason, check_key, check_label_value, check_target};
 use crate::policy::rfc3339;
-
-/// The object an action is about.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Target {
-    /// e.g. `v1`.
-    pub api_version: String,
-    /// e.g. `Pod`.
-    pub kind: String,
-    /// None for cluster-scoped objects.
-    pub namespace: Option<String>,
-    /// Name.
-    pub name: String,
-}
 
 /// What to do.
 #[derive(Clone, Debug, PartialEq)]

@@ -5,7 +5,7 @@
 //! values, `apiVersion` (`v1`, `group/version`) and kind shapes. Each error names the field and
 //! its value (cut to [`SHOWN`] characters).
 
-use super::Target;
+use super::target::Target;
 use crate::kinds::{NameRule, is_dns1123_label, is_dns1123_subdomain, is_name_part};
 
 /// Most characters of a refused value an error shows.

@@ -442,4 +442,113 @@ fn worker(inner: &Inner) {
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_worker_counts_are_refused() {
+        assert!(matches!(Executor::new(0), Err(ExecutorError::Workers(0))));
+        let too_many = MAX_WORKERS + 1;
+        let e = Executor::new(too_many).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("executor workers must be between 1 and {MAX_WORKERS}, not {too_many}")
+        );
+    }
+
+    /// A task for driving the scheduler by hand.
+    struct Fake(u64, Option<GroupId>);
+
+    impl Task for Fake {
+        fn id(&self) -> u64 {
+            self.0
+        }
+        fn group(&self) -> Option<GroupId> {
+            self.1
+        }
+        fn run(&self) -> Ran {
+            Ran::Idle
+        }
+    }
+
+    /// The race the group test once hit, step by step: a listener whose turn ended idle is given work
+    /// and submitted again before its worker accounts for the turn. It must wait for its group like
+    /// any other listener (its own stale turn still holds the group), not run while the group is
+    /// released behind it and a second listener of the group starts.
+    #[test]
+    fn a_listener_submitted_again_before_its_turn_is_accounted_for_waits_for_its_group() {
+        let g = GroupId::new();
+        let a: Arc<dyn Task> = Arc::new(Fake(1, Some(g)));
+        let b: Arc<dyn Task> = Arc::new(Fake(2, Some(g)));
+        let mut s = Sched::default();
+        s.ready.push_back(Entry::new(a.clone()));
+        let first = s.next().expect("a runs");
+        assert_eq!(first.id(), 1);
+        s.running += 1;
+        // Its handler returned idle; the informer gives it work again, and b gets work too.
+        s.ready.push_back(Entry::new(a.clone()));
+        s.ready.push_back(Entry::new(b.clone()));
+        assert!(
+            s.next().is_none(),
+            "neither runs while a's turn holds the group"
+        );
+        assert_eq!(s.groups[&g].parked.len(), 2);
+        // The turn is accounted for: the group goes to the first parked, a.
+        assert!(!s.after(first, Ran::Idle));
+        let again = s.next().expect("a runs again");
+        assert_eq!(again.id(), 1);
+        s.running += 1;
+        assert!(s.next().is_none(), "b still waits");
+        s.after(again, Ran::Idle);
+        assert_eq!(s.next().map(|t| t.id()), Some(2));
+
+        // Resumed from the timers, a task keeps the group it held.
+        let mut s = Sched::default();
+        s.ready.push_back(Entry::new(a.clone()));
+        let t = s.next().unwrap();
+        s.running += 1;
+        let at = Instant::now() + Duration::from_secs(3600);
+        assert!(s.after(t, Ran::Later(at)), "the earliest timer");
+        s.ready.push_back(Entry::new(b.clone()));
+        assert!(
+            s.next().is_none(),
+            "b waits: a keeps the group while it waits"
+        );
+        s.due_timers(at);
+        assert_eq!(s.next().map(|t| t.id()), Some(1), "a resumes in its group");
+    }
+
+    /// A task that asks to come back at a time already past (the runtime going on with a cut batch)
+    /// goes behind every task ready before it, keeping its group.
+    #[test]
+    fn a_task_due_again_at_once_queues_behind_the_ready_tasks_and_keeps_its_group() {
+        let g = GroupId::new();
+        let a: Arc<dyn Task> = Arc::new(Fake(1, Some(g)));
+        let peer: Arc<dyn Task> = Arc::new(Fake(2, Some(g)));
+        let b: Arc<dyn Task> = Arc::new(Fake(3, None));
+        let c: Arc<dyn Task> = Arc::new(Fake(4, Some(GroupId::new())));
+        let mut s = Sched::default();
+        s.ready.push_back(Entry::new(a.clone()));
+        let t = s.next().unwrap();
+        s.running += 1;
+        s.ready.push_back(Entry::new(peer));
+        s.ready.push_back(Entry::new(b));
+        s.ready.push_back(Entry::new(c));
+        assert!(
+            !s.after(t, Ran::Later(Instant::now())),
+            "no timer: nobody to wake for it"
+        );
+        assert!(s.timers.is_empty());
+        let order: Vec<u64> = std::iter::from_fn(|| {
+            let t = s.next()?;
+            Some(t.id())
+        })
+        .collect();
+        assert_eq!(
+            order,
+            [3, 4, 1],
+            "b and c first, then a; its peer parked behind it in the group"
+        );
+        assert_eq!(s.groups[&g].parked.len(), 1);
+    }
+}

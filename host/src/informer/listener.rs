@@ -664,6 +664,9 @@ fn run_thread(shared: &Shared) {
 }
 
 #[cfg(test)]
+mod on_executor;
+
+#[cfg(test)]
 mod tests {
     use std::sync::atomic::AtomicBool;
 

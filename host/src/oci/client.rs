@@ -351,6 +351,63 @@ impl Session {
         };
         self.err(format!("{what}: {}{hint}: {}", a.status, msg.trim()))
     }
+
+    /// The manifest `reference` (a tag or a digest) with its digest, checked against a digest
+    /// reference; `None` when the registry has none.
+    pub async fn get_manifest(
+        &mut self,
+        reference: &str,
+    ) -> Result<Option<(String, Vec<u8>)>, OciError> {
+        let mut h = BTreeMap::new();
+        h.insert("accept", super::manifest::accept());
+        let url = self.url(&format!("manifests/{reference}"));
+        let a = self
+            .send(Method::GET, &url, h, Bytes::new(), SMALL_BODY)
+            .await?;
+        if a.status == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !a.status.is_success() {
+            return Err(self.unexpected(&format!("manifest {reference}"), &a));
+        }
+        let digest = sha256_digest(&a.body);
+        if super::reference::is_sha256_digest(reference) && digest != reference {
+            return Err(self.err(format!(
+                "the registry answered for manifest {reference} with content of digest {digest}"
+            )));
+        }
+        Ok(Some((digest, a.body.to_vec())))
+    }
+
+    /// The blob `digest` of `size` bytes (at most `max`), its digest and size checked.
+    pub async fn get_blob(
+        &mut self,
+        digest: &str,
+        size: u64,
+        max: u64,
+    ) -> Result<Vec<u8>, OciError> {
+        if size > max {
+            return Err(self.err(format!(
+                "blob {digest} is {size} bytes, more than the limit of {max} (oci.maxModuleSize)"
+            )));
+        }
+        let limit = usize::try_from(size).unwrap_or(usize::MAX);
+        let url = self.url(&format!("blobs/{digest}"));
+        let a = self
+            .send(Method::GET, &url, BTreeMap::new(), Bytes::new(), limit)
+            .await?;
+        if !a.status.is_success() {
+            return Err(self.unexpected(&format!("blob {digest}"), &a));
+        }
+        let got = sha256_digest(&a.body);
+        if got != digest || a.body.len() as u64 != size {
+            return Err(self.err(format!(
+                "blob {digest}: the registry sent {} bytes of digest {got} (expected {size} bytes)",
+                a.body.len()
+            )));
+        }
+        Ok(a.body.to_vec())
+    }
 }
 
 /// An absolute redirect target.

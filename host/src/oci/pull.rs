@@ -1,12 +1,7 @@
 //! Pulling a module: manifest, its one wasm layer, its signature; every digest checked, every
 //! body bounded, everything kept in the [`Store`] by digest.
 
-use std::collections::BTreeMap;
-
-use bytes::Bytes;
-use http::{Method, StatusCode};
-
-use super::client::{SMALL_BODY, Session, Transport, sha256_digest};
+use super::client::{Session, Transport};
 use super::manifest::{self, Manifest};
 use super::reference::Reference;
 use super::store::Store;
@@ -15,60 +10,6 @@ use super::{referrers, sign};
 
 /// Longest signature payload read.
 const MAX_PAYLOAD: usize = 64 * 1024;
-
-pub(super) async fn get_manifest(
-    s: &mut Session,
-    reference: &str,
-) -> Result<Option<(String, Vec<u8>)>, OciError> {
-    let mut h = BTreeMap::new();
-    h.insert("accept", manifest::accept());
-    let url = s.url(&format!("manifests/{reference}"));
-    let a = s
-        .send(Method::GET, &url, h, Bytes::new(), SMALL_BODY)
-        .await?;
-    if a.status == StatusCode::NOT_FOUND {
-        return Ok(None);
-    }
-    if !a.status.is_success() {
-        return Err(s.unexpected(&format!("manifest {reference}"), &a));
-    }
-    let digest = sha256_digest(&a.body);
-    if super::reference::is_sha256_digest(reference) && digest != reference {
-        return Err(s.err(format!(
-            "the registry answered for manifest {reference} with content of digest {digest}"
-        )));
-    }
-    Ok(Some((digest, a.body.to_vec())))
-}
-
-pub(super) async fn get_blob(
-    s: &mut Session,
-    digest: &str,
-    size: u64,
-    max: u64,
-) -> Result<Vec<u8>, OciError> {
-    if size > max {
-        return Err(s.err(format!(
-            "blob {digest} is {size} bytes, more than the limit of {max} (oci.maxModuleSize)"
-        )));
-    }
-    let limit = usize::try_from(size).unwrap_or(usize::MAX);
-    let url = s.url(&format!("blobs/{digest}"));
-    let a = s
-        .send(Method::GET, &url, BTreeMap::new(), Bytes::new(), limit)
-        .await?;
-    if !a.status.is_success() {
-        return Err(s.unexpected(&format!("blob {digest}"), &a));
-    }
-    let got = sha256_digest(&a.body);
-    if got != digest || a.body.len() as u64 != size {
-        return Err(s.err(format!(
-            "blob {digest}: the registry sent {} bytes of digest {got} (expected {size} bytes)",
-            a.body.len()
-        )));
-    }
-    Ok(a.body.to_vec())
-}
 
 /// Runs `f` (one pull or look-up of `reference`) within `settings.pull_timeout`: every
 /// request, redirect, challenge and layer it makes count against one deadline.
@@ -104,7 +45,7 @@ async fn resolve_now(settings: &Settings, reference: &Reference) -> Result<Strin
         &reference.repository,
         reference.to_string(),
     );
-    match get_manifest(&mut s, reference.manifest_ref()).await? {
+    match s.get_manifest(reference.manifest_ref()).await? {
         Some((d, _)) => Ok(d),
         None => Err(s.err(format!("manifest {} not found", reference.manifest_ref()))),
     }
@@ -135,7 +76,8 @@ async fn pull_now(settings: &Settings, reference: &Reference) -> Result<Pulled, 
     let from_cache = cached.is_some();
     let (digest, bytes) = match cached {
         Some(x) => x,
-        None => get_manifest(&mut s, reference.manifest_ref())
+        None => s
+            .get_manifest(reference.manifest_ref())
             .await?
             .ok_or_else(|| s.err(format!("manifest {} not found", reference.manifest_ref())))?,
     };
@@ -163,7 +105,9 @@ async fn pull_now(settings: &Settings, reference: &Reference) -> Result<Pulled, 
     };
     let blob_cached = store.blob(&layer.digest).is_some();
     if !blob_cached {
-        let blob = get_blob(&mut s, &layer.digest, layer.size, settings.max_module_size).await?;
+        let blob = s
+            .get_blob(&layer.digest, layer.size, settings.max_module_size)
+            .await?;
         store.put_blob(&layer.digest, &blob).map_err(|e| s.err(e))?;
     }
     if !from_cache {
@@ -283,7 +227,7 @@ async fn verify_legacy(
     }
     let (sig_digest, bytes, fetched) = match cached {
         Some((d, m)) => (d, m, false),
-        None => match get_manifest(s, &tag).await? {
+        None => match s.get_manifest(&tag).await? {
             Some((d, m)) => (d, m, true),
             None if bundles_why.is_empty() => {
                 return Err(s.err(format!(
@@ -314,7 +258,7 @@ async fn verify_legacy(
         };
         let (payload, payload_fetched) = match store.blob(&l.digest) {
             Some(p) => (p, false),
-            None => match get_blob(s, &l.digest, l.size, MAX_PAYLOAD as u64).await {
+            None => match s.get_blob(&l.digest, l.size, MAX_PAYLOAD as u64).await {
                 Ok(p) => (p, true),
                 Err(e) => {
                     why.push(e.problem);

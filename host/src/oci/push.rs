@@ -228,7 +228,8 @@ pub async fn sign(
         &reference.repository,
         reference.to_string(),
     );
-    let (_, bytes) = super::pull::get_manifest(&mut s, &digest)
+    let (_, bytes) = s
+        .get_manifest(&digest)
         .await?
         .ok_or_else(|| s.err(format!("manifest {digest} not found")))?;
     sign_manifest(&mut s, reference, digest, bytes.len(), signing).await

@@ -14,7 +14,7 @@ use http::{Method, StatusCode};
 
 use super::client::{SMALL_BODY, Session, b64, sha256_digest};
 use super::manifest::{self, Descriptor, Manifest};
-use super::pull::{get_blob, get_manifest};
+
 use super::push::{put_blob, put_raw};
 use super::sigstore::{self, BUNDLE_V03, COSIGN_SIGN_PREDICATE, INTOTO_PAYLOAD};
 use super::store::Store;
@@ -58,7 +58,7 @@ pub async fn bundles(s: &mut Session, digest: &str) -> Result<(Vec<Descriptor>, 
         a.status,
         StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED | StatusCode::BAD_REQUEST
     ) {
-        match get_manifest(s, &tag_schema(digest)).await? {
+        match s.get_manifest(&tag_schema(digest)).await? {
             Some((_, b)) => (b, Listed::Tag),
             None => return Ok((Vec::new(), Listed::Tag)),
         }
@@ -122,7 +122,7 @@ impl Check<'_> {
         let (bundle, fetched) = match self.store.blob(&layer.digest) {
             Some(b) => (b, false),
             None => (
-                get_blob(s, &layer.digest, layer.size, layer.size)
+                s.get_blob(&layer.digest, layer.size, layer.size)
                     .await
                     .map_err(|e| e.problem)?,
                 true,
@@ -169,7 +169,7 @@ pub async fn verify(
     let mut budget = c.settings.max_signature_bytes;
     let mut why = Vec::new();
     for d in found {
-        let got = match get_manifest(s, &d.digest).await {
+        let got = match s.get_manifest(&d.digest).await {
             Ok(Some((_, bytes))) => c.referrer(s, &d.digest, &bytes, &mut budget).await,
             Ok(None) => Err("listed, but not found".to_owned()),
             Err(e) => Err(e.problem),
@@ -249,7 +249,7 @@ pub async fn attach(
 /// Adds `d` to the referrers tag schema index of `subject` (made if missing).
 async fn add_to_tag_index(s: &mut Session, subject: &str, d: Descriptor) -> Result<(), OciError> {
     let tag = tag_schema(subject);
-    let mut index = match get_manifest(s, &tag).await? {
+    let mut index = match s.get_manifest(&tag).await? {
         Some((_, b)) => serde_json::from_slice::<serde_json::Value>(&b)
             .ok()
             .filter(|v| v["manifests"].is_array())
