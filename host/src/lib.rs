@@ -11,7 +11,8 @@
 //!    rules, where a kind lives on an API server), [`abi`] (the byte layout of plugin ABI 0.2:
 //!    an object's wire form), [`files`] (reading a file someone else named: regular files of
 //!    bounded size only), [`tasks`] (background work started inside a layer, run under the
-//!    supervisor: named, joined at shutdown, a panic reported).
+//!    supervisor: named, joined at shutdown, a panic reported); in tests, `test_time` (how
+//!    long a unit test waits before giving up, scaled by `WISP_TEST_TIME_SCALE`).
 //! 2. [`informer`]: the client-go informer pipeline (reflector, queues, indexer, shared
 //!    informer, processor and listeners, an in-memory source). Knows nothing of wasm or HTTP.
 //! 3. [`source`]: `ListerWatcher`s (the Kubernetes API through `kube`, a directory of
@@ -58,4 +59,6 @@ pub mod scale;
 pub mod source;
 pub mod sync;
 pub mod tasks;
+#[cfg(test)]
+pub(crate) mod test_time;
 pub mod units;

@@ -202,7 +202,8 @@ mod tests {
                 () = stop.cancelled() => {}
             }
         });
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let deadline =
+            tokio::time::Instant::now() + crate::test_time::patience(Duration::from_secs(5));
         assert!(tasks.wait(deadline).await, "the timer ended when told");
         assert_eq!(*lock(&seen), ["sender: panicked: lost"]);
     }

@@ -359,7 +359,7 @@ mod tests {
                 Ok(())
             });
         }
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + crate::test_time::patience(Duration::from_secs(5));
         assert!(sup.stop_phase(Phase::Intake, deadline).await);
         assert!(sup.stop_phase(Phase::Informers, deadline).await);
         assert_eq!(sup.running(Phase::Handover), 1, "the Lease task still runs");
@@ -380,7 +380,7 @@ mod tests {
         sup.spawn(Phase::Intake, "poll", OnError::Log, |_| async {
             panic!("boom");
         });
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + crate::test_time::patience(Duration::from_secs(5));
         assert!(sup.stop_phase(Phase::Intake, deadline).await);
         assert_eq!(sup.failures().get("poll"), Some(&2));
         assert_eq!(sup.fatal_error(), None);
@@ -388,9 +388,12 @@ mod tests {
         sup.spawn(Phase::Servers, "admin server", OnError::Fatal, |_| async {
             panic!("bind lost")
         });
-        tokio::time::timeout(Duration::from_secs(5), sup.fatal_raised())
-            .await
-            .expect("a fatal panic is raised");
+        tokio::time::timeout(
+            crate::test_time::patience(Duration::from_secs(5)),
+            sup.fatal_raised(),
+        )
+        .await
+        .expect("a fatal panic is raised");
         assert_eq!(
             sup.fatal_error().as_deref(),
             Some("admin server: panicked: bind lost")
@@ -412,7 +415,7 @@ mod tests {
         let deadline = Instant::now() + Duration::from_millis(200);
         assert!(!sup.stop_phase(Phase::Informers, deadline).await);
         assert!(
-            sup.join_threads(Instant::now() + Duration::from_secs(5))
+            sup.join_threads(Instant::now() + crate::test_time::patience(Duration::from_secs(5)))
                 .await
         );
         assert!(joined.load(std::sync::atomic::Ordering::SeqCst));

@@ -705,7 +705,8 @@ mod tests {
     }
 
     fn eventually(what: &str, cond: impl Fn() -> bool) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let deadline =
+            std::time::Instant::now() + crate::test_time::patience(Duration::from_secs(30));
         while !cond() {
             assert!(
                 std::time::Instant::now() < deadline,

@@ -15,7 +15,7 @@ use crate::sync::{lock, wait};
 const T: Duration = Duration::from_secs(30);
 
 fn eventually(what: &str, cond: impl Fn() -> bool) {
-    let deadline = Instant::now() + T;
+    let deadline = Instant::now() + crate::test_time::patience(T);
     while !cond() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(2));

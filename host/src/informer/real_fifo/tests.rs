@@ -220,7 +220,11 @@ fn real_fifo_add_update() {
         })
     };
     for want in ["10", "12", "15"] {
-        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), want);
+        assert_eq!(
+            rx.recv_timeout(crate::test_time::patience(Duration::from_secs(5)))
+                .unwrap(),
+            want
+        );
     }
     assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
     assert!(f.is_empty());
@@ -533,7 +537,7 @@ fn real_fifo_pop_should_unblock_when_closed() {
     std::thread::sleep(Duration::from_millis(10));
     f.close();
     for _ in 0..JOBS {
-        rx.recv_timeout(Duration::from_millis(500))
+        rx.recv_timeout(crate::test_time::patience(Duration::from_millis(500)))
             .expect("Pop returns after Close");
     }
 }

@@ -372,7 +372,7 @@ fn relist_seen_by(
     regs.iter()
         .map(|(rec, reg)| {
             // Every handler gets at least the two adds, b's update and c's add.
-            let deadline = std::time::Instant::now() + T;
+            let deadline = std::time::Instant::now() + crate::test_time::patience(T);
             while rec
                 .deliveries()
                 .last()
@@ -466,7 +466,7 @@ async fn the_resync_timer_delivers_syncs_only_to_due_listeners() {
         }
     }
     let settle = |r: &HandlerRegistration, n| {
-        let deadline = std::time::Instant::now() + T;
+        let deadline = std::time::Instant::now() + crate::test_time::patience(T);
         while r.stats().delivered < n && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(2));
         }
@@ -598,7 +598,7 @@ fn an_atomic_relist_replaces_the_cache_at_once_then_notifies_deletions_first() {
     inf.handle_popped(Popped::Bookmark("12".into()), false);
     assert_eq!(inf.stats().store_resource_version, "12");
 
-    let deadline = std::time::Instant::now() + T;
+    let deadline = std::time::Instant::now() + crate::test_time::patience(T);
     while reg.stats().delivered < 7 && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(2));
     }
