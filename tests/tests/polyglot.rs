@@ -659,3 +659,66 @@ fn refused_settings_read_alike_in_every_language() {
         assert_eq!(got, want, "image-policy-{suffix}");
     }
 }
+
+/// Updates of the ~2 KB fixture pods (`wisp_tests::pod`, what `wisp-bench --only tiers`
+/// delivers), 200 pods in turn, each to a new resourceVersion.
+fn pod_updates(n: usize) -> Vec<Delivery> {
+    use wisp_host::informer::Object;
+    let object = |i: usize, rv: usize| {
+        let mut v = wisp_tests::pod(&format!("ns-{}", i % 10), &format!("web-{}", i % 200));
+        v["metadata"]["resourceVersion"] = json!(rv.to_string());
+        v["metadata"]["uid"] = json!(format!("uid-{}", i % 200));
+        Arc::new(Object::from_value(v, true).expect("fixture is an object"))
+    };
+    (0..n)
+        .map(|i| Delivery {
+            seq: i as u64 + 1,
+            notification: Notification::Update {
+                old: object(i, i + 1),
+                new: object(i, i + 2),
+            },
+        })
+        .collect()
+}
+
+/// How many of `updates`, one per call, `module` delivers on one instance under the default
+/// limits (64 MiB of memory) before the first that fails (all of them when none does), with the
+/// failure.
+fn delivered_on_one_instance(module: &Path, updates: &[Delivery]) -> (usize, Option<String>) {
+    let spec = wisp_host::plugin::PluginSpec::new("", module, &["pods"]);
+    assert_eq!(spec.limits.memory, wisp_host::plugin::spec::DEFAULT_MEMORY);
+    let checked = wisp_host::plugin::loader::check_with(
+        &engine(),
+        &spec,
+        wisp_host::plugin::state::Grants::default(),
+        None,
+    )
+    .unwrap_or_else(|e| panic!("{}: {e:#}", module.display()));
+    let status = checked.status().clone();
+    let mut rt = checked.into_runtime(engine());
+    for (i, d) in updates.iter().enumerate() {
+        rt.handle("pods", std::slice::from_ref(d));
+        if get(&status, |c| &c.failed) > 0 {
+            return (i, status.last_error());
+        }
+    }
+    assert_eq!(get(&status, |c| &c.delivered), updates.len() as u64);
+    assert_eq!(get(&status, |c| &c.restarts), 0);
+    (updates.len(), None)
+}
+
+/// The JavaScript audit-log delivers 3,000 updates of the ~2 KB pods, one per call, on one
+/// instance under the default limits. Its SDK used to copy each batch through the iterator
+/// protocol (see `bytesOf` in plugin-sdk/js/abi.js), whose garbage filled SpiderMonkey's heap:
+/// every call failed (`cannot read the batch: undefined`) after 490-770 updates. (The
+/// instance still grows by ~5 KB per notification in the component's glue, with no SDK at all,
+/// and hits the cap after ~10,000 of these: BENCHMARKS.md, *The first-load tier's price*.)
+#[test]
+fn the_js_audit_log_delivers_thousands_of_pod_updates_on_one_instance_under_the_default_limits() {
+    let Some(module) = component("audit-log-js") else {
+        return;
+    };
+    let updates = pod_updates(3_000);
+    let (delivered, error) = delivered_on_one_instance(&module, &updates);
+    assert_eq!(delivered, updates.len(), "{error:?}");
+}

@@ -3,6 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
+import vm from 'node:vm';
 import { Batch, DecodeError, LAYOUT_VERSION, WispObject, decodeList } from '../abi.js';
 import { parseSettings } from '../settings.js';
 
@@ -58,6 +59,27 @@ test('lists read as the vectors say', () => {
   for (const c of vectors().lists) {
     assert.deepEqual(decodeList(unhex(c.hex)).map(read), c.expect, c.name);
   }
+});
+
+// The component's glue lifts `handle`'s bytes into a Uint8Array of its own global (componentize-js's
+// initializer), which is not `instanceof` ours: they must be viewed as they are, not copied.
+test('bytes from another global are viewed, not copied', () => {
+  const v = vectors();
+  const other = vm.runInNewContext('(h) => Uint8Array.from(h.match(/../g), (x) => parseInt(x, 16))');
+  for (const c of v.batches) {
+    const bytes = other(c.hex);
+    assert.ok(!(bytes instanceof Uint8Array), 'a Uint8Array of another global');
+    const b = new Batch(bytes);
+    assert.equal(b._b.buffer, bytes.buffer, c.name);
+    const want = [...new Batch(unhex(c.hex))].map((n) => read(n.object));
+    assert.deepEqual([...b].map((n) => read(n.object)), want, c.name);
+  }
+  const one = other(v.objects[0].hex);
+  const o = new WispObject(one);
+  assert.equal(o.bytes.buffer, one.buffer);
+  assert.deepEqual(read(o), v.objects[0].expect);
+  const buffer = vm.runInNewContext('(n) => new ArrayBuffer(n)')(4);
+  assert.throws(() => new WispObject(buffer), /layout version 0/);
 });
 
 test('bytes cut anywhere are a DecodeError, never another exception', () => {
