@@ -43,9 +43,27 @@ def is_module(mod):
     return file_of(mod) is not None
 
 
+# In one pass, so that a `//` inside a string is not a comment and a quote inside a comment or a
+# char literal opens no string: raw strings, strings, char literals, line and block comments.
+TOKEN = re.compile(
+    r'r(#*)"(?:.|\n)*?"\1'
+    r'|"(?:\\.|[^"\\])*"'
+    r"|'(?:\\[^']{1,10}|[^'\\\n])'"
+    r"|//[^\n]*"
+    r"|/\*(?:.|\n)*?\*/"
+)
+
+
 def strip(text):
-    text = re.sub(r"//[^\n]*", "", text)
-    return re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
+    """`text` without comments, its string and char literals emptied."""
+
+    def blank(m):
+        t = m.group(0)
+        if t.startswith("//") or t.startswith("/*"):
+            return ""
+        return "''" if t.startswith("'") else '""'
+
+    return TOKEN.sub(blank, text)
 
 
 def expand(tree):

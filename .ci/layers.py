@@ -14,6 +14,9 @@ import pathlib
 import re
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from circles import sccs_of, strip  # noqa: E402
+
 root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "host/src")
 modules = {p.stem for p in root.glob("*.rs") if p.stem not in ("lib", "main")}
 modules |= {p.name for p in root.iterdir() if p.is_dir()}
@@ -23,8 +26,8 @@ for m in sorted(modules):
     files = list(root.glob(f"{m}.rs")) + list((root / m).rglob("*.rs"))
     for f in files:
         text = f.read_text()
-        # Comments are not imports (doc links to another module are fine).
-        text = re.sub(r"//[^\n]*", "", text)
+        # Comments and strings are not imports (doc links to another module are fine).
+        text = strip(text)
         for other in re.findall(r"\bcrate::([a-z_][a-z0-9_]*)", text):
             if other in modules and other != m:
                 edges[m].add(other)
@@ -36,8 +39,6 @@ for m in sorted(modules):
 
 # Strongly connected components: the one Tarjan of .ci/circles.py.
 sys.setrecursionlimit(10000)
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from circles import sccs_of  # noqa: E402
 
 sccs = sccs_of(sorted(modules), edges)
 

@@ -11,7 +11,7 @@ pub fn patience(d: Duration) -> Duration {
     d.mul_f64(
         *SCALE.get_or_init(|| match std::env::var("WISP_TEST_TIME_SCALE") {
             Err(_) => 1.0,
-            Ok(v) => match v.parse::<f64>() {
+            Ok(v) => match v.trim().parse::<f64>() {
                 Ok(s) if s > 0.0 && s.is_finite() => s,
                 _ => panic!("WISP_TEST_TIME_SCALE={v:?}: expected a positive number"),
             },

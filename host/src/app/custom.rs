@@ -15,11 +15,13 @@
 //! written before this replica runs its plugins (a standby waits for the Lease), and status
 //! writes stop while it does not hold the Lease.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::ApiResource;
 use serde_json::{Value, json};
@@ -43,11 +45,12 @@ pub const FIELD_MANAGER: &str = "wisp";
 /// How often conditions are looked at (and written when they changed).
 const CONDITION_CHECK: Duration = Duration::from_secs(1);
 /// Refusals tried again at each resync (they may pass later).
-const TRANSIENT: [&str; 4] = [
+const TRANSIENT: [&str; 5] = [
     "PullFailed",
     "SignatureRefused",
     "KindNotServed",
     "OverBudget",
+    "ApplyPanicked",
 ];
 /// The refusal of a resource past `maxPerNamespace` or `maxTotal`: it holds no place and is
 /// looked at again at each reconcile (taken once a place is free).
@@ -135,13 +138,21 @@ impl Running {
         }
     }
 
-    async fn stop(self) {
+    async fn stop(mut self) {
         self.stop.cancel();
-        for t in self.tasks {
+        for t in std::mem::take(&mut self.tasks) {
             // Its error or panic was reported by the supervisor; an error here is only a task
             // the runtime dropped at its shutdown.
             let _ = t.await;
         }
+    }
+}
+
+/// Informers dropped without [`Running::stop`] (an apply that panicked) are stopped too; their
+/// tasks end on their own.
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.cancel();
     }
 }
 
@@ -259,6 +270,8 @@ pub async fn run(me: CustomPlugins, stop: CancellationToken) -> anyhow::Result<(
         jobs: tokio::task::JoinSet::new(),
         ids: HashMap::new(),
         turn: None,
+        queued: BTreeMap::new(),
+        retry_due: BTreeSet::new(),
     };
     let mut tick = tokio::time::interval(CONDITION_CHECK);
     let mut resync = tokio::time::interval(RESYNC);
@@ -364,6 +377,29 @@ struct Reconciler {
     ids: HashMap<tokio::task::Id, String>,
     /// The namespace last given an apply: the next goes to the one after it.
     turn: Option<String>,
+    /// Resources that took a place under the count caps and wait for an apply: they keep it.
+    queued: BTreeMap<String, CustomRef>,
+    /// Refused resources to try again (marked at each resync, until their apply starts).
+    retry_due: BTreeSet<String>,
+}
+
+/// The namespace to start the next apply for: the first after `turn` (in name order, wrapping
+/// around) among those with a resource `waiting`, fewer than `per_namespace` of whose applies
+/// are `running`.
+fn next_turn(
+    waiting: &BTreeSet<String>,
+    running: &BTreeMap<String, usize>,
+    per_namespace: usize,
+    turn: Option<&str>,
+) -> Option<String> {
+    let open = |ns: &&String| running.get(*ns).copied().unwrap_or(0) < per_namespace;
+    let after = |ns: &&String| turn.is_none_or(|t| ns.as_str() > t);
+    waiting
+        .iter()
+        .filter(|ns| after(ns) && open(ns))
+        .chain(waiting.iter().filter(open))
+        .next()
+        .cloned()
 }
 
 /// The namespace a resource's applies are taken in turn by (`""`: the cluster-scoped ones).
@@ -395,11 +431,22 @@ impl Reconciler {
         for name in gone {
             self.remove(&name).await;
         }
-        let mut places = Places::default();
-        for a in self.applied.values().filter(|a| a.holds_place()) {
-            places.count(&a.cr);
+        self.queued.retain(|n, _| now.contains_key(n));
+        if retry {
+            let transient = self
+                .applied
+                .iter()
+                .filter(|(_, a)| a.refused.as_ref().is_some_and(|r| TRANSIENT.contains(&r.0)));
+            self.retry_due.extend(transient.map(|(n, _)| n.clone()));
         }
-        for cr in self.busy.values() {
+        self.retry_due.retain(|n| now.contains_key(n));
+        let mut places = Places::default();
+        let held = self
+            .applied
+            .values()
+            .filter(|a| a.holds_place())
+            .map(|a| &a.cr);
+        for cr in held.chain(self.busy.values()).chain(self.queued.values()) {
             places.count(cr);
         }
         let mut wanted: BTreeMap<String, Vec<(String, Seen)>> = BTreeMap::new();
@@ -407,17 +454,16 @@ impl Reconciler {
             if self.busy.contains_key(&name) {
                 continue;
             }
-            let holds = self.applied.get(&name).is_some_and(Applied::holds_place);
+            let applied = self.applied.get(&name).filter(|a| a.holds_place());
+            let holds = applied.is_some() || self.queued.contains_key(&name);
             if !holds && let Err(e) = places.take(&s.cr, &self.settings) {
                 self.refuse_count(name, s, e);
                 continue;
             }
-            let current = holds
-                && self.applied.get(&name).is_some_and(|a| {
-                    a.generation == s.generation
-                        && !(retry && a.refused.as_ref().is_some_and(|r| TRANSIENT.contains(&r.0)))
-                });
+            let current = applied.is_some_and(|a| a.generation == s.generation)
+                && !self.retry_due.contains(&name);
             if !current {
+                self.queued.insert(name.clone(), s.cr.clone());
                 wanted.entry(turn_of(&s.cr)).or_default().push((name, s));
             }
         }
@@ -431,18 +477,19 @@ impl Reconciler {
         let all = self.settings.concurrent_applies();
         let per_namespace = self.settings.concurrent_applies_per_namespace();
         while self.busy.len() < all {
-            let open = |ns: &String, waiting: &Vec<(String, Seen)>| {
-                !waiting.is_empty()
-                    && self.busy.values().filter(|cr| turn_of(cr) == *ns).count() < per_namespace
-            };
-            let after = self.turn.clone().unwrap_or_default();
-            let next = wanted
+            let mut running: BTreeMap<String, usize> = BTreeMap::new();
+            for cr in self.busy.values() {
+                *running.entry(turn_of(cr)).or_default() += 1;
+            }
+            let waiting: BTreeSet<String> = wanted
                 .iter()
-                .filter(|(ns, w)| **ns > after && open(ns, w))
-                .chain(wanted.iter().filter(|(ns, w)| open(ns, w)))
+                .filter(|(_, w)| !w.is_empty())
                 .map(|(ns, _)| ns.clone())
-                .next();
-            let Some(ns) = next else { break };
+                .collect();
+            let Some(ns) = next_turn(&waiting, &running, per_namespace, self.turn.as_deref())
+            else {
+                break;
+            };
             let (name, s) = wanted.get_mut(&ns).map(|w| w.remove(0)).expect("chosen");
             self.turn = Some(ns);
             self.start_apply(name, s);
@@ -456,6 +503,8 @@ impl Reconciler {
             .remove(&name)
             .unwrap_or_else(|| Applied::new(&s));
         self.busy.insert(name.clone(), s.cr.clone());
+        self.queued.remove(&name);
+        self.retry_due.remove(&name);
         let ctx = self.ctx.clone();
         let n = name.clone();
         let task = self
@@ -464,8 +513,8 @@ impl Reconciler {
         self.ids.insert(task.id(), name);
     }
 
-    /// Takes back the record of a finished apply; one that panicked is forgotten (logged), so
-    /// the next reconcile applies its resource again.
+    /// Takes back the record of a finished apply (a panic in one is its refusal,
+    /// `ApplyPanicked`); one aborted at shutdown is forgotten.
     fn finish(
         &mut self,
         done: Result<(tokio::task::Id, (String, Applied)), tokio::task::JoinError>,
@@ -666,7 +715,14 @@ impl Ctx {
     /// for its status.
     async fn apply(&self, name: &str, mut a: Applied, s: Seen) -> Applied {
         a.generation = s.generation;
-        a.refused = match self.try_apply(&mut a, &s).await {
+        let tried = AssertUnwindSafe(self.try_apply(&mut a, &s))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|p| {
+                let why = crate::tasks::panic_text(&*p);
+                Err(("ApplyPanicked", format!("the apply panicked: {why}")))
+            });
+        a.refused = match tried {
             Ok(msg) => {
                 tracing::info!(resource = %s.cr, "{msg}");
                 None
@@ -795,8 +851,13 @@ impl Ctx {
         cr: &CustomRef,
         spec: &PluginSpec,
     ) -> Result<Reservation<'_>, (&'static str, String)> {
+        use crate::plugin::budget::{worst_case, worst_case_of_change};
         let name = spec.name.clone();
-        let this = worst_case(spec);
+        let running = self.reloader.custom_spec(&name);
+        let this = match &running {
+            Some(old) => worst_case_of_change(old, spec),
+            None => worst_case(spec),
+        };
         let mut reserved = lock(&self.reserved);
         if let Some(limit) = self.memory_limit {
             let files: u64 = self
@@ -806,19 +867,17 @@ impl Ctx {
                 .iter()
                 .map(worst_case)
                 .sum();
-            let others: u64 = self
-                .reloader
-                .custom_specs()
+            // Each other resource once: as its apply in flight reserved it, else as it runs.
+            let custom = self.reloader.custom_specs();
+            let running_others = custom
+                .iter()
+                .filter(|(n, _)| **n != name && !reserved.contains_key(*n))
+                .map(|(_, s)| worst_case(s));
+            let in_flight = reserved
                 .iter()
                 .filter(|(n, _)| **n != name)
-                .map(|(_, s)| worst_case(s))
-                .chain(
-                    reserved
-                        .iter()
-                        .filter(|(n, _)| **n != name)
-                        .map(|(_, b)| *b),
-                )
-                .sum();
+                .map(|(_, b)| *b);
+            let others: u64 = running_others.chain(in_flight).sum();
             let host = crate::plugin::budget::HOST_BASE;
             let total = host + files + others + this;
             if total > limit {
@@ -827,8 +886,8 @@ impl Ctx {
                     "OverBudget",
                     format!(
                         "{cr}: spec.limits.memory: this plugin may take {} MiB at worst (limits.memory \
-                         {} MiB twice, as during a reload, and {} queue(s) of queue.maxBytes {} \
-                         MiB); beside the host (~{} MiB), the config file's plugins ({} MiB) and \
+                         {} MiB twice, or beside the running version's, as during a reload, and \
+                         {} queue(s) of queue.maxBytes {} MiB); beside the host (~{} MiB), the config file's plugins ({} MiB) and \
                          the other custom resources' ({} MiB) that is {} MiB, over the \
                          container's memory limit of {} MiB: lower its limits.memory or \
                          queue.maxBytes (tried again every minute)",
@@ -860,14 +919,6 @@ impl Drop for Reservation<'_> {
     fn drop(&mut self) {
         lock(&self.ctx.reserved).remove(&self.name);
     }
-}
-
-/// What a plugin may hold at worst: its instance's memory twice (the old and the new one
-/// during a reload) and each of its queues full.
-fn worst_case(spec: &PluginSpec) -> u64 {
-    let queues =
-        (spec.queue.max_bytes().unwrap_or(0) as u64).saturating_mul(spec.informers.len() as u64);
-    spec.limits.memory.saturating_mul(2).saturating_add(queues)
 }
 
 /// A `WispPlugin` of namespace `ns` watches only namespaced kinds: informer `i` of `cfg` is
@@ -942,4 +993,82 @@ fn carry_times(old: Option<&Value>, mut new: Value) -> Value {
         }
     }
     new
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    fn running(of: &[(&str, usize)]) -> BTreeMap<String, usize> {
+        of.iter().map(|(n, k)| ((*n).to_owned(), *k)).collect()
+    }
+
+    #[test]
+    fn applies_go_to_the_namespaces_in_turn_none_past_its_share() {
+        let waiting = set(&["", "a", "b", "c"]);
+        let none = running(&[]);
+        // The cluster-scoped ones ("") take their turn like a namespace.
+        assert_eq!(next_turn(&waiting, &none, 1, None).as_deref(), Some(""));
+        assert_eq!(
+            next_turn(&waiting, &none, 1, Some("")).as_deref(),
+            Some("a")
+        );
+        assert_eq!(
+            next_turn(&waiting, &none, 1, Some("a")).as_deref(),
+            Some("b")
+        );
+        // After the last one, around to the first.
+        assert_eq!(
+            next_turn(&waiting, &none, 1, Some("c")).as_deref(),
+            Some("")
+        );
+        // A turn that is no longer waiting still orders the next.
+        assert_eq!(
+            next_turn(&set(&["a", "c"]), &none, 1, Some("b")).as_deref(),
+            Some("c")
+        );
+        // A namespace at its share is passed over, wherever the turn is.
+        let busy = running(&[("b", 1)]);
+        assert_eq!(
+            next_turn(&waiting, &busy, 1, Some("a")).as_deref(),
+            Some("c")
+        );
+        assert_eq!(
+            next_turn(&waiting, &running(&[("b", 1)]), 2, Some("a")).as_deref(),
+            Some("b")
+        );
+        // Every waiting namespace at its share: none.
+        let full = running(&[("a", 1), ("b", 1)]);
+        assert_eq!(next_turn(&set(&["a", "b"]), &full, 1, Some("a")), None);
+        assert_eq!(next_turn(&BTreeSet::new(), &none, 1, None), None);
+    }
+
+    /// One namespace with many waiting and another with one: the other's is started second,
+    /// not after all of the first's.
+    #[test]
+    fn a_namespace_with_many_waiting_does_not_hold_up_another() {
+        let mut waiting: BTreeMap<String, usize> = [("a".to_owned(), 5), ("z".to_owned(), 1)]
+            .into_iter()
+            .collect();
+        let (mut turn, mut order) = (None::<String>, Vec::new());
+        while let Some(ns) = next_turn(
+            &waiting.keys().cloned().collect(),
+            &running(&[]),
+            1,
+            turn.as_deref(),
+        ) {
+            order.push(ns.clone());
+            let left = waiting.get_mut(&ns).unwrap();
+            *left -= 1;
+            if *left == 0 {
+                waiting.remove(&ns);
+            }
+            turn = Some(ns);
+        }
+        assert_eq!(order, ["a", "z", "a", "a", "a", "a"]);
+    }
 }

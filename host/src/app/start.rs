@@ -517,10 +517,7 @@ fn warn_over_budget(config: &Config, specs: &[PluginSpec]) {
     };
     let queues = specs
         .iter()
-        .map(|s| {
-            let each = s.queue.max_bytes().unwrap_or(0) as u64;
-            each.saturating_mul(s.informers.len() as u64)
-        })
+        .map(budget::queue_bytes)
         .fold(0u64, u64::saturating_add);
     if let Some(w) = budget::over_limit(
         &budgets,

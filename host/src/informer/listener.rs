@@ -46,8 +46,9 @@ pub const DEFAULT_BATCH_MAX: usize = 64;
 pub const OVERFLOW_WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// Told of every notification a listener's bounded queue drops or coalesces, as it happens (on
-/// the informer's thread, under the queue lock: keep it to a counter update). A plugin's status
-/// implements it, so its counters include its queues' overflow.
+/// the informer's thread, under the queue lock: keep it to counter updates and, at most once, a
+/// state change and its log line; never wait on anything). A plugin's status implements it
+/// (`QueueOverflow`), so its counters include its queues' overflow, and a quarantine.
 pub trait OverflowObserver: Send + Sync {
     /// `discarded` notifications were just dropped or merged.
     fn overflowed(&self, discarded: Discarded);

@@ -408,6 +408,86 @@ impl Session {
         }
         Ok(a.body.to_vec())
     }
+
+    pub async fn put_blob(&mut self, bytes: &[u8], what: &str) -> Result<String, OciError> {
+        let digest = sha256_digest(bytes);
+        let url = self.url(&format!("blobs/{digest}"));
+        let a = self
+            .send(
+                Method::HEAD,
+                &url,
+                BTreeMap::new(),
+                Bytes::new(),
+                SMALL_BODY,
+            )
+            .await?;
+        if a.status.is_success() {
+            return Ok(digest);
+        }
+        let url = self.url("blobs/uploads/");
+        let a = self
+            .send(
+                Method::POST,
+                &url,
+                BTreeMap::new(),
+                Bytes::new(),
+                SMALL_BODY,
+            )
+            .await?;
+        if a.status != StatusCode::ACCEPTED {
+            return Err(self.unexpected(&format!("starting the upload of the {what}"), &a));
+        }
+        let loc = a
+            .headers
+            .get(header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| self.err(format!("upload of the {what}: no Location in the answer")))?;
+        let mut target = if loc.starts_with("http://") || loc.starts_with("https://") {
+            loc.to_owned()
+        } else {
+            let base = self.url("");
+            let root = base.split("/v2/").next().unwrap_or(&base).to_owned();
+            format!("{root}{loc}")
+        };
+        target.push(if target.contains('?') { '&' } else { '?' });
+        target.push_str(&format!("digest={}", digest.replace(':', "%3A")));
+        let mut h = BTreeMap::new();
+        h.insert("content-type", "application/octet-stream".to_owned());
+        let a = self
+            .send(
+                Method::PUT,
+                &target,
+                h,
+                Bytes::copy_from_slice(bytes),
+                SMALL_BODY,
+            )
+            .await?;
+        if a.status != StatusCode::CREATED {
+            return Err(self.unexpected(&format!("uploading the {what}"), &a));
+        }
+        Ok(digest)
+    }
+
+    /// PUTs manifest (or index) `body` of `media_type` at `reference` (a tag or its digest);
+    /// returns its digest and the answer's headers.
+    pub async fn put_raw(
+        &mut self,
+        body: Vec<u8>,
+        media_type: &str,
+        reference: &str,
+    ) -> Result<(String, http::HeaderMap), OciError> {
+        let digest = sha256_digest(&body);
+        let mut h = BTreeMap::new();
+        h.insert("content-type", media_type.to_owned());
+        let url = self.url(&format!("manifests/{reference}"));
+        let a = self
+            .send(Method::PUT, &url, h, Bytes::from(body), SMALL_BODY)
+            .await?;
+        if a.status != StatusCode::CREATED {
+            return Err(self.unexpected(&format!("putting the manifest at {reference}"), &a));
+        }
+        Ok((digest, a.headers))
+    }
 }
 
 /// An absolute redirect target.

@@ -5,10 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use bytes::Bytes;
-use http::{Method, StatusCode, header};
-
-use super::client::{SMALL_BODY, Session, Transport, sha256_digest};
+use super::client::{Session, Transport};
 use super::manifest::{self, Descriptor, Manifest};
 use super::reference::Reference;
 use super::{OciError, Settings, sign};
@@ -24,95 +21,11 @@ pub struct Pushed {
     pub signature_tag: Option<String>,
 }
 
-pub(super) async fn put_blob(
-    s: &mut Session,
-    bytes: &[u8],
-    what: &str,
-) -> Result<String, OciError> {
-    let digest = sha256_digest(bytes);
-    let url = s.url(&format!("blobs/{digest}"));
-    let a = s
-        .send(
-            Method::HEAD,
-            &url,
-            BTreeMap::new(),
-            Bytes::new(),
-            SMALL_BODY,
-        )
-        .await?;
-    if a.status.is_success() {
-        return Ok(digest);
-    }
-    let url = s.url("blobs/uploads/");
-    let a = s
-        .send(
-            Method::POST,
-            &url,
-            BTreeMap::new(),
-            Bytes::new(),
-            SMALL_BODY,
-        )
-        .await?;
-    if a.status != StatusCode::ACCEPTED {
-        return Err(s.unexpected(&format!("starting the upload of the {what}"), &a));
-    }
-    let loc = a
-        .headers
-        .get(header::LOCATION)
-        .and_then(|v| v.to_str().ok())
-        .ok_or_else(|| s.err(format!("upload of the {what}: no Location in the answer")))?;
-    let mut target = if loc.starts_with("http://") || loc.starts_with("https://") {
-        loc.to_owned()
-    } else {
-        let base = s.url("");
-        let root = base.split("/v2/").next().unwrap_or(&base).to_owned();
-        format!("{root}{loc}")
-    };
-    target.push(if target.contains('?') { '&' } else { '?' });
-    target.push_str(&format!("digest={}", digest.replace(':', "%3A")));
-    let mut h = BTreeMap::new();
-    h.insert("content-type", "application/octet-stream".to_owned());
-    let a = s
-        .send(
-            Method::PUT,
-            &target,
-            h,
-            Bytes::copy_from_slice(bytes),
-            SMALL_BODY,
-        )
-        .await?;
-    if a.status != StatusCode::CREATED {
-        return Err(s.unexpected(&format!("uploading the {what}"), &a));
-    }
-    Ok(digest)
-}
-
 async fn put_manifest(s: &mut Session, m: &Manifest, tag: &str) -> Result<String, OciError> {
     let body = serde_json::to_vec(m).map_err(|e| s.err(e.to_string()))?;
-    put_raw(s, body, manifest::OCI_MANIFEST, tag)
+    s.put_raw(body, manifest::OCI_MANIFEST, tag)
         .await
         .map(|(d, _)| d)
-}
-
-/// PUTs manifest (or index) `body` of `media_type` at `reference` (a tag or its digest);
-/// returns its digest and the answer's headers.
-pub(super) async fn put_raw(
-    s: &mut Session,
-    body: Vec<u8>,
-    media_type: &str,
-    reference: &str,
-) -> Result<(String, http::HeaderMap), OciError> {
-    let digest = sha256_digest(&body);
-    let mut h = BTreeMap::new();
-    h.insert("content-type", media_type.to_owned());
-    let url = s.url(&format!("manifests/{reference}"));
-    let a = s
-        .send(Method::PUT, &url, h, Bytes::from(body), SMALL_BODY)
-        .await?;
-    if a.status != StatusCode::CREATED {
-        return Err(s.unexpected(&format!("putting the manifest at {reference}"), &a));
-    }
-    Ok((digest, a.headers))
 }
 
 /// RFC 3339 UTC of now (the config's `created`).
@@ -182,7 +95,7 @@ pub async fn push(
         &reference.repository,
         reference.to_string(),
     );
-    let layer_digest = put_blob(&mut s, module, "module").await?;
+    let layer_digest = s.put_blob(module, "module").await?;
     let config = serde_json::to_vec(&serde_json::json!({
         "created": now_rfc3339(),
         "architecture": "wasm",
@@ -190,14 +103,14 @@ pub async fn push(
         "layerDigests": [layer_digest],
     }))
     .map_err(|e| s.err(e.to_string()))?;
-    let config_digest = put_blob(&mut s, &config, "config").await?;
+    let config_digest = s.put_blob(&config, "config").await?;
     let m = one_layer(
         Descriptor::new(manifest::WASM_CONFIG_V0, config_digest, config.len()),
         Descriptor::new(manifest::WASM_LAYER, layer_digest, module.len()),
     );
     let body = serde_json::to_vec(&m).map_err(|e| s.err(e.to_string()))?;
     let size = body.len();
-    let (digest, _) = put_raw(&mut s, body, manifest::OCI_MANIFEST, &tag).await?;
+    let (digest, _) = s.put_raw(body, manifest::OCI_MANIFEST, &tag).await?;
     match signing {
         Some(signing) => sign_manifest(&mut s, reference, digest, size, signing).await,
         None => Ok(Pushed {
@@ -281,7 +194,7 @@ async fn push_signature(
 ) -> Result<String, OciError> {
     let payload = sign::payload(&reference.repo_path(), digest);
     let signature = sign::sign(key, &payload).map_err(|e| s.err(e))?;
-    let payload_digest = put_blob(s, &payload, "signature payload").await?;
+    let payload_digest = s.put_blob(&payload, "signature payload").await?;
     // The config cosign writes for its signature manifests.
     let config = serde_json::to_vec(&serde_json::json!({
         "architecture": "",
@@ -292,7 +205,7 @@ async fn push_signature(
         "config": {},
     }))
     .map_err(|e| s.err(e.to_string()))?;
-    let config_digest = put_blob(s, &config, "signature config").await?;
+    let config_digest = s.put_blob(&config, "signature config").await?;
     let mut layer = Descriptor::new(manifest::COSIGN_LAYER, payload_digest, payload.len());
     layer
         .annotations

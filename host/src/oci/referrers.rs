@@ -15,7 +15,6 @@ use http::{Method, StatusCode};
 use super::client::{SMALL_BODY, Session, b64, sha256_digest};
 use super::manifest::{self, Descriptor, Manifest};
 
-use super::push::{put_blob, put_raw};
 use super::sigstore::{self, BUNDLE_V03, COSIGN_SIGN_PREDICATE, INTOTO_PAYLOAD};
 use super::store::Store;
 use super::{OciError, Settings, sign};
@@ -220,8 +219,8 @@ pub async fn attach(
     subject: Descriptor,
     bundle: &[u8],
 ) -> Result<String, OciError> {
-    let layer = put_blob(s, bundle, "Sigstore bundle").await?;
-    let config = put_blob(s, b"{}", "empty config").await?;
+    let layer = s.put_blob(bundle, "Sigstore bundle").await?;
+    let config = s.put_blob(b"{}", "empty config").await?;
     let mut annotations = BTreeMap::new();
     annotations.insert("dev.sigstore.bundle.content", "dsse-envelope");
     annotations.insert("dev.sigstore.bundle.predicateType", COSIGN_SIGN_PREDICATE);
@@ -237,7 +236,7 @@ pub async fn attach(
     .map_err(|e| s.err(e.to_string()))?;
     let size = body.len();
     let digest = sha256_digest(&body);
-    let (_, headers) = put_raw(s, body, manifest::OCI_MANIFEST, &digest).await?;
+    let (_, headers) = s.put_raw(body, manifest::OCI_MANIFEST, &digest).await?;
     if headers.get("oci-subject").is_none() {
         let mut d = Descriptor::new(manifest::OCI_MANIFEST, digest.clone(), size);
         d.artifact_type = Some(BUNDLE_V03.to_owned());
@@ -271,6 +270,6 @@ async fn add_to_tag_index(s: &mut Session, subject: &str, d: Descriptor) -> Resu
         m.push(serde_json::to_value(&d).map_err(|e| s.err(e.to_string()))?);
     }
     let body = serde_json::to_vec(&index).map_err(|e| s.err(e.to_string()))?;
-    put_raw(s, body, manifest::OCI_INDEX, &tag).await?;
+    s.put_raw(body, manifest::OCI_INDEX, &tag).await?;
     Ok(())
 }

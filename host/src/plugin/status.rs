@@ -352,6 +352,9 @@ pub struct PluginStatus {
     gauges_guest: Mutex<BTreeMap<SeriesKey, f64>>,
     /// Bytes of the names and labels of the plugin's series.
     series_bytes: AtomicU64,
+    /// Quarantined by a queue that dropped a change (`queue.overflow: quarantine`): only a
+    /// reload ends it, not a rollback (the gap is there whatever version runs).
+    queue_gap: std::sync::atomic::AtomicBool,
 }
 
 impl crate::actions::ActionReport for PluginStatus {
@@ -392,6 +395,19 @@ impl PluginStatus {
 
     pub(crate) fn set_state(&self, s: PluginState) {
         *lock(&self.state) = Some(s);
+    }
+
+    /// Running again after a reload (which ends any quarantine).
+    pub(crate) fn reloaded(&self) {
+        self.queue_gap.store(false, Ordering::SeqCst);
+        self.set_state(PluginState::Running);
+    }
+
+    /// Running again after a rollback, unless a queue quarantined it (see `queue_gap`).
+    pub(crate) fn rolled_back(&self) {
+        if !self.queue_gap.load(Ordering::SeqCst) {
+            self.set_state(PluginState::Running);
+        }
     }
 
     /// Quarantines plugin `plugin` for `reason` (logged, kept as its last error and in its
@@ -518,6 +534,7 @@ impl crate::informer::OverflowObserver for QueueOverflow {
         PluginCounters::add(&c.queue_dropped, d.dropped);
         PluginCounters::add(&c.queue_coalesced, d.coalesced);
         if d.quarantine {
+            self.status.queue_gap.store(true, Ordering::SeqCst);
             self.status.quarantine(
                 &self.plugin,
                 "its queue overflowed and a change was dropped (queue.overflow: quarantine): \
@@ -546,6 +563,45 @@ pub fn series_key(name: &str, labels: &[(&str, &str)]) -> SeriesKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_queue_quarantine_outlasts_a_rollback_and_ends_with_a_reload() {
+        use crate::informer::OverflowObserver;
+        use crate::informer::listener::Discarded;
+        let status = Arc::new(PluginStatus::default());
+        let q = QueueOverflow {
+            plugin: "p".into(),
+            status: status.clone(),
+        };
+        q.overflowed(Discarded {
+            dropped: 1,
+            coalesced: 0,
+            quarantine: false,
+        });
+        assert_eq!(
+            status.state(),
+            PluginState::Running,
+            "dropOldest's drops do not quarantine"
+        );
+        q.overflowed(Discarded {
+            dropped: 1,
+            coalesced: 0,
+            quarantine: true,
+        });
+        assert!(matches!(status.state(), PluginState::Quarantined { .. }));
+        status.rolled_back();
+        assert!(
+            matches!(status.state(), PluginState::Quarantined { .. }),
+            "a rollback does not undo the gap"
+        );
+        status.reloaded();
+        assert_eq!(status.state(), PluginState::Running);
+        // A quarantine for failures ends with a rollback, as before.
+        status.quarantine("p", "20 failures in a row".into());
+        status.rolled_back();
+        assert_eq!(status.state(), PluginState::Running);
+        assert_eq!(PluginCounters::get(&status.counters.queue_dropped), 2);
+    }
 
     #[test]
     fn plugin_text_is_one_printable_line() {

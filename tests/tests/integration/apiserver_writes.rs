@@ -955,10 +955,8 @@ impl Kubectl {
         }
         let dir = tempfile::tempdir().expect("a temporary directory");
         let url = server.url();
-        let config = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {url}\nusers:\n- name: test\n  user: {{}}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: test\n    namespace: default\ncurrent-context: test\n"
-        );
-        std::fs::write(dir.path().join("kubeconfig"), config).expect("kubeconfig written");
+        std::fs::write(dir.path().join("kubeconfig"), server.kubeconfig())
+            .expect("kubeconfig written");
         let host = url.trim_start_matches("http://").replace(':', "_");
         let discovery = dir.path().join("cache").join("discovery").join(host);
         let write = |rel: &str, body: Value| {

@@ -88,7 +88,7 @@ use super::super::handler::{Delivery, Notification};
 use super::super::key::{deleted_object_key, object_key};
 
 /// What a bounded queue does when it is full (see the [module docs](self)); in the config
-/// `coalesce`, `dropOldest`, `dropNewest`.
+/// `coalesce`, `dropOldest`, `dropNewest`, `quarantine`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Overflow {

@@ -69,13 +69,13 @@ async fn a_handler_added_while_running_first_receives_every_cached_object_as_ini
         .add_event_handler("early", Box::new(early.clone()), Duration::ZERO)
         .unwrap();
     let _stop = start(&inf);
-    assert!(wait_for(T, || r1.has_synced()).await);
+    assert!(wait_for(crate::test_time::patience(T), || r1.has_synced()).await);
 
     let late = Recorder::new();
     let r2 = inf
         .add_event_handler("late", Box::new(late.clone()), Duration::ZERO)
         .unwrap();
-    assert!(wait_for(T, || r2.has_synced()).await);
+    assert!(wait_for(crate::test_time::patience(T), || r2.has_synced()).await);
     let seen = late.deliveries();
     assert_eq!(seen.len(), 50);
     assert!(kinds(&seen).iter().all(|k| *k == "add(initial)"));
@@ -85,7 +85,11 @@ async fn a_handler_added_while_running_first_receives_every_cached_object_as_ini
     );
 
     src.apply(pod("after")).unwrap();
-    assert!(wait_for(T, || late.len() == 51 && early.len() == 51).await);
+    assert!(
+        wait_for(crate::test_time::patience(T), || late.len() == 51
+            && early.len() == 51)
+        .await
+    );
     assert_eq!(kinds(&late.deliveries()[50..]), ["add"]);
 }
 
@@ -110,7 +114,7 @@ async fn a_late_handler_is_not_synced_until_its_replay_is_handled() {
     src.apply(pod("a")).unwrap();
     let inf = informer_over(&src);
     let _stop = start(&inf);
-    assert!(wait_for(T, || inf.has_synced()).await);
+    assert!(wait_for(crate::test_time::patience(T), || inf.has_synced()).await);
     let open = Arc::new(AtomicBool::new(false));
     let rec = Recorder::new();
     let reg = inf
@@ -127,7 +131,7 @@ async fn a_late_handler_is_not_synced_until_its_replay_is_handled() {
     assert!(inf.has_synced());
     assert!(!reg.has_synced(), "replayed objects are not handled yet");
     open.store(true, Ordering::SeqCst);
-    assert!(wait_for(T, || reg.has_synced()).await);
+    assert!(wait_for(crate::test_time::patience(T), || reg.has_synced()).await);
     assert_eq!(rec.len(), 1);
 }
 
@@ -155,7 +159,7 @@ async fn a_slow_listener_does_not_delay_a_fast_one() {
         src.apply(pod(&format!("p{i}"))).unwrap();
     }
     assert!(
-        wait_for(T, || fast.len() == 2000).await,
+        wait_for(crate::test_time::patience(T), || fast.len() == 2000).await,
         "fast listener got {}",
         fast.len()
     );
@@ -165,7 +169,7 @@ async fn a_slow_listener_does_not_delay_a_fast_one() {
         "its notifications wait in its own queue"
     );
     open.store(true, Ordering::SeqCst);
-    assert!(wait_for(T, || slow.len() == 2000).await);
+    assert!(wait_for(crate::test_time::patience(T), || slow.len() == 2000).await);
     let seqs: Vec<u64> = slow.deliveries().iter().map(|d| d.seq).collect();
     assert_eq!(
         seqs,
@@ -206,9 +210,9 @@ async fn a_panicking_handler_neither_stops_the_host_nor_stalls_other_listeners()
     let _stop = start(&inf);
     src.apply(pod("boom")).unwrap();
     src.apply(pod("fine")).unwrap();
-    assert!(wait_for(T, || other.len() == 2).await);
+    assert!(wait_for(crate::test_time::patience(T), || other.len() == 2).await);
     assert!(
-        wait_for(T, || bad.stats().delivered == 1).await,
+        wait_for(crate::test_time::patience(T), || bad.stats().delivered == 1).await,
         "the bad listener goes on after the panic"
     );
     let s = bad.stats();
@@ -244,14 +248,14 @@ async fn removing_a_handler_is_idempotent_drops_its_buffer_and_ignores_foreign_h
     for i in 0..100 {
         src.apply(pod(&format!("p{i}"))).unwrap();
     }
-    assert!(wait_for(T, || keep.len() == 100).await);
+    assert!(wait_for(crate::test_time::patience(T), || keep.len() == 100).await);
     inf.remove_event_handler(&reg);
     inf.remove_event_handler(&reg);
     other_inf.remove_event_handler(&keep_reg);
     open.store(true, Ordering::SeqCst);
     src.apply(pod("after")).unwrap();
     assert!(
-        wait_for(T, || keep.len() == 101).await,
+        wait_for(crate::test_time::patience(T), || keep.len() == 101).await,
         "the foreign removal was a no-op"
     );
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -273,9 +277,9 @@ async fn adding_a_handler_to_a_stopped_informer_is_an_error() {
     let src = MemorySource::new();
     let inf = informer_over(&src);
     let stop = start(&inf);
-    assert!(wait_for(T, || inf.has_synced()).await);
+    assert!(wait_for(crate::test_time::patience(T), || inf.has_synced()).await);
     stop.send(()).unwrap();
-    assert!(wait_for(T, || lock(&inf.state).stopped).await);
+    assert!(wait_for(crate::test_time::patience(T), || lock(&inf.state).stopped).await);
     let err = inf
         .add_event_handler("late", Box::new(Recorder::new()), Duration::ZERO)
         .err();
@@ -322,7 +326,7 @@ async fn a_listener_added_after_start_with_a_shorter_period_is_raised_to_the_che
         },
     );
     let _stop = start(&inf);
-    assert!(wait_for(T, || inf.has_synced()).await);
+    assert!(wait_for(crate::test_time::patience(T), || inf.has_synced()).await);
     let reg = inf
         .add_event_handler("late", Box::new(Recorder::new()), Duration::from_secs(2))
         .unwrap();
@@ -493,7 +497,7 @@ async fn a_running_informer_resyncs_due_listeners_on_its_timer() {
         .add_event_handler("quiet", Box::new(quiet.clone()), Duration::ZERO)
         .unwrap();
     let _stop = start(&inf);
-    assert!(wait_for(T, || rq.has_synced()).await);
+    assert!(wait_for(crate::test_time::patience(T), || rq.has_synced()).await);
     let resyncs = || {
         kinds(&syncing.deliveries())
             .iter()
@@ -501,7 +505,7 @@ async fn a_running_informer_resyncs_due_listeners_on_its_timer() {
             .count()
     };
     assert!(
-        wait_for(T, || resyncs() >= 2).await,
+        wait_for(crate::test_time::patience(T), || resyncs() >= 2).await,
         "two resyncs within the timeout"
     );
     assert_eq!(

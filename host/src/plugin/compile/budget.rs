@@ -178,6 +178,33 @@ pub fn over_limit(
     })
 }
 
+/// The bytes `spec`'s queues may hold, each at its `queue.maxBytes` (an unbounded queue counts
+/// nothing: it is no plugin's).
+pub fn queue_bytes(spec: &crate::plugin::PluginSpec) -> u64 {
+    (spec.queue.max_bytes().unwrap_or(0) as u64).saturating_mul(spec.informers.len() as u64)
+}
+
+/// What plugin `spec` may hold at worst: its instance's memory twice (the old and the new
+/// instance during a reload) and each of its queues full.
+pub fn worst_case(spec: &crate::plugin::PluginSpec) -> u64 {
+    spec.limits
+        .memory
+        .saturating_mul(2)
+        .saturating_add(queue_bytes(spec))
+}
+
+/// What a plugin changing from `old` to `new` may hold at worst meanwhile: both instances, and
+/// the larger of their queues.
+pub fn worst_case_of_change(
+    old: &crate::plugin::PluginSpec,
+    new: &crate::plugin::PluginSpec,
+) -> u64 {
+    old.limits
+        .memory
+        .saturating_add(new.limits.memory)
+        .saturating_add(queue_bytes(old).max(queue_bytes(new)))
+}
+
 /// What the host itself is assumed to need besides the plugins (caches excluded, which grow
 /// with the cluster): its code, runtime and compiled plugins.
 pub const HOST_BASE: u64 = 128 << 20;

@@ -48,8 +48,7 @@ impl PluginRuntime {
             ..p.version
         };
         self.consecutive_failures = 0;
-        self.status
-            .set_state(crate::plugin::status::PluginState::Running);
+        self.status.rolled_back();
         PluginCounters::add(&self.status.counters.rollbacks, 1);
         self.version.publish(&self.spec, &self.status);
         let msg = format!(

@@ -147,8 +147,7 @@ impl PluginRuntime {
         let c = &self.status.counters;
         PluginCounters::add(&c.reloads, 1);
         self.version.publish(&self.spec, &self.status);
-        self.status
-            .set_state(crate::plugin::status::PluginState::Running);
+        self.status.reloaded();
         self.status.logs.push(format!(
             "host: reloaded: generation {generation}, {} {}",
             self.version.info.name, self.version.info.version

@@ -35,7 +35,7 @@ async fn past_a_count_cap_a_new_resource_is_refused_and_takes_a_place_once_one_i
     let mut other = wisp_plugin("other", json!({}));
     other["metadata"]["namespace"] = json!("team-a");
     server.create(other).unwrap();
-    let ok = wait_for(Duration::from_secs(20), || {
+    let ok = wait_for(patience(Duration::from_secs(20)), || {
         too_many(&status_in(&server, "team-a", "other"))
     })
     .await;
@@ -48,7 +48,7 @@ async fn past_a_count_cap_a_new_resource_is_refused_and_takes_a_place_once_one_i
         "{s}"
     );
     // The cluster-scoped one held its place while it was applied (at once with the refusal).
-    let ok = wait_for(Duration::from_secs(20), || {
+    let ok = wait_for(patience(Duration::from_secs(20)), || {
         host.host.plugins.get("cluster").is_some()
     })
     .await;
