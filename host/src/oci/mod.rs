@@ -6,7 +6,8 @@
 //! - [`sign`]: cosign-style signatures (ECDSA P-256) checked and made; [`push`]: `wisp push`;
 //! - [`sigstore`]: Sigstore bundles checked offline (keyed, keyless); [`referrers`]: bundles
 //!   attached as OCI 1.1 referrers (referrers API, tag schema), found and written;
-//! - [`poll`]: tags looked up again, a moved tag reloaded through the usual check and probation.
+//! - tag polls (a tag looked up again, a moved tag reloaded through the usual check and probation)
+//!   live with the reloader: `crate::reloader::oci_poll`.
 //!
 //! The plugin runtime knows nothing of this: a pulled module is a file in the cache, and the
 //! plugin spec points at it (with its origin, shown in `/plugins`).
