@@ -503,13 +503,7 @@ fn resolve_location(base: &Uri, loc: &str) -> Option<Uri> {
 /// `sha256:HEX` of `bytes`.
 pub fn sha256_digest(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
-    let d = Sha256::digest(bytes);
-    let mut s = String::with_capacity(71);
-    s.push_str("sha256:");
-    for b in d {
-        s.push_str(&format!("{b:02x}"));
-    }
-    s
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
 /// Base64 (standard, padded).

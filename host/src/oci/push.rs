@@ -28,30 +28,6 @@ async fn put_manifest(s: &mut Session, m: &Manifest, tag: &str) -> Result<String
         .map(|(d, _)| d)
 }
 
-/// RFC 3339 UTC of now (the config's `created`).
-fn now_rfc3339() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 /// How `wisp push` signs.
 #[derive(Clone, Copy, Debug)]
 pub struct Signing<'a> {
@@ -97,7 +73,7 @@ pub async fn push(
     );
     let layer_digest = s.put_blob(module, "module").await?;
     let config = serde_json::to_vec(&serde_json::json!({
-        "created": now_rfc3339(),
+        "created": crate::policy::rfc3339(std::time::SystemTime::now()),
         "architecture": "wasm",
         "os": os,
         "layerDigests": [layer_digest],
@@ -217,14 +193,4 @@ async fn push_signature(
     let tag = sign::signature_tag(digest);
     put_manifest(s, &m, &tag).await?;
     Ok(tag)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn created_is_rfc3339() {
-        let s = super::now_rfc3339();
-        assert_eq!(s.len(), 20, "{s}");
-        assert!(s.starts_with("20") && s.ends_with('Z'), "{s}");
-    }
 }

@@ -413,12 +413,7 @@ impl Reloader {
         // read (gone, being renamed) is looked at again.
         let hash_of = |spec: &PluginSpec| -> Option<String> {
             match crate::plugin::loader::read_module(engine, spec) {
-                Ok(bytes) => Some(
-                    Sha256::digest(&bytes)
-                        .iter()
-                        .map(|b| format!("{b:02x}"))
-                        .collect(),
-                ),
+                Ok(bytes) => Some(hex::encode(Sha256::digest(&bytes))),
                 Err(crate::plugin::PluginError::Read { .. }) => None,
                 Err(e) => Some(format!("refused: {e}")),
             }

@@ -162,7 +162,7 @@ fn content_names(
     predicate: Option<&str>,
 ) -> Result<(Vec<u8>, [u8; 32]), Refused> {
     let digest: [u8; 32] = Sha256::digest(artifact).into();
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = hex::encode(digest);
     match c {
         Content::Message { digest: d, .. } => {
             if d[..] != digest[..] {

@@ -24,10 +24,6 @@ pub struct Expected<'a> {
     pub dsse: bool,
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 /// Checks `e` against `root` at `now`: the log is trusted, its SET and inclusion proof verify,
 /// and the body records `want`. Returns the integrated time.
 pub fn verify(
@@ -99,7 +95,7 @@ fn check_set(log: &LogKey, e: &TlogEntry, set: &[u8]) -> Result<(), Refused> {
         "{{\"body\":{},\"integratedTime\":{},\"logID\":\"{}\",\"logIndex\":{}}}",
         serde_json::Value::String(super::bundle_b64(&e.body)),
         e.integrated_time,
-        hex(&e.log_id),
+        hex::encode(&e.log_id),
         e.log_index
     );
     if log.verifies(payload.as_bytes(), set) {
@@ -159,7 +155,7 @@ fn check_proof(log: &LogKey, body: &[u8], p: &InclusionProof) -> Result<(), Refu
                     "the audit path of index {} in a tree of {} does not lead to root hash {}",
                     p.log_index,
                     p.tree_size,
-                    hex(&p.root_hash)
+                    hex::encode(&p.root_hash)
                 ),
             ));
         }
@@ -186,7 +182,7 @@ fn check_checkpoint(log: &LogKey, p: &InclusionProof) -> Result<(), Refused> {
         return Err(bad(format!(
             "its tree size and root hash are not the inclusion proof's ({}, {})",
             p.tree_size,
-            hex(&p.root_hash)
+            hex::encode(&p.root_hash)
         )));
     }
     let signed = format!("{text}\n");
@@ -245,7 +241,7 @@ fn check_body(body: &[u8], want: &Expected) -> Result<(), Refused> {
             "the entry records another certificate or key than the bundle's",
         ));
     }
-    if hash.as_str() != Some(hex(&want.hash).as_str()) {
+    if hash.as_str() != Some(hex::encode(want.hash).as_str()) {
         return Err(bad(if want.dsse {
             "the entry records another payload hash than the envelope's"
         } else {

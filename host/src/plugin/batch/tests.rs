@@ -15,10 +15,6 @@ use crate::informer::Tombstone;
 
 const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../wit/abi-vectors.json");
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 fn object(v: Value) -> Arc<Object> {
     Arc::new(Object::from_value(v, false).expect("vector object"))
 }
@@ -175,13 +171,13 @@ fn vectors() -> Value {
 
     let objects = json!([
         { "name": "namespaced pod with labels, annotations, owners, generation",
-          "hex": hex(po.wire()), "expect": expect(&p) },
+          "hex": hex::encode(po.wire()), "expect": expect(&p) },
         { "name": "cluster-scoped object being deleted, no generation, no labels",
-          "hex": hex(no.wire()), "expect": expect(&n) },
+          "hex": hex::encode(no.wire()), "expect": expect(&n) },
         { "name": "newer writer: a 13th field the decoder does not know (ignored)",
-          "hex": hex(&relayout(po.wire(), 13, b"future")), "expect": expect(&p) },
+          "hex": hex::encode(relayout(po.wire(), 13, b"future")), "expect": expect(&p) },
         { "name": "older writer: only the first 8 fields (the rest absent)",
-          "hex": hex(&relayout(po.wire(), 8, b"")), "expect": with_count(expect(&p), 8) },
+          "hex": hex::encode(relayout(po.wire(), 8, b"")), "expect": with_count(expect(&p), 8) },
     ]);
 
     let batch = [
@@ -228,7 +224,7 @@ fn vectors() -> Value {
     };
     let batches = json!([
         { "name": "added (initial list), updated, resync, deleted (tombstone), deleted",
-          "hex": hex(&Batch::new("pods", &batch, false).to_vec()),
+          "hex": hex::encode(Batch::new("pods", &batch, false).to_vec()),
           "expect": { "informer": "pods", "notifications": [
               note(7, "added", [true, false, false], &p, None),
               note(8, "updated", [false, false, false], &p2, Some(&p)),
@@ -237,18 +233,18 @@ fn vectors() -> Value {
               note(11, "deleted", [false, false, false], &p2, None),
           ] } },
         { "name": "metadata only: added (initial list), updated: no JSON",
-          "hex": hex(&Batch::new("pods", &batch[..2], true).to_vec()),
+          "hex": hex::encode(Batch::new("pods", &batch[..2], true).to_vec()),
           "expect": { "informer": "pods", "notifications": [
               no_json(note(7, "added", [true, false, false], &p, None)),
               no_json(note(8, "updated", [false, false, false], &p2, Some(&p))),
           ] } },
-        { "name": "empty batch", "hex": hex(&Batch::new("nodes", &[], false).to_vec()),
+        { "name": "empty batch", "hex": hex::encode(Batch::new("nodes", &[], false).to_vec()),
           "expect": { "informer": "nodes", "notifications": [] } },
     ]);
     let lists = json!([
-        { "name": "two objects", "hex": hex(&encode_list([&*po, &*no].into_iter())),
+        { "name": "two objects", "hex": hex::encode(encode_list([&*po, &*no].into_iter())),
           "expect": [expect(&p), expect(&n)] },
-        { "name": "no objects", "hex": hex(&encode_list(std::iter::empty::<&Object>())),
+        { "name": "no objects", "hex": hex::encode(encode_list(std::iter::empty::<&Object>())),
           "expect": [] },
     ]);
     json!({
@@ -282,8 +278,8 @@ fn refused(wire: &[u8]) -> Value {
     assert_eq!(&wire[at..at + len], "héllo".as_bytes());
     value[at + 2] = b'A';
     json!([
-        { "name": "metadata.name not UTF-8", "hex": hex(&name), "field": "name" },
-        { "name": "an annotation value not UTF-8", "hex": hex(&value), "field": "annotations" },
+        { "name": "metadata.name not UTF-8", "hex": hex::encode(&name), "field": "name" },
+        { "name": "an annotation value not UTF-8", "hex": hex::encode(&value), "field": "annotations" },
     ])
 }
 

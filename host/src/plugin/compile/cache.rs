@@ -285,10 +285,15 @@ fn read_or_create_key(path: &Path) -> Result<[u8; KEY_LEN], CacheError> {
     match open_nofollow(path) {
         Ok(f) => read_key(path, f),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            use ring::rand::SecureRandom;
             let mut key = [0u8; KEY_LEN];
-            File::open("/dev/urandom")
-                .and_then(|mut r| r.read_exact(&mut key))
-                .map_err(io("reading random bytes for", path))?;
+            ring::rand::SystemRandom::new()
+                .fill(&mut key)
+                .map_err(|_| {
+                    io("reading random bytes for", path)(std::io::Error::other(
+                        "the system's random source failed",
+                    ))
+                })?;
             // Written whole under a private name, then linked into place: a concurrent host
             // sees either no key or the full key; the loser of a race reads the winner's.
             let tmp = path.with_extension(format!("key.tmp{}", std::process::id()));
@@ -331,10 +336,6 @@ fn read_key(path: &Path, mut f: File) -> Result<[u8; KEY_LEN], CacheError> {
 mod tests {
     use super::*;
 
-    fn hex(b: &[u8]) -> String {
-        b.iter().map(|x| format!("{x:02x}")).collect()
-    }
-
     /// The key file and the artifact format, pinned byte for byte: a cache written by an
     /// earlier host stays valid (the tag was computed by the hand-written HMAC the cache used
     /// before `ring::hmac`, and agrees with RFC 2104 HMAC-SHA256).
@@ -350,7 +351,7 @@ mod tests {
         let file = std::fs::read(c.artifact_path("0123abcd-fp1")).unwrap();
         assert_eq!(&file[..8], b"WISPCWM1");
         assert_eq!(
-            hex(&file[8..40]),
+            hex::encode(&file[8..40]),
             "16a0ad2746c4a32af45e678a3d6519e72a567d88d2c103b7d6af6e35f42286f2"
         );
         assert_eq!(&file[40..], bytes);

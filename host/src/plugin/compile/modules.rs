@@ -90,7 +90,7 @@ impl Modules {
         let mut h = ShaHasher(Sha256::new());
         engine.precompile_compatibility_hash().hash(&mut h);
         env!("CARGO_PKG_VERSION").hash(&mut h);
-        let fingerprint = hex(&h.0.finalize()[..8]);
+        let fingerprint = hex::encode(&h.0.finalize()[..8]);
 
         let cache = config
             .cache_dir
@@ -162,7 +162,7 @@ impl Modules {
         if bytes[4..8] == [1, 0, 0, 0] {
             return Err(LoadError::NotComponent);
         }
-        let hash = hex(&Sha256::digest(bytes));
+        let hash = hex::encode(Sha256::digest(bytes));
         let key = format!("{hash}-{}", self.fingerprint);
         let done = |component: Component, source, tier| LoadedComponent {
             component,
@@ -505,10 +505,6 @@ impl Hasher for ShaHasher {
     fn write(&mut self, bytes: &[u8]) {
         self.0.update(bytes);
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Loads the artifact a compile child of this host ([`super::compiler`]) just wrote.
