@@ -62,7 +62,7 @@ impl Notification {
 
 /// A notification with its per-listener sequence number (1, 2, 3, ...), so loss or duplication
 /// downstream is detectable: an unbounded queue leaves no gaps; a bounded one leaves a gap for
-/// each notification it dropped or coalesced (see [`super::listener::queue`]).
+/// each notification it dropped or coalesced (see the listener's queue).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Delivery {
     /// Position in this listener's stream, from 1.

@@ -154,7 +154,7 @@ pub struct PluginSpec {
     pub module: PathBuf,
     /// Whether a link at the module path's last component is followed: yes for the config
     /// file's and the command line's paths (a ConfigMap mount is links), no for a custom
-    /// resource's ([`super::runtime::module_file`]).
+    /// resource's (the runtime's module file reader applies it).
     pub module_links: crate::files::Links,
     /// Informers it receives and may read through the cache API (its grants).
     pub informers: Vec<String>,

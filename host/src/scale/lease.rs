@@ -130,7 +130,7 @@ impl Leadership {
         });
     }
 
-    /// One more foreign Lease in the shard group (see [`super::members::FIELD_MANAGER`]).
+    /// One more foreign Lease in the shard group (one not written by the members' field manager).
     pub(crate) fn count_foreign_member(&self) {
         self.foreign_members
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -24,7 +24,7 @@ pub struct EngineConfig {
     pub epoch_interruption: bool,
     /// How much CPU time one module's compile may take (`engine.compileTimeout`; the child's
     /// wall clock is bounded at [`WALL_BACKSTOP`] times it); a module over it is refused (see
-    /// [`crate::plugin::PluginEngine::load`]).
+    /// `PluginEngine::load`).
     pub compile_timeout: Duration,
     /// How refusals name the bounds (default: the config's keys).
     pub bound_names: BoundNames,
@@ -44,7 +44,7 @@ pub struct EngineConfig {
     /// bytes that is in neither cache is compiled with Winch (~6x faster to compile, 1.6-2.2x
     /// slower to run) so its plugin starts at once, and with Cranelift in the background into
     /// the module cache; the plugins running the Winch code are then reloaded onto it
-    /// ([`crate::plugin::runtime::manager`]). Off: every module is compiled with Cranelift before it starts.
+    /// (by the plugin manager). Off: every module is compiled with Cranelift before it starts.
     pub first_load_tier: bool,
     /// The least module size the first-load tier applies to, bytes.
     pub first_load_tier_min: usize,
@@ -52,7 +52,7 @@ pub struct EngineConfig {
     /// joined at shutdown, a panic reported).
     pub tasks: crate::tasks::Tasks,
     /// The largest module file read (`engine.maxModuleSize`), bytes: a larger one is refused
-    /// before it is read (see [`crate::plugin::runtime::module_file`]).
+    /// before it is read (the runtime's module file reader).
     pub max_module_size: u64,
 }
 

@@ -1,7 +1,7 @@
 //! The first-load tier (`engine.firstLoadTier`): a large module in neither cache is compiled
 //! with Winch so its plugin starts at once, and with Cranelift in the background (a tier-up);
 //! its plugins are moved onto the Cranelift code once it lands
-//! ([`crate::plugin::runtime::manager`]). This is the tier's state: its Winch engine and code,
+//! (by the plugin manager, in the runtime). This is the tier's state: its Winch engine and code,
 //! the tier-ups running and what they ended with, and the holds that keep them from starting.
 
 use std::collections::HashMap;
@@ -36,7 +36,7 @@ pub struct Upgrade {
 
 /// While alive, the first-load tier's background Cranelift compiles wait to start: what a
 /// plugin does on its first-load (Winch) code can be observed before it is moved. From
-/// [`crate::plugin::PluginEngine::hold_tier_up`].
+/// `PluginEngine::hold_tier_up`.
 #[must_use = "the hold ends when this is dropped"]
 pub struct TierUpHold(Arc<(Mutex<usize>, Condvar)>);
 

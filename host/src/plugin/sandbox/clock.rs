@@ -1,6 +1,6 @@
 //! The clock of one plugin call: what its deadline is measured in. The WASI calls that could
 //! block (`wasi:io/poll`'s `poll` and `pollable.block`) stop at that deadline
-//! ([`crate::plugin::host_api::poll`]).
+//! (the host API's `poll` interface).
 //!
 //! A call's deadline is CPU time of the thread running it, plus the time it spent blocked in
 //! the host waiting for a pollable (a clock, a stream): a plugin that sleeps uses no CPU, so the

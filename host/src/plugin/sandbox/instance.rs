@@ -18,7 +18,7 @@ use crate::plugin::spec::Limits;
 use crate::plugin::status::LogRing;
 
 /// The epoch tick and fuel metering of the engine a store runs on
-/// ([`crate::plugin::PluginEngine::metering`]).
+/// (`PluginEngine::metering`).
 #[derive(Clone, Copy, Debug)]
 pub struct Metering {
     /// The epoch tick: deadlines are enforced to within one.
