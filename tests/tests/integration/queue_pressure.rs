@@ -31,6 +31,16 @@ const COALESCE_MAX: usize = 400;
 /// Far less than the objects, so dropping has to drop.
 const DROP_MAX: usize = 50;
 
+/// A rig whose informer delivers on a shared executor of `workers` workers, whatever the cores.
+async fn rig_on(workers: usize) -> Rig {
+    let executor = wisp_host::informer::Executor::new(workers).unwrap();
+    let config = wisp_host::informer::shared_informer::InformerConfig {
+        executor: Some(executor),
+        ..fast_config()
+    };
+    rig_with(vec![], config).await
+}
+
 fn queue(h: &PluginHandle) -> ListenerStats {
     let q = h.queues();
     assert_eq!(q.len(), 1);
@@ -86,15 +96,7 @@ async fn a_plugin_far_behind_stays_within_its_bound_and_its_neighbours_see_every
     // Each gated plugin holds a worker of the executor for the whole burst (as a plugin stuck in
     // a call does until its deadline cuts it): two more workers for the fast one, whatever the
     // number of cores.
-    let executor = wisp_host::informer::Executor::new(4).unwrap();
-    let r = rig_with(
-        vec![],
-        wisp_host::informer::shared_informer::InformerConfig {
-            executor: Some(executor.clone()),
-            ..fast_config()
-        },
-    )
-    .await;
+    let r = rig_on(4).await;
     let gated = json!({"mode": "gate", "namePrefix": "gate-"});
     let coalescing = faults(
         &r,
@@ -229,15 +231,7 @@ async fn a_plugin_far_behind_in_bytes_coalesces_at_its_byte_bound_and_ends_with_
     const PODS: u64 = 40;
     const UPDATES: u64 = 10;
     const MAX_BYTES: usize = 64 << 10;
-    let executor = wisp_host::informer::Executor::new(3).unwrap();
-    let r = rig_with(
-        vec![],
-        wisp_host::informer::shared_informer::InformerConfig {
-            executor: Some(executor.clone()),
-            ..fast_config()
-        },
-    )
-    .await;
+    let r = rig_on(3).await;
     let gated = json!({"mode": "gate", "namePrefix": "gate-"});
     let bound =
         |overflow| QueueBound::bounded(DEFAULT_QUEUE_MAX, overflow).with_max_bytes(MAX_BYTES);
@@ -312,15 +306,7 @@ async fn a_plugin_far_behind_in_bytes_coalesces_at_its_byte_bound_and_ends_with_
 /// default bound, sees every pod.
 #[tokio::test]
 async fn a_plugin_whose_queue_overflows_under_quarantine_is_quarantined_and_handed_nothing_more() {
-    let executor = wisp_host::informer::Executor::new(3).unwrap();
-    let r = rig_with(
-        vec![],
-        wisp_host::informer::shared_informer::InformerConfig {
-            executor: Some(executor.clone()),
-            ..fast_config()
-        },
-    )
-    .await;
+    let r = rig_on(3).await;
     let strict = faults(
         &r,
         "strict",
@@ -414,12 +400,7 @@ async fn a_spinning_plugin_redelivers_its_cut_batch_one_turn_at_a_time_and_a_fas
 {
     // One worker: every plugin call is on it, one after another, so what the gates freeze is
     // the schedule itself.
-    let executor = wisp_host::informer::Executor::new(1).unwrap();
-    let config = wisp_host::informer::shared_informer::InformerConfig {
-        executor: Some(executor.clone()),
-        ..fast_config()
-    };
-    let r = rig_with(vec![], config).await;
+    let r = rig_on(1).await;
     let [spinner, fast, gate] = spinner_fast_and_gate(&r);
 
     // The gate holds the worker while the spinner's and the fast plugin's queues fill.
