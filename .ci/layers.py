@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""Fails when the top-level modules of host/src import one another in a cycle.
+"""Fails when a top-level module of host/src imports upward in the layers lib.rs states, or when
+the top-level modules import one another in a cycle.
 
 A top-level module is a file `host/src/<m>.rs` or a directory `host/src/<m>/`; an import is a
 `crate::<other>` path anywhere in its files (a `use` line or a path in code), tests included
-(`tests.rs` files and `#[cfg(test)]` modules are the module's own). `lib.rs` states the layers;
-this checks that the graph they describe has no cycle, and prints each cycle found.
+(`tests.rs` files and `#[cfg(test)]` modules are the module's own). `lib.rs` states the layers in
+its doc comment, a numbered list lowest first, each module named in backticks in its item; a
+module may import the layers below its own and the modules of its own item named before it.
+This checks every import against that order (and that every module is in the list), then that
+the graph has no cycle, and prints each import or cycle that breaks them.
 `.ci/circles.py` checks the same one level down (inside a module's directory).
 
 Usage: python3 .ci/layers.py [host/src]
@@ -37,6 +41,33 @@ for m in sorted(modules):
                 if other in modules and other != m:
                     edges[m].add(other)
 
+# The order lib.rs states: a module's place is (its item's number, its position in the item).
+lib = (root / "lib.rs").read_text()
+doc = "\n".join(
+    line[4:] if line.startswith("//! ") else line[3:]
+    for line in lib.splitlines()
+    if line.startswith("//!")
+)
+place = {}
+for item in re.split(r"\n(?=\d+\. )", doc):
+    number = re.match(r"(\d+)\. ", item)
+    if not number:
+        continue
+    names = [n for n in re.findall(r"`([a-z_][a-z0-9_]*)`", item) if n in modules]
+    for i, name in enumerate(names):
+        place.setdefault(name, (int(number.group(1)), i))
+
+wrong = [f"  {m}: not in lib.rs's layers" for m in sorted(modules - place.keys())]
+for a in sorted(edges):
+    for b in sorted(edges[a]):
+        if a in place and b in place and place[b] >= place[a]:
+            how = "its own layer, listed after it" if place[b][0] == place[a][0] else "a layer above"
+            wrong.append(f"  {a} (layer {place[a][0]}) imports {b} (layer {place[b][0]}): {how}")
+if wrong:
+    print(f"{len(wrong)} import(s) against the layers lib.rs states ({root}/lib.rs):")
+    print("\n".join(wrong))
+    sys.exit(1)
+
 # Strongly connected components: the one Tarjan of .ci/circles.py.
 sys.setrecursionlimit(10000)
 
@@ -50,4 +81,4 @@ if sccs:
             inside = sorted(b for b in edges[a] if b in scc)
             print(f"    {a} -> {', '.join(inside)}")
     sys.exit(1)
-print(f"no import cycle between the {len(modules)} top-level modules of {root}")
+print(f"the {len(modules)} top-level modules of {root} import only downward, as lib.rs states; no cycle")

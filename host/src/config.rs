@@ -98,7 +98,6 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::actions::{ActionGrant, ActionSpec, ActionVerb};
-use crate::informer::selector::LabelSelector;
 use crate::informer::shared_informer::OnPanic;
 use crate::informer::{Overflow, QueueBound, RelistResyncs};
 use crate::plugin::spec::{
@@ -106,6 +105,7 @@ use crate::plugin::spec::{
     MIN_QUEUE_BYTES,
 };
 use crate::plugin::{FailurePolicy, Limits, LogLevel, OnFailure, PluginSpec};
+use wisp_kinds::selector::LabelSelector;
 
 /// A configuration error: file, field path, problem.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]

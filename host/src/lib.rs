@@ -2,21 +2,27 @@
 //!
 //! # Layers
 //!
+//! Beneath this crate, two of the workspace's: [`wisp_kinds`] (host/kinds: facts about
+//! Kubernetes' kinds: scope, name rules, where a kind lives on an API server, label and field
+//! selectors, shard hash ranges) and, for the `dir:` source alone, [`wisp_apiserver`]
+//! (tests/apiserver: an API server's write path, emulated: decode, defaults, validation,
+//! conversion).
+//!
 //! Each module imports only from the layers below it (and its own layer's modules listed
 //! before it); nothing imports upward, so there is no import cycle between top-level modules
 //! (`.ci/layers.py` fails CI on one). Lowest first:
 //!
-//! 1. Leaves, importing nothing of the crate: [`sync`] (locks that survive a panic), [`units`]
-//!    (durations and sizes as written in a config), [`kinds`] (Kubernetes' kinds, their name
-//!    rules, where a kind lives on an API server), [`abi`] (the byte layout of plugin ABI 0.2:
-//!    an object's wire form), [`files`] (reading a file someone else named: regular files of
-//!    bounded size only), [`tasks`] (background work started inside a layer, run under the
-//!    supervisor: named, joined at shutdown, a panic reported); in tests, `test_time` (how
-//!    long a unit test waits before giving up, scaled by `WISP_TEST_TIME_SCALE`).
+//! 1. Leaves, importing nothing of the crate but what is listed before them: in tests,
+//!    `test_time` (how long a unit test waits before giving up, scaled by
+//!    `WISP_TEST_TIME_SCALE`); [`sync`] (locks that survive a panic), [`units`] (durations and
+//!    sizes as written in a config), [`abi`] (the byte layout of plugin ABI 0.2: an object's
+//!    wire form), [`files`] (reading a file someone else named: regular files of bounded size
+//!    only), [`tasks`] (background work started inside a layer, run under the supervisor:
+//!    named, joined at shutdown, a panic reported).
 //! 2. [`informer`]: the client-go informer pipeline (reflector, queues, indexer, shared
 //!    informer, processor and listeners, an in-memory source). Knows nothing of wasm or HTTP.
 //! 3. [`source`]: `ListerWatcher`s (the Kubernetes API through `kube`, a directory of
-//!    manifests) and the shard hash space they filter by; [`policy`]: plugins' current
+//!    manifests) and the shard ranges a replica serves; [`policy`]: plugins' current
 //!    verdicts on cached objects, and the policy-report writer's status.
 //! 4. [`actions`]: automation actions plugins ask for: grants, rate limit, dry-run, sending,
 //!    audit log. [`demo`]: the built-in demo on an in-memory cluster.
@@ -47,7 +53,6 @@ pub mod demo;
 pub mod files;
 pub mod fixture;
 pub mod informer;
-pub mod kinds;
 pub mod oci;
 pub mod plugin;
 pub mod policy;

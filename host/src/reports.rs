@@ -32,10 +32,10 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::kinds::api::{collection_at, path_segment};
 pub use crate::policy::ReportStatus;
 use crate::policy::{Severity, Verdict, VerdictFilter, VerdictStore};
 use crate::units::Dur;
+use wisp_kinds::api::{collection_at, path_segment};
 
 /// Label on every report the host writes.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "wisp");

@@ -31,11 +31,11 @@ impl KubeActionSink {
     }
 }
 
-pub use crate::kinds::api::{collection_at, path_segment};
+pub use wisp_kinds::api::{collection_at, path_segment};
 
 /// The collection of `t`.
 fn collection(t: &Target) -> kube::core::Request {
-    let ar = crate::kinds::api::api_resource(&t.api_version, &t.kind);
+    let ar = wisp_kinds::api::api_resource(&t.api_version, &t.kind);
     collection_at(&ar.group, &ar.version, t.namespace.as_deref(), &ar.plural)
 }
 

@@ -6,7 +6,7 @@
 //! its value (cut to [`SHOWN`] characters).
 
 use super::target::Target;
-use crate::kinds::{NameRule, is_dns1123_label, is_dns1123_subdomain, is_name_part};
+use wisp_kinds::{NameRule, is_dns1123_label, is_dns1123_subdomain, is_name_part};
 
 /// Most characters of a refused value an error shows.
 pub const SHOWN: usize = 64;
@@ -121,7 +121,7 @@ pub fn check_target(t: &Target) -> Result<(), String> {
             shown(ns)
         ));
     }
-    let rule = crate::kinds::name_rule(crate::kinds::api::group_of(&t.api_version), &t.kind);
+    let rule = wisp_kinds::name_rule(wisp_kinds::api::group_of(&t.api_version), &t.kind);
     if !rule.accepts(&t.name) {
         let rule = match rule {
             NameRule::Label => "a DNS label (1 to 63 characters [a-z0-9-])",

@@ -13,16 +13,16 @@ use crate::config::{Config, IndexSpec, InformerConfig, SourceKind};
 use crate::informer::indexer::IndexFunc;
 use crate::informer::lister_watcher::ListerWatcher;
 use crate::informer::reflector::ReflectorConfig;
-use crate::informer::selector::{FieldSelector, LabelSelector};
 use crate::informer::shared_informer::InformerConfig as InformerSettings;
 use crate::informer::{Executor, SharedInformer};
-use crate::kinds::api::group_of;
-use crate::kinds::fields::Selectable;
 use crate::plugin::{EngineConfig, PluginEngine};
 use crate::source::dir::DirCluster;
 use crate::source::filter::ObjectFilter;
 use crate::source::kube::KubeSource;
 use crate::source::multi::MultiNamespace;
+use wisp_kinds::api::group_of;
+use wisp_kinds::fields::Selectable;
+use wisp_kinds::selector::{FieldSelector, LabelSelector};
 
 /// Index functions for an informer's `indexes`.
 pub fn index_funcs(inf: &InformerConfig) -> Vec<(String, IndexFunc)> {
@@ -370,7 +370,7 @@ mod tests {
     use super::*;
 
     fn informer(group: &str, kind: &str, labels: &str, fields: &str) -> InformerConfig {
-        let api_version = crate::kinds::builtin_api_versions(group, kind)
+        let api_version = wisp_kinds::builtin_api_versions(group, kind)
             .into_iter()
             .find(|v| !v.contains("beta") && !v.contains("alpha"))
             .unwrap();

@@ -932,9 +932,9 @@ fn namespaced_kind(
     namespaced: Option<bool>,
 ) -> Result<(), (&'static str, String)> {
     let inf = &cfg.informers[i];
-    let (group, _) = crate::kinds::split_api_version(&inf.api_version);
+    let (group, _) = wisp_kinds::split_api_version(&inf.api_version);
     let at = format!("{}: spec.informers[{i}].kind", cfg.file);
-    match namespaced.or_else(|| crate::kinds::builtin_namespaced(group, &inf.kind)) {
+    match namespaced.or_else(|| wisp_kinds::builtin_namespaced(group, &inf.kind)) {
         Some(true) => Ok(()),
         Some(false) => Err((
             "NotAllowed",

@@ -259,8 +259,8 @@ impl Config {
         };
         let refuse = |path: String, problem| refusal(cr, "NotAllowed", &path, problem);
         let cluster_scoped = |api_version: &str, kind: &str| {
-            let (group, _) = crate::kinds::split_api_version(api_version);
-            crate::kinds::builtin_namespaced(group, kind) == Some(false)
+            let (group, _) = wisp_kinds::split_api_version(api_version);
+            wisp_kinds::builtin_namespaced(group, kind) == Some(false)
         };
         for (i, inf) in self.informers.iter_mut().enumerate() {
             let at = format!("spec.informers[{i}]");

@@ -684,7 +684,7 @@ fn selector_table() -> serde_json::Value {
 
 /// `GOOD` with its informer on `group`/`kind` and `line` (a selector) added.
 fn informer_with(group: &str, kind: &str, line: &str) -> String {
-    let api_version = crate::kinds::builtin_api_versions(group, kind)
+    let api_version = wisp_kinds::builtin_api_versions(group, kind)
         .into_iter()
         .find(|v| !v.contains("beta") && !v.contains("alpha"))
         .unwrap();

@@ -219,7 +219,7 @@ impl Config {
         let lease = sh.lease();
         lease.check().map_err(|e| self.error("sharding", e))?;
         if sh.mode == ShardingMode::Shards
-            && !crate::kinds::is_dns1123_subdomain(&format!("{}-{}", lease.name, lease.identity))
+            && !wisp_kinds::is_dns1123_subdomain(&format!("{}-{}", lease.name, lease.identity))
         {
             return Err(self.error(
                 "sharding.identity",
@@ -357,10 +357,10 @@ impl Config {
         inf: &InformerConfig,
         sel: &str,
     ) -> Result<(), ConfigError> {
-        let mut fields = crate::informer::selector::FieldSelector::parse(sel)
+        let mut fields = wisp_kinds::selector::FieldSelector::parse(sel)
             .map_err(|e| self.error(at("fieldSelector"), e.to_string()))?;
-        let group = crate::kinds::api::group_of(&inf.api_version);
-        crate::kinds::fields::Selectable::of(group, &inf.kind)
+        let group = wisp_kinds::api::group_of(&inf.api_version);
+        wisp_kinds::fields::Selectable::of(group, &inf.kind)
             .convert_selector(&mut fields)
             .map_err(|e| {
                 self.error(
@@ -583,7 +583,7 @@ impl Config {
         };
         let lease = sh.lease();
         for (j, g) in a.grants.iter().enumerate() {
-            let group = crate::kinds::api::group_of(&g.api_version);
+            let group = wisp_kinds::api::group_of(&g.api_version);
             if !(group.eq_ignore_ascii_case("coordination.k8s.io")
                 && g.kind.eq_ignore_ascii_case("Lease"))
             {

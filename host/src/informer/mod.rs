@@ -40,7 +40,6 @@ pub mod object;
 pub mod processor;
 pub mod real_fifo;
 pub mod reflector;
-pub mod selector;
 pub mod shared_informer;
 
 pub use delta_fifo::{Delta, DeltaFifo, DeltaType};

@@ -61,7 +61,7 @@ pub fn owner_check(
     sharded: Vec<(String, String, Arc<crate::informer::SharedInformer>)>,
     view: Arc<shards::ShardView>,
 ) -> OwnerCheck {
-    use crate::kinds::api::group_of;
+    use wisp_kinds::api::group_of;
     let watched: Vec<(String, String, Arc<crate::informer::SharedInformer>)> = sharded
         .into_iter()
         .map(|(api_version, kind, i)| (group_of(&api_version).to_owned(), kind, i))

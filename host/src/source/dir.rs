@@ -11,11 +11,11 @@
 //! The directory behaves as a Kubernetes 1.36 API server would have stored it: one object per
 //! group, kind, namespace and name (in any version of the group; the last definition in path
 //! order wins, as `kubectl apply -f` would leave it), placed in its kind's scope, and only
-//! objects the API server would admit ([`crate::kinds`]): the others are left out and reported
+//! objects the API server would admit ([`wisp_apiserver`]): the others are left out and reported
 //! in [`DirCluster::errors`]. A built-in object is decoded, defaulted and validated as a create
-//! would be ([`crate::kinds::decode`]: a type error leaves it out, an unknown field is dropped
-//! and reported; [`crate::kinds::defaults`]), and an informer on another version of its group
-//! gets it converted or, where the kind does not convert, reported ([`crate::kinds::convert`]).
+//! would be ([`wisp_apiserver::decode`]: a type error leaves it out, an unknown field is dropped
+//! and reported; [`wisp_apiserver::defaults`]), and an informer on another version of its group
+//! gets it converted or, where the kind does not convert, reported ([`wisp_apiserver::convert`]).
 //!
 //! Whoever writes the directory may be hostile: only regular files of at most `dir.maxFileSize`
 //! are read ([`crate::files`]). A FIFO, a device, a socket, a link that leads out of the
@@ -36,13 +36,13 @@ use crate::files::{self, FileRefused};
 use crate::informer::Object;
 use crate::sync::lock;
 
-/// Which (group, kind) pairs are cluster-scoped: the built-in ones ([`crate::kinds::BUILTINS`])
+/// Which (group, kind) pairs are cluster-scoped: the built-in ones ([`wisp_kinds::BUILTINS`])
 /// and the custom kinds of the directory's CustomResourceDefinitions with `scope: Cluster`.
 struct Scopes(std::collections::BTreeSet<(String, String)>);
 
 impl Scopes {
     fn of<'a>(objects: impl Iterator<Item = &'a Value>) -> Self {
-        let mut set: std::collections::BTreeSet<(String, String)> = crate::kinds::BUILTINS
+        let mut set: std::collections::BTreeSet<(String, String)> = wisp_kinds::BUILTINS
             .iter()
             .filter(|b| !b.namespaced)
             .map(|b| (b.group.to_owned(), b.kind.to_owned()))
@@ -299,7 +299,7 @@ impl State {
     /// directory would, and is reported.
     fn defined(&self) -> (BTreeMap<ObjKey, Value>, Reports) {
         let scopes = Scopes::of(self.files.values().flat_map(|f| f.objects.iter()));
-        let schemas = crate::kinds::schema::CrdSchemas::of(
+        let schemas = wisp_apiserver::schema::CrdSchemas::of(
             self.files.values().flat_map(|f| f.objects.iter()),
         );
         let mut problems: BTreeMap<PathBuf, Vec<String>> = BTreeMap::new();
@@ -506,30 +506,32 @@ fn key_of(v: &Value) -> Option<ObjKey> {
 
 /// Whether an API server would store `v`: its apiVersion and kind served, if of Kubernetes'
 /// own groups (custom kinds are read as written: their CRD may live elsewhere), and the object
-/// valid ([`crate::kinds::validation`]). The error says why not, as the API server would.
+/// valid ([`wisp_apiserver::validation`]). The error says why not, as the API server would.
 fn admit(v: &Value) -> Result<(), String> {
-    use crate::kinds;
+    use wisp_kinds as kinds;
     let text = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("");
     let (api_version, kind, name) = (text("/apiVersion"), text("/kind"), text("/metadata/name"));
     let (group, version) = kinds::split_api_version(api_version);
     if kinds::is_builtin_group(group) && kinds::builtin(group, version, kind).is_none() {
         return Err(not_served(api_version, kind));
     }
-    let errs = kinds::validation::field_errors(group, kind, v);
+    let errs = wisp_apiserver::validation::field_errors(group, kind, v);
     if errs.is_empty() {
         Ok(())
     } else {
-        Err(kinds::validation::message(group, kind, name, &errs))
+        Err(wisp_apiserver::validation::message(
+            group, kind, name, &errs,
+        ))
     }
 }
 
 /// `v` decoded and defaulted as an API server would on create, if of a built-in kind
-/// ([`crate::kinds::decode`], [`crate::kinds::defaults`]): a value of the wrong type refuses
+/// ([`wisp_apiserver::decode`], [`wisp_apiserver::defaults`]): a value of the wrong type refuses
 /// it (the error names the object, the field and the types); each unknown field is dropped
 /// and named in `warnings`. Objects of other groups, and kinds Kubernetes does not serve (left
 /// to [`admit`] to refuse), are returned as they are.
 fn decode_and_default(v: Value, warnings: &mut Vec<String>) -> Result<Value, String> {
-    use crate::kinds;
+    use wisp_kinds as kinds;
     let text = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("");
     let (group, version) = kinds::split_api_version(text("/apiVersion"));
     let kind = text("/kind");
@@ -537,30 +539,30 @@ fn decode_and_default(v: Value, warnings: &mut Vec<String>) -> Result<Value, Str
         return Ok(v);
     }
     let (group, version, kind) = (group.to_owned(), version.to_owned(), kind.to_owned());
-    let shown = kinds::convert::shown(&v);
-    let mut d = kinds::decode::decode(&group, &version, &kind, &v)
+    let shown = wisp_apiserver::convert::shown(&v);
+    let mut d = wisp_apiserver::decode::decode(&group, &version, &kind, &v)
         .map_err(|e| format!("{shown} is refused: {e}"))?;
     warnings.extend(d.warnings.iter().map(|w| {
         format!("{shown}: {w} (dropped, as an API server does with fieldValidation=Warn)")
     }));
-    kinds::defaults::apply_defaults(&group, &version, &kind, &mut d.value);
+    wisp_apiserver::defaults::apply_defaults(&group, &version, &kind, &mut d.value);
     Ok(d.value)
 }
 
 /// `v` as an informer of `filter` is served it: converted to the informer's version if `v`
-/// is a built-in object written in another version of its group ([`crate::kinds::convert`]);
+/// is a built-in object written in another version of its group ([`wisp_apiserver::convert`]);
 /// `Err` if it cannot be.
 fn served(v: &Value, filter: &ObjectFilter) -> Result<Value, String> {
     let written = v.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let group = group_of(written);
     if filter.api_version.is_empty()
         || filter.api_version == written
-        || !crate::kinds::is_builtin_group(group)
+        || !wisp_kinds::is_builtin_group(group)
         || group_of(&filter.api_version) != group
     {
         return Ok(v.clone());
     }
-    crate::kinds::convert::convert(v, &filter.api_version)
+    wisp_apiserver::convert::convert(v, &filter.api_version)
 }
 
 /// Why informers of `filters` on the kind of `v`, in another version than it is written in,
@@ -589,7 +591,7 @@ fn unservable<'a>(v: &Value, filters: impl Iterator<Item = &'a ObjectFilter>) ->
 /// Why Kubernetes serves no `kind` at `api_version` (of one of its own groups), with what it
 /// does serve.
 fn not_served(api_version: &str, kind: &str) -> String {
-    use crate::kinds;
+    use wisp_kinds as kinds;
     let (group, version) = kinds::split_api_version(api_version);
     let served = kinds::builtin_api_versions(group, kind);
     if !served.is_empty() {
@@ -817,9 +819,9 @@ impl DirCluster {
     /// A custom kind no CRD in the directory defines is read as written (`Ok` with a warning:
     /// its CRD may be installed elsewhere); a version that CRD does not serve is an error.
     pub fn check_kind(&self, api_version: &str, kind: &str) -> Result<Option<String>, String> {
-        let (group, version) = crate::kinds::split_api_version(api_version);
-        if crate::kinds::is_builtin_group(group) {
-            return match crate::kinds::builtin(group, version, kind) {
+        let (group, version) = wisp_kinds::split_api_version(api_version);
+        if wisp_kinds::is_builtin_group(group) {
+            return match wisp_kinds::builtin(group, version, kind) {
                 Some(_) => Ok(None),
                 None => Err(not_served(api_version, kind)),
             };
@@ -872,7 +874,7 @@ impl DirCluster {
     /// CustomResourceDefinition in the directory defines it: whether it is namespaced, and
     /// its version's `selectableFields` as labels (`spec.color`). `None` for any other kind.
     pub fn selectable_fields(&self, api_version: &str, kind: &str) -> Option<(bool, Vec<String>)> {
-        let (group, version) = crate::kinds::split_api_version(api_version);
+        let (group, version) = wisp_kinds::split_api_version(api_version);
         let st = self.lock();
         let crd = st.files.values().flat_map(|f| f.objects.iter()).find(|v| {
             v.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition")
@@ -1037,7 +1039,7 @@ mod tests {
         let team_a = c.source(ObjectFilter {
             api_version: "v1".into(),
             kind: "ConfigMap".into(),
-            labels: crate::informer::selector::LabelSelector::parse("team=a").unwrap(),
+            labels: wisp_kinds::selector::LabelSelector::parse("team=a").unwrap(),
             ..Default::default()
         });
         assert_eq!(team_a.objects().keys().collect::<Vec<_>>(), ["default/c"]);
@@ -1079,7 +1081,7 @@ mod tests {
                 api_version: "v1".into(),
                 kind: kind.into(),
                 labels: labels
-                    .map(|l| crate::informer::selector::LabelSelector::parse(l).unwrap())
+                    .map(|l| wisp_kinds::selector::LabelSelector::parse(l).unwrap())
                     .unwrap_or_default(),
                 ..Default::default()
             })
@@ -1291,8 +1293,7 @@ mod tests {
         let all = c.source(pods_filter()).objects();
         let pending = c
             .source(ObjectFilter {
-                fields: crate::informer::selector::FieldSelector::parse("status.phase=Pending")
-                    .unwrap(),
+                fields: wisp_kinds::selector::FieldSelector::parse("status.phase=Pending").unwrap(),
                 ..pods_filter()
             })
             .objects();

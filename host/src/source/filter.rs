@@ -10,9 +10,9 @@ use crate::informer::Object;
 use crate::informer::lister_watcher::{
     ListOptions, ListPage, ListerWatcher, SourceError, WatchEvent, WatchOptions, WatchStream,
 };
-use crate::informer::selector::{FieldSelector, LabelSelector};
+use wisp_kinds::selector::{FieldSelector, LabelSelector};
 
-pub(crate) use crate::kinds::api::group_of;
+pub(crate) use wisp_kinds::api::group_of;
 
 /// Which objects an informer keeps.
 #[derive(Clone, Debug, Default)]
@@ -28,8 +28,8 @@ pub struct ObjectFilter {
     /// Label selector.
     pub labels: LabelSelector,
     /// Field selector, its labels converted for the kind
-    /// ([`crate::kinds::fields::Selectable::convert_selector`]); values are read as the API
-    /// server reads them ([`crate::kinds::fields::value`]).
+    /// ([`wisp_kinds::fields::Selectable::convert_selector`]); values are read as the API
+    /// server reads them ([`wisp_kinds::fields::value`]).
     pub fields: FieldSelector,
 }
 
@@ -57,7 +57,7 @@ impl ObjectFilter {
         let v = o.to_value();
         let group = group_of(m.api_version());
         self.fields
-            .matches_by(|label| crate::kinds::fields::value(group, m.kind(), &v, label))
+            .matches_by(|label| wisp_kinds::fields::value(group, m.kind(), &v, label))
     }
 }
 

@@ -76,7 +76,7 @@ pub fn oversized_responses() -> BTreeMap<String, u64> {
     lock(&OVERSIZED).clone()
 }
 
-pub use crate::kinds::api::api_resource;
+pub use wisp_kinds::api::api_resource;
 
 /// Lists and watches one resource type through a `kube::Client`.
 #[derive(Clone)]
@@ -155,7 +155,7 @@ impl KubeSource {
     ) -> Result<(), SourceError> {
         // A path segment's escaping is stricter than a query value needs: every character of a
         // selector that is not unreserved (quotes, parentheses, spaces, `|`, `,`) is escaped.
-        let enc = crate::kinds::api::path_segment(selector);
+        let enc = wisp_kinds::api::path_segment(selector);
         let uri = format!("{}&shardSelector={enc}", req.uri());
         *req.uri_mut() = uri
             .parse()

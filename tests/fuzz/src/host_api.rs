@@ -20,7 +20,6 @@ use wisp_host::actions::{
     event_body, metadata_patch,
 };
 use wisp_host::informer::indexer::{Indexer, index_by_label};
-use wisp_host::informer::selector::LabelSelector;
 use wisp_host::informer::{Cache, Object};
 use wisp_host::plugin::LogLevel;
 use wisp_host::plugin::bindings::wisp::plugin::{actions, host, policy, types};
@@ -28,6 +27,7 @@ use wisp_host::plugin::bindings::{CacheError, Level};
 use wisp_host::plugin::state::{Grants, HostApi, StoreData};
 use wisp_host::plugin::status::PluginStatus;
 use wisp_host::policy::{MAX_MESSAGE_LEN, VerdictFilter};
+use wisp_kinds::selector::LabelSelector;
 
 const PLUGIN: &str = "fuzz";
 

@@ -21,27 +21,9 @@ use wisp_tests::{RecordedRequest, TestApiServer, Verb};
 /// pass it through `patience(T)`.
 pub const T: Duration = Duration::from_secs(30);
 
-/// How much longer than on an idle machine the tests wait before giving up:
-/// `WISP_TEST_TIME_SCALE` (a float, default 1). A pod with a CPU limit, or CI on two loaded
-/// cores, is a busy machine all the time; set it there to 2 or more.
-pub fn time_scale() -> f64 {
-    static SCALE: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
-    *SCALE.get_or_init(|| match std::env::var("WISP_TEST_TIME_SCALE") {
-        Err(_) => 1.0,
-        Ok(v) => match v.trim().parse::<f64>() {
-            Ok(s) if s.is_finite() && s > 0.0 => s,
-            _ => panic!("WISP_TEST_TIME_SCALE={v:?}: expected a positive number"),
-        },
-    })
-}
-
-/// `d`, a give-up bound of a test (how long to wait for a condition, or the most a step may
-/// take before the test calls it stuck), scaled by [`time_scale`]. Every such bound in the
-/// tests goes through here; what a test asserts is the condition, or a lower bound, never that
-/// a busy machine was quick.
-pub fn patience(d: Duration) -> Duration {
-    d.mul_f64(time_scale())
-}
+// Every test binary includes this module and each uses a different few of these.
+#[allow(unused_imports)]
+pub use wisp_apiserver::test_support::{in_ci, kubeconfig, patience, skip_unless_ci, time_scale};
 
 /// The queue the informer suites run over: `WISP_TEST_QUEUE` names it as the config does
 /// (`realFIFO`, the default; `realFIFONonAtomic`; `deltaFIFO`); `cargo xtask test` runs them
@@ -399,14 +381,6 @@ pub async fn start_host(
     (host, stop)
 }
 
-/// A kubeconfig file in `dir` pointing at the server (namespace `default`, no credentials), as
-/// kubectl, the Python client and `wisp run` read it.
-pub fn kubeconfig(dir: &std::path::Path, server: &TestApiServer) -> std::path::PathBuf {
-    let path = dir.join("kubeconfig");
-    std::fs::write(&path, server.kubeconfig()).expect("write kubeconfig");
-    path
-}
-
 /// Audit-log entries grouped by object name: the results of each, in order.
 pub fn results_by_object(entries: &[serde_json::Value]) -> BTreeMap<String, Vec<String>> {
     let mut by_name: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -417,19 +391,6 @@ pub fn results_by_object(entries: &[serde_json::Value]) -> BTreeMap<String, Vec<
             .push(e["result"].as_str().unwrap().to_owned());
     }
     by_name
-}
-
-/// Whether a test must fail rather than skip when a peer it needs (kubectl, docker-registry,
-/// python3, node, a built component) is missing: under `CI=true`, `.ci/run` installs them all.
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// Says why a test skips (a peer is missing), or fails it under `CI=true`, where nothing may
-/// be skipped.
-pub fn skip_unless_ci(why: &str) {
-    assert!(!in_ci(), "{why}: CI must have it (see .ci/run)");
-    eprintln!("skipped: {why}");
 }
 
 /// The `wisp` binary next to this test's directory (`target/debug/wisp`), built when missing.

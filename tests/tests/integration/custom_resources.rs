@@ -413,7 +413,7 @@ async fn a_standby_writes_no_status_until_it_leads() {
 /// `kubectl get wispplugins` prints the CRD's columns from the status the host wrote.
 #[tokio::test]
 async fn kubectl_applies_the_example_and_prints_the_columns_of_the_status() {
-    let Some(program) = crate::apiserver_peers::kubectl() else {
+    let Some(program) = wisp_apiserver::test_support::kubectl() else {
         return;
     };
     let server = server().await;
@@ -436,7 +436,7 @@ async fn kubectl_applies_the_example_and_prints_the_columns_of_the_status() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("example.yaml");
     std::fs::write(&file, example).unwrap();
-    let kubectl = crate::apiserver_peers::Kubectl::new(program, &server);
+    let kubectl = wisp_apiserver::test_support::Kubectl::new(program, &server);
     kubectl.ok(&["apply", "-f", file.to_str().unwrap()]).await;
     let shop = |server: &TestApiServer| {
         server
@@ -449,8 +449,9 @@ async fn kubectl_applies_the_example_and_prints_the_columns_of_the_status() {
         condition(&s, "Running")["status"] == "True" && s["counters"]["violations"] == 1
     })
     .await;
-    let table =
-        crate::apiserver_peers::rows(&kubectl.ok(&["get", "wispplugins", "-n", "shop"]).await);
+    let table = wisp_apiserver::test_support::rows(
+        &kubectl.ok(&["get", "wispplugins", "-n", "shop"]).await,
+    );
     assert_eq!(
         table[0],
         [
@@ -466,7 +467,7 @@ async fn kubectl_applies_the_example_and_prints_the_columns_of_the_status() {
     assert_eq!(table[1][0], "image-policy");
     assert_eq!(table[1][2..4], ["True", "AsExpected"]);
     assert_eq!(table[1][5], "1");
-    let cluster = crate::apiserver_peers::rows(&kubectl.ok(&["get", "cwp"]).await);
+    let cluster = wisp_apiserver::test_support::rows(&kubectl.ok(&["get", "cwp"]).await);
     assert_eq!(cluster[1][0], "inventory");
     host.stop().await;
 }

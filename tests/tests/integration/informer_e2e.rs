@@ -142,3 +142,51 @@ async fn ten_thousand_objects_and_five_thousand_changes_through_drops_and_compac
         deleted_while_down.len()
     );
 }
+
+/// End to end: an informer (and so a plugin) sees a Pod's graceful deletion as a cluster shows
+/// it: an update that sets `deletionTimestamp`, then the delete.
+#[tokio::test]
+async fn an_informer_sees_a_graceful_pod_delete_as_update_then_delete() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    server.faults().pod_stop_time(Duration::from_millis(200));
+    server.create(pod("default", "web-1"))?;
+    let inf = pod_informer(&server, fast_config());
+    let rec = Recorder::new();
+    let reg = inf.add_event_handler("h", Box::new(rec.clone()), Duration::ZERO)?;
+    let _stop = start(&inf);
+    until("synced", || reg.has_synced()).await;
+    let pods: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+        server.client_no_retry(),
+        "default",
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("", "v1", "Pod")),
+    );
+    pods.delete("web-1", &kube::api::DeleteParams::default())
+        .await?;
+    until("the delete", || {
+        rec.deliveries()
+            .iter()
+            .any(|d| matches!(d.notification, Notification::Delete { .. }))
+    })
+    .await;
+    let seen: Vec<(&str, bool)> = rec
+        .deliveries()
+        .iter()
+        .map(|d| {
+            let marked = d
+                .notification
+                .object()
+                .to_value()
+                .pointer("/metadata/deletionTimestamp")
+                .is_some();
+            let kind = match &d.notification {
+                Notification::Add { .. } => "add",
+                Notification::Update { .. } => "update",
+                Notification::Delete { obj } if obj.is_tombstone() => "tombstone",
+                Notification::Delete { .. } => "delete",
+            };
+            (kind, marked)
+        })
+        .collect();
+    assert_eq!(seen, [("add", false), ("update", true), ("delete", true)]);
+    Ok(())
+}

@@ -3,12 +3,12 @@
 
 use super::grants::{MAX_ECHO, cache_key};
 use crate::informer::indexer::NAMESPACE_INDEX;
-use crate::informer::selector::LabelSelector;
 use crate::plugin::bindings::wisp::plugin::{host, types};
 use crate::plugin::bindings::{CacheError, Level};
 use crate::plugin::sandbox::state::StoreData;
 use crate::plugin::spec::LogLevel;
 use crate::plugin::status::{PluginCounters, clip};
+use wisp_kinds::selector::LabelSelector;
 
 /// Most objects one cache query returns to a plugin (more would not fit its memory anyway).
 pub const MAX_QUERY_RESULTS: usize = 10_000;

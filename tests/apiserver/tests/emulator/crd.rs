@@ -7,7 +7,7 @@
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
-use wisp_tests::TestApiServer;
+use wisp_apiserver::TestApiServer;
 
 fn widgets(server: &TestApiServer) -> Api<DynamicObject> {
     let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("example.com", "v1", "Widget"));

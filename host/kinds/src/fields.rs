@@ -12,7 +12,7 @@
 
 use serde_json::Value;
 
-use crate::informer::selector::FieldSelector;
+use crate::selector::FieldSelector;
 
 /// How a kind answers a field label it does not support; the messages are the real ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

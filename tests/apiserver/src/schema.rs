@@ -718,7 +718,7 @@ impl CrdSchemas {
     /// message of the API server when the object is invalid.
     pub fn admit(&self, obj: &mut Value) -> Result<Vec<String>, String> {
         let text = |p: &str| obj.pointer(p).and_then(Value::as_str).unwrap_or("");
-        let (group, version) = super::split_api_version(text("/apiVersion"));
+        let (group, version) = wisp_kinds::split_api_version(text("/apiVersion"));
         let key = (
             group.to_owned(),
             version.to_owned(),

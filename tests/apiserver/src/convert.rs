@@ -16,7 +16,7 @@
 use serde_json::{Map, Value, json};
 
 use super::defaults::apply_defaults;
-use super::split_api_version;
+use wisp_kinds::split_api_version;
 
 /// Annotations autoscaling/v1 keeps what it cannot express in.
 const V1_ANNOTATIONS: &[&str] = &[
@@ -53,7 +53,7 @@ pub fn convert(v: &Value, api_version: &str) -> Result<Value, String> {
 
 /// `Kind namespace/name` (`Kind name` when cluster-scoped), as the `dir:` source's reports
 /// name an object.
-pub(crate) fn shown(v: &Value) -> String {
+pub fn shown(v: &Value) -> String {
     let text = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("");
     let (kind, ns, name) = (
         text("/kind"),

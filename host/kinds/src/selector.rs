@@ -5,7 +5,7 @@
 //! - [`label`]: `labels.Parse` (operators `=`, `==`, `!=`, `in`, `notin`, `!`, existence,
 //!   `>`, `<`; keys qualified names, values label values).
 //! - [`field`]: `fields.ParseSelector` (`=`, `==`, `!=`, `\` escapes). Which field labels a
-//!   kind supports is [`crate::kinds`]'s (`kinds::fields`).
+//!   kind supports is [`crate::fields`]'s.
 
 pub mod field;
 pub mod label;

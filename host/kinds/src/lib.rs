@@ -1,22 +1,19 @@
-//! What Kubernetes says about its kinds, shared by every part that stands in for an API server
-//! or checks what will be sent to one: the built-in kinds of Kubernetes 1.36 (group, version,
-//! kind, plural, scope), the name rules of each kind, and what the API server does to an
-//! object it is given: decoding ([`decode`]: type errors refuse it, unknown fields are dropped),
-//! defaulting ([`defaults`]), validation ([`validation`]) and serving it in another version of
-//! its group ([`convert`]).
+//! Facts about Kubernetes' kinds, shared by every part of Wisp that names a kind, reads a
+//! selector or checks what will be sent to an API server (as kube-core is to kube): the built-in
+//! kinds of Kubernetes 1.36 (group, version, kind, plural, scope) and the name rules of each;
+//! where a kind lives on an API server ([`api`]); label and field selectors and their parsers
+//! ([`selector`]), the field labels each kind supports ([`fields`]) and the hash ranges of
+//! sharded list and watch ([`shard`]).
 //!
-//! The `dir:` source uses them to place objects in their scope, to refuse objects a cluster
-//! would refuse and to check the config's kinds at start; actions use the name rules before a
-//! request is built; the test API server uses the same table and validation.
+//! Nothing here does I/O or depends on the rest of Wisp. What an API server *does* with an object
+//! (decoding, defaulting, validation, conversion) is the emulator's, `wisp-apiserver`
+//! (tests/apiserver), which builds on this crate.
 
 pub mod api;
-pub mod convert;
-pub mod decode;
-pub mod defaults;
 pub mod fields;
-pub mod schema;
+pub mod selector;
+pub mod shard;
 mod table;
-pub mod validation;
 
 pub use table::BUILTINS;
 

@@ -1005,7 +1005,7 @@ fn merge_applied(live: &mut Value, config: &Value, ty: Ty, list: ListKind) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apiserver::patch::root_type;
+    use crate::server::patch::root_type;
 
     fn deploy(replicas: i64, images: &[(&str, &str)]) -> Value {
         let containers: Vec<Value> = images

@@ -25,7 +25,7 @@ impl ResourceKey {
         Self {
             group: group.to_string(),
             version: version.to_string(),
-            plural: wisp_host::kinds::builtin(group, version, kind).map_or_else(
+            plural: wisp_kinds::builtin(group, version, kind).map_or_else(
                 || to_plural(&kind.to_ascii_lowercase()),
                 |b| b.plural.into(),
             ),
@@ -43,7 +43,7 @@ impl ResourceKey {
 
     /// Best guess at the kind when no object of this collection has been seen yet.
     pub fn guess_kind(&self) -> String {
-        if let Some(b) = wisp_host::kinds::BUILTINS
+        if let Some(b) = wisp_kinds::BUILTINS
             .iter()
             .find(|b| b.group == self.group && b.plural == self.plural)
         {

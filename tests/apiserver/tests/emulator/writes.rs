@@ -4,7 +4,7 @@
 //! Every test drives the server through a real `kube::Client` or through kubectl
 //! (`/usr/bin/kubectl`, skipped with a note when it is not installed).
 
-use crate::common::patience;
+use wisp_apiserver::test_support::patience;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -15,7 +15,7 @@ use kube::api::{
 };
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
-use wisp_tests::TestApiServer;
+use wisp_apiserver::TestApiServer;
 
 /// Upper bound for anything that should happen promptly; only hit when a test fails.
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -941,7 +941,7 @@ const KUBECTL: &str = "/usr/bin/kubectl";
 
 /// kubectl pointed at the server by a kubeconfig in a temporary directory, with a discovery
 /// cache seeded so it needs no discovery endpoints.
-// TODO(discovery): once the server serves /api and /apis (tests/src/apiserver/discovery.rs),
+// TODO(discovery): once the server serves /api and /apis (tests/apiserver/src/server/discovery.rs),
 // drop the seeded cache and let kubectl discover.
 struct Kubectl {
     dir: tempfile::TempDir,
@@ -1390,7 +1390,7 @@ async fn the_main_resource_keeps_status_and_the_status_subresource_keeps_spec() 
     let pods: Api<DynamicObject> =
         Api::namespaced_with(server.client_no_retry(), "default", &resource("v1", "Pod"));
     server
-        .create(wisp_tests::pod("default", "p"))
+        .create(wisp_apiserver::pod("default", "p"))
         .expect("seeded");
     let mut sent = value(&pods.get("p").await.expect("get"));
     let owners = sent["metadata"]["ownerReferences"].clone();

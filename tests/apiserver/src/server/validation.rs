@@ -1,11 +1,11 @@
 //! The API server's answers to objects it refuses: 422 Invalid with `details.causes` (one per
 //! field error, with its field path) and the message `<Kind> "<name>" is invalid: <errors>`, the
-//! checks themselves being the host's ([`wisp_host::kinds::validation`], shared with the `dir:`
+//! checks themselves being this crate's ([`crate::validation`], shared with the `dir:`
 //! source). The scope: a namespaced kind is only created under `namespaces/{ns}/`, a
 //! cluster-scoped one never is.
 //!
 //! Custom resources are defaulted, pruned and validated by the `openAPIV3Schema` of their
-//! CRD's version ([`wisp_host::kinds::schema`]), on every write and on status writes too. The
+//! CRD's version ([`crate::schema`]), on every write and on status writes too. The
 //! fields pruned are unknown fields: with `fieldValidation=Strict` the write is refused (400
 //! `strict decoding error: unknown field "spec.x"`), with `Warn` (the default, as
 //! apiserver's `handlers/rest.go` `fieldValidation` makes it) each is named in a `Warning`
@@ -13,9 +13,9 @@
 //! fields are not detected (every value is `Ignore`). A CRD whose schema does not compile is
 //! refused (422, naming where in the schema).
 
+use crate::schema::{Schema, crd_schema_errors, crd_version_schema};
+use crate::validation::{FieldError, field_errors, message, update_errors};
 use serde_json::{Value, json};
-use wisp_host::kinds::schema::{Schema, crd_schema_errors, crd_version_schema};
-use wisp_host::kinds::validation::{FieldError, field_errors, message, update_errors};
 
 use super::Shared;
 use super::discovery::{crd_resource, known};

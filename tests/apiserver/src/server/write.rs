@@ -462,7 +462,7 @@ pub(crate) fn commit_update(
 
 /// The API server's defaults of a built-in kind, as every write decodes the object: a create,
 /// an update (a field left out of a PUT comes back defaulted, not as a change), a patch's
-/// result, an apply ([`wisp_host::kinds::defaults`], shared with the `dir:` source).
+/// result, an apply ([`crate::defaults`], shared with the `dir:` source).
 pub(crate) fn default_built_in(obj: &mut Value) {
     let text = |p: &str| {
         obj.pointer(p)
@@ -472,7 +472,7 @@ pub(crate) fn default_built_in(obj: &mut Value) {
     };
     let (api_version, kind) = (text("/apiVersion"), text("/kind"));
     let (group, version) = split_api_version(&api_version);
-    wisp_host::kinds::defaults::apply_defaults(group, version, &kind, obj);
+    crate::defaults::apply_defaults(group, version, &kind, obj);
 }
 
 /// POST to a collection.

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 
 use super::schema::{FieldDef, Omit, Scalar, Special, Ty, message};
 use super::wire::{Wire, fields, packed};
-use crate::apiserver::resource::rfc3339;
+use crate::server::resource::rfc3339;
 
 /// Why a message could not be read: where (a JSON path) and what.
 #[derive(Debug, Clone, PartialEq, Eq)]

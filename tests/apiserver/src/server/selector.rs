@@ -1,19 +1,19 @@
 //! Label and field selectors of list and watch requests (`labelSelector` / `fieldSelector`),
-//! parsed by the host's parsers ([`wisp_host::informer::selector`]: apimachinery's
+//! parsed by Wisp's one parser of each ([`wisp_kinds::selector`]: apimachinery's
 //! `labels.Parse` and `fields.ParseSelector`, their messages word for word), so a selector that
 //! does not parse is answered 400 BadRequest with the real message.
 //!
 //! Field selectors are checked per kind as a real API server does
-//! ([`wisp_host::kinds::fields`]): `metadata.name` and `metadata.namespace` (for most kinds)
+//! ([`wisp_kinds::fields`]): `metadata.name` and `metadata.namespace` (for most kinds)
 //! plus the kind's own selectable fields (Pod, Event, Secret, Namespace, Node, Service,
 //! ReplicaSet, ReplicationController, Job, CertificateSigningRequest; a custom resource's
 //! `selectableFields`); any other label is a 400 BadRequest with the message Kubernetes 1.36
 //! gives for that kind.
 
 use serde_json::Value;
-use wisp_host::informer::selector::{FieldSelector, LabelSelector, SelectorError};
-use wisp_host::kinds::fields::{Selectable, value};
-use wisp_host::scale::shards::{Ranges, ShardField, parse_selector};
+use wisp_kinds::fields::{Selectable, value};
+use wisp_kinds::selector::{FieldSelector, LabelSelector, SelectorError};
+use wisp_kinds::shard::{Ranges, ShardField, parse_selector};
 
 use super::discovery::{Known, known};
 use super::object::StoredObject;

@@ -2,7 +2,7 @@
 //! URL paths of its collections, every segment percent-encoded. Shared by the sources, the
 //! actions and the policy-report writer.
 
-use kube::core::{ApiResource, GroupVersionKind};
+use kube_core::{ApiResource, GroupVersionKind};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
 /// The group of an apiVersion (`""` for the core group's `v1`).
@@ -47,7 +47,7 @@ pub fn collection_at(
     version: &str,
     namespace: Option<&str>,
     plural: &str,
-) -> kube::core::Request {
+) -> kube_core::Request {
     let mut path = if group.is_empty() {
         format!("/api/{}", path_segment(version))
     } else {
@@ -59,5 +59,5 @@ pub fn collection_at(
     }
     path.push('/');
     path.push_str(&path_segment(plural));
-    kube::core::Request::new(path)
+    kube_core::Request::new(path)
 }

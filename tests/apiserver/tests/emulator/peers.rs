@@ -6,97 +6,10 @@
 //! (`$WISP_PYTHON`, else `python3`); `.ci/run` installs the Python client (pinned) in a venv.
 //! A missing peer skips its tests with a message, except under `CI=true`, where it fails them.
 
-use crate::common;
-
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use wisp_apiserver::test_support::{self as common, Kubectl, kubectl, python, rows};
 
 use serde_json::{Value, json};
-use wisp_tests::{TestApiServer, pod};
-
-/// `None` (after saying why) when the peer is missing outside CI; panics in CI.
-fn peer(program: &str, probe: &[&str], what: &str) -> Option<String> {
-    let found = Command::new(program)
-        .args(probe)
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if found {
-        return Some(program.to_string());
-    }
-    common::skip_unless_ci(&format!(
-        "{what} ({program}) is not installed; install it to run this test"
-    ));
-    None
-}
-
-pub(crate) fn kubectl() -> Option<String> {
-    let program = std::env::var("WISP_KUBECTL").unwrap_or_else(|_| "kubectl".into());
-    peer(&program, &["version", "--client"], "kubectl")
-}
-
-fn python() -> Option<String> {
-    let program = std::env::var("WISP_PYTHON").unwrap_or_else(|_| "python3".into());
-    peer(
-        &program,
-        &["-c", "import kubernetes"],
-        "Python with the kubernetes client",
-    )
-}
-
-/// A kubectl run: (success, stdout, stderr). Runs off the runtime so the server keeps serving.
-pub(crate) struct Kubectl {
-    program: String,
-    config: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Kubectl {
-    pub(crate) fn new(program: String, server: &TestApiServer) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let config = common::kubeconfig(dir.path(), server);
-        Self {
-            program,
-            config,
-            _dir: dir,
-        }
-    }
-
-    async fn run(&self, args: &[&str]) -> (bool, String, String) {
-        let mut command = Command::new(&self.program);
-        command
-            .args(args)
-            .env("KUBECONFIG", &self.config)
-            // Its discovery cache under the temp dir, not the user's.
-            .env("HOME", self.config.parent().unwrap_or(Path::new("/tmp")));
-        if !args.iter().any(|a| a.starts_with("--request-timeout")) {
-            command.args(["--request-timeout", "20s"]);
-        }
-        let out: Output = tokio::task::spawn_blocking(move || command.output())
-            .await
-            .expect("kubectl task")
-            .expect("kubectl runs");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    /// Runs and expects success; returns stdout.
-    pub(crate) async fn ok(&self, args: &[&str]) -> String {
-        let (ok, stdout, stderr) = self.run(args).await;
-        assert!(ok, "kubectl {args:?} failed: {stderr}{stdout}");
-        stdout
-    }
-}
-
-/// Every line of a table, its cells split on runs of spaces.
-pub(crate) fn rows(table: &str) -> Vec<Vec<String>> {
-    table
-        .lines()
-        .map(|l| l.split_whitespace().map(str::to_string).collect())
-        .collect()
-}
+use wisp_apiserver::{TestApiServer, pod};
 
 #[tokio::test]
 async fn kubectl_get_pods_discovers_pods_and_prints_the_servers_table() -> anyhow::Result<()> {
@@ -283,7 +196,7 @@ async fn kubectl_delete_leaves_an_object_with_finalizers_terminating_until_they_
     };
     let server = TestApiServer::start().await?;
     let kubectl = Kubectl::new(program, &server);
-    let mut held = wisp_tests::config_map("default", "held", &[("k", "v")]);
+    let mut held = wisp_apiserver::config_map("default", "held", &[("k", "v")]);
     held["metadata"]["finalizers"] = json!(["example.com/hold"]);
     server.create(held)?;
 
@@ -429,9 +342,13 @@ async fn the_python_client_decodes_pods_creates_and_watches() -> anyhow::Result<
     let script = dir.path().join("client.py");
     std::fs::write(&script, PYTHON_SCRIPT)?;
     let url = server.url();
-    let out =
-        tokio::task::spawn_blocking(move || Command::new(program).arg(&script).arg(url).output())
-            .await??;
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(program)
+            .arg(&script)
+            .arg(url)
+            .output()
+    })
+    .await??;
     assert!(
         out.status.success(),
         "python client failed: {}",
@@ -637,7 +554,7 @@ async fn kubectl_creates_every_builtin_kind_its_typed_clients_post_as_protobuf()
         // A server defaults what it decodes: kubectl's rendering gets the same defaults.
         let mut meant = as_meant(meant);
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-        wisp_host::kinds::defaults::apply_defaults(group, version, kind, &mut meant);
+        wisp_apiserver::defaults::apply_defaults(group, version, kind, &mut meant);
         assert_eq!(as_meant(stored.clone()), meant, "{kind}");
         // And kubectl reads back what it wrote.
         let reference = format!("{}/{name}", kind.to_ascii_lowercase());
@@ -983,9 +900,13 @@ async fn the_python_client_reads_an_established_crd_and_meets_its_schema() -> an
     let script = dir.path().join("crd.py");
     std::fs::write(&script, PYTHON_CRD_SCRIPT)?;
     let url = server.url();
-    let out =
-        tokio::task::spawn_blocking(move || Command::new(program).arg(&script).arg(url).output())
-            .await??;
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(program)
+            .arg(&script)
+            .arg(url)
+            .output()
+    })
+    .await??;
     assert!(
         out.status.success(),
         "python client failed: {}",

@@ -5,7 +5,7 @@
 //! Driven through a real `kube::Client`, and through raw HTTP where a client would not send the
 //! request (a protobuf or YAML body, an unknown propagation policy).
 
-use crate::common::patience;
+use wisp_apiserver::test_support::patience;
 
 use std::time::{Duration, Instant};
 
@@ -17,7 +17,7 @@ use kube::api::{
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use wisp_tests::{TestApiServer, config_map, pod};
+use wisp_apiserver::{TestApiServer, config_map, pod};
 
 /// Upper bound for anything that should happen promptly; only hit when a test fails.
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -668,7 +668,7 @@ async fn field_labels_a_kind_does_not_support_are_refused_with_its_message() -> 
 async fn selectors_are_parsed_and_checked_as_apimachinery_does() -> anyhow::Result<()> {
     let server = TestApiServer::start().await?;
     let client = server.client_no_retry();
-    let table: Value = serde_json::from_str(include_str!("../../fixtures/selectors.json"))?;
+    let table: Value = serde_json::from_str(include_str!("../../../fixtures/selectors.json"))?;
     let answer = |group: &str, kind: &str, params: ListParams| {
         // Every kind of the table is served at v1 of its group.
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(group, "v1", kind));
@@ -1950,52 +1950,4 @@ async fn a_namespaced_path_for_a_cluster_scoped_kind_is_404() {
     }
     let (code, _) = raw(&server, "GET", "/api/v1/namespaces/default", None, b"").await;
     assert_eq!(code, 200);
-}
-
-/// End to end: an informer (and so a plugin) sees a Pod's graceful deletion as a cluster shows
-/// it: an update that sets `deletionTimestamp`, then the delete.
-#[tokio::test]
-async fn an_informer_sees_a_graceful_pod_delete_as_update_then_delete() -> anyhow::Result<()> {
-    use crate::common::{fast_config, pod_informer, start, until};
-    use wisp_host::informer::Notification;
-    use wisp_host::informer::handler::Recorder;
-
-    let server = TestApiServer::start().await?;
-    server.faults().pod_stop_time(Duration::from_millis(200));
-    server.create(pod("default", "web-1"))?;
-    let inf = pod_informer(&server, fast_config());
-    let rec = Recorder::new();
-    let reg = inf.add_event_handler("h", Box::new(rec.clone()), Duration::ZERO)?;
-    let _stop = start(&inf);
-    until("synced", || reg.has_synced()).await;
-    pods_api(&server)
-        .delete("web-1", &DeleteParams::default())
-        .await?;
-    until("the delete", || {
-        rec.deliveries()
-            .iter()
-            .any(|d| matches!(d.notification, Notification::Delete { .. }))
-    })
-    .await;
-    let seen: Vec<(&str, bool)> = rec
-        .deliveries()
-        .iter()
-        .map(|d| {
-            let marked = d
-                .notification
-                .object()
-                .to_value()
-                .pointer("/metadata/deletionTimestamp")
-                .is_some();
-            let kind = match &d.notification {
-                Notification::Add { .. } => "add",
-                Notification::Update { .. } => "update",
-                Notification::Delete { obj } if obj.is_tombstone() => "tombstone",
-                Notification::Delete { .. } => "delete",
-            };
-            (kind, marked)
-        })
-        .collect();
-    assert_eq!(seen, [("add", false), ("update", true), ("delete", true)]);
-    Ok(())
 }

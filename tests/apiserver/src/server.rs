@@ -46,7 +46,7 @@
 //!   (`deletionGracePeriodSeconds: 0`). The garbage collector, the namespace controller and
 //!   [`TestApiServer::delete`] delete Pods with grace 0.
 //! - Updates may not change what the API server keeps immutable (the host's
-//!   `kinds::validation::update_errors`): a Pod's spec but for images and the few fields
+//!   `validation::update_errors`): a Pod's spec but for images and the few fields
 //!   `ValidatePodUpdate` allows, a Service's cluster IP, a Job's selector and template, a
 //!   StatefulSet's spec but for replicas, template and the like, a claim's spec but for a bound
 //!   claim's storage request, the selector of Deployments, ReplicaSets and DaemonSets.
@@ -90,7 +90,7 @@
 //!   ...`, `found 'x', expected: ...`).
 //! - Field selectors: the labels each kind supports, else 400 with the kind's own message.
 //! - Every write over HTTP (create, update, patch, apply) defaults a built-in object as the
-//!   API server decodes it ([`wisp_host::kinds::defaults`]: a PUT leaving out a defaulted field
+//!   API server decodes it ([`crate::defaults`]: a PUT leaving out a defaulted field
 //!   gets it back, not a change) and is validated (`validation`); objects created through
 //!   [`TestApiServer::create`] are defaulted too (every stored object in a cluster is) but not
 //!   validated, so tests can seed anything.

@@ -3,7 +3,7 @@
 //! Every test drives the server through a real `kube::Client` (`Api<DynamicObject>` or the typed
 //! `Api<Pod>`), never through a mock.
 
-use crate::common::patience;
+use wisp_apiserver::test_support::patience;
 
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,7 @@ use kube::api::{
 };
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
-use wisp_tests::{TestApiServer, Verb, config_map, pod};
+use wisp_apiserver::{TestApiServer, Verb, config_map, pod};
 
 /// Upper bound for anything that should happen promptly; only hit when a test fails.
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -161,10 +161,12 @@ async fn the_continue_token_of_a_list_without_end_is_410_once_the_fault_is_off()
     for i in 0..3 {
         server.create(pod("default", &format!("web-{i}")))?;
     }
-    server.faults().endless_lists(Some(wisp_tests::EndlessList {
-        object_bytes: 1 << 10,
-        give_up_after: 1 << 20,
-    }));
+    server
+        .faults()
+        .endless_lists(Some(wisp_apiserver::EndlessList {
+            object_bytes: 1 << 10,
+            give_up_after: 1 << 20,
+        }));
     let api = pods(server.client_no_retry());
     let first = api.list(&ListParams::default().limit(10)).await?;
     assert_eq!(first.items.len(), 10, "a page of the endless list");

@@ -122,7 +122,7 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apiserver::object::StoredObject;
+    use crate::server::object::StoredObject;
     use serde_json::json;
 
     fn pods() -> ResourceKey {

@@ -100,7 +100,7 @@ macro_rules! builtin {
 }
 
 /// The built-in kinds the server describes with short names (see [`builtins`] for every one;
-/// the field selectors each kind supports are the host's, `wisp_host::kinds::fields`).
+/// the field selectors each kind supports are [`wisp_kinds::fields`]'s).
 pub(crate) const BUILTINS: &[Builtin] = &[
     builtin!("", "v1", "pods", "Pod", true, &["po"]),
     builtin!("", "v1", "nodes", "Node", false, &["no"]),
@@ -276,12 +276,12 @@ pub(crate) const BUILTINS: &[Builtin] = &[
 ];
 
 /// Every built-in kind the server serves: those of [`BUILTINS`], with their short names, then
-/// the rest of Kubernetes 1.36's ([`wisp_host::kinds::BUILTINS`]), without short names.
+/// the rest of Kubernetes 1.36's ([`wisp_kinds::BUILTINS`]), without short names.
 pub(crate) fn builtins() -> &'static [Builtin] {
     static ALL: std::sync::OnceLock<Vec<Builtin>> = std::sync::OnceLock::new();
     ALL.get_or_init(|| {
         let mut all = BUILTINS.to_vec();
-        for k in wisp_host::kinds::BUILTINS {
+        for k in wisp_kinds::BUILTINS {
             if !BUILTINS
                 .iter()
                 .any(|b| b.group == k.group && b.version == k.version && b.kind == k.kind)
@@ -995,7 +995,7 @@ mod tests {
 
     #[test]
     fn every_kind_of_kubernetes_is_served_with_its_scope() {
-        for k in wisp_host::kinds::BUILTINS {
+        for k in wisp_kinds::BUILTINS {
             let key = ResourceKey::for_kind(&k.api_version(), k.kind);
             assert_eq!(key.plural, k.plural);
             let b = builtin(&key).unwrap_or_else(|| panic!("{} not served", k.kind));
