@@ -694,30 +694,15 @@ impl Config {
             path,
             problem,
         };
-        let de = serde_yaml_ng::Deserializer::from_str(text);
-        let mut cfg: Config = serde_path_to_error::deserialize(de).map_err(|e| {
-            let path = e.path().to_string();
-            let mut problem = e.into_inner().to_string();
-            // serde_yaml_ng says "<its path>: <problem> at line L column C": keep the more
-            // precise path of serde_path_to_error, and the location at the end.
-            if let Some((prefix, rest)) = problem.split_once(": ")
-                && !prefix.contains(' ')
-                && path.starts_with(prefix)
-            {
-                problem = rest.to_owned();
-            }
-            if let Some(i) = problem.rfind(" at line ") {
-                let loc = problem[i + 4..].replace(" column", ", column");
-                problem = format!("{} ({loc})", &problem[..i]);
-            }
-            // `.` is the top level; so is an empty path (an unknown field named `` at the top,
-            // e.g. from the text `?`).
-            let path = if path == "." || path.is_empty() {
+        let mut cfg: Config = wisp_kinds::yaml::from_str_at_path(text).map_err(|(path, e)| {
+            // `.` is the top level; so is an empty path, and `?`, a top-level key that did not
+            // read as a name (the text `?`: a null key).
+            let path = if path == "." || path.is_empty() || path == "?" {
                 "(top level)".to_owned()
             } else {
                 path
             };
-            err(path, problem)
+            err(path, e.to_string())
         })?;
         cfg.base_dir = base_dir.to_path_buf();
         cfg.file = file.to_owned();

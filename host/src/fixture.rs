@@ -233,7 +233,7 @@ pub fn run_loaded(
         .map_err(|e| FileRefused::Io(e.to_string()))
         .and_then(|f| files::read_regular(&f, MAX_FILE_SIZE))
         .with_context(|| format!("fixture file {}", fixtures.display()))?;
-    let file: File = serde_yaml_ng::from_str(&text)
+    let file: File = wisp_kinds::yaml::from_str(&text)
         .with_context(|| format!("fixture file {}", fixtures.display()))?;
     if file.cases.is_empty() {
         bail!("fixture file {}: no cases", fixtures.display());
@@ -307,7 +307,8 @@ fn object(v: &Value, base: &Path) -> anyhow::Result<Arc<Object>> {
         Some(Value::String(f)) => {
             let text = files::read_inside(base, Path::new(f), MAX_FILE_SIZE)
                 .with_context(|| format!("object file {f:?}"))?;
-            serde_yaml_ng::from_str::<Value>(&text).with_context(|| format!("object file {f:?}"))?
+            wisp_kinds::yaml::from_str::<Value>(&text)
+                .with_context(|| format!("object file {f:?}"))?
         }
         _ => v.clone(),
     };
@@ -774,5 +775,42 @@ fn check_logs(want: &[String], got: &[String], failures: &mut Vec<String>) {
             ));
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `wisp test` fixture and a `dir:` manifest mean the same object by the same text: both
+    /// read YAML as kubectl does ([`wisp_kinds::yaml`]), where they once disagreed on `0644`
+    /// and `yes` (the fixture read them as strings, the directory as 420 and true).
+    #[test]
+    fn fixture_objects_and_dir_manifests_read_every_scalar_alike() {
+        let scalars = [
+            "0644", "0x1F90", "yes", "no", "on", "off", "y", "n", "'0644'", "\"yes\"", "true",
+            "10", "1.5", "~", "100m",
+        ];
+        let fields: String = scalars
+            .iter()
+            .enumerate()
+            .map(|(i, s)| format!("      f{i}: {s}\n"))
+            .collect();
+        let object = format!(
+            "apiVersion: example.com/v1\nkind: Thing\nmetadata:\n  name: t\nspec:\n{}",
+            fields.replace("      ", "  ")
+        );
+        let fixture = format!(
+            "cases:\n- name: c\n  cache:\n    things:\n    - apiVersion: example.com/v1\n      kind: Thing\n      metadata: {{name: t}}\n      spec:\n{}",
+            fields.replace("      ", "        ")
+        );
+        let file: File = wisp_kinds::yaml::from_str(&fixture).unwrap();
+        let from_fixture = &file.cases[0].cache["things"][0];
+        let manifests = crate::source::dir::parse_manifests(&object).unwrap();
+        let from_dir = &manifests.objects[0];
+        assert_eq!(from_fixture, from_dir);
+        assert_eq!(from_dir["spec"]["f0"], 420);
+        assert_eq!(from_dir["spec"]["f2"], true);
+        assert_eq!(from_dir["spec"]["f8"], "0644");
     }
 }

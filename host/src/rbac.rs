@@ -226,7 +226,7 @@ mod tests {
             "only list and watch"
         );
         for doc in y.split("---\n") {
-            let v: serde_json::Value = serde_yaml_ng::from_str(doc).unwrap();
+            let v: serde_json::Value = wisp_kinds::yaml::from_str(doc).unwrap();
             assert!(v.get("kind").is_some());
         }
     }

@@ -10,10 +10,10 @@ pub struct Dur(pub Duration);
 
 impl<'de> Deserialize<'de> for Dur {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = serde_yaml_ng::Value::deserialize(d)?;
+        let s = serde_json::Value::deserialize(d)?;
         let text = match &s {
-            serde_yaml_ng::Value::String(t) => t.clone(),
-            serde_yaml_ng::Value::Number(n) if n.as_u64() == Some(0) => "0".into(),
+            serde_json::Value::String(t) => t.clone(),
+            serde_json::Value::Number(n) if n.as_u64() == Some(0) => "0".into(),
             other => {
                 return Err(serde::de::Error::custom(format!(
                     "invalid duration {other:?}: expected e.g. 50ms, 30s, 5m, 1h"
@@ -86,13 +86,13 @@ pub struct Bytes(pub u64);
 
 impl<'de> Deserialize<'de> for Bytes {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let v = serde_yaml_ng::Value::deserialize(d)?;
+        let v = serde_json::Value::deserialize(d)?;
         match &v {
-            serde_yaml_ng::Value::Number(n) => n
+            serde_json::Value::Number(n) => n
                 .as_u64()
                 .map(Bytes)
                 .ok_or_else(|| serde::de::Error::custom("expected a positive number of bytes")),
-            serde_yaml_ng::Value::String(s) => {
+            serde_json::Value::String(s) => {
                 parse_bytes(s).map(Bytes).map_err(serde::de::Error::custom)
             }
             other => Err(serde::de::Error::custom(format!(

@@ -8,7 +8,6 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde::Deserialize;
 use serde_json::Value;
 use wisp_host::config::Config;
 
@@ -31,9 +30,9 @@ fn docs(name: &str) -> Vec<Value> {
 
 /// The YAML documents of `text` (from `what`).
 fn yaml_docs(text: &str, what: &str) -> Vec<Value> {
-    serde_yaml_ng::Deserializer::from_str(text)
-        .enumerate()
-        .map(|(i, d)| Value::deserialize(d).unwrap_or_else(|e| panic!("{what}: document {i}: {e}")))
+    wisp_kinds::yaml::documents(text)
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+        .into_iter()
         .filter(|d| !d.is_null())
         .collect()
 }
@@ -556,7 +555,7 @@ fn by_identity(objects: Vec<Value>) -> std::collections::BTreeMap<String, Value>
 fn the_shards_overlay_is_deploy_with_shards_config_replicas_budget_and_lease_rights() {
     // Its config is deploy/wisp.yaml but for `sharding`, and valid.
     let plain = |name: &str| {
-        let mut v: Value = serde_yaml_ng::from_str(&read(name)).unwrap();
+        let mut v: Value = wisp_kinds::yaml::from_str(&read(name)).unwrap();
         let sharding = v.as_object_mut().unwrap().remove("sharding");
         (v, sharding)
     };

@@ -1905,7 +1905,7 @@ fn monitoring_metrics() -> std::collections::BTreeMap<String, String> {
     let read =
         |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
     let dashboard: Value = serde_json::from_str(&read("grafana-dashboard.json")).unwrap();
-    let rule: Value = serde_yaml_ng::from_str(&read("prometheusrule.yaml")).unwrap();
+    let rule: Value = wisp_kinds::yaml::from_str(&read("prometheusrule.yaml")).unwrap();
     assert_eq!(rule["kind"], "PrometheusRule");
     let mut out = std::collections::BTreeMap::new();
     walk(&dashboard, "grafana-dashboard.json", &mut out);

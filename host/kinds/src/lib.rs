@@ -2,8 +2,8 @@
 //! selector or checks what will be sent to an API server (as kube-core is to kube): the built-in
 //! kinds of Kubernetes 1.36 (group, version, kind, plural, scope) and the name rules of each;
 //! where a kind lives on an API server ([`api`]); label and field selectors and their parsers
-//! ([`selector`]), the field labels each kind supports ([`fields`]) and the hash ranges of
-//! sharded list and watch ([`shard`]).
+//! ([`selector`]), the field labels each kind supports ([`fields`]), the hash ranges of
+//! sharded list and watch ([`shard`]), and YAML read as kubectl reads it ([`yaml`]).
 //!
 //! Nothing here does I/O or depends on the rest of Wisp. What an API server *does* with an object
 //! (decoding, defaulting, validation, conversion) is the emulator's, `wisp-apiserver`
@@ -14,6 +14,7 @@ pub mod fields;
 pub mod selector;
 pub mod shard;
 mod table;
+pub mod yaml;
 
 pub use table::BUILTINS;
 

@@ -230,7 +230,7 @@ fn a_bad_queue_policy_or_bound_is_refused_naming_the_field() {
     let e = with("{ max: -1 }");
     assert!(
         e.starts_with(
-            "wisp.yaml: plugins[0].queue.max: invalid type: integer `-1`, expected usize"
+            "wisp.yaml: plugins[0].queue.max: invalid value: integer `-1`, expected usize"
         ),
         "{e}"
     );

@@ -621,23 +621,15 @@ pub struct Manifests {
     pub skipped: Vec<String>,
 }
 
-/// Parses a manifest file into objects: several documents, `kind: List` expanded, a leading
-/// byte-order mark ignored, `generateName` given a name (stable for the
+/// Parses a manifest file into objects: several documents read as kubectl reads them
+/// ([`wisp_kinds::yaml`]), `kind: List` expanded, a leading byte-order mark ignored, `generateName` given a name (stable for the
 /// file and document, so a rescan changes nothing). A document that is not a valid object is
 /// skipped and named in [`Manifests::skipped`]; YAML that does not parse fails the whole file
 /// (its previous objects are kept: see [`DirCluster::rescan`]).
 pub fn parse_manifests(text: &str) -> Result<Manifests, String> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut out = Manifests::default();
-    let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(text, kubernetes_yaml())
-        .map_err(|e| {
-            e.to_string()
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .collect::<Vec<_>>()
-                .join(" ")
-        })?;
+    let docs = wisp_kinds::yaml::documents(text).map_err(|e| e.to_string())?;
     for (i, v) in docs.into_iter().enumerate() {
         if v.is_null() {
             continue;
@@ -682,27 +674,6 @@ pub fn parse_manifests(text: &str) -> Result<Manifests, String> {
         }
     }
     Ok(out)
-}
-
-/// YAML read as Kubernetes tooling reads it (kubectl's sigs.k8s.io/yaml, over go-yaml v2, a
-/// YAML 1.1 reader), not as YAML 1.2: plain `0644` is octal (420), `yes`/`no`/`on`/`off`/`y`/`n`
-/// are booleans, `<<` merge keys merge, a duplicate key is read with the last one winning
-/// (kubectl 1.32/1.33 read such a file; the later value replaces the earlier whole). Quoted scalars stay
-/// strings. Limits are raised for large manifest files (the defaults stop at 1,024 documents).
-fn kubernetes_yaml() -> serde_saphyr::Options {
-    let mut budget = serde_saphyr::Budget::default();
-    budget.max_documents = 1_000_000;
-    budget.max_nodes = 50_000_000;
-    budget.max_events = 200_000_000;
-    budget.max_total_scalar_bytes = 1 << 30;
-    let mut o = serde_saphyr::Options::default();
-    o.budget = Some(budget);
-    o.legacy_octal_numbers = true;
-    o.strict_booleans = false;
-    o.merge_keys = serde_saphyr::MergeKeyPolicy::Merge;
-    o.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::LastWins;
-    o.with_snippet = false;
-    o
 }
 
 /// Five characters from `[a-z0-9]` for a `generateName`, the same for the same document of the

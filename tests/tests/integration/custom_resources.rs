@@ -26,8 +26,7 @@ const API_VERSION: &str = "wisp.io/v1alpha1";
 /// A server with the CRDs and a pod on a `latest` image in `default`.
 async fn server() -> TestApiServer {
     let server = TestApiServer::start().await.unwrap();
-    for doc in serde_yaml_ng::Deserializer::from_str(CRDS) {
-        let crd: Value = serde::Deserialize::deserialize(doc).unwrap();
+    for crd in wisp_kinds::yaml::documents(CRDS).unwrap() {
         server.create(crd).unwrap();
     }
     let mut p = pod("default", "web");

@@ -27,8 +27,7 @@ fn pod_image(ns: &str, name: &str, image: &str) -> Value {
 /// A server with the report CRDs of both groups and `pods`.
 async fn server(pods: Vec<Value>) -> TestApiServer {
     let server = TestApiServer::start().await.unwrap();
-    for doc in serde_yaml_ng::Deserializer::from_str(CRDS) {
-        let crd: Value = serde::Deserialize::deserialize(doc).unwrap();
+    for crd in wisp_kinds::yaml::documents(CRDS).unwrap() {
         server.create(crd).unwrap();
     }
     for p in pods {

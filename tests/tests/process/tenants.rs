@@ -12,8 +12,7 @@ async fn server(names: &[&str]) -> TestApiServer {
     let server = TestApiServer::start()
         .await
         .expect("test API server starts");
-    for doc in serde_yaml_ng::Deserializer::from_str(CRDS) {
-        let crd: Value = serde::Deserialize::deserialize(doc).unwrap();
+    for crd in wisp_kinds::yaml::documents(CRDS).unwrap() {
         server.create(crd).unwrap();
     }
     for ns in names {

@@ -637,7 +637,7 @@ fn real_fifo_queue_kind_parses_client_go_names() {
     struct C {
         queue: QueueKind,
     }
-    let parse = |s: &str| serde_yaml_ng::from_str::<C>(s).map(|c| c.queue);
+    let parse = |s: &str| wisp_kinds::yaml::from_str::<C>(s).map(|c| c.queue);
     assert_eq!(parse("queue: realFIFO").unwrap(), QueueKind::RealFifo);
     assert_eq!(parse("queue: deltaFIFO").unwrap(), QueueKind::DeltaFifo);
     assert!(parse("queue: fifo").is_err());

@@ -294,7 +294,10 @@ pub(crate) async fn json_body(
         )
     })?;
     let value: serde_json::Value = if media == "application/yaml" {
-        serde_yaml_ng::from_slice(&bytes).map_err(|e| bad(e.to_string()))?
+        std::str::from_utf8(&bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|t| wisp_kinds::yaml::from_str(t).map_err(|e| e.to_string()))
+            .map_err(bad)?
     } else {
         match protobuf::decode(&bytes) {
             Ok(value) => value,

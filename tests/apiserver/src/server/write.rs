@@ -671,9 +671,10 @@ fn apply_error(e: ApplyError) -> Response {
 pub(crate) fn parse_patch(kind: PatchKind, bytes: &[u8]) -> Result<Value, ApiError> {
     let parsed: Result<Value, String> = match serde_json::from_slice(bytes) {
         Ok(v) => Ok(v),
-        Err(e) if kind == PatchKind::Apply => {
-            serde_yaml_ng::from_slice::<Value>(bytes).map_err(|y| format!("{e}; as YAML: {y}"))
-        }
+        Err(e) if kind == PatchKind::Apply => std::str::from_utf8(bytes)
+            .map_err(|u| u.to_string())
+            .and_then(|t| wisp_kinds::yaml::from_str::<Value>(t).map_err(|y| y.to_string()))
+            .map_err(|y| format!("{e}; as YAML: {y}")),
         Err(e) => Err(e.to_string()),
     };
     let value = parsed.map_err(|e| match kind {
