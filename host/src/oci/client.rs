@@ -35,6 +35,25 @@ pub struct Answer {
     pub body: Bytes,
 }
 
+/// The certificates of a PEM file named by `oci.caFile`: at least one, every one parsing.
+fn ca_certificates(
+    ca: &std::path::Path,
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let certs: Vec<_> = CertificateDer::pem_file_iter(ca)
+        .map_err(|e| format!("oci.caFile {}: cannot read: {e}", ca.display()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("oci.caFile {}: not PEM certificates: {e}", ca.display()))?;
+    if certs.is_empty() {
+        return Err(format!(
+            "oci.caFile {}: no certificate in the file",
+            ca.display()
+        ));
+    }
+    Ok(certs)
+}
+
 /// HTTP(S) to registries, with this host's trust roots and credentials.
 #[derive(Clone)]
 pub struct Transport {
@@ -43,38 +62,30 @@ pub struct Transport {
 }
 
 impl Transport {
-    /// A transport with the native trust roots plus `settings.ca_file`.
+    /// A transport that trusts what the Kubernetes client trusts, the system's verifier
+    /// (rustls-platform-verifier, as kube builds it when a kubeconfig names no CA), plus the
+    /// certificates of `settings.ca_file`.
     pub fn new(settings: Arc<Settings>) -> Result<Self, String> {
-        let mut roots = rustls::RootCertStore::empty();
-        let native = rustls_native_certs::load_native_certs();
-        for c in native.certs {
-            let _ = roots.add(c);
-        }
-        if let Some(ca) = &settings.ca_file {
-            use rustls::pki_types::CertificateDer;
-            use rustls::pki_types::pem::PemObject;
-            let certs: Vec<_> = CertificateDer::pem_file_iter(ca)
-                .map_err(|e| format!("oci.caFile {}: cannot read: {e}", ca.display()))?
-                .collect::<Result<_, _>>()
-                .map_err(|e| format!("oci.caFile {}: not PEM certificates: {e}", ca.display()))?;
-            if certs.is_empty() {
-                return Err(format!(
-                    "oci.caFile {}: no certificate in the file",
-                    ca.display()
-                ));
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let extra = match &settings.ca_file {
+            Some(ca) => ca_certificates(ca)?,
+            None => Vec::new(),
+        };
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS: {e}"))?;
+        let tls = match rustls_platform_verifier::Verifier::new_with_extra_roots(extra, provider) {
+            Ok(verifier) => builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(verifier)),
+            // No CA certificate on the system and no `oci.caFile`: plain-HTTP registries
+            // (`oci.insecure`) still work; every HTTPS one is refused as untrusted.
+            Err(e) if settings.ca_file.is_none() => {
+                tracing::debug!("no system trust roots ({e}); HTTPS registries will be refused");
+                builder.with_root_certificates(rustls::RootCertStore::empty())
             }
-            for c in certs {
-                roots
-                    .add(c)
-                    .map_err(|e| format!("oci.caFile {}: {e}", ca.display()))?;
-            }
+            Err(e) => return Err(format!("oci.caFile: {e}")),
         }
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?
-        .with_root_certificates(roots)
         .with_no_client_auth();
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
