@@ -9,7 +9,8 @@ not counted as an import of its own). An import is a `crate::`, `super::` or `se
 anywhere in a node's files (a `use` tree or a path in code), tests included; a path through a
 `pub use` re-export counts as an import of the module it names. For each directory it checks the
 graph between its sub-modules, then, inside each sub-module directory, the graph between its files
-(and their own sub-directories, recursively). It prints each cycle found.
+(and their own sub-directories, recursively). It prints each cycle found. A binary's directory
+(`host/src/bin/NAME/`) is a crate of its own: there `crate::` is its `main.rs`.
 
 Usage: python3 .ci/circles.py [host/src/plugin ...]
 """
@@ -20,6 +21,12 @@ import sys
 
 SRC = pathlib.Path("host/src")
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+def crate_root(mod):
+    """The module path of the crate root `mod` is in: a binary's (`host/src/bin/NAME/main.rs`,
+    whose `crate::` is its own) or the library's."""
+    return mod[:2] if mod[:1] == ["bin"] else []
 
 
 def module_of(f):
@@ -33,7 +40,7 @@ def module_of(f):
 def file_of(mod):
     """The file of module path `mod`, if it is a file module."""
     base = SRC.joinpath(*mod) if mod else SRC
-    for f in (base.with_suffix(".rs"), base / "mod.rs"):
+    for f in (base.with_suffix(".rs"), base / "mod.rs", base / "main.rs"):
         if mod and f.exists():
             return f
     return SRC / "lib.rs" if not mod else None
@@ -106,7 +113,7 @@ def absolute(path, base):
     if not path:
         return None
     if path[0] == "crate":
-        return path[1:]
+        return crate_root(base) + path[1:]
     if path[0] in ("super", "self"):
         out = list(base)
         for p in path:
@@ -162,8 +169,8 @@ def parse(f):
 def resolve(path, seen=None):
     """The module path a crate path lands in, through re-exports."""
     seen = seen or set()
-    cur = []
-    for i, seg in enumerate(path):
+    cur = crate_root(path)
+    for i, seg in enumerate(path[len(cur) :], len(cur)):
         if is_module(cur + [seg]):
             cur = cur + [seg]
             continue

@@ -25,7 +25,12 @@
 //! The fake host keeps the host's rules where a plugin can tell: only granted informers can be
 //! read (those the plugin describes, and any a test caches or delivers on), an object's cache
 //! entry is written before its notification is delivered, verdicts need the object cached and
-//! are cleared when it is deleted, label selectors are Kubernetes' (`a=b,c!=d,e in (f,g),!h`).
+//! are cleared when it is deleted. A cache list's label selector takes Kubernetes' equality and
+//! set forms (`a=b`, `a==b`, `a!=b`, `e in (f,g)`, `e notin (f,g)`, `h`, `!h`, joined by commas)
+//! and matches as the host does, but its parser is laxer than the host's (which parses as the
+//! API server): keys and values are not checked (`a=b=c` and `a/b/c=d` are taken here, refused
+//! there), and `gt` / `lt` (`a>1`, `a<1`) are refused here, taken there. A selector's syntax is
+//! checked by the host: `wisp test` fixtures.
 //! Actions are recorded and answered `queued` unless the test answers otherwise
 //! ([`Harness::on_action`]); grants, rate limits and the API server are the host's business
 //! (check those with `wisp test` fixtures or the host's tests).
@@ -607,7 +612,8 @@ pub(crate) mod host {
     }
 }
 
-/// A label selector: requirements that all hold.
+/// A label selector: requirements that all hold. Laxer than the host's parser (see the module
+/// doc): the forms without their name and value checks, and no `gt` / `lt`.
 struct Selector(Vec<Requirement>);
 
 enum Requirement {

@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-/// The pins, installs and build commands, shared with `wisp build` (one copy, in the host).
+// The pins, installs and build commands, shared with `wisp build` (one copy, in the host). A
+// comment, not a doc comment: rustdoc would resolve the file's own doc links from here.
 #[path = "../../host/src/build/toolchain.rs"]
 #[allow(dead_code)]
 mod toolchain;

@@ -1,9 +1,11 @@
 //! The one owner of the host's tasks and threads, and the order they stop in.
 //!
-//! Every long-lived task of a running host is started here, by name, in a [`Phase`]; every
-//! thread the host starts is registered here to be joined. [`Supervisor::stop_phase`] cancels
-//! one phase's token and waits for its tasks; [`crate::app::Host::finish`] walks the phases in
-//! order within the grace period:
+//! Every long-lived task of a running host is started here, by name, in a [`Phase`]. The
+//! threads the host starts outside an informer (the executor's workers, the engine's epoch
+//! ticker, the admin servers' runtime, the background work's threads) are registered here to be
+//! joined; an informer joins its own (its process loop, a native handler's thread) when it stops.
+//! [`Supervisor::stop_phase`] cancels one phase's token and waits for its tasks;
+//! [`crate::app::Host::finish`] walks the phases in order within the grace period:
 //!
 //! 1. [`Phase::Intake`]: the reloader's file watch, the OCI poll; reloads are refused from then
 //!    on (the reload action reads [`Supervisor::stopping`]), and a standby stops trying to lead.
@@ -15,10 +17,16 @@
 //!    the membership Lease's deletion (shards); the elector renews until then, so the actions of
 //!    step 3 are still sent by a leader.
 //! 5. [`Phase::Servers`]: the admin and metrics servers (they answer `/healthz` to the end).
-//! 6. Threads: the executor's workers and the engine's epoch ticker are joined; the background
-//!    work started inside the layers through the supervisor's [`Tasks`] (the first-load tier's
-//!    threads, the plugins' action senders, the refusal summary timers) is told to stop, waited
-//!    for, and its threads joined. A panic there is an [`OnError::Log`] failure like any other.
+//! 6. Threads: the executor's workers and the engine's epoch ticker are joined, the servers'
+//!    runtime shut down (1 s at most); the background work started inside the layers through the
+//!    supervisor's [`Tasks`] (the first-load tier's threads, the plugins' action senders, the
+//!    refusal summary timers) is told to stop, waited for, and its threads joined. A panic there
+//!    is an [`OnError::Log`] failure like any other. All of it within the grace period: a thread
+//!    still running at its end is not waited for (a warning says so) and ends with the process.
+//!
+//! Not joined: an in-process compile (`wisp-compile`, only where no compiler process is set: an
+//! embedder's engine, tests) past its timeout, which cannot be interrupted and finishes on its
+//! own; and the threads of Tokio's blocking pool, which end with the runtime.
 //!
 //! **When a task ends with an error**, what happens is the task's [`OnError`], chosen where it is
 //! spawned, by this rule: a task without which the host would go on *silently wrong* is

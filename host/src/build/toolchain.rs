@@ -1,7 +1,8 @@
 //! The pinned toolchains of Python and JavaScript plugins, their install, and the commands that
-//! build a component with them. One copy, compiled into both `wisp build` (this crate's
-//! [`crate::build`], through `build/mod.rs`) and `cargo xtask plugins` (xtask/src/polyglot.rs
-//! includes this file by path): it uses only std, anyhow and serde_json, which both crates have.
+//! build a component with them. One copy, compiled into both `wisp build` (the host's `build`
+//! module, through `build/mod.rs`) and `cargo xtask plugins` (xtask/src/polyglot.rs includes this
+//! file by path): it uses only std, anyhow and serde_json, which both crates have, and its doc
+//! links only to its own items, which both crates have too.
 //!
 //! A toolchain is installed from PyPI or npm, when missing, into `<toolchains>/<py|js>-<version>`
 //! (one directory per pinned version). The install holds a lock (`<dir>.lock`), so two builds

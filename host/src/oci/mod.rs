@@ -1,6 +1,6 @@
 //! Plugin modules from OCI registries: `module: oci://REGISTRY/REPO:TAG` or `@sha256:DIGEST`.
 //!
-//! - [`reference`]: parsing references; [`manifest`]: media types of both wasm conventions;
+//! - [`reference`](mod@reference): parsing references; [`manifest`]: media types of both wasm conventions;
 //! - [`client`]: the registry HTTP API with auth ([`auth`]: docker config, challenges);
 //! - [`pull`]: manifest, layer, signature, all digests checked; [`store`]: the cache by digest;
 //! - [`sign`]: cosign-style signatures (ECDSA P-256) checked and made; [`push`]: `wisp push`;

@@ -119,7 +119,7 @@ fn the_encoder_writes_the_vectors_of_this_layout_byte_for_byte() {
 }
 
 #[test]
-fn label_selectors_are_kubernetes_ones() {
+fn label_selectors_take_kubernetes_forms_without_the_hosts_checks() {
     let labels = |p: &[(&str, &str)]| -> Vec<(String, String)> {
         p.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect()
     };
@@ -140,7 +140,12 @@ fn label_selectors_are_kubernetes_ones() {
         assert_eq!(Selector::parse(sel).unwrap().matches(&web), want, "{sel}");
     }
     assert!(Selector::parse("app in web").is_err());
+    // Where it differs from the host's parser, as the module doc says: no `gt` / `lt`, and keys
+    // and values unchecked.
     assert!(Selector::parse("app < 3").is_err());
+    assert!(Selector::parse("replicas>1").is_err());
+    assert!(Selector::parse("a=b=c").is_ok());
+    assert!(Selector::parse("a/b/c=d").is_ok());
 }
 
 /// A plugin using every host function.

@@ -1,6 +1,6 @@
 //! The fuzz checks (`tests/fuzz/src/`) on stable: each target's seeds and the inputs the fuzzer
 //! found (fixed since) under `tests/fuzz/regressions/`, so CI keeps them passing without
-//! nightly. Fuzzing itself: `cargo xtask fuzz` (see the README).
+//! nightly. Fuzzing itself: `cargo xtask fuzz` (see docs/testing.md).
 
 #[path = "../../fuzz/src/config.rs"]
 mod config;
