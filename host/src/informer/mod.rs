@@ -21,7 +21,7 @@
 //! - [`executor`]: the fixed pool of workers that runs the listeners whose handlers ask for it
 //!   (plugins), fairly and a group at a time; other handlers have a thread each.
 //! - [`shared_informer`]: wires it together.
-//! - [`selector`]: label and field selectors, parsed as apimachinery parses them.
+//! - Label and field selectors are `wisp_kinds::selector`'s, one parser of each for the workspace.
 //!
 //! Nothing here knows about wasm, HTTP or kube: sources implement [`lister_watcher::ListerWatcher`].
 

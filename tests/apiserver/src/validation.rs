@@ -3,7 +3,7 @@
 //! 422 Invalid Status message aggregates them (`<Kind> "<name>" is invalid: <errors>`).
 //!
 //! Every kind: `metadata.name` (or `generateName`) present and following the kind's
-//! [`NameRule`](wisp_kinds::NameRule), the namespace a DNS-1123 label, label keys and values,
+//! [`wisp_kinds::NameRule`], the namespace a DNS-1123 label, label keys and values,
 //! annotation keys and their total size. Built-ins: a Pod needs containers with names and
 //! images; a Deployment a selector matching its template's labels and containers; a Service
 //! ports (unless ExternalName or headless); ConfigMap and Secret keys. On update, the data of an
