@@ -167,10 +167,6 @@ pub struct Config {
     /// [`custom`]); omitted: none.
     #[serde(default)]
     pub custom_resources: Option<CustomResourcesConfig>,
-    /// The `oci://` modules pulled, by the module string as configured (filled by
-    /// [`Config::pull_oci`], not read from the file).
-    #[serde(skip)]
-    pub oci_pulled: std::collections::BTreeMap<String, crate::oci::Pulled>,
     /// Directory of the config file (module and dir paths are relative to it).
     #[serde(skip)]
     pub base_dir: PathBuf,

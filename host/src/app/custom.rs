@@ -33,9 +33,10 @@ use crate::informer::handler::EventHandler;
 use crate::informer::object::DeletedObject;
 use crate::informer::object::Object;
 use crate::informer::{Executor, SharedInformer};
+use crate::oci::PulledModules;
 use crate::plugin::status::PluginCounters as C;
 use crate::plugin::{PluginSpec, PluginState};
-use crate::reloader::{ReloadError, Reloader};
+use crate::reloader::{ReloadError, Reloader, modules};
 use crate::scale::lease::Leadership;
 use crate::sync::lock;
 
@@ -165,7 +166,7 @@ struct Applied {
     /// run).
     informers: Option<(Vec<InformerConfig>, String, Running)>,
     /// The OCI modules it pulled, kept while its references do not change.
-    pulled: BTreeMap<String, crate::oci::Pulled>,
+    pulled: PulledModules,
     /// The last generation's outcome: `None` accepted, else the reason and error.
     refused: Option<(&'static str, String)>,
     /// Rollbacks counted when the accepted generation started.
@@ -182,7 +183,7 @@ impl Applied {
             uid: s.uid.clone(),
             generation: 0,
             informers: None,
-            pulled: BTreeMap::new(),
+            pulled: PulledModules::new(),
             refused: None,
             rollbacks_at: 0,
             written: None,
@@ -744,13 +745,14 @@ impl Ctx {
     /// Validates, pulls, starts the informers, then starts or changes the plugin.
     async fn try_apply(&self, a: &mut Applied, s: &Seen) -> Result<String, (&'static str, String)> {
         // The config in force now: its `oci` keys and engine, as a file reload would use.
-        let mut cfg = self
+        let cfg = self
             .reloader
             .config()
             .custom_plugin(&s.cr, &s.spec)
             .map_err(|r| (r.reason, r.to_string()))?;
-        let _memory = self.reserve_memory(&s.cr, &cfg.plugin_specs()[0])?;
-        cfg.pull_oci(Some(&a.pulled)).await.map_err(|e| {
+        // The memory plan reads the plugin's limits, not its module: before the pull.
+        let _memory = self.reserve_memory(&s.cr, &cfg.plugin_specs(&PulledModules::new())[0])?;
+        let pulled = modules::pull(&cfg, Some(&a.pulled)).await.map_err(|e| {
             let reason = if e.contains("signature") || e.contains("not signed") {
                 "SignatureRefused"
             } else {
@@ -762,7 +764,7 @@ impl Ctx {
             Some((defs, scope, _)) if *defs == cfg.informers => Err(scope.clone()),
             _ => Ok(self.start_informers(&s.cr, &cfg).await?),
         };
-        let mut spec = cfg.plugin_specs().remove(0);
+        let mut spec = cfg.plugin_specs(&pulled).remove(0);
         // A tenant's path: a link at its last component is not followed (modulePaths).
         spec.module_links = crate::files::Links::Refuse;
         spec.informer_scope = Some(match &fresh {
@@ -780,11 +782,11 @@ impl Ctx {
                     running.stop().await;
                 }
                 a.informers = Some((cfg.informers.clone(), scope, running));
-                a.pulled = cfg.oci_pulled.clone();
+                a.pulled = pulled;
                 Ok(msg)
             }
             (Ok(msg), Err(_)) => {
-                a.pulled = cfg.oci_pulled.clone();
+                a.pulled = pulled;
                 Ok(msg)
             }
             (Err(e), fresh) => {
@@ -860,13 +862,7 @@ impl Ctx {
         };
         let mut reserved = lock(&self.reserved);
         if let Some(limit) = self.memory_limit {
-            let files: u64 = self
-                .reloader
-                .config()
-                .plugin_specs()
-                .iter()
-                .map(worst_case)
-                .sum();
+            let files: u64 = self.reloader.config_specs().iter().map(worst_case).sum();
             // Each other resource once: as its apply in flight reserved it, else as it runs.
             let custom = self.reloader.custom_specs();
             let running_others = custom

@@ -18,8 +18,9 @@ use crate::actions::HostServices;
 use crate::admin::{AdminState, ReloadError, ReloadFn, ServerLimits, Startup};
 use crate::config::{AdminConfig, Config, ShardingMode};
 use crate::informer::{Executor, SharedInformer};
+use crate::oci::PulledModules;
 use crate::plugin::{CheckedPlugin, PluginHandle, PluginManager, PluginSet, PluginSpec};
-use crate::reloader::Reloader;
+use crate::reloader::{Reloader, modules};
 use crate::scale::lease::{Elector, Ended, Leadership};
 use crate::scale::members::Membership;
 use crate::scale::shards::{Ranges, ShardView};
@@ -89,7 +90,8 @@ pub async fn start(
 
     let pulls = Pulls::spawn(config, &admin.startup, &sup);
     let manager = plugin_manager(config, opts, services, &informers, &sup)?;
-    warn_over_budget(config, &config.plugin_specs());
+    // Before any pull: the memory plan reads each plugin's limits, not its module.
+    warn_over_budget(config, &config.plugin_specs(&PulledModules::new()));
     let workers = config.executor.workers();
     let local = pulls.local_specs(config);
     let elector = fencing.elector.take();
@@ -110,6 +112,7 @@ pub async fn start(
         plugins: plugins.clone(),
         reloader: reloader.clone(),
         config: config.clone(),
+        pulled: PulledModules::new(),
         config_path: opts.config_path.clone(),
         sup: sup.clone(),
     };
@@ -417,8 +420,8 @@ fn reload_action(
 struct Pulls {
     /// The plugins whose module is pulled.
     names: Vec<String>,
-    /// The config with their local paths, or why not.
-    done: Option<tokio::sync::oneshot::Receiver<Result<Config, String>>>,
+    /// The modules pulled, or why not.
+    done: Option<tokio::sync::oneshot::Receiver<Result<PulledModules, String>>>,
 }
 
 impl Pulls {
@@ -436,13 +439,13 @@ impl Pulls {
             startup.begin(name, "pulling its module");
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let mut c = config.clone();
+        let c = config.clone();
         sup.spawn(
             Phase::Intake,
             "OCI pulls",
             OnError::Log,
             |stop| async move {
-                let pulled = async move { c.pull_oci(None).await.map(|()| c) };
+                let pulled = async move { modules::pull(&c, None).await };
                 tokio::select! {
                     r = pulled => { let _ = tx.send(r); }
                     _ = stop.cancelled() => {}
@@ -458,24 +461,24 @@ impl Pulls {
 
     /// The specs of the plugins whose module is a local file.
     fn local_specs(&self, config: &Config) -> Vec<PluginSpec> {
-        let mut specs = config.plugin_specs();
+        let mut specs = config.plugin_specs(&PulledModules::new());
         specs.retain(|s| !self.names.contains(&s.name));
         specs
     }
 
-    /// Waits for the pulls: the config with the pulled modules' paths (`None`: nothing to pull).
-    async fn wait(self, startup: &Startup) -> anyhow::Result<Option<Config>> {
+    /// Waits for the pulls: the modules pulled (`None`: nothing to pull).
+    async fn wait(self, startup: &Startup) -> anyhow::Result<Option<PulledModules>> {
         let Some(rx) = self.done else {
             return Ok(None);
         };
-        let config = rx
+        let pulled = rx
             .await
             .map_err(|_| anyhow::anyhow!("the OCI pulls stopped: the host is shutting down"))?
             .map_err(anyhow::Error::msg)?;
         for name in &self.names {
             startup.begin(name, "waiting to compile");
         }
-        Ok(Some(config))
+        Ok(Some(pulled))
     }
 }
 
@@ -635,6 +638,8 @@ struct PluginStarter {
     plugins: PluginSet,
     reloader: Arc<OnceLock<Arc<Reloader>>>,
     config: Config,
+    /// The config's `oci://` modules, once pulled.
+    pulled: PulledModules,
     config_path: Option<std::path::PathBuf>,
     sup: Arc<Supervisor>,
 }
@@ -658,18 +663,19 @@ impl PluginStarter {
         startup: &Arc<Startup>,
     ) -> anyhow::Result<Self> {
         let names = pulls.names.clone();
-        let Some(config) = pulls.wait(startup).await? else {
+        let Some(pulled) = pulls.wait(startup).await? else {
             return Ok(self);
         };
-        let mut specs = config.plugin_specs();
+        let mut specs = self.config.plugin_specs(&pulled);
         specs.retain(|s| names.contains(&s.name));
         let (manager, checked) = check_plugins(self.manager, specs, workers, startup, None).await?;
         self.manager = manager;
         self.checked.extend(checked);
         // In config order, as they would have been checked together.
+        let config = &self.config;
         let at = |name: &str| config.plugins.iter().position(|p| p.name == name);
         self.checked.sort_by_key(|c| at(c.name()));
-        self.config = config;
+        self.pulled = pulled;
         Ok(self)
     }
 
@@ -680,7 +686,7 @@ impl PluginStarter {
         let Some(path) = self.config_path else {
             return Ok(None);
         };
-        let r = Reloader::new(path, self.config, self.manager, self.plugins);
+        let r = Reloader::new(path, self.config, self.pulled, self.manager, self.plugins);
         let (w, p) = (r.clone(), r.clone());
         self.sup.spawn(
             Phase::Intake,

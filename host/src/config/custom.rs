@@ -241,7 +241,6 @@ impl Config {
         c.file = file.clone();
         c.informers = informers;
         c.plugins = vec![plugin];
-        c.oci_pulled = Default::default();
         c.confine_to_namespace(cr)?;
         c.validate().map_err(|e| CustomRefusal {
             reason: "Invalid",

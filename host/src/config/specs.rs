@@ -16,13 +16,14 @@ impl Config {
         )
     }
 
-    /// The plugin specs, with paths resolved.
-    pub fn plugin_specs(&self) -> Vec<PluginSpec> {
+    /// The plugin specs, with paths resolved; an `oci://` module is the file `pulled` has
+    /// for it (see `crate::reloader::modules`).
+    pub fn plugin_specs(&self, pulled: &crate::oci::PulledModules) -> Vec<PluginSpec> {
         self.plugins
             .iter()
             .map(|p| {
                 let informers: Vec<&str> = p.informers.iter().map(String::as_str).collect();
-                let pulled = p.module.to_str().and_then(|m| self.oci_pulled.get(m));
+                let pulled = p.module.to_str().and_then(|m| pulled.get(m));
                 let module = match pulled {
                     Some(x) => x.path.clone(),
                     None => self.resolve(&p.module),

@@ -47,7 +47,7 @@ fn a_good_config_maps_to_plugin_specs() {
         SourceKind::Dir(d.path().join("cluster"))
     );
     assert_eq!(c.informers[0].resync.0, Duration::from_secs(300));
-    let s = &c.plugin_specs()[0];
+    let s = &c.plugin_specs(&Default::default())[0];
     assert_eq!(s.module, d.path().join("p.wasm"));
     assert_eq!(s.limits.memory, 32 << 20);
     assert_eq!(s.limits.deadline, Duration::from_millis(20));
@@ -70,7 +70,7 @@ fn startup_and_per_notification_deadlines_are_configured_and_checked() {
     let d = dir_with_module();
     let plain = &Config::parse(GOOD, "wisp.yaml", d.path())
         .unwrap()
-        .plugin_specs()[0];
+        .plugin_specs(&Default::default())[0];
     assert_eq!(plain.limits.startup_deadline, Duration::from_secs(2));
     assert_eq!(
         plain.limits.deadline_per_notification,
@@ -82,7 +82,7 @@ fn startup_and_per_notification_deadlines_are_configured_and_checked() {
     );
     let s = &Config::parse(&text, "wisp.yaml", d.path())
         .unwrap()
-        .plugin_specs()[0];
+        .plugin_specs(&Default::default())[0];
     assert_eq!(s.limits.startup_deadline, Duration::from_millis(500));
     assert_eq!(s.limits.deadline_per_notification, Duration::from_millis(1));
     // A batch of 64: 20 ms + 63 x 1 ms.
@@ -188,7 +188,7 @@ fn duplicate_names_and_wrong_types_are_refused() {
 fn a_plugin_queue_defaults_to_100000_coalescing_and_takes_a_bound_and_policy() {
     let c = parse(GOOD).unwrap();
     assert_eq!(
-        c.plugin_specs()[0].queue,
+        c.plugin_specs(&Default::default())[0].queue,
         QueueBound::bounded(100_000, Overflow::Coalesce).with_max_bytes(64 << 20)
     );
     let mib = 1 << 20;
@@ -208,7 +208,11 @@ fn a_plugin_queue_defaults_to_100000_coalescing_and_takes_a_bound_and_policy() {
     ] {
         let c =
             parse(&GOOD.replace("batch: 16", &format!("batch: 16\n    queue: {yaml}"))).unwrap();
-        assert_eq!(c.plugin_specs()[0].queue, bound, "{yaml}");
+        assert_eq!(
+            c.plugin_specs(&Default::default())[0].queue,
+            bound,
+            "{yaml}"
+        );
     }
 }
 
@@ -269,7 +273,7 @@ fn actions_map_to_grants_with_defaults_and_verdict_events() {
         "    batch: 16\n",
         "    batch: 16\n    verdicts: { events: true }\n    actions:\n      grants:\n        - { verbs: [patch, apply], apiVersion: v1, kind: Pod, namespaces: [default] }\n        - { verbs: [create], apiVersion: v1, kind: Event }\n      rateLimit: { perSecond: 2.5, burst: 3 }\n      dryRun: true\n",
     );
-    let s = &parse(&text).unwrap().plugin_specs()[0];
+    let s = &parse(&text).unwrap().plugin_specs(&Default::default())[0];
     assert!(s.verdict_events);
     assert_eq!(s.actions.grants.len(), 2);
     assert_eq!(
@@ -283,7 +287,7 @@ fn actions_map_to_grants_with_defaults_and_verdict_events() {
     assert_eq!((s.actions.per_second, s.actions.burst), (2.5, 3));
     assert!(s.actions.dry_run);
     assert_eq!(s.actions.retries, ActionSpec::default().retries);
-    let plain = &parse(GOOD).unwrap().plugin_specs()[0];
+    let plain = &parse(GOOD).unwrap().plugin_specs(&Default::default())[0];
     assert!(
         plain.actions.grants.is_empty(),
         "nothing granted by default"
@@ -450,10 +454,16 @@ fn executor_workers_default_to_the_cores_and_a_bad_count_is_refused_naming_the_f
 fn relist_resyncs_defaults_to_deliver_and_skip_is_named_or_refused() {
     let d = dir_with_module();
     let c = Config::parse(GOOD, "wisp.yaml", d.path()).unwrap();
-    assert_eq!(c.plugin_specs()[0].relist_resyncs, RelistResyncs::Deliver);
+    assert_eq!(
+        c.plugin_specs(&Default::default())[0].relist_resyncs,
+        RelistResyncs::Deliver
+    );
     let skip = GOOD.replace("    batch: 16", "    batch: 16\n    relistResyncs: skip");
     let c = Config::parse(&skip, "wisp.yaml", d.path()).unwrap();
-    assert_eq!(c.plugin_specs()[0].relist_resyncs, RelistResyncs::Skip);
+    assert_eq!(
+        c.plugin_specs(&Default::default())[0].relist_resyncs,
+        RelistResyncs::Skip
+    );
     let e = err_of(&GOOD.replace("    batch: 16", "    batch: 16\n    relistResyncs: never"));
     assert!(
         e.contains("plugins[0].relistResyncs") && e.contains("deliver") && e.contains("skip"),
@@ -620,8 +630,8 @@ fn oci_modules_and_settings_are_checked_at_load() {
         "module: p.wasm",
         "module: oci://localhost:5000/acme/audit:v1",
     );
-    let c = parse(&ok).unwrap();
-    assert!(c.oci_pulled.is_empty(), "nothing is pulled at load");
+    // It parses, and loading pulls nothing (the config holds settings; pulls are the reloader's).
+    parse(&ok).unwrap();
     let e = err_of(&format!("{ok}oci: {{ keys: [missing.pub] }}\n"));
     assert!(
         e.contains("oci.keys[0]") && e.contains("missing.pub"),

@@ -191,6 +191,11 @@ impl Settings {
     }
 }
 
+/// The modules pulled for a config's plugins, by the module string as configured
+/// (`oci://...`). Runtime state, kept by whoever runs the plugins (the host's start, the
+/// reloader, a custom resource's apply), never in the config.
+pub type PulledModules = std::collections::BTreeMap<String, Pulled>;
+
 /// A module pulled: where it came from and where it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pulled {

@@ -22,6 +22,13 @@ impl Reloader {
         lock(&self.config).clone()
     }
 
+    /// The specs of the config file's plugins, as they run (`oci://` modules as pulled).
+    pub fn config_specs(&self) -> Vec<PluginSpec> {
+        let cfg = lock(&self.config);
+        let pulled = lock(&self.pulled);
+        cfg.plugin_specs(&pulled)
+    }
+
     /// The specs the custom resources' plugins run with, by name.
     pub fn custom_specs(&self) -> std::collections::BTreeMap<String, PluginSpec> {
         lock(&self.custom).clone()

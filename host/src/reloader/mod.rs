@@ -14,6 +14,7 @@
 //!   were registered with). Informer changes need a restart.
 
 pub mod custom;
+pub mod modules;
 pub mod oci_poll;
 
 use std::collections::BTreeMap;
@@ -27,6 +28,7 @@ use notify_debouncer_mini::{DebounceEventResult, new_debouncer};
 use sha2::{Digest, Sha256};
 
 use crate::config::Config;
+use crate::oci::PulledModules;
 use crate::plugin::{PluginHandle, PluginManager, PluginSet, PluginSpec};
 use crate::sync::lock;
 
@@ -61,6 +63,9 @@ pub struct Reloader {
     config_path: PathBuf,
     /// The config in force; locked only to read or replace it, never across a compile.
     config: Mutex<Config>,
+    /// The config's `oci://` modules as pulled (`modules::pull`); replaced with the config, and
+    /// a module alone when its tag moves. Locked after `config` when both are.
+    pulled: Mutex<PulledModules>,
     manager: PluginManager,
     plugins: PluginSet,
     /// Serialises config reloads (not plugin reloads: see `slots`).
@@ -86,6 +91,7 @@ impl Reloader {
     pub fn new(
         config_path: PathBuf,
         config: Config,
+        pulled: PulledModules,
         manager: PluginManager,
         plugins: PluginSet,
     ) -> Arc<Self> {
@@ -93,6 +99,7 @@ impl Reloader {
         Arc::new(Self {
             config_path,
             config: Mutex::new(config),
+            pulled: Mutex::new(pulled),
             manager,
             plugins,
             busy: Mutex::new(()),
@@ -107,7 +114,12 @@ impl Reloader {
     fn specs(&self) -> BTreeMap<String, PluginSpec> {
         let mut specs: BTreeMap<String, PluginSpec> = lock(&self.custom).clone();
         let cfg = lock(&self.config);
-        specs.extend(cfg.plugin_specs().into_iter().map(|s| (s.name.clone(), s)));
+        let pulled = lock(&self.pulled);
+        specs.extend(
+            cfg.plugin_specs(&pulled)
+                .into_iter()
+                .map(|s| (s.name.clone(), s)),
+        );
         specs
     }
 
@@ -211,15 +223,15 @@ impl Reloader {
             tracing::error!(error = %e, "config reload refused; nothing changed");
             ReloadError::Refused(format!("config reload refused, nothing changed: {e}"))
         };
-        let mut next = Config::load(&self.config_path).map_err(|e| refused(&e))?;
+        let next = Config::load(&self.config_path).map_err(|e| refused(&e))?;
         // OCI modules already pulled stay as they are (a moved tag is the poller's business);
         // new references are pulled now. Changed `oci` settings pull everything again. The
         // config's lock is not held across the pull (`busy` keeps reloads one at a time).
         let previous = {
             let cfg = lock(&self.config);
-            (cfg.oci == next.oci).then(|| cfg.oci_pulled.clone())
+            (cfg.oci == next.oci).then(|| lock(&self.pulled).clone())
         };
-        crate::oci::block_on(next.pull_oci(previous.as_ref()))
+        let next_pulled = crate::oci::block_on(modules::pull(&next, previous.as_ref()))
             .and_then(|pulled| pulled)
             .map_err(|e| refused(&e))?;
         let cfg = lock(&self.config).clone();
@@ -250,7 +262,7 @@ impl Reloader {
             .map(|p| (p.name.clone(), p.clone()))
             .collect();
         let new_specs: BTreeMap<String, PluginSpec> = next
-            .plugin_specs()
+            .plugin_specs(&next_pulled)
             .into_iter()
             .map(|s| (s.name.clone(), s))
             .collect();
@@ -275,6 +287,7 @@ impl Reloader {
         }
         let changed = self.swap_plugins(&old, &next, started, &mut actions);
         *lock(&self.config) = next;
+        *lock(&self.pulled) = next_pulled;
         // Reload changed ones, different modules at once, each after any reload of it running.
         let results = self.each_module_at_once(&changed, |name| {
             let slot = self.slot(name);
@@ -519,7 +532,7 @@ impl Reloader {
     /// `oci.poll` of the current config (zero when no module is a tag, or `oci.poll` is 0).
     pub fn oci_poll_interval(&self) -> Duration {
         let cfg = lock(&self.config);
-        if cfg.oci_pulled.values().all(|p| !p.reference.is_tag()) {
+        if lock(&self.pulled).values().all(|p| !p.reference.is_tag()) {
             return Duration::ZERO;
         }
         cfg.oci
@@ -540,8 +553,7 @@ impl Reloader {
                     return;
                 }
             };
-            let tags: Vec<(String, crate::oci::Pulled)> = cfg
-                .oci_pulled
+            let tags: Vec<(String, crate::oci::Pulled)> = lock(&self.pulled)
                 .iter()
                 .filter(|(_, p)| p.reference.is_tag())
                 .map(|(m, p)| (m.clone(), p.clone()))
@@ -572,8 +584,8 @@ impl Reloader {
             crate::reloader::oci_poll::moved();
             tracing::info!(reference = %r, from = %old.digest, to = %pulled.digest, "tag moved; reloading its plugins");
             let names: Vec<String> = {
-                let mut cfg = lock(&self.config);
-                cfg.oci_pulled.insert(module.clone(), pulled);
+                let cfg = lock(&self.config);
+                lock(&self.pulled).insert(module.clone(), pulled);
                 cfg.plugins
                     .iter()
                     .filter(|p| p.module.to_str() == Some(module.as_str()))

@@ -46,7 +46,7 @@ pub fn check(data: &[u8]) {
         Ok(cfg) => {
             assert_eq!(cfg.file, FILE);
             assert!(!cfg.informers.is_empty(), "accepted without informers");
-            let specs = cfg.plugin_specs();
+            let specs = cfg.plugin_specs(&Default::default());
             assert_eq!(specs.len(), cfg.plugins.len());
             cfg.source_kind()
                 .expect("an accepted config has a valid source");

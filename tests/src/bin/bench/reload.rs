@@ -64,7 +64,7 @@ pub(crate) async fn reload_figures(a: &Args) -> anyhow::Result<()> {
             if hit && i == 0 {
                 // Compile both variants first.
                 for v in &pair {
-                    let mut spec = cfg.plugin_specs().remove(0);
+                    let mut spec = cfg.plugin_specs(&Default::default()).remove(0);
                     let warm = dir.path().join("warm.wasm");
                     std::fs::write(&warm, v)?;
                     spec.module = warm;
@@ -89,7 +89,7 @@ pub(crate) async fn reload_figures(a: &Args) -> anyhow::Result<()> {
             };
             let api_module = dir.path().join("api.wasm");
             std::fs::write(&api_module, &api_bytes)?;
-            let mut spec = cfg.plugin_specs().remove(0);
+            let mut spec = cfg.plugin_specs(&Default::default()).remove(0);
             spec.module = api_module;
             let t = Instant::now();
             let p = plugin.clone();
