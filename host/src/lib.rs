@@ -18,7 +18,7 @@
 //!    sizes as written in a config), [`abi`] (the byte layout of plugin ABI 0.2: an object's
 //!    wire form), [`files`] (reading a file someone else named: regular files of bounded size
 //!    only), [`tasks`] (background work started inside a layer, run under the supervisor:
-//!    named, joined at shutdown, a panic reported).
+//!    named, joined at shutdown within the grace period, a panic reported).
 //! 2. [`informer`]: the client-go informer pipeline (reflector, queues, indexer, shared
 //!    informer, processor and listeners, an in-memory source). Knows nothing of wasm or HTTP.
 //! 3. [`source`]: `ListerWatcher`s (the Kubernetes API through `kube`, a directory of
