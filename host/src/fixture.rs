@@ -312,6 +312,17 @@ fn object(v: &Value, base: &Path) -> anyhow::Result<Arc<Object>> {
         }
         _ => v.clone(),
     };
+    // YAML read as kubectl reads it makes a plain `n` or `yes` a boolean: a name or namespace
+    // written so would key the object as something else, silently.
+    for field in ["name", "namespace"] {
+        match v.pointer(&format!("/metadata/{field}")) {
+            None | Some(Value::String(_)) => {}
+            Some(other) => anyhow::bail!(
+                "metadata.{field}: expected a string, got {other} (in YAML as kubectl reads it a \
+                 plain y, n, yes, no, on or off is a boolean and 0644 a number: quote it)"
+            ),
+        }
+    }
     Object::from_value(v, false)
         .map(Arc::new)
         .map_err(|e| anyhow::anyhow!("{e}"))

@@ -897,8 +897,13 @@ fn test_refuses_a_bad_fixture_naming_where() {
         ),
         ("cases: []\n", "no cases"),
         (
+            "cases:\n  - name: upd\n    steps:\n      - update: {apiVersion: v1, kind: Pod, metadata: {name: a, namespace: ns}}\n",
+            "case 1 (\"upd\"): step 1: ns/a is not in the cache",
+        ),
+        (
+            // A plain `n` is a boolean in YAML as kubectl reads it: said, not keyed as "a".
             "cases:\n  - name: upd\n    steps:\n      - update: {apiVersion: v1, kind: Pod, metadata: {name: a, namespace: n}}\n",
-            "case 1 (\"upd\"): step 1: n/a is not in the cache",
+            "case 1 (\"upd\"): step 1: metadata.namespace: expected a string, got false",
         ),
         (
             "cases:\n  - name: f\n    steps:\n      - add: {file: missing.yaml}\n",
@@ -909,7 +914,7 @@ fn test_refuses_a_bad_fixture_naming_where() {
             "case 1 (\"c\"): cache.nodes: informer \"nodes\" is not granted (the file's informers: pods)",
         ),
         (
-            "cases:\n  - name: s\n    informers: []\n    steps:\n      - add: {apiVersion: v1, kind: Pod, metadata: {name: a, namespace: n}}\n",
+            "cases:\n  - name: s\n    informers: []\n    steps:\n      - add: {apiVersion: v1, kind: Pod, metadata: {name: a, namespace: ns}}\n",
             "case 1 (\"s\"): step 1: informer \"objects\" is not granted (the case's informers: none)",
         ),
     ] {

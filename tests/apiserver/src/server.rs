@@ -118,7 +118,7 @@
 //! # async fn demo() -> anyhow::Result<()> {
 //! use kube::api::{Api, DynamicObject, ListParams};
 //! use kube::core::{ApiResource, GroupVersionKind};
-//! use wisp_tests::{TestApiServer, pod};
+//! use wisp_apiserver::{TestApiServer, pod};
 //!
 //! let server = TestApiServer::start().await?;
 //! server.create(pod("default", "web-1"))?;
