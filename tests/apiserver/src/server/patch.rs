@@ -449,150 +449,15 @@ pub(crate) fn decode_json_patch(patch: &Value) -> Result<&Vec<Value>, ApiError> 
     Ok(ops)
 }
 
-/// Applies RFC 6902 operations in order to a copy of `doc`.
+/// Applies RFC 6902 operations in order to a copy of `doc`, with the `json-patch` crate (the
+/// one kube's `jsonpatch` feature builds): an operation it cannot read, or one that does not
+/// apply, fails the whole patch and leaves `doc` as it was.
 pub(crate) fn json_patch(doc: &Value, ops: &[Value]) -> Result<Value, JsonPatchError> {
+    let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops.to_vec()))
+        .map_err(|e| JsonPatchError(e.to_string()))?;
     let mut doc = doc.clone();
-    for op in ops {
-        apply_op(&mut doc, op)?;
-    }
+    json_patch::patch(&mut doc, &patch).map_err(|e| JsonPatchError(e.to_string()))?;
     Ok(doc)
-}
-
-fn err<T>(message: impl Into<String>) -> Result<T, JsonPatchError> {
-    Err(JsonPatchError(message.into()))
-}
-
-fn string_member<'a>(op: &'a Value, name: &str) -> Result<&'a str, JsonPatchError> {
-    match op.get(name).and_then(Value::as_str) {
-        Some(s) => Ok(s),
-        None => err(format!("operation missing \"{name}\"")),
-    }
-}
-
-fn apply_op(doc: &mut Value, op: &Value) -> Result<(), JsonPatchError> {
-    let kind = string_member(op, "op")?;
-    let path = pointer(string_member(op, "path")?)?;
-    let value = || match op.get("value") {
-        Some(v) => Ok(v.clone()),
-        None => err(format!("missing value for {kind}")),
-    };
-    match kind {
-        "add" => add(doc, &path, value()?),
-        "remove" => remove(doc, &path).map(drop),
-        "replace" => {
-            let new = value()?;
-            match get_mut(doc, &path) {
-                Some(slot) => {
-                    *slot = new;
-                    Ok(())
-                }
-                None => err("replace operation does not apply: doc is missing key"),
-            }
-        }
-        "move" => {
-            let from = pointer(string_member(op, "from")?)?;
-            if path.len() > from.len() && path[..from.len()] == from[..] {
-                return err("move operation: path is a child of from");
-            }
-            let moved = remove(doc, &from)?;
-            add(doc, &path, moved)
-        }
-        "copy" => {
-            let from = pointer(string_member(op, "from")?)?;
-            let Some(copied) = get_mut(doc, &from).map(|v| v.clone()) else {
-                return err("copy operation does not apply: doc is missing from path");
-            };
-            add(doc, &path, copied)
-        }
-        "test" => {
-            let expected = op.get("value").cloned().unwrap_or(Value::Null);
-            match get_mut(doc, &path) {
-                Some(actual) if *actual == expected => Ok(()),
-                _ => err("testing value failed"),
-            }
-        }
-        other => err(format!("Unexpected kind: {other}")),
-    }
-}
-
-/// Splits an RFC 6901 pointer into unescaped tokens.
-fn pointer(path: &str) -> Result<Vec<String>, JsonPatchError> {
-    if path.is_empty() {
-        return Ok(Vec::new());
-    }
-    let Some(rest) = path.strip_prefix('/') else {
-        return err(format!("invalid JSON pointer {path:?}"));
-    };
-    Ok(rest
-        .split('/')
-        .map(|t| t.replace("~1", "/").replace("~0", "~"))
-        .collect())
-}
-
-fn array_index(token: &str, len: usize, allow_end: bool) -> Result<usize, JsonPatchError> {
-    if token == "-" && allow_end {
-        return Ok(len);
-    }
-    let valid = !token.is_empty()
-        && token.bytes().all(|b| b.is_ascii_digit())
-        && (token == "0" || !token.starts_with('0'));
-    match token.parse::<usize>() {
-        Ok(i) if valid && (i < len || (allow_end && i == len)) => Ok(i),
-        _ => err(format!("index out of bounds: {token}")),
-    }
-}
-
-fn get_mut<'a>(doc: &'a mut Value, path: &[String]) -> Option<&'a mut Value> {
-    let mut at = doc;
-    for token in path {
-        at = match at {
-            Value::Object(map) => map.get_mut(token)?,
-            Value::Array(items) => {
-                let i = array_index(token, items.len(), false).ok()?;
-                items.get_mut(i)?
-            }
-            _ => return None,
-        };
-    }
-    Some(at)
-}
-
-fn add(doc: &mut Value, path: &[String], value: Value) -> Result<(), JsonPatchError> {
-    let Some((last, parent)) = path.split_last() else {
-        *doc = value;
-        return Ok(());
-    };
-    match get_mut(doc, parent) {
-        Some(Value::Object(map)) => {
-            map.insert(last.clone(), value);
-            Ok(())
-        }
-        Some(Value::Array(items)) => {
-            let i = array_index(last, items.len(), true)?;
-            items.insert(i, value);
-            Ok(())
-        }
-        _ => err("add operation does not apply: doc is missing path"),
-    }
-}
-
-fn remove(doc: &mut Value, path: &[String]) -> Result<Value, JsonPatchError> {
-    let Some((last, parent)) = path.split_last() else {
-        return err("remove operation does not apply: the whole document");
-    };
-    match get_mut(doc, parent) {
-        Some(Value::Object(map)) => match map.remove(last) {
-            Some(v) => Ok(v),
-            None => err(format!(
-                "remove operation does not apply: doc is missing key {last}"
-            )),
-        },
-        Some(Value::Array(items)) => {
-            let i = array_index(last, items.len(), false)?;
-            Ok(items.remove(i))
-        }
-        _ => err("remove operation does not apply: doc is missing path"),
-    }
 }
 
 #[cfg(test)]
