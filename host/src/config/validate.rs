@@ -390,7 +390,7 @@ impl Config {
             return Err(self.error(at("name"), format!("duplicate plugin name {:?}", p.name)));
         }
         if let Some(m) = p.module.to_str().filter(|m| crate::oci::is_oci(m)) {
-            crate::oci::Reference::parse(m).map_err(|e| self.error(at("module"), e))?;
+            crate::oci::Reference::parse(m).map_err(|e| self.error(at("module"), e.to_string()))?;
         } else {
             self.validate_module_file(&self.resolve(&p.module))
                 .map_err(|e| self.error(at("module"), e))?;

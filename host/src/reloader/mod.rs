@@ -220,7 +220,7 @@ impl Reloader {
             (cfg.oci == next.oci).then(|| cfg.oci_pulled.clone())
         };
         crate::oci::block_on(next.pull_oci(previous.as_ref()))
-            .and_then(|pulled| pulled)
+            .map_err(|e| refused(&e))?
             .map_err(|e| refused(&e))?;
         let cfg = lock(&self.config).clone();
         if let Some(p) = next
