@@ -217,7 +217,9 @@ impl Config {
             ));
         }
         let lease = sh.lease();
-        lease.check().map_err(|e| self.error("sharding", e))?;
+        lease
+            .check()
+            .map_err(|e| self.error("sharding", e.to_string()))?;
         if sh.mode == ShardingMode::Shards
             && !wisp_kinds::is_dns1123_subdomain(&format!("{}-{}", lease.name, lease.identity))
         {
