@@ -324,8 +324,8 @@ impl Config {
             self.validate_field_selector(at, inf, sel)?;
         }
         for (j, ix) in inf.indexes.iter().enumerate() {
-            let spec =
-                IndexSpec::parse(ix).map_err(|e| self.error(at(&format!("indexes[{j}]")), e))?;
+            let spec = IndexSpec::parse(ix)
+                .map_err(|e| self.error(at(&format!("indexes[{j}]")), e.to_string()))?;
             if let IndexSpec::Field(path) = spec
                 && inf.metadata_only
                 && !path.starts_with("metadata.")
@@ -345,7 +345,7 @@ impl Config {
         if let Some(fields) = &inf.fields {
             for (j, f) in fields.iter().enumerate() {
                 crate::informer::mask::FieldMask::parse(std::slice::from_ref(f))
-                    .map_err(|e| self.error(at(&format!("fields[{j}]")), e))?;
+                    .map_err(|e| self.error(at(&format!("fields[{j}]")), e.to_string()))?;
             }
         }
         Ok(())
