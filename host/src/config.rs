@@ -125,6 +125,7 @@ mod specs;
 mod validate;
 
 pub use custom::{CustomRef, CustomRefusal, CustomResourcesConfig};
+pub use oci::PullError;
 
 pub use crate::units::{Bytes, Dur, MAX_DURATION, ParseError, parse_bytes, parse_duration};
 

@@ -751,6 +751,7 @@ impl Ctx {
             .map_err(|r| (r.reason, r.to_string()))?;
         let _memory = self.reserve_memory(&s.cr, &cfg.plugin_specs()[0])?;
         cfg.pull_oci(Some(&a.pulled)).await.map_err(|e| {
+            let e = e.to_string();
             let reason = if e.contains("signature") || e.contains("not signed") {
                 "SignatureRefused"
             } else {

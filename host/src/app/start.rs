@@ -418,7 +418,7 @@ struct Pulls {
     /// The plugins whose module is pulled.
     names: Vec<String>,
     /// The config with their local paths, or why not.
-    done: Option<tokio::sync::oneshot::Receiver<Result<Config, String>>>,
+    done: Option<tokio::sync::oneshot::Receiver<Result<Config, crate::config::PullError>>>,
 }
 
 impl Pulls {
@@ -471,7 +471,8 @@ impl Pulls {
         let config = rx
             .await
             .map_err(|_| anyhow::anyhow!("the OCI pulls stopped: the host is shutting down"))?
-            .map_err(anyhow::Error::msg)?;
+            // Its message already names its causes: `{:#}` would repeat them.
+            .map_err(|e| anyhow::Error::msg(e.to_string()))?;
         for name in &self.names {
             startup.begin(name, "waiting to compile");
         }

@@ -5,7 +5,49 @@
 use std::collections::BTreeMap;
 
 use super::Config;
-use crate::oci::{Pulled, Reference, Settings, is_oci, pull};
+use crate::oci::{OciError, Pulled, Reference, ReferenceError, Settings, is_oci, pull};
+
+/// Why [`Config::pull_oci`] pulled nothing for the config; each names the config file and the
+/// field. A [`PullError::Pull`] may succeed on a later try (a registry down); the others need
+/// the config changed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PullError {
+    /// The `oci` section does not give usable settings (a key, a trusted root, a bound).
+    #[error("{file}: {field}: {problem}")]
+    Settings {
+        /// The config file.
+        file: String,
+        /// The field (`oci.keys[0]`).
+        field: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A plugin's module reference does not parse.
+    #[error("{file}: plugins[{index}].module: {source}")]
+    Reference {
+        /// The config file.
+        file: String,
+        /// The plugin's index in `plugins`.
+        index: usize,
+        /// Why.
+        #[source]
+        source: ReferenceError,
+    },
+    /// A plugin's module could not be pulled (or its signature was refused).
+    #[error("{file}: plugins[{index}].module: plugin {name:?}: {source}")]
+    Pull {
+        /// The config file.
+        file: String,
+        /// The plugin's index in `plugins`.
+        index: usize,
+        /// The plugin's name.
+        name: String,
+        /// Why.
+        #[source]
+        source: OciError,
+    },
+}
 
 impl Config {
     /// The settings of the `oci` section (see [`Settings::from_config`]).
@@ -20,10 +62,14 @@ impl Config {
     pub async fn pull_oci(
         &mut self,
         previous: Option<&BTreeMap<String, Pulled>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), PullError> {
         let settings = self
             .oci_settings()
-            .map_err(|(field, e)| format!("{}: {field}: {e}", self.file))?;
+            .map_err(|(field, problem)| PullError::Settings {
+                file: self.file.clone(),
+                field,
+                problem,
+            })?;
         let mut pulled = BTreeMap::new();
         // Each reference once: (module, the first plugin naming it, its index, the reference).
         let mut wanted: Vec<(String, usize, String, Reference)> = Vec::new();
@@ -38,15 +84,22 @@ impl Config {
                 pulled.insert(m.to_owned(), prev.clone());
                 continue;
             }
-            let r = Reference::parse(m)
-                .map_err(|e| format!("{}: plugins[{i}].module: {e}", self.file))?;
+            let r = Reference::parse(m).map_err(|source| PullError::Reference {
+                file: self.file.clone(),
+                index: i,
+                source,
+            })?;
             wanted.push((m.to_owned(), i, p.name.clone(), r));
         }
         let got =
             futures::future::join_all(wanted.iter().map(|w| pull::pull(&settings, &w.3))).await;
         for ((m, i, name, _), got) in wanted.into_iter().zip(got) {
-            let got = got
-                .map_err(|e| format!("{}: plugins[{i}].module: plugin {name:?}: {e}", self.file))?;
+            let got = got.map_err(|source| PullError::Pull {
+                file: self.file.clone(),
+                index: i,
+                name: name.clone(),
+                source,
+            })?;
             tracing::info!(
                 plugin = %name,
                 reference = %got.reference,

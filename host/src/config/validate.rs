@@ -3,6 +3,28 @@
 
 use super::*;
 
+/// A plugin's module file that cannot be loaded (the message of its `module` field).
+#[derive(Debug, thiserror::Error)]
+enum ModuleFileError {
+    /// No file there.
+    #[error("{} does not exist (build the plugins with `cargo xtask plugins`)", .0.display())]
+    Missing(PathBuf),
+    /// Over `engine.maxModuleSize`.
+    #[error("{} is {size} bytes, over engine.maxModuleSize ({limit} bytes)", path.display())]
+    TooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
+    /// Not a file the loader reads.
+    #[error("{} {source}", path.display())]
+    Refused {
+        path: PathBuf,
+        #[source]
+        source: crate::files::FileRefused,
+    },
+}
+
 impl Config {
     /// Checks the config section by section; the first failure is returned.
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
@@ -395,7 +417,7 @@ impl Config {
             crate::oci::Reference::parse(m).map_err(|e| self.error(at("module"), e.to_string()))?;
         } else {
             self.validate_module_file(&self.resolve(&p.module))
-                .map_err(|e| self.error(at("module"), e))?;
+                .map_err(|e| self.error(at("module"), e.to_string()))?;
         }
         if p.informers.is_empty() {
             return Err(self.error(at("informers"), "a plugin needs at least one informer"));
@@ -415,21 +437,22 @@ impl Config {
     /// A module file that exists and is a regular file (links followed) within
     /// `engine.maxModuleSize` by its size; looked at, not opened (the loader checks it again
     /// as it reads it, [`crate::plugin::module_file`]).
-    fn validate_module_file(&self, module: &Path) -> Result<(), String> {
+    fn validate_module_file(&self, module: &Path) -> Result<(), ModuleFileError> {
         use crate::files::{FileRefused, Links, check_path};
         if !module.exists() {
-            return Err(format!(
-                "{} does not exist (build the plugins with `cargo xtask plugins`)",
-                module.display()
-            ));
+            return Err(ModuleFileError::Missing(module.to_owned()));
         }
         let limit = self.max_module_size();
         check_path(module, limit, Links::Follow).map_err(|e| match e {
-            FileRefused::TooLarge { size, .. } => format!(
-                "{} is {size} bytes, over engine.maxModuleSize ({limit} bytes)",
-                module.display()
-            ),
-            e => format!("{} {e}", module.display()),
+            FileRefused::TooLarge { size, .. } => ModuleFileError::TooLarge {
+                path: module.to_owned(),
+                size,
+                limit,
+            },
+            source => ModuleFileError::Refused {
+                path: module.to_owned(),
+                source,
+            },
         })
     }
 

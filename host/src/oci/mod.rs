@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use reference::{Reference, is_oci};
+pub use reference::{Reference, ReferenceError, ReferenceProblem, is_oci};
 
 use serde::Deserialize;
 
