@@ -126,7 +126,7 @@ mod validate;
 
 pub use custom::{CustomRef, CustomRefusal, CustomResourcesConfig};
 
-pub use crate::units::{Bytes, Dur, MAX_DURATION, parse_bytes, parse_duration};
+pub use crate::units::{Bytes, Dur, MAX_DURATION, ParseError, parse_bytes, parse_duration};
 
 /// The whole file.
 #[derive(Debug, Deserialize, Clone)]
@@ -639,9 +639,14 @@ pub enum IndexSpec {
     Field(String),
 }
 
+/// An index name that is none of `label:KEY`, `ownerUid`, `field:a.b.c` (the name as given).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid index {0:?}: expected label:KEY, ownerUid or field:a.b.c")]
+pub struct IndexSpecError(pub String);
+
 impl IndexSpec {
     /// Parses `label:KEY`, `ownerUid`, `field:a.b.c`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, IndexSpecError> {
         if s == "ownerUid" {
             return Ok(Self::OwnerUid);
         }
@@ -654,9 +659,7 @@ impl IndexSpec {
         {
             return Ok(Self::Field(f.to_owned()));
         }
-        Err(format!(
-            "invalid index {s:?}: expected label:KEY, ownerUid or field:a.b.c"
-        ))
+        Err(IndexSpecError(s.to_owned()))
     }
 
     /// The values an object has in this index.

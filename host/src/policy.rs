@@ -128,6 +128,18 @@ pub struct VerdictFilter {
 /// violations are one range).
 type Slot = (String, String, String);
 
+/// A verdict the store refuses to record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReportRefused {
+    /// A rule name empty or over [`MAX_RULE_LEN`] bytes (its length).
+    #[error("rule name must be 1 to {MAX_RULE_LEN} bytes, got {0}")]
+    RuleName(usize),
+    /// The plugin already holds [`MAX_VERDICTS_PER_PLUGIN`] violations.
+    #[error("the plugin already holds {MAX_VERDICTS_PER_PLUGIN} violations")]
+    TooMany,
+}
+
 /// Every plugin's current violations.
 #[derive(Debug, Default)]
 pub struct VerdictStore {
@@ -163,12 +175,9 @@ impl VerdictStore {
         rule: &str,
         subject: Subject,
         violation: Option<(Severity, String)>,
-    ) -> Result<Change, String> {
+    ) -> Result<Change, ReportRefused> {
         if rule.is_empty() || rule.len() > MAX_RULE_LEN {
-            return Err(format!(
-                "rule name must be 1 to {MAX_RULE_LEN} bytes, got {}",
-                rule.len()
-            ));
+            return Err(ReportRefused::RuleName(rule.len()));
         }
         let slot: Slot = (subject.informer.clone(), subject.key(), rule.to_owned());
         let mut by_plugin = write(&self.by_plugin);
@@ -208,9 +217,7 @@ impl VerdictStore {
             });
         }
         if slots.len() >= MAX_VERDICTS_PER_PLUGIN {
-            return Err(format!(
-                "the plugin already holds {MAX_VERDICTS_PER_PLUGIN} violations"
-            ));
+            return Err(ReportRefused::TooMany);
         }
         slots.insert(
             slot,

@@ -40,23 +40,51 @@ pub fn to_record(informer: &str, d: &Delivery) -> Value {
     }
 }
 
+/// A recorded line that does not read back.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordError {
+    /// Not JSON.
+    #[error("not JSON: {0}")]
+    Json(#[source] serde_json::Error),
+    /// A field the line needs is missing (`seq`, `object`, `old`).
+    #[error("missing {0}")]
+    Missing(String),
+    /// An object field that is not an object.
+    #[error("{field}: {source}")]
+    Object {
+        /// The field.
+        field: String,
+        /// Why.
+        #[source]
+        source: crate::informer::object::ObjectError,
+    },
+    /// An event other than the three.
+    #[error("unknown event {0:?} (expected added, updated or deleted)")]
+    Event(Option<String>),
+}
+
 /// Parses one JSON line back into (informer, delivery).
-pub fn from_record(line: &str) -> Result<(String, Delivery), String> {
-    let v: Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
+pub fn from_record(line: &str) -> Result<(String, Delivery), RecordError> {
+    let v: Value = serde_json::from_str(line).map_err(RecordError::Json)?;
     let informer = v
         .get("informer")
         .and_then(Value::as_str)
         .unwrap_or("events")
         .to_owned();
-    let seq = v.get("seq").and_then(Value::as_u64).ok_or("missing seq")?;
-    let obj = |field: &str| -> Result<Arc<Object>, String> {
+    let seq = (v.get("seq").and_then(Value::as_u64))
+        .ok_or_else(|| RecordError::Missing("seq".to_owned()))?;
+    let obj = |field: &str| -> Result<Arc<Object>, RecordError> {
         let o = v
             .get(field)
             .cloned()
-            .ok_or_else(|| format!("missing {field}"))?;
+            .ok_or_else(|| RecordError::Missing(field.to_owned()))?;
         Object::from_value(o, false)
             .map(Arc::new)
-            .map_err(|e| format!("{field}: {e}"))
+            .map_err(|source| RecordError::Object {
+                field: field.to_owned(),
+                source,
+            })
     };
     let flag = |f: &str| v.get(f).and_then(Value::as_bool).unwrap_or(false);
     let notification = match v.get("event").and_then(Value::as_str) {
@@ -80,11 +108,7 @@ pub fn from_record(line: &str) -> Result<(String, Delivery), String> {
             };
             Notification::Delete { obj: d }
         }
-        other => {
-            return Err(format!(
-                "unknown event {other:?} (expected added, updated or deleted)"
-            ));
-        }
+        other => return Err(RecordError::Event(other.map(str::to_owned))),
     };
     Ok((informer, Delivery { seq, notification }))
 }
@@ -319,9 +343,16 @@ mod tests {
 
     #[test]
     fn a_bad_record_says_what_is_wrong() {
-        assert!(from_record("{").unwrap_err().starts_with("not JSON"));
+        assert!(
+            from_record("{")
+                .unwrap_err()
+                .to_string()
+                .starts_with("not JSON")
+        );
         assert_eq!(
-            from_record(r#"{"seq":1,"event":"poked","object":{}}"#).unwrap_err(),
+            from_record(r#"{"seq":1,"event":"poked","object":{}}"#)
+                .unwrap_err()
+                .to_string(),
             "unknown event Some(\"poked\") (expected added, updated or deleted)"
         );
     }

@@ -34,6 +34,7 @@ use serde_json::{Value, json};
 
 pub use crate::policy::ReportStatus;
 use crate::policy::{Severity, Verdict, VerdictFilter, VerdictStore};
+use crate::scale::lease::Fenced;
 use crate::units::Dur;
 use wisp_kinds::api::{collection_at, path_segment};
 
@@ -276,7 +277,7 @@ impl ReportWriter {
         }
     }
 
-    fn allowed(&self) -> Result<(), String> {
+    fn allowed(&self) -> Result<(), Fenced> {
         self.fence.as_ref().map_or(Ok(()), |l| l.check())
     }
 
@@ -298,7 +299,7 @@ impl ReportWriter {
         if !self.adopted {
             match self.adopt().await {
                 Ok(()) => self.adopted = true,
-                Err(e) => return self.status.failed(e),
+                Err(e) => return self.status.failed(e.to_string()),
             }
         }
         // Off the async workers: with many violations, building takes a while.
@@ -316,7 +317,7 @@ impl ReportWriter {
                 continue;
             }
             if let Err(e) = self.apply(scope, report).await {
-                self.status.failed(e);
+                self.status.failed(e.to_string());
                 // Written again at the next round.
                 self.written.remove(scope);
                 continue;
@@ -334,7 +335,7 @@ impl ReportWriter {
                 Ok(()) => {
                     self.written.remove(&scope);
                 }
-                Err(e) => self.status.failed(e),
+                Err(e) => self.status.failed(e.to_string()),
             }
         }
         self.status
@@ -350,16 +351,18 @@ impl ReportWriter {
         }
     }
 
-    async fn send(&self, req: http::Request<Vec<u8>>) -> Result<String, (Option<u16>, String)> {
-        self.allowed()
-            .map_err(|why| (None, format!("fenced: {why}")))?;
+    async fn send(&self, req: http::Request<Vec<u8>>) -> Result<String, Unsent> {
+        self.allowed()?;
         self.client.request_text(req).await.map_err(|e| match e {
-            kube::Error::Api(s) => (Some(s.code), format!("HTTP {}: {}", s.code, s.message)),
-            e => (None, e.to_string()),
+            kube::Error::Api(s) => Unsent::Api {
+                code: s.code,
+                message: s.message,
+            },
+            e => Unsent::Kube(e),
         })
     }
 
-    async fn apply(&self, scope: &Scope, report: &Value) -> Result<(), String> {
+    async fn apply(&self, scope: &Scope, report: &Value) -> Result<(), ReportError> {
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         let req = self
             .collection(scope, false)
@@ -368,40 +371,50 @@ impl ReportWriter {
                 &pp,
                 &Patch::Apply(report),
             )
-            .map_err(|e| format!("{}: {e}", self.where_(scope)))?;
+            .map_err(|source| ReportError::Build {
+                place: self.where_(scope),
+                source,
+            })?;
         self.send(req)
             .await
             .map(drop)
-            .map_err(|(_, e)| format!("apply {}: {e}", self.where_(scope)))
+            .map_err(|source| ReportError::Apply {
+                place: self.where_(scope),
+                source,
+            })
     }
 
-    async fn delete(&self, scope: &Scope) -> Result<(), String> {
+    async fn delete(&self, scope: &Scope) -> Result<(), ReportError> {
         let req = self
             .collection(scope, false)
             .delete(&path_segment(&self.settings.name), &DeleteParams::default())
-            .map_err(|e| format!("{}: {e}", self.where_(scope)))?;
+            .map_err(|source| ReportError::Build {
+                place: self.where_(scope),
+                source,
+            })?;
         match self.send(req).await {
-            Ok(_) | Err((Some(404), _)) => Ok(()),
-            Err((_, e)) => Err(format!("delete {}: {e}", self.where_(scope))),
+            Ok(_) | Err(Unsent::Api { code: 404, .. }) => Ok(()),
+            Err(source) => Err(ReportError::Delete {
+                place: self.where_(scope),
+                source,
+            }),
         }
     }
 
     /// Lists the reports of this host's name on the server (left by an earlier run, or by the
     /// leader before): they are written again or deleted at this round.
-    async fn adopt(&mut self) -> Result<(), String> {
+    async fn adopt(&mut self) -> Result<(), ReportError> {
         let lp = ListParams::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
         for scope in [Some(String::new()), None] {
             let what = self.settings.group.plural(scope.is_some());
+            let list_failed = |problem| ReportError::List { what, problem };
             let req = self
                 .collection(&scope, true)
                 .list(&lp)
-                .map_err(|e| format!("list {what}: {e}"))?;
-            let text = self
-                .send(req)
-                .await
-                .map_err(|(_, e)| format!("list {what}: {e}"))?;
+                .map_err(|e| list_failed(Unsent::Build(e)))?;
+            let text = self.send(req).await.map_err(list_failed)?;
             let list: Value =
-                serde_json::from_str(&text).map_err(|e| format!("list {what}: {e}"))?;
+                serde_json::from_str(&text).map_err(|e| list_failed(Unsent::Json(e)))?;
             for item in list["items"].as_array().into_iter().flatten() {
                 if item["metadata"]["name"] != self.settings.name.as_str() {
                     continue;
@@ -412,6 +425,59 @@ impl ReportWriter {
         }
         Ok(())
     }
+}
+
+/// Why a request about reports got no answer to use.
+#[derive(Debug, thiserror::Error)]
+enum Unsent {
+    /// This replica may not write now.
+    #[error("fenced: {0}")]
+    Fenced(#[from] Fenced),
+    /// The API server refused it.
+    #[error("HTTP {code}: {message}")]
+    Api { code: u16, message: String },
+    /// The request could not be built.
+    #[error("{0}")]
+    Build(#[source] kube::core::request::Error),
+    /// No answer (connection, timeout).
+    #[error("{0}")]
+    Kube(#[source] kube::Error),
+    /// An answer that is not JSON.
+    #[error("{0}")]
+    Json(#[source] serde_json::Error),
+}
+
+/// A report round's failure (counted and shown in the status; retried at the next round).
+#[derive(Debug, thiserror::Error)]
+enum ReportError {
+    /// The request about a report could not be built (`place`: the report).
+    #[error("{place}: {source}")]
+    Build {
+        place: String,
+        #[source]
+        source: kube::core::request::Error,
+    },
+    /// Applying a report failed.
+    #[error("apply {place}: {source}")]
+    Apply {
+        place: String,
+        #[source]
+        source: Unsent,
+    },
+    /// Deleting a report failed.
+    #[error("delete {place}: {source}")]
+    Delete {
+        place: String,
+        #[source]
+        source: Unsent,
+    },
+    /// Listing the reports of this host's name failed.
+    #[error("list {what}: {problem}")]
+    List {
+        what: &'static str,
+        #[source]
+        problem: Unsent,
+    },
 }
 
 /// `policyReports:`: the verdicts also written as policy reports, one per namespace and one for

@@ -41,10 +41,31 @@ pub fn human_duration(d: Duration) -> String {
     }
 }
 
+/// A duration or a size that does not parse; each variant holds the text as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ParseError {
+    /// Not a duration.
+    #[error("invalid duration {0:?}: expected e.g. 50ms, 30s, 5m, 1h")]
+    Duration(String),
+    /// A duration over [`MAX_DURATION`].
+    #[error("duration {0:?} is too long: at most 292 years (2^63-1 ns)")]
+    DurationTooLong(String),
+    /// Not a number of bytes.
+    #[error("invalid size {0:?}: expected e.g. 64Mi")]
+    Size(String),
+    /// A number with a unit that is not one.
+    #[error("invalid size {0:?}: expected e.g. 64Mi (units Ki, Mi, Gi, k, M, G)")]
+    SizeUnit(String),
+    /// A size over 2^64-1 bytes.
+    #[error("size {0:?} is too large")]
+    SizeTooLarge(String),
+}
+
 /// Parses `50ms`, `30s`, `5m`, `1h`, `1m30s`, `0` (at most [`MAX_DURATION`]).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let bad = || format!("invalid duration {s:?}: expected e.g. 50ms, 30s, 5m, 1h");
-    let too_long = || format!("duration {s:?} is too long: at most 292 years (2^63-1 ns)");
+pub fn parse_duration(s: &str) -> Result<Duration, ParseError> {
+    let bad = || ParseError::Duration(s.to_owned());
+    let too_long = || ParseError::DurationTooLong(s.to_owned());
     let t = s.trim();
     if t == "0" {
         return Ok(Duration::ZERO);
@@ -103,12 +124,12 @@ impl<'de> Deserialize<'de> for Bytes {
 }
 
 /// Parses `64Mi`, `1Gi`, `512Ki`, `100M`, `1G`, `4096`.
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
+pub fn parse_bytes(s: &str) -> Result<u64, ParseError> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let n: u64 = t[..split]
         .parse()
-        .map_err(|_| format!("invalid size {s:?}: expected e.g. 64Mi"))?;
+        .map_err(|_| ParseError::Size(s.to_owned()))?;
     let mult: u64 = match &t[split..] {
         "" => 1,
         "Ki" => 1 << 10,
@@ -117,14 +138,10 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         "k" | "K" => 1_000,
         "M" => 1_000_000,
         "G" => 1_000_000_000,
-        _ => {
-            return Err(format!(
-                "invalid size {s:?}: expected e.g. 64Mi (units Ki, Mi, Gi, k, M, G)"
-            ));
-        }
+        _ => return Err(ParseError::SizeUnit(s.to_owned())),
     };
     n.checked_mul(mult)
-        .ok_or_else(|| format!("size {s:?} is too large"))
+        .ok_or_else(|| ParseError::SizeTooLarge(s.to_owned()))
 }
 
 #[cfg(test)]

@@ -197,6 +197,21 @@ pub enum Selectable<'a> {
     Undeclared,
 }
 
+/// A field label a kind does not support, in the API server's words (the message of its 400).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FieldLabelError {
+    /// The generic refusal (most kinds, custom resources).
+    #[error("field label not supported: {0}")]
+    NotSupported(String),
+    /// Job's own wording.
+    #[error("field label {0:?} not supported for batchv1.Job")]
+    NotForJob(String),
+    /// Kinds that select on `metadata.name` and `metadata.namespace` only.
+    #[error("{0:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\"")]
+    MetadataOnly(String),
+}
+
 impl<'a> Selectable<'a> {
     /// A built-in kind, or [`Selectable::Undeclared`] for any other.
     pub fn of(group: &'a str, kind: &'a str) -> Self {
@@ -209,20 +224,16 @@ impl<'a> Selectable<'a> {
 
     /// The label the kind's conversion maps `label` to (Pod's `spec.host` is `spec.nodeName`),
     /// or the API server's message when the kind does not support it.
-    pub fn convert(&self, label: &str) -> Result<String, String> {
-        let not_supported = || format!("field label not supported: {label}");
+    pub fn convert(&self, label: &str) -> Result<String, FieldLabelError> {
+        let not_supported = || FieldLabelError::NotSupported(label.to_owned());
         match *self {
             Self::Builtin { group, kind } => {
                 let o = own(group, kind);
                 if !o.labels.contains(&label) {
                     return Err(match o.rejection {
                         Rejection::NotSupported => not_supported(),
-                        Rejection::Job => {
-                            format!("field label {label:?} not supported for batchv1.Job")
-                        }
-                        Rejection::MetaOnly => format!(
-                            "{label:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
-                        ),
+                        Rejection::Job => FieldLabelError::NotForJob(label.to_owned()),
+                        Rejection::MetaOnly => FieldLabelError::MetadataOnly(label.to_owned()),
                     });
                 }
                 Ok(match (o.values, label) {
@@ -246,7 +257,7 @@ impl<'a> Selectable<'a> {
 
     /// Converts every label of `selector` ([`Selectable::convert`]); the first the kind does
     /// not support is the error.
-    pub fn convert_selector(&self, selector: &mut FieldSelector) -> Result<(), String> {
+    pub fn convert_selector(&self, selector: &mut FieldSelector) -> Result<(), FieldLabelError> {
         for r in selector.requirements_mut() {
             r.field = self.convert(&r.field)?;
         }
@@ -301,19 +312,21 @@ mod tests {
         assert_eq!(pods.convert("status.phase").unwrap(), "status.phase");
         assert_eq!(pods.convert("spec.host").unwrap(), "spec.nodeName");
         assert_eq!(
-            pods.convert("metadata.labels.app").unwrap_err(),
+            pods.convert("metadata.labels.app").unwrap_err().to_string(),
             "field label not supported: metadata.labels.app"
         );
         assert_eq!(
             Selectable::of("batch", "Job")
                 .convert("status.phase")
-                .unwrap_err(),
+                .unwrap_err()
+                .to_string(),
             "field label \"status.phase\" not supported for batchv1.Job"
         );
         assert_eq!(
             Selectable::of("", "ConfigMap")
                 .convert("metadata.labels.app")
-                .unwrap_err(),
+                .unwrap_err()
+                .to_string(),
             "\"metadata.labels.app\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
         );
         assert!(

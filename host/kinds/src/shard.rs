@@ -172,9 +172,38 @@ fn hex(v: u128) -> String {
     }
 }
 
+/// A `shardSelector` that does not parse; displayed as the message of a 400 BadRequest.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShardSelectorError {
+    /// A term that is not `shardRange(...)`.
+    #[error("invalid shard selector {0:?}: expected shardRange(fieldPath, 'hexStart', 'hexEnd')")]
+    NotShardRange(String),
+    /// A `shardRange` without exactly three arguments.
+    #[error("invalid shard selector {0:?}: shardRange takes 3 arguments")]
+    Arguments(String),
+    /// A field path other than the uid or the namespace.
+    #[error(
+        "invalid shard selector: unsupported field path {0:?}: supported are object.metadata.uid, object.metadata.namespace"
+    )]
+    FieldPath(String),
+    /// Terms on different field paths.
+    #[error("invalid shard selector: every shardRange must use the same field path")]
+    MixedFieldPaths,
+    /// A bound that is not a `0x` hex number.
+    #[error("invalid shard selector: {0:?} is not a 0x hex number")]
+    NotHex(String),
+    /// A bound above 2^64.
+    #[error("invalid shard selector: {0:?} is above 2^64")]
+    AboveSpace(String),
+    /// A range whose start is not below its end (both as written).
+    #[error("invalid shard selector: start {start} must be below end {end}")]
+    Empty { start: String, end: String },
+}
+
 /// Parses a `shardSelector`: `shardRange(PATH, 'START', 'END')` terms joined by `||`, one field
 /// path for all; the error is the message of a 400 BadRequest.
-pub fn parse_selector(s: &str) -> Result<(ShardField, Ranges), String> {
+pub fn parse_selector(s: &str) -> Result<(ShardField, Ranges), ShardSelectorError> {
     let mut field = None;
     let mut ranges = Vec::new();
     for term in s.split("||") {
@@ -182,47 +211,36 @@ pub fn parse_selector(s: &str) -> Result<(ShardField, Ranges), String> {
         let args = term
             .strip_prefix("shardRange(")
             .and_then(|t| t.strip_suffix(')'))
-            .ok_or_else(|| {
-                format!("invalid shard selector {term:?}: expected shardRange(fieldPath, 'hexStart', 'hexEnd')")
-            })?;
+            .ok_or_else(|| ShardSelectorError::NotShardRange(term.to_owned()))?;
         let parts: Vec<&str> = args.split(',').map(str::trim).collect();
         let [path, start, end] = parts[..] else {
-            return Err(format!(
-                "invalid shard selector {term:?}: shardRange takes 3 arguments"
-            ));
+            return Err(ShardSelectorError::Arguments(term.to_owned()));
         };
         let f = match path {
             "object.metadata.uid" => ShardField::Uid,
             "object.metadata.namespace" => ShardField::Namespace,
-            other => {
-                return Err(format!(
-                    "invalid shard selector: unsupported field path {other:?}: supported are object.metadata.uid, object.metadata.namespace"
-                ));
-            }
+            other => return Err(ShardSelectorError::FieldPath(other.to_owned())),
         };
         if field.is_some_and(|g| g != f) {
-            return Err(
-                "invalid shard selector: every shardRange must use the same field path".into(),
-            );
+            return Err(ShardSelectorError::MixedFieldPaths);
         }
         field = Some(f);
-        let num = |v: &str| -> Result<u128, String> {
+        let num = |v: &str| -> Result<u128, ShardSelectorError> {
             let v = v.trim_matches('\'');
-            let digits = v
-                .strip_prefix("0x")
-                .ok_or_else(|| format!("invalid shard selector: {v:?} is not a 0x hex number"))?;
-            let n = u128::from_str_radix(digits, 16)
-                .map_err(|_| format!("invalid shard selector: {v:?} is not a 0x hex number"))?;
+            let not_hex = || ShardSelectorError::NotHex(v.to_owned());
+            let digits = v.strip_prefix("0x").ok_or_else(not_hex)?;
+            let n = u128::from_str_radix(digits, 16).map_err(|_| not_hex())?;
             if n > SPACE {
-                return Err(format!("invalid shard selector: {v:?} is above 2^64"));
+                return Err(ShardSelectorError::AboveSpace(v.to_owned()));
             }
             Ok(n)
         };
         let (a, b) = (num(start)?, num(end)?);
         if a >= b {
-            return Err(format!(
-                "invalid shard selector: start {start} must be below end {end}"
-            ));
+            return Err(ShardSelectorError::Empty {
+                start: start.to_owned(),
+                end: end.to_owned(),
+            });
         }
         ranges.push((a, b));
     }
@@ -289,11 +307,13 @@ mod tests {
         assert!(
             parse_selector("shardRange(object.metadata.name, '0x0', '0x1')")
                 .unwrap_err()
+                .to_string()
                 .contains("unsupported field path")
         );
         assert!(
             parse_selector("shardRange(object.metadata.uid, '0x2', '0x1')")
                 .unwrap_err()
+                .to_string()
                 .contains("below")
         );
         assert!(

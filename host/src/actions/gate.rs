@@ -8,7 +8,7 @@ use std::time::{Instant, SystemTime};
 use super::audit::{AuditEntry, AuditResult};
 use super::events::{Correlated, EventCorrelator};
 use super::ratelimit::TokenBucket;
-use super::validate::check_target;
+use super::validate::{InvalidAction, check_target};
 use super::{
     Accepted, Action, ActionBody, ActionError, ActionReport, ActionSpec, ActionVerb, Counted,
     HostServices, Sender, Target, worker,
@@ -156,12 +156,15 @@ impl PluginActions {
     pub fn request(
         &self,
         target: Target,
-        body: Result<ActionBody, String>,
+        body: Result<ActionBody, InvalidAction>,
         verb: ActionVerb,
     ) -> Result<Accepted, ActionError> {
         let body = match body.and_then(|b| check_target(&target).map(|()| b)) {
             Ok(b) => b,
-            Err(why) => return Err(self.refuse(verb, &target, ActionError::Invalid(why))),
+            Err(why) => {
+                let why = ActionError::Invalid(why.to_string());
+                return Err(self.refuse(verb, &target, why));
+            }
         };
         if !self.spec.grants.iter().any(|g| g.allows(verb, &target)) {
             let place = match &target.namespace {

@@ -40,6 +40,7 @@ pub use self::request::{
 pub use self::sender::{ActionSink, SendError, Sender, Sent, worker};
 pub use self::spec::{ActionGrant, ActionSpec, ActionVerb};
 pub use self::target::Target;
+pub use self::validate::InvalidAction;
 
 use self::audit::AuditLog;
 use crate::policy::VerdictStore;

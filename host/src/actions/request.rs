@@ -7,7 +7,9 @@ use serde_json::{Value, json};
 
 use super::spec::ActionVerb;
 use super::target::Target;
-use super::validate::{check_event_reason, check_key, check_label_value, check_target};
+use super::validate::{
+    InvalidAction, check_event_reason, check_key, check_label_value, check_target,
+};
 use crate::policy::rfc3339;
 
 /// What to do.
@@ -100,9 +102,9 @@ pub fn metadata_patch(
     labels: &[(String, Option<String>)],
     annotations: &[(String, Option<String>)],
     resource_version: Option<&str>,
-) -> Result<Value, String> {
+) -> Result<Value, InvalidAction> {
     if labels.is_empty() && annotations.is_empty() {
-        return Err("nothing to patch: no labels and no annotations".into());
+        return Err(InvalidAction::NothingToPatch);
     }
     let mut meta = serde_json::Map::new();
     let mut l = serde_json::Map::new();
@@ -121,7 +123,7 @@ pub fn metadata_patch(
         a.insert(k.clone(), v.clone().map_or(Value::Null, Value::String));
     }
     if size > 256 * 1024 {
-        return Err("annotations total more than 256 KiB".into());
+        return Err(InvalidAction::AnnotationsTooLarge);
     }
     if !l.is_empty() {
         meta.insert("labels".into(), Value::Object(l));
@@ -136,14 +138,14 @@ pub fn metadata_patch(
 }
 
 /// The target of an apply: the manifest's apiVersion, kind, namespace and name.
-pub fn apply_target(manifest: &Value) -> Result<Target, String> {
+pub fn apply_target(manifest: &Value) -> Result<Target, InvalidAction> {
     let obj = manifest
         .as_object()
-        .ok_or("the manifest must be a JSON object")?;
-    let s = |v: Option<&Value>, what: &str| -> Result<String, String> {
+        .ok_or(InvalidAction::ManifestNotObject)?;
+    let s = |v: Option<&Value>, what: &'static str| -> Result<String, InvalidAction> {
         match v {
             Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
-            _ => Err(format!("the manifest needs a non-empty string {what}")),
+            _ => Err(InvalidAction::ManifestField(what)),
         }
     };
     let meta = obj.get("metadata").and_then(Value::as_object);
@@ -168,7 +170,7 @@ pub fn event_body(
     warning: bool,
     reason: &str,
     message: &str,
-) -> Result<(Target, Value), String> {
+) -> Result<(Target, Value), InvalidAction> {
     check_target(regarding)?;
     check_event_reason(reason)?;
     let mut message = message.to_owned();

@@ -38,9 +38,7 @@ pub fn index_funcs(inf: &InformerConfig) -> Vec<(String, IndexFunc)> {
 
 fn filter_of(inf: &InformerConfig) -> anyhow::Result<ObjectFilter> {
     let mut fields = FieldSelector::parse(inf.field_selector.as_deref().unwrap_or(""))?;
-    Selectable::of(group_of(&inf.api_version), &inf.kind)
-        .convert_selector(&mut fields)
-        .map_err(anyhow::Error::msg)?;
+    Selectable::of(group_of(&inf.api_version), &inf.kind).convert_selector(&mut fields)?;
     Ok(ObjectFilter {
         api_version: inf.api_version.clone(),
         kind: inf.kind.clone(),
@@ -59,8 +57,7 @@ fn dir_filter(d: &DirCluster, inf: &InformerConfig) -> anyhow::Result<ObjectFilt
             namespaced,
             fields: &fields,
         }
-        .convert_selector(&mut filter.fields)
-        .map_err(anyhow::Error::msg)?;
+        .convert_selector(&mut filter.fields)?;
     }
     Ok(filter)
 }

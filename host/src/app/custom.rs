@@ -753,6 +753,7 @@ impl Ctx {
         // The memory plan reads the plugin's limits, not its module: before the pull.
         let _memory = self.reserve_memory(&s.cr, &cfg.plugin_specs(&PulledModules::new())[0])?;
         let pulled = modules::pull(&cfg, Some(&a.pulled)).await.map_err(|e| {
+            let e = e.to_string();
             let reason = if e.contains("signature") || e.contains("not signed") {
                 "SignatureRefused"
             } else {

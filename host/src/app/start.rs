@@ -421,7 +421,7 @@ struct Pulls {
     /// The plugins whose module is pulled.
     names: Vec<String>,
     /// The modules pulled, or why not.
-    done: Option<tokio::sync::oneshot::Receiver<Result<PulledModules, String>>>,
+    done: Option<tokio::sync::oneshot::Receiver<Result<PulledModules, modules::PullError>>>,
 }
 
 impl Pulls {
@@ -474,7 +474,8 @@ impl Pulls {
         let pulled = rx
             .await
             .map_err(|_| anyhow::anyhow!("the OCI pulls stopped: the host is shutting down"))?
-            .map_err(anyhow::Error::msg)?;
+            // Its message already names its causes: `{:#}` would repeat them.
+            .map_err(|e| anyhow::Error::msg(e.to_string()))?;
         for name in &self.names {
             startup.begin(name, "waiting to compile");
         }

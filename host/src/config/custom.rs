@@ -234,7 +234,7 @@ impl Config {
             .confine_module(&plugin.module, &limits.module_paths)
             .map_err(|problem| CustomRefusal {
                 reason: "NotAllowed",
-                ..invalid("spec.module".into(), problem)
+                ..invalid("spec.module".into(), problem.to_string())
             })?;
         plugin.module = confined.unwrap_or(plugin.module);
         let mut c = self.clone();
@@ -264,7 +264,7 @@ impl Config {
         for (i, inf) in self.informers.iter_mut().enumerate() {
             let at = format!("spec.informers[{i}]");
             confine_namespaces(&mut inf.namespaces, ns)
-                .map_err(|p| refuse(format!("{at}.namespaces"), p))?;
+                .map_err(|p| refuse(format!("{at}.namespaces"), p.to_string()))?;
             if cluster_scoped(&inf.api_version, &inf.kind) {
                 let why = format!(
                     "{} is cluster-scoped: a WispPlugin sees only its own namespace {ns:?} (a \
@@ -277,7 +277,7 @@ impl Config {
         for (i, g) in self.plugins[0].actions.grants.iter_mut().enumerate() {
             let at = format!("spec.actions.grants[{i}]");
             confine_namespaces(&mut g.namespaces, ns)
-                .map_err(|e| refuse(format!("{at}.namespaces"), e))?;
+                .map_err(|e| refuse(format!("{at}.namespaces"), e.to_string()))?;
             if cluster_scoped(&g.api_version, &g.kind) {
                 let why = format!(
                     "{} is cluster-scoped: a WispPlugin acts only in {ns:?}",
@@ -344,18 +344,30 @@ fn refusal(cr: &CustomRef, reason: &'static str, path: &str, problem: String) ->
     }
 }
 
+/// A namespace a `WispPlugin` asks for besides its own.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a WispPlugin sees and acts only in its own namespace {own:?}; it asks for {asked:?}")]
+struct OtherNamespace {
+    own: String,
+    asked: String,
+}
+
 /// `namespaces` of a `WispPlugin`'s informer or grant: omitted = its own namespace; any other
 /// namespace is refused.
-fn confine_namespaces(namespaces: &mut Option<Vec<String>>, ns: &str) -> Result<(), String> {
+fn confine_namespaces(
+    namespaces: &mut Option<Vec<String>>,
+    ns: &str,
+) -> Result<(), OtherNamespace> {
     match namespaces {
         None => {
             *namespaces = Some(vec![ns.to_owned()]);
             Ok(())
         }
         Some(list) => match list.iter().find(|n| *n != ns) {
-            Some(other) => Err(format!(
-                "a WispPlugin sees and acts only in its own namespace {ns:?}; it asks for {other:?}"
-            )),
+            Some(other) => Err(OtherNamespace {
+                own: ns.to_owned(),
+                asked: other.clone(),
+            }),
             None => Ok(()),
         },
     }

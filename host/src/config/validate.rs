@@ -3,6 +3,28 @@
 
 use super::*;
 
+/// A plugin's module file that cannot be loaded (the message of its `module` field).
+#[derive(Debug, thiserror::Error)]
+enum ModuleFileError {
+    /// No file there.
+    #[error("{} does not exist (build the plugins with `cargo xtask plugins`)", .0.display())]
+    Missing(PathBuf),
+    /// Over `engine.maxModuleSize`.
+    #[error("{} is {size} bytes, over engine.maxModuleSize ({limit} bytes)", path.display())]
+    TooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
+    /// Not a file the loader reads.
+    #[error("{} {source}", path.display())]
+    Refused {
+        path: PathBuf,
+        #[source]
+        source: crate::files::FileRefused,
+    },
+}
+
 impl Config {
     /// Checks the config section by section; the first failure is returned.
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
@@ -217,7 +239,9 @@ impl Config {
             ));
         }
         let lease = sh.lease();
-        lease.check().map_err(|e| self.error("sharding", e))?;
+        lease
+            .check()
+            .map_err(|e| self.error("sharding", e.to_string()))?;
         if sh.mode == ShardingMode::Shards
             && !wisp_kinds::is_dns1123_subdomain(&format!("{}-{}", lease.name, lease.identity))
         {
@@ -322,8 +346,8 @@ impl Config {
             self.validate_field_selector(at, inf, sel)?;
         }
         for (j, ix) in inf.indexes.iter().enumerate() {
-            let spec =
-                IndexSpec::parse(ix).map_err(|e| self.error(at(&format!("indexes[{j}]")), e))?;
+            let spec = IndexSpec::parse(ix)
+                .map_err(|e| self.error(at(&format!("indexes[{j}]")), e.to_string()))?;
             if let IndexSpec::Field(path) = spec
                 && inf.metadata_only
                 && !path.starts_with("metadata.")
@@ -343,7 +367,7 @@ impl Config {
         if let Some(fields) = &inf.fields {
             for (j, f) in fields.iter().enumerate() {
                 crate::informer::mask::FieldMask::parse(std::slice::from_ref(f))
-                    .map_err(|e| self.error(at(&format!("fields[{j}]")), e))?;
+                    .map_err(|e| self.error(at(&format!("fields[{j}]")), e.to_string()))?;
             }
         }
         Ok(())
@@ -390,10 +414,10 @@ impl Config {
             return Err(self.error(at("name"), format!("duplicate plugin name {:?}", p.name)));
         }
         if let Some(m) = p.module.to_str().filter(|m| crate::oci::is_oci(m)) {
-            crate::oci::Reference::parse(m).map_err(|e| self.error(at("module"), e))?;
+            crate::oci::Reference::parse(m).map_err(|e| self.error(at("module"), e.to_string()))?;
         } else {
             self.validate_module_file(&self.resolve(&p.module))
-                .map_err(|e| self.error(at("module"), e))?;
+                .map_err(|e| self.error(at("module"), e.to_string()))?;
         }
         if p.informers.is_empty() {
             return Err(self.error(at("informers"), "a plugin needs at least one informer"));
@@ -413,21 +437,22 @@ impl Config {
     /// A module file that exists and is a regular file (links followed) within
     /// `engine.maxModuleSize` by its size; looked at, not opened (the loader checks it again
     /// as it reads it, [`crate::plugin::module_file`]).
-    fn validate_module_file(&self, module: &Path) -> Result<(), String> {
+    fn validate_module_file(&self, module: &Path) -> Result<(), ModuleFileError> {
         use crate::files::{FileRefused, Links, check_path};
         if !module.exists() {
-            return Err(format!(
-                "{} does not exist (build the plugins with `cargo xtask plugins`)",
-                module.display()
-            ));
+            return Err(ModuleFileError::Missing(module.to_owned()));
         }
         let limit = self.max_module_size();
         check_path(module, limit, Links::Follow).map_err(|e| match e {
-            FileRefused::TooLarge { size, .. } => format!(
-                "{} is {size} bytes, over engine.maxModuleSize ({limit} bytes)",
-                module.display()
-            ),
-            e => format!("{} {e}", module.display()),
+            FileRefused::TooLarge { size, .. } => ModuleFileError::TooLarge {
+                path: module.to_owned(),
+                size,
+                limit,
+            },
+            source => ModuleFileError::Refused {
+                path: module.to_owned(),
+                source,
+            },
         })
     }
 

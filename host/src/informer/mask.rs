@@ -17,21 +17,29 @@ pub struct FieldMask {
     paths: Vec<Vec<String>>,
 }
 
+/// A path a field mask cannot keep.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MaskError {
+    /// Empty, or with an empty segment.
+    #[error("{0:?} is not a path: dot-separated field names, e.g. spec.nodeName")]
+    NotPath(String),
+    /// Under `apiVersion`, `kind` or `metadata`, which are kept anyway.
+    #[error("{0:?}: apiVersion, kind and metadata are always kept; list other fields")]
+    AlwaysKept(String),
+}
+
 impl FieldMask {
     /// A mask of `paths` (`spec.nodeName`, `status.phase`, ...); an error names the bad path.
-    pub fn parse(paths: &[String]) -> Result<Self, String> {
+    pub fn parse(paths: &[String]) -> Result<Self, MaskError> {
         let mut out = Vec::with_capacity(paths.len());
         for p in paths {
             let segments: Vec<String> = p.split('.').map(str::to_owned).collect();
             if p.is_empty() || segments.iter().any(String::is_empty) {
-                return Err(format!(
-                    "{p:?} is not a path: dot-separated field names, e.g. spec.nodeName"
-                ));
+                return Err(MaskError::NotPath(p.clone()));
             }
             if matches!(segments[0].as_str(), "apiVersion" | "kind" | "metadata") {
-                return Err(format!(
-                    "{p:?}: apiVersion, kind and metadata are always kept; list other fields"
-                ));
+                return Err(MaskError::AlwaysKept(p.clone()));
             }
             out.push(segments);
         }
@@ -153,9 +161,11 @@ mod tests {
 
     #[test]
     fn a_bad_path_is_refused_naming_it() {
-        let e = FieldMask::parse(&["spec..x".to_owned()]).unwrap_err();
+        let e = FieldMask::parse(&["spec..x".to_owned()])
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("\"spec..x\" is not a path"), "{e}");
-        let e = FieldMask::parse(&["metadata.labels".to_owned()]).unwrap_err();
+        let e = (FieldMask::parse(&["metadata.labels".to_owned()]).unwrap_err()).to_string();
         assert!(e.contains("always kept"), "{e}");
     }
 

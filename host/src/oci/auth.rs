@@ -3,7 +3,7 @@
 //! answers with (`WWW-Authenticate: Basic ...` or `Bearer realm=...,service=...,scope=...`).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -42,17 +42,64 @@ fn registry_key(k: &str) -> String {
     k.split('/').next().unwrap_or(k).to_owned()
 }
 
+/// A docker config file that cannot be read or understood.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DockerConfigError {
+    /// The file cannot be read.
+    #[error("docker config {}: cannot read: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// What is wrong in the file.
+    #[error("docker config {}: {source}", path.display())]
+    In {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        #[source]
+        source: Box<DockerConfigError>,
+    },
+    /// The text is not JSON.
+    #[error("not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+    /// An `auth` that is not base64.
+    #[error("auths.{registry:?}.auth: not base64: {source}")]
+    AuthBase64 {
+        /// The `auths` key.
+        registry: String,
+        /// The decoder's complaint.
+        #[source]
+        source: base64::DecodeError,
+    },
+    /// An `auth` that is not UTF-8 once decoded.
+    #[error("auths.{0:?}.auth: not UTF-8 once decoded")]
+    AuthUtf8(String),
+    /// An `auth` without `:`.
+    #[error("auths.{0:?}.auth: expected base64 of USER:PASSWORD")]
+    AuthShape(String),
+}
+
 /// Reads `auths` of a docker config file: per registry, `auth` (base64 of `user:password`) or
 /// `username` and `password`. Credential helpers (`credsStore`, `credHelpers`) are not run.
-pub fn read_docker_config(path: &Path) -> Result<BTreeMap<String, Credentials>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("docker config {}: cannot read: {e}", path.display()))?;
-    parse_docker_config(&text).map_err(|e| format!("docker config {}: {e}", path.display()))
+pub fn read_docker_config(path: &Path) -> Result<BTreeMap<String, Credentials>, DockerConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| DockerConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse_docker_config(&text).map_err(|e| DockerConfigError::In {
+        path: path.to_owned(),
+        source: Box::new(e),
+    })
 }
 
 /// [`read_docker_config`] on the file's text.
-pub fn parse_docker_config(text: &str) -> Result<BTreeMap<String, Credentials>, String> {
-    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+pub fn parse_docker_config(text: &str) -> Result<BTreeMap<String, Credentials>, DockerConfigError> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(DockerConfigError::NotJson)?;
     let mut out = BTreeMap::new();
     let Some(auths) = v.get("auths").and_then(|a| a.as_object()) else {
         return Ok(out);
@@ -60,14 +107,16 @@ pub fn parse_docker_config(text: &str) -> Result<BTreeMap<String, Credentials>, 
     for (k, entry) in auths {
         let s = |f: &str| entry.get(f).and_then(|x| x.as_str()).unwrap_or("");
         let creds = if !s("auth").is_empty() {
-            let raw = STANDARD
-                .decode(s("auth").trim())
-                .map_err(|e| format!("auths.{k:?}.auth: not base64: {e}"))?;
-            let raw = String::from_utf8(raw)
-                .map_err(|_| format!("auths.{k:?}.auth: not UTF-8 once decoded"))?;
+            let raw = STANDARD.decode(s("auth").trim()).map_err(|source| {
+                DockerConfigError::AuthBase64 {
+                    registry: k.clone(),
+                    source,
+                }
+            })?;
+            let raw = String::from_utf8(raw).map_err(|_| DockerConfigError::AuthUtf8(k.clone()))?;
             let (u, p) = raw
                 .split_once(':')
-                .ok_or_else(|| format!("auths.{k:?}.auth: expected base64 of USER:PASSWORD"))?;
+                .ok_or_else(|| DockerConfigError::AuthShape(k.clone()))?;
             Credentials {
                 username: u.to_owned(),
                 password: p.to_owned(),
@@ -156,6 +205,7 @@ mod tests {
         assert!(
             parse_docker_config(r#"{"auths":{"x":{"auth":"!!"}}}"#)
                 .unwrap_err()
+                .to_string()
                 .contains("auths.\"x\".auth")
         );
     }

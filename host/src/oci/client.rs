@@ -35,21 +35,77 @@ pub struct Answer {
     pub body: Bytes,
 }
 
+/// A transport that cannot be built: the trust roots of `oci.caFile`, or TLS.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// `oci.caFile` cannot be read.
+    #[error("oci.caFile {}: cannot read: {source}", path.display())]
+    CaRead {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    /// `oci.caFile` holds something that is not a PEM certificate.
+    #[error("oci.caFile {}: not PEM certificates: {source}", path.display())]
+    CaPem {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The reader's complaint.
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    /// `oci.caFile` holds no certificate.
+    #[error("oci.caFile {}: no certificate in the file", .0.display())]
+    CaEmpty(std::path::PathBuf),
+    /// The verifier refused the roots.
+    #[error("oci.caFile: {0}")]
+    Verifier(#[source] rustls::Error),
+    /// rustls refused the protocol versions.
+    #[error("TLS: {0}")]
+    Tls(#[source] rustls::Error),
+}
+
+/// One request that got no answer (its caller adds the method and URL).
+#[derive(Debug, thiserror::Error)]
+enum SendError {
+    /// The request could not be built.
+    #[error("{0}")]
+    Request(#[from] http::Error),
+    /// The connection or the exchange failed: hyper's error and its sources.
+    #[error("{0}")]
+    Exchange(String),
+    /// The body is longer than allowed.
+    #[error("answer longer than the limit of {0} bytes")]
+    TooLong(usize),
+    /// The body could not be read.
+    #[error("reading the answer: {0}")]
+    Read(String),
+    /// No answer in time.
+    #[error("no answer within {REQUEST_TIMEOUT:?}")]
+    Timeout,
+}
+
 /// The certificates of a PEM file named by `oci.caFile`: at least one, every one parsing.
 fn ca_certificates(
     ca: &std::path::Path,
-) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, TransportError> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
     let certs: Vec<_> = CertificateDer::pem_file_iter(ca)
-        .map_err(|e| format!("oci.caFile {}: cannot read: {e}", ca.display()))?
+        .map_err(|source| TransportError::CaRead {
+            path: ca.to_owned(),
+            source,
+        })?
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("oci.caFile {}: not PEM certificates: {e}", ca.display()))?;
+        .map_err(|source| TransportError::CaPem {
+            path: ca.to_owned(),
+            source,
+        })?;
     if certs.is_empty() {
-        return Err(format!(
-            "oci.caFile {}: no certificate in the file",
-            ca.display()
-        ));
+        return Err(TransportError::CaEmpty(ca.to_owned()));
     }
     Ok(certs)
 }
@@ -65,7 +121,7 @@ impl Transport {
     /// A transport that trusts what the Kubernetes client trusts, the system's verifier
     /// (rustls-platform-verifier, as kube builds it when a kubeconfig names no CA), plus the
     /// certificates of `settings.ca_file`.
-    pub fn new(settings: Arc<Settings>) -> Result<Self, String> {
+    pub fn new(settings: Arc<Settings>) -> Result<Self, TransportError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let extra = match &settings.ca_file {
             Some(ca) => ca_certificates(ca)?,
@@ -73,7 +129,7 @@ impl Transport {
         };
         let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS: {e}"))?;
+            .map_err(TransportError::Tls)?;
         let tls = match rustls_platform_verifier::Verifier::new_with_extra_roots(extra, provider) {
             Ok(verifier) => builder
                 .dangerous()
@@ -84,7 +140,7 @@ impl Transport {
                 tracing::debug!("no system trust roots ({e}); HTTPS registries will be refused");
                 builder.with_root_certificates(rustls::RootCertStore::empty())
             }
-            Err(e) => return Err(format!("oci.caFile: {e}")),
+            Err(e) => return Err(TransportError::Verifier(e)),
         }
         .with_no_client_auth();
         let https = hyper_rustls::HttpsConnectorBuilder::new()
@@ -120,7 +176,7 @@ impl Transport {
         auth: Option<&str>,
         body: Bytes,
         limit: usize,
-    ) -> Result<Answer, String> {
+    ) -> Result<Answer, SendError> {
         let mut req = Request::builder().method(method.clone()).uri(uri.clone());
         for (k, v) in headers {
             req = req.header(*k, v);
@@ -128,26 +184,26 @@ impl Transport {
         if let Some(a) = auth {
             req = req.header(header::AUTHORIZATION, a);
         }
-        let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
+        let req = req.body(Full::new(body))?;
         let fut = async {
             let resp = self
                 .client
                 .request(req)
                 .await
-                .map_err(|e| describe_hyper_error(&e))?;
+                .map_err(|e| SendError::Exchange(describe_hyper_error(&e)))?;
             let (parts, body) = resp.into_parts();
             let body = Limited::new(body, limit)
                 .collect()
                 .await
                 .map_err(|e| {
                     if e.is::<http_body_util::LengthLimitError>() {
-                        format!("answer longer than the limit of {limit} bytes")
+                        SendError::TooLong(limit)
                     } else {
-                        format!("reading the answer: {e}")
+                        SendError::Read(e.to_string())
                     }
                 })?
                 .to_bytes();
-            Ok::<_, String>(Answer {
+            Ok::<_, SendError>(Answer {
                 status: parts.status,
                 headers: parts.headers,
                 body,
@@ -155,7 +211,7 @@ impl Transport {
         };
         tokio::time::timeout(REQUEST_TIMEOUT, fut)
             .await
-            .map_err(|_| format!("no answer within {REQUEST_TIMEOUT:?}"))?
+            .map_err(|_| SendError::Timeout)?
     }
 }
 
@@ -207,10 +263,10 @@ impl Session {
     }
 
     /// An error about this session's reference.
-    pub fn err(&self, problem: impl Into<String>) -> OciError {
+    pub fn err(&self, problem: impl std::fmt::Display) -> OciError {
         OciError {
             reference: self.what.clone(),
-            problem: problem.into(),
+            problem: problem.to_string(),
         }
     }
 

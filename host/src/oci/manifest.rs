@@ -95,29 +95,55 @@ pub struct Manifest {
     pub annotations: BTreeMap<String, String>,
 }
 
+/// A manifest that is not a wasm module's (or a signature's) schema 2 manifest.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ManifestError {
+    /// Not JSON.
+    #[error("manifest is not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+    /// An image index, not a manifest.
+    #[error(
+        "an image index (several manifests), not a wasm module: give the digest of the wasm manifest"
+    )]
+    Index,
+    /// JSON, but not of a manifest's shape.
+    #[error("manifest not understood: {0}")]
+    NotUnderstood(#[source] serde_json::Error),
+    /// A schema version other than 2.
+    #[error("manifest schemaVersion {0} (only 2 is read)")]
+    SchemaVersion(u32),
+    /// No wasm layer: the layers' media types, and the config's.
+    #[error(
+        "no wasm layer: expected one layer of media type {WASM_LAYER} or {WASM_LAYER_LEGACY}, found [{}] (config {config})",
+        layers.join(", ")
+    )]
+    NoWasmLayer {
+        /// The media types of the layers.
+        layers: Vec<String>,
+        /// The media type of the config.
+        config: String,
+    },
+    /// More than one wasm layer.
+    #[error("{0} wasm layers; a plugin module is one component")]
+    WasmLayers(usize),
+}
+
 impl Manifest {
     /// Parses a manifest, refusing indexes and manifests that are not schema 2.
-    pub fn parse(bytes: &[u8], content_type: Option<&str>) -> Result<Self, String> {
-        let v: serde_json::Value =
-            serde_json::from_slice(bytes).map_err(|e| format!("manifest is not JSON: {e}"))?;
+    pub fn parse(bytes: &[u8], content_type: Option<&str>) -> Result<Self, ManifestError> {
+        let v: serde_json::Value = serde_json::from_slice(bytes).map_err(ManifestError::NotJson)?;
         let mt = v
             .get("mediaType")
             .and_then(|m| m.as_str())
             .or(content_type)
             .unwrap_or("");
         if mt == OCI_INDEX || mt == DOCKER_LIST || v.get("manifests").is_some() {
-            return Err(
-                "an image index (several manifests), not a wasm module: give the digest of the wasm manifest"
-                    .into(),
-            );
+            return Err(ManifestError::Index);
         }
-        let m: Manifest =
-            serde_json::from_value(v).map_err(|e| format!("manifest not understood: {e}"))?;
+        let m: Manifest = serde_json::from_value(v).map_err(ManifestError::NotUnderstood)?;
         if m.schema_version != 2 {
-            return Err(format!(
-                "manifest schemaVersion {} (only 2 is read)",
-                m.schema_version
-            ));
+            return Err(ManifestError::SchemaVersion(m.schema_version));
         }
         Ok(m)
     }
@@ -130,7 +156,7 @@ impl Manifest {
     }
 
     /// The one wasm layer of a module manifest, of either convention.
-    pub fn wasm_layer(&self) -> Result<&Descriptor, String> {
+    pub fn wasm_layer(&self) -> Result<&Descriptor, ManifestError> {
         let wasm: Vec<&Descriptor> = self
             .layers
             .iter()
@@ -138,19 +164,11 @@ impl Manifest {
             .collect();
         match wasm.as_slice() {
             [one] => Ok(one),
-            [] => Err(format!(
-                "no wasm layer: expected one layer of media type {WASM_LAYER} or {WASM_LAYER_LEGACY}, found [{}] (config {})",
-                self.layers
-                    .iter()
-                    .map(|l| l.media_type.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                self.config.media_type
-            )),
-            more => Err(format!(
-                "{} wasm layers; a plugin module is one component",
-                more.len()
-            )),
+            [] => Err(ManifestError::NoWasmLayer {
+                layers: self.layers.iter().map(|l| l.media_type.clone()).collect(),
+                config: self.config.media_type.clone(),
+            }),
+            more => Err(ManifestError::WasmLayers(more.len())),
         }
     }
 }
@@ -176,7 +194,12 @@ mod tests {
             None,
         )
         .unwrap();
-        assert!(m.wasm_layer().unwrap_err().contains("no wasm layer"));
+        assert!(
+            m.wasm_layer()
+                .unwrap_err()
+                .to_string()
+                .contains("no wasm layer")
+        );
     }
 
     #[test]
@@ -185,7 +208,8 @@ mod tests {
             format!(r#"{{"schemaVersion":2,"mediaType":"{OCI_INDEX}","manifests":[]}}"#).as_bytes(),
             None,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("image index"), "{e}");
     }
 }

@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use reference::{Reference, is_oci};
+pub use reference::{Reference, ReferenceError, ReferenceProblem, is_oci};
 
 use serde::Deserialize;
 
@@ -58,10 +58,10 @@ pub struct OciError {
 
 impl OciError {
     /// An error about `reference`.
-    pub fn new(reference: &Reference, problem: impl Into<String>) -> Self {
+    pub fn new(reference: &Reference, problem: impl std::fmt::Display) -> Self {
         Self {
             reference: reference.to_string(),
-            problem: problem.into(),
+            problem: problem.to_string(),
         }
     }
 }
@@ -138,7 +138,7 @@ impl Settings {
         };
         let credentials = match &c.docker_config {
             Some(p) => auth::read_docker_config(&resolve(p))
-                .map_err(|e| ("oci.dockerConfig".to_owned(), e))?,
+                .map_err(|e| ("oci.dockerConfig".to_owned(), e.to_string()))?,
             None => BTreeMap::new(),
         };
         let keys = c
@@ -146,7 +146,8 @@ impl Settings {
             .iter()
             .enumerate()
             .map(|(i, k)| {
-                sign::PublicKey::load(&resolve(k)).map_err(|e| (format!("oci.keys[{i}]"), e))
+                sign::PublicKey::load(&resolve(k))
+                    .map_err(|e| (format!("oci.keys[{i}]"), e.to_string()))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let (keyless, trusted_root) = c.keyless_policy(&resolve)?;
@@ -227,19 +228,33 @@ impl Pulled {
     }
 }
 
+/// [`block_on`] could not run its future to completion.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BlockOnError {
+    /// The runtime could not be built.
+    #[error("cannot start a runtime for OCI requests: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// The thread running it panicked.
+    #[error("OCI request thread panicked")]
+    Panicked,
+}
+
 /// Runs `f` to completion on a runtime of its own, on a thread of its own: callable from
 /// blocking code and from inside another runtime alike.
-pub fn block_on<T: Send>(f: impl std::future::Future<Output = T> + Send) -> Result<T, String> {
+pub fn block_on<T: Send>(
+    f: impl std::future::Future<Output = T> + Send,
+) -> Result<T, BlockOnError> {
     std::thread::scope(|s| {
         s.spawn(|| {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .map(|rt| rt.block_on(f))
-                .map_err(|e| format!("cannot start a runtime for OCI requests: {e}"))
+                .map_err(BlockOnError::Runtime)
         })
         .join()
-        .unwrap_or_else(|_| Err("OCI request thread panicked".into()))
+        .unwrap_or(Err(BlockOnError::Panicked))
     })
 }
 
@@ -320,7 +335,9 @@ fn matcher(
 ) -> Result<sigstore::Matcher, (String, String)> {
     match (exact, re) {
         (Some(e), None) if !e.is_empty() => Ok(sigstore::Matcher::Exact(e.clone())),
-        (None, Some(r)) => sigstore::Matcher::regex(r).map_err(|e| (format!("{at}.{re_name}"), e)),
+        (None, Some(r)) => {
+            sigstore::Matcher::regex(r).map_err(|e| (format!("{at}.{re_name}"), e.to_string()))
+        }
         (Some(_), Some(_)) => Err((
             at.to_owned(),
             format!("give one of {exact_name} and {re_name}, not both"),
@@ -363,7 +380,7 @@ impl OciConfig {
         let root = match &self.trusted_root {
             Some(p) => Some(Arc::new(
                 sigstore::TrustedRoot::load(&resolve(p))
-                    .map_err(|e| ("oci.trustedRoot".to_owned(), e))?,
+                    .map_err(|e| ("oci.trustedRoot".to_owned(), e.to_string()))?,
             )),
             None => None,
         };

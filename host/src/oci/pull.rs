@@ -127,19 +127,38 @@ async fn pull_now(settings: &Settings, reference: &Reference) -> Result<Pulled, 
     })
 }
 
+/// A signature manifest refused before any payload is fetched.
+#[derive(Debug, thiserror::Error)]
+enum LayersError {
+    /// More layers than `oci.maxSignatureLayers`.
+    #[error("the signature manifest has {layers} layers, more than oci.maxSignatureLayers ({max})")]
+    TooMany { layers: usize, max: usize },
+    /// Payloads declaring more than `oci.maxSignatureBytes` together.
+    #[error(
+        "its {payloads} payloads declare {declared} bytes together, more than oci.maxSignatureBytes ({max})"
+    )]
+    TooLarge {
+        payloads: usize,
+        declared: u64,
+        max: u64,
+    },
+    /// No cosign layer.
+    #[error("no layer of media type {}", manifest::COSIGN_LAYER)]
+    NoCosignLayer,
+}
+
 /// The cosign layers of signature manifest `m`, within `oci.maxSignatureLayers` (all its
 /// layers counted) and `oci.maxSignatureBytes` (their declared sizes together, each fetched
 /// payload being checked against its size): over either, nothing is fetched.
 fn signature_layers<'m>(
     settings: &Settings,
     m: &'m Manifest,
-) -> Result<Vec<&'m manifest::Descriptor>, String> {
+) -> Result<Vec<&'m manifest::Descriptor>, LayersError> {
     if m.layers.len() > settings.max_signature_layers {
-        return Err(format!(
-            "the signature manifest has {} layers, more than oci.maxSignatureLayers ({})",
-            m.layers.len(),
-            settings.max_signature_layers
-        ));
+        return Err(LayersError::TooMany {
+            layers: m.layers.len(),
+            max: settings.max_signature_layers,
+        });
     }
     let layers: Vec<_> = m
         .layers
@@ -148,14 +167,14 @@ fn signature_layers<'m>(
         .collect();
     let declared = layers.iter().fold(0u64, |n, l| n.saturating_add(l.size));
     if declared > settings.max_signature_bytes {
-        return Err(format!(
-            "its {} payloads declare {declared} bytes together, more than oci.maxSignatureBytes ({})",
-            layers.len(),
-            settings.max_signature_bytes
-        ));
+        return Err(LayersError::TooLarge {
+            payloads: layers.len(),
+            declared,
+            max: settings.max_signature_bytes,
+        });
     }
     if layers.is_empty() {
-        return Err(format!("no layer of media type {}", manifest::COSIGN_LAYER));
+        return Err(LayersError::NoCosignLayer);
     }
     Ok(layers)
 }

@@ -61,28 +61,69 @@ fn registry_ok(r: &str) -> bool {
         && port.is_none_or(|p| p.parse::<u16>().is_ok_and(|n| n > 0))
 }
 
+/// A module reference that does not parse: the text given, and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{input:?}: {problem}")]
+pub struct ReferenceError {
+    /// The reference as given.
+    pub input: String,
+    /// What is wrong.
+    pub problem: ReferenceProblem,
+}
+
+/// What is wrong with a module reference.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReferenceProblem {
+    /// No `oci://`.
+    #[error("an OCI reference starts with {SCHEME}")]
+    Scheme,
+    /// No `/` after the registry.
+    #[error("expected oci://REGISTRY/REPOSITORY:TAG or oci://REGISTRY/REPOSITORY@sha256:DIGEST")]
+    Shape,
+    /// A registry that is not `host[:port]`.
+    #[error("registry {0:?} is not a host name with an optional :port")]
+    Registry(String),
+    /// A digest that is not `sha256:` and 64 hex digits.
+    #[error("digest {0:?} is not sha256: followed by 64 lowercase hex digits")]
+    Digest(String),
+    /// A tag outside the distribution spec's grammar.
+    #[error(
+        "tag {0:?} is not valid (letters, digits, `_`, `.`, `-`; at most 128; not starting with `.` or `-`)"
+    )]
+    Tag(String),
+    /// A repository outside the distribution spec's grammar.
+    #[error(
+        "repository {0:?} is not valid (lowercase letters, digits and `._-` separators, components joined by `/`)"
+    )]
+    Repository(String),
+    /// Neither a tag nor a digest.
+    #[error("no tag and no digest; add :TAG or @sha256:DIGEST (there is no default tag)")]
+    Unpinned,
+}
+
 impl Reference {
     /// Parses `oci://REGISTRY/REPO:TAG`, `oci://REGISTRY/REPO@sha256:HEX` or both
     /// (`REPO:TAG@sha256:HEX`: the digest is what is pulled). There is no default registry and
     /// no default tag: the reference names exactly what runs.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, ReferenceError> {
+        let err = |problem| ReferenceError {
+            input: s.to_owned(),
+            problem,
+        };
         let rest = s
             .strip_prefix(SCHEME)
-            .ok_or_else(|| format!("{s:?}: an OCI reference starts with {SCHEME}"))?;
-        let (registry, path) = rest.split_once('/').ok_or_else(|| {
-            format!("{s:?}: expected oci://REGISTRY/REPOSITORY:TAG or oci://REGISTRY/REPOSITORY@sha256:DIGEST")
-        })?;
+            .ok_or_else(|| err(ReferenceProblem::Scheme))?;
+        let (registry, path) = rest
+            .split_once('/')
+            .ok_or_else(|| err(ReferenceProblem::Shape))?;
         if !registry_ok(registry) {
-            return Err(format!(
-                "{s:?}: registry {registry:?} is not a host name with an optional :port"
-            ));
+            return Err(err(ReferenceProblem::Registry(registry.to_owned())));
         }
         let (path, digest) = match path.split_once('@') {
             Some((p, d)) => {
                 if !is_sha256_digest(d) {
-                    return Err(format!(
-                        "{s:?}: digest {d:?} is not sha256: followed by 64 lowercase hex digits"
-                    ));
+                    return Err(err(ReferenceProblem::Digest(d.to_owned())));
                 }
                 (p, Some(d.to_owned()))
             }
@@ -94,23 +135,17 @@ impl Reference {
             Some((_, t)) => {
                 let repo = &path[..path.len() - t.len() - 1];
                 if !tag_ok(t) {
-                    return Err(format!(
-                        "{s:?}: tag {t:?} is not valid (letters, digits, `_`, `.`, `-`; at most 128; not starting with `.` or `-`)"
-                    ));
+                    return Err(err(ReferenceProblem::Tag(t.to_owned())));
                 }
                 (repo, Some(t.to_owned()))
             }
             None => (path, None),
         };
         if repository.is_empty() || !repository.split('/').all(repo_component_ok) {
-            return Err(format!(
-                "{s:?}: repository {repository:?} is not valid (lowercase letters, digits and `._-` separators, components joined by `/`)"
-            ));
+            return Err(err(ReferenceProblem::Repository(repository.to_owned())));
         }
         if tag.is_none() && digest.is_none() {
-            return Err(format!(
-                "{s:?}: no tag and no digest; add :TAG or @sha256:DIGEST (there is no default tag)"
-            ));
+            return Err(err(ReferenceProblem::Unpinned));
         }
         Ok(Self {
             registry: registry.to_owned(),
@@ -182,7 +217,7 @@ mod tests {
             ("oci://local host/a:v1", "registry"),
             ("oci://localhost:0/a:v1", "registry"),
         ] {
-            let e = Reference::parse(s).unwrap_err();
+            let e = Reference::parse(s).unwrap_err().to_string();
             assert!(e.contains(part), "{s}: {e}");
         }
     }

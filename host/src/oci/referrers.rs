@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 
 use super::client::{SMALL_BODY, Session, b64, sha256_digest};
-use super::manifest::{self, Descriptor, Manifest};
+use super::manifest::{self, Descriptor, Manifest, ManifestError};
 
 use super::sigstore::{self, BUNDLE_V03, COSIGN_SIGN_PREDICATE, INTOTO_PAYLOAD};
 use super::store::Store;
@@ -101,21 +101,21 @@ impl Check<'_> {
         at: &str,
         bytes: &[u8],
         budget: &mut u64,
-    ) -> Result<String, String> {
+    ) -> Result<String, ReferrerError> {
         let m = Manifest::parse(bytes, None)?;
         let subject = m.subject.as_ref().map(|d| d.digest.as_str());
         if subject != Some(self.digest) {
-            return Err(format!(
-                "its subject is {subject:?}, not this module's {}",
-                self.digest
-            ));
+            return Err(ReferrerError::Subject {
+                subject: subject.map(str::to_owned),
+                digest: self.digest.to_owned(),
+            });
         }
-        let layer = m.bundle_layer().ok_or("no Sigstore bundle layer")?;
+        let layer = m.bundle_layer().ok_or(ReferrerError::NoBundleLayer)?;
         if layer.size > *budget {
-            return Err(format!(
-                "its bundle of {} bytes is over what oci.maxSignatureBytes ({}) leaves",
-                layer.size, self.settings.max_signature_bytes
-            ));
+            return Err(ReferrerError::OverBudget {
+                size: layer.size,
+                max: self.settings.max_signature_bytes,
+            });
         }
         *budget -= layer.size;
         let (bundle, fetched) = match self.store.blob(&layer.digest) {
@@ -123,7 +123,7 @@ impl Check<'_> {
             None => (
                 s.get_blob(&layer.digest, layer.size, layer.size)
                     .await
-                    .map_err(|e| e.problem)?,
+                    .map_err(ReferrerError::Fetch)?,
                 true,
             ),
         };
@@ -135,7 +135,7 @@ impl Check<'_> {
             now: now_secs(),
         };
         let signer = sigstore::verify(&policy, &bundle, self.manifest, Some(COSIGN_SIGN_PREDICATE))
-            .map_err(|e| e.to_string())?;
+            .map_err(ReferrerError::Refused)?;
         if fetched {
             self.store.put_blob(&layer.digest, &bundle)?;
         }
@@ -143,6 +143,46 @@ impl Check<'_> {
         self.store.put_signature_of(self.digest, at)?;
         Ok(signer.to_string())
     }
+}
+
+/// Why a referrer's bundle was not accepted.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReferrerError {
+    /// Its manifest does not read.
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// Its subject is another manifest.
+    #[error("its subject is {subject:?}, not this module's {digest}")]
+    Subject {
+        /// The subject it names.
+        subject: Option<String>,
+        /// The module's manifest digest.
+        digest: String,
+    },
+    /// No layer of a bundle's media type.
+    #[error("no Sigstore bundle layer")]
+    NoBundleLayer,
+    /// The bundle is larger than what `oci.maxSignatureBytes` leaves.
+    #[error("its bundle of {size} bytes is over what oci.maxSignatureBytes ({max}) leaves")]
+    OverBudget {
+        /// The bundle's declared size.
+        size: u64,
+        /// `oci.maxSignatureBytes`.
+        max: u64,
+    },
+    /// Listed, but the registry does not have it.
+    #[error("listed, but not found")]
+    NotFound,
+    /// Fetching it failed (shown as its problem: the reference is the module's).
+    #[error("{}", .0.problem)]
+    Fetch(OciError),
+    /// The bundle was refused.
+    #[error("{0}")]
+    Refused(sigstore::Refused),
+    /// It verified, but the cache cannot keep it.
+    #[error(transparent)]
+    Store(#[from] super::store::StoreError),
 }
 
 fn now_secs() -> i64 {
@@ -170,8 +210,8 @@ pub async fn verify(
     for d in found {
         let got = match s.get_manifest(&d.digest).await {
             Ok(Some((_, bytes))) => c.referrer(s, &d.digest, &bytes, &mut budget).await,
-            Ok(None) => Err("listed, but not found".to_owned()),
-            Err(e) => Err(e.problem),
+            Ok(None) => Err(ReferrerError::NotFound),
+            Err(e) => Err(ReferrerError::Fetch(e)),
         };
         match got {
             Ok(signer) => return Ok(Ok(signer)),
@@ -187,7 +227,7 @@ pub fn keyed_bundle(
     key: &std::path::Path,
     repo_path: &str,
     digest: &str,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, sign::SignError> {
     let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
     let statement = serde_json::to_vec(&serde_json::json!({
         "_type": "https://in-toto.io/Statement/v1",
@@ -195,7 +235,7 @@ pub fn keyed_bundle(
         "predicateType": COSIGN_SIGN_PREDICATE,
         "predicate": {},
     }))
-    .map_err(|e| e.to_string())?;
+    .map_err(sign::SignError::Encode)?;
     let (sig, spki) = sign::sign_der(key, &sigstore::pae(INTOTO_PAYLOAD, &statement))?;
     use sha2::Digest as _;
     serde_json::to_vec(&serde_json::json!({
@@ -210,7 +250,7 @@ pub fn keyed_bundle(
             "signatures": [{ "sig": b64(&sig), "keyid": "" }],
         },
     }))
-    .map_err(|e| e.to_string())
+    .map_err(sign::SignError::Encode)
 }
 
 /// Attaches `bundle` to the manifest `subject` as a referrer; returns the referrer's digest.

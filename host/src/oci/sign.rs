@@ -42,25 +42,92 @@ pub struct PublicKey {
     point: Vec<u8>,
 }
 
+/// A key that cannot be used, or a signature that is refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SignError {
+    /// A public key file that is not PEM `PUBLIC KEY`.
+    #[error("signature key {}: not a PEM PUBLIC KEY: {source}", path.display())]
+    PublicKeyPem {
+        /// The file.
+        path: PathBuf,
+        /// The reader's complaint.
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    /// A public key of another kind than ECDSA P-256.
+    #[error(
+        "signature key {}: not an ECDSA P-256 public key (the only kind verified)",
+        .0.display()
+    )]
+    NotP256Public(PathBuf),
+    /// A signature payload that is not JSON.
+    #[error("payload is not JSON: {0}")]
+    PayloadJson(#[source] serde_json::Error),
+    /// A payload of another type than cosign's (the type as JSON text).
+    #[error("payload type is {0}, not {COSIGN_TYPE:?}")]
+    PayloadType(String),
+    /// A payload that signs another manifest.
+    #[error("payload signs manifest {named:?}, not this module's {digest}")]
+    OtherManifest {
+        /// The manifest the payload names.
+        named: String,
+        /// The module's manifest.
+        digest: String,
+    },
+    /// A signature annotation that is not base64.
+    #[error("signature annotation is not base64: {0}")]
+    SignatureBase64(#[source] base64::DecodeError),
+    /// A signature no configured key verifies.
+    #[error(
+        "signature does not verify under any configured key ({})",
+        .0.iter().map(|k| k.display().to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    NoKey(Vec<PathBuf>),
+    /// A private key file that is not PEM PKCS#8.
+    #[error(
+        "signing key {}: not a PEM PRIVATE KEY (PKCS#8; encrypted cosign keys are not read): {source}",
+        path.display()
+    )]
+    PrivateKeyPem {
+        /// The file.
+        path: PathBuf,
+        /// The reader's complaint.
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    /// A private key of another kind than ECDSA P-256.
+    #[error("signing key {}: not an ECDSA P-256 key: {why}", path.display())]
+    NotP256Private {
+        /// The file.
+        path: PathBuf,
+        /// ring's reason.
+        why: ring::error::KeyRejected,
+    },
+    /// A JSON document (a bundle, a statement) could not be written.
+    #[error("{0}")]
+    Encode(#[source] serde_json::Error),
+    /// ring could not sign.
+    #[error("signing: {0}")]
+    Signing(ring::error::Unspecified),
+}
+
 impl PublicKey {
     /// Reads a PEM `PUBLIC KEY` (SubjectPublicKeyInfo) of an ECDSA P-256 key, as
     /// `cosign generate-key-pair` writes `cosign.pub` and `openssl pkey -pubout` writes.
-    pub fn load(path: &Path) -> Result<Self, String> {
-        let der = SubjectPublicKeyInfoDer::from_pem_file(path).map_err(|e| {
-            format!(
-                "signature key {}: not a PEM PUBLIC KEY: {e}",
-                path.display()
-            )
+    pub fn load(path: &Path) -> Result<Self, SignError> {
+        let der = SubjectPublicKeyInfoDer::from_pem_file(path).map_err(|source| {
+            SignError::PublicKeyPem {
+                path: path.to_owned(),
+                source,
+            }
         })?;
         match p256_point(der.as_ref()) {
             Some(point) => Ok(Self {
                 file: path.to_owned(),
                 point,
             }),
-            None => Err(format!(
-                "signature key {}: not an ECDSA P-256 public key (the only kind verified)",
-                path.display()
-            )),
+            None => Err(SignError::NotP256Public(path.to_owned())),
         }
     }
 
@@ -119,71 +186,55 @@ pub fn verify(
     payload: &[u8],
     signature_b64: &str,
     manifest_digest: &str,
-) -> Result<PathBuf, String> {
-    let v: serde_json::Value =
-        serde_json::from_slice(payload).map_err(|e| format!("payload is not JSON: {e}"))?;
+) -> Result<PathBuf, SignError> {
+    let v: serde_json::Value = serde_json::from_slice(payload).map_err(SignError::PayloadJson)?;
     let critical = &v["critical"];
     if critical["type"].as_str() != Some(COSIGN_TYPE) {
-        return Err(format!(
-            "payload type is {}, not {COSIGN_TYPE:?}",
-            critical["type"]
-        ));
+        return Err(SignError::PayloadType(critical["type"].to_string()));
     }
     let named = critical["image"]["docker-manifest-digest"]
         .as_str()
         .unwrap_or("");
     if named != manifest_digest {
-        return Err(format!(
-            "payload signs manifest {named:?}, not this module's {manifest_digest}"
-        ));
+        return Err(SignError::OtherManifest {
+            named: named.to_owned(),
+            digest: manifest_digest.to_owned(),
+        });
     }
     let sig = STANDARD
         .decode(signature_b64.trim())
-        .map_err(|e| format!("signature annotation is not base64: {e}"))?;
+        .map_err(SignError::SignatureBase64)?;
     keys.iter()
         .find(|k| k.verifies(payload, &sig))
         .map(|k| k.file.clone())
-        .ok_or_else(|| {
-            format!(
-                "signature does not verify under any configured key ({})",
-                keys.iter()
-                    .map(|k| k.file.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        })
+        .ok_or_else(|| SignError::NoKey(keys.iter().map(|k| k.file.clone()).collect()))
 }
 
 /// Signs `payload` with a PEM PKCS#8 ECDSA P-256 private key (`openssl genpkey -algorithm EC
 /// -pkeyopt ec_paramgen_curve:P-256`); returns the base64 DER signature.
-pub fn sign(key_file: &Path, payload: &[u8]) -> Result<String, String> {
+pub fn sign(key_file: &Path, payload: &[u8]) -> Result<String, SignError> {
     sign_der(key_file, payload).map(|(sig, _)| STANDARD.encode(sig))
 }
 
 /// [`sign`], returning the DER signature and the key's SubjectPublicKeyInfo DER.
-pub fn sign_der(key_file: &Path, payload: &[u8]) -> Result<(Vec<u8>, Vec<u8>), String> {
+pub fn sign_der(key_file: &Path, payload: &[u8]) -> Result<(Vec<u8>, Vec<u8>), SignError> {
     use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair, KeyPair as _};
-    let der = PrivatePkcs8KeyDer::from_pem_file(key_file).map_err(|e| {
-        format!(
-            "signing key {}: not a PEM PRIVATE KEY (PKCS#8; encrypted cosign keys are not read): {e}",
-            key_file.display()
-        )
-    })?;
+    let der =
+        PrivatePkcs8KeyDer::from_pem_file(key_file).map_err(|source| SignError::PrivateKeyPem {
+            path: key_file.to_owned(),
+            source,
+        })?;
     let rng = ring::rand::SystemRandom::new();
     let pair = EcdsaKeyPair::from_pkcs8(
         &ECDSA_P256_SHA256_ASN1_SIGNING,
         der.secret_pkcs8_der(),
         &rng,
     )
-    .map_err(|e| {
-        format!(
-            "signing key {}: not an ECDSA P-256 key: {e}",
-            key_file.display()
-        )
+    .map_err(|why| SignError::NotP256Private {
+        path: key_file.to_owned(),
+        why,
     })?;
-    let sig = pair
-        .sign(&rng, payload)
-        .map_err(|e| format!("signing: {e}"))?;
+    let sig = pair.sign(&rng, payload).map_err(SignError::Signing)?;
     let mut spki = P256_SPKI_PREFIX.to_vec();
     spki.extend_from_slice(pair.public_key().as_ref());
     Ok((sig.as_ref().to_vec(), spki))

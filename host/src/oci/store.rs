@@ -7,6 +7,33 @@ use std::path::{Path, PathBuf};
 
 use super::client::sha256_digest;
 
+/// The cache cannot keep what it was given.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// A directory cannot be created.
+    #[error("OCI cache {}: cannot create: {source}", dir.display())]
+    Create {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file cannot be written.
+    #[error("OCI cache {}: cannot write: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A digest that is not `sha256:` and hex: it names no file.
+    #[error("not a sha256 digest: {0}")]
+    Digest(String),
+}
+
 /// The cache directory.
 #[derive(Clone, Debug)]
 pub struct Store {
@@ -51,16 +78,21 @@ impl Store {
         }
     }
 
-    fn write(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    fn write(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
         let dir = path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("OCI cache {}: cannot create: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Create {
+            dir: dir.to_owned(),
+            source,
+        })?;
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         std::fs::write(&tmp, bytes)
             .and_then(|()| std::fs::rename(&tmp, path))
-            .map_err(|e| {
+            .map_err(|source| {
                 let _ = std::fs::remove_file(&tmp);
-                format!("OCI cache {}: cannot write: {e}", path.display())
+                StoreError::Write {
+                    path: path.to_owned(),
+                    source,
+                }
             })
     }
 
@@ -70,10 +102,10 @@ impl Store {
     }
 
     /// Keeps a blob (its digest already checked by the caller); returns its path.
-    pub fn put_blob(&self, digest: &str, bytes: &[u8]) -> Result<PathBuf, String> {
+    pub fn put_blob(&self, digest: &str, bytes: &[u8]) -> Result<PathBuf, StoreError> {
         let p = self
             .blob_path(digest)
-            .ok_or_else(|| format!("not a sha256 digest: {digest}"))?;
+            .ok_or_else(|| StoreError::Digest(digest.to_owned()))?;
         Self::write(&p, bytes)?;
         Ok(p)
     }
@@ -84,10 +116,10 @@ impl Store {
     }
 
     /// Keeps a manifest (its digest already checked).
-    pub fn put_manifest(&self, digest: &str, bytes: &[u8]) -> Result<(), String> {
+    pub fn put_manifest(&self, digest: &str, bytes: &[u8]) -> Result<(), StoreError> {
         let p = self
             .manifest_path(digest)
-            .ok_or_else(|| format!("not a sha256 digest: {digest}"))?;
+            .ok_or_else(|| StoreError::Digest(digest.to_owned()))?;
         Self::write(&p, bytes)
     }
 
@@ -99,10 +131,14 @@ impl Store {
     }
 
     /// Records the signature manifest of `manifest_digest`.
-    pub fn put_signature_of(&self, manifest_digest: &str, signature: &str) -> Result<(), String> {
+    pub fn put_signature_of(
+        &self,
+        manifest_digest: &str,
+        signature: &str,
+    ) -> Result<(), StoreError> {
         let p = self
             .signature_index(manifest_digest)
-            .ok_or_else(|| format!("not a sha256 digest: {manifest_digest}"))?;
+            .ok_or_else(|| StoreError::Digest(manifest_digest.to_owned()))?;
         Self::write(&p, signature.as_bytes())
     }
 }

@@ -232,7 +232,7 @@ impl Reloader {
             (cfg.oci == next.oci).then(|| lock(&self.pulled).clone())
         };
         let next_pulled = crate::oci::block_on(modules::pull(&next, previous.as_ref()))
-            .and_then(|pulled| pulled)
+            .map_err(|e| refused(&e))?
             .map_err(|e| refused(&e))?;
         let cfg = lock(&self.config).clone();
         if let Some(p) = next

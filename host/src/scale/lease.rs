@@ -33,30 +33,84 @@ pub struct LeaseSettings {
     pub retry_period: Duration,
 }
 
+/// Lease timings client-go would refuse (`sharding` / `leaderElection` in the config).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LeaseTimingError {
+    /// `leaseDuration` not longer than `renewDeadline`.
+    #[error("leaseDuration ({lease:?}) must be longer than renewDeadline ({renew:?})")]
+    LeaseDuration {
+        /// `leaseDuration`.
+        lease: Duration,
+        /// `renewDeadline`.
+        renew: Duration,
+    },
+    /// `renewDeadline` not longer than 1.2 x `retryPeriod`.
+    #[error("renewDeadline ({renew:?}) must be longer than 1.2 x retryPeriod ({retry:?})")]
+    RenewDeadline {
+        /// `renewDeadline`.
+        renew: Duration,
+        /// `retryPeriod`.
+        retry: Duration,
+    },
+    /// A zero `retryPeriod`.
+    #[error("retryPeriod must be more than 0")]
+    RetryPeriod,
+    /// An empty identity.
+    #[error("identity must not be empty")]
+    Identity,
+}
+
+/// Why this replica may not act now: it does not lead, or the object is not in its share.
+/// Retryable: leadership and shares move.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Fenced {
+    /// Its last renewal is too old for it to be sure no other replica leads.
+    #[error("this replica could not renew its Lease in time")]
+    RenewLate,
+    /// It lost the Lease (why).
+    #[error("this replica lost its Lease: {0}")]
+    Lost(String),
+    /// Another replica leads (its identity, when seen).
+    #[error("this replica does not lead{}", .0.as_ref().map(|o| format!(" ({o} does)")).unwrap_or_default())]
+    Follower(Option<String>),
+    /// `mode: shards`: the target is in another replica's share.
+    #[error("{kind} {namespace}/{name} is not in this replica's shard")]
+    NotInShard {
+        /// The target's kind.
+        kind: String,
+        /// Its namespace (empty when cluster-scoped).
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
+}
+
 /// client-go's `JitterFactor`: waits between tries are `retryPeriod * (1 + 1.2 * rand)`.
 const JITTER: f64 = 1.2;
 
 impl LeaseSettings {
     /// client-go's checks of the timings: `leaseDuration > renewDeadline > 1.2 * retryPeriod`,
     /// each at least one tick.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), LeaseTimingError> {
         if self.lease_duration <= self.renew_deadline {
-            return Err(format!(
-                "leaseDuration ({:?}) must be longer than renewDeadline ({:?})",
-                self.lease_duration, self.renew_deadline
-            ));
+            return Err(LeaseTimingError::LeaseDuration {
+                lease: self.lease_duration,
+                renew: self.renew_deadline,
+            });
         }
         if self.renew_deadline.as_secs_f64() <= JITTER * self.retry_period.as_secs_f64() {
-            return Err(format!(
-                "renewDeadline ({:?}) must be longer than 1.2 x retryPeriod ({:?})",
-                self.renew_deadline, self.retry_period
-            ));
+            return Err(LeaseTimingError::RenewDeadline {
+                renew: self.renew_deadline,
+                retry: self.retry_period,
+            });
         }
         if self.retry_period.is_zero() {
-            return Err("retryPeriod must be more than 0".into());
+            return Err(LeaseTimingError::RetryPeriod);
         }
         if self.identity.is_empty() {
-            return Err("identity must not be empty".into());
+            return Err(LeaseTimingError::Identity);
         }
         Ok(())
     }
@@ -97,19 +151,15 @@ impl Leadership {
 
     /// `Ok` while this replica holds the Lease and its last renewal is recent enough that no
     /// other replica can have taken it; otherwise why not.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), Fenced> {
         let s = self.get();
         match s.until {
             Some(t) if Instant::now() < t => Ok(()),
-            Some(_) => Err("this replica could not renew its Lease in time".into()),
-            None if s.lost.is_some() => Err(format!(
-                "this replica lost its Lease: {}",
-                s.lost.unwrap_or_default()
-            )),
-            None => Err(match s.other {
-                Some(o) if !o.is_empty() => format!("this replica does not lead ({o} does)"),
-                _ => "this replica does not lead".into(),
-            }),
+            Some(_) => Err(Fenced::RenewLate),
+            None => match s.lost {
+                Some(why) => Err(Fenced::Lost(why)),
+                None => Err(Fenced::Follower(s.other.filter(|o| !o.is_empty()))),
+            },
         }
     }
 
@@ -481,12 +531,14 @@ mod tests {
             settings(10, 10, 2)
                 .check()
                 .unwrap_err()
+                .to_string()
                 .contains("leaseDuration")
         );
         assert!(
             settings(15, 2, 2)
                 .check()
                 .unwrap_err()
+                .to_string()
                 .contains("1.2 x retryPeriod")
         );
     }
@@ -505,10 +557,15 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn leadership_lapses_at_its_deadline() {
         let l = Leadership::default();
-        assert!(l.check().unwrap_err().contains("does not lead"));
+        assert!(l.check().unwrap_err().to_string().contains("does not lead"));
         l.set(|s| s.until = Some(Instant::now() + Duration::from_secs(10)));
         assert!(l.is_leader());
         tokio::time::advance(Duration::from_secs(10)).await;
-        assert!(l.check().unwrap_err().contains("could not renew"));
+        assert!(
+            l.check()
+                .unwrap_err()
+                .to_string()
+                .contains("could not renew")
+        );
     }
 }

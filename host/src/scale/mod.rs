@@ -25,7 +25,7 @@ use std::sync::Arc;
 use crate::actions::{Action, ActionSink, SendError, Sent};
 
 /// Whether this replica may act on an action's target (`Err`: why not).
-pub type OwnerCheck = Arc<dyn Fn(&Action) -> Result<(), String> + Send + Sync>;
+pub type OwnerCheck = Arc<dyn Fn(&Action) -> Result<(), lease::Fenced> + Send + Sync>;
 
 /// An [`ActionSink`] that sends only while this replica leads (or its membership is fresh) and,
 /// with shards, only about objects of its share; checked right before each request (each retry
@@ -47,7 +47,7 @@ impl ActionSink for FencedSink {
             .and_then(|()| self.owns.as_ref().map_or(Ok(()), |owns| owns(action)));
         match allowed {
             Ok(()) => self.inner.send(action),
-            Err(why) => Box::pin(async move { Err(SendError::fenced(why)) }),
+            Err(why) => Box::pin(async move { Err(SendError::fenced(why.to_string())) }),
         }
     }
 }
@@ -90,10 +90,11 @@ pub fn owner_check(
         if mine {
             Ok(())
         } else {
-            Err(format!(
-                "{} {}/{} is not in this replica's shard",
-                t.kind, ns, t.name
-            ))
+            Err(lease::Fenced::NotInShard {
+                kind: t.kind.clone(),
+                namespace: ns.to_owned(),
+                name: t.name.clone(),
+            })
         }
     })
 }

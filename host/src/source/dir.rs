@@ -153,7 +153,7 @@ struct State {
 /// An object as placed in its scope, and what [`decode_and_default`] made of it.
 struct Decoding {
     placed: Value,
-    result: Result<Value, String>,
+    result: Result<Value, ObjectRefused>,
     warnings: Vec<String>,
 }
 
@@ -164,7 +164,107 @@ enum Read {
     /// Read again (or refused): its stamp, and its manifests or what of it could not be read.
     Changed {
         stamp: (SystemTime, u64),
-        parsed: Result<Manifests, String>,
+        parsed: Result<Manifests, FileUnread>,
+    },
+}
+
+/// Why a manifest file was not read (its previous objects are kept).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FileUnread {
+    /// Refused before parsing (not a regular file, outside the directory, too large).
+    #[error(
+        "not read (its previous objects are kept): it {source}{}",
+        if matches!(source, FileRefused::TooLarge { .. }) { " (dir.maxFileSize)" } else { "" }
+    )]
+    Refused {
+        /// Why.
+        #[source]
+        source: FileRefused,
+    },
+    /// YAML that does not parse.
+    #[error("does not parse (its previous objects are kept): {0}")]
+    Yaml(#[source] wisp_kinds::yaml::YamlError),
+}
+
+/// Why an object of the directory is not stored, or not served to an informer: what an API
+/// server would answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ObjectRefused {
+    /// Kubernetes does not serve its kind at its apiVersion.
+    #[error(transparent)]
+    NotServed(#[from] NotServed),
+    /// A value of the wrong type (`shown` names the object).
+    #[error("{shown} is refused: {problem}")]
+    Decode {
+        /// The object, as messages show it.
+        shown: String,
+        /// The decoder's message.
+        problem: String,
+    },
+    /// Invalid, in the API server's words.
+    #[error("{0}")]
+    Invalid(String),
+    /// Not convertible to the version an informer asks for.
+    #[error("{0}")]
+    Convert(String),
+    /// Not an object an informer can hold.
+    #[error("{0}")]
+    Object(String),
+}
+
+/// A built-in group's kind at an apiVersion Kubernetes does not serve, with what it serves.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NotServed {
+    /// The kind, at other versions.
+    #[error("Kubernetes 1.36 serves {kind} as {}, not as {api_version:?}", served.join(", "))]
+    Version {
+        /// The kind.
+        kind: String,
+        /// The apiVersion given.
+        api_version: String,
+        /// The apiVersions it is served at.
+        served: Vec<String>,
+    },
+    /// An apiVersion not served at all.
+    #[error("Kubernetes 1.36 does not serve apiVersion {0:?}")]
+    ApiVersion(String),
+    /// Another kind than those of the apiVersion.
+    #[error("Kubernetes 1.36 serves no kind {kind:?} in {api_version}; it serves: {}", kinds.join(", "))]
+    Kind {
+        /// The kind.
+        kind: String,
+        /// The apiVersion given.
+        api_version: String,
+        /// The kinds it serves.
+        kinds: Vec<String>,
+    },
+}
+
+/// A kind an informer names that this directory cluster does not serve
+/// ([`DirCluster::check_kind`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KindNotServed {
+    /// A built-in group's kind Kubernetes does not serve there.
+    #[error(transparent)]
+    Builtin(#[from] NotServed),
+    /// A version the directory's CustomResourceDefinition does not serve.
+    #[error(
+        "the CustomResourceDefinition of {kind} in {group} serves versions {}, not {version:?}",
+        versions.join(", ")
+    )]
+    CrdVersion {
+        /// The kind.
+        kind: String,
+        /// Its group.
+        group: String,
+        /// The versions the CRD serves.
+        versions: Vec<String>,
+        /// The version asked for.
+        version: String,
     },
 }
 
@@ -214,16 +314,8 @@ fn read_changed(
         }
         let parsed = target
             .and_then(|t| files::read_regular(&t, cap))
-            .map_err(|e| {
-                let cap_field = matches!(e, FileRefused::TooLarge { .. })
-                    .then_some(" (dir.maxFileSize)")
-                    .unwrap_or_default();
-                format!("not read (its previous objects are kept): it {e}{cap_field}")
-            })
-            .and_then(|t| {
-                parse_manifests(&t)
-                    .map_err(|e| format!("does not parse (its previous objects are kept): {e}"))
-            });
+            .map_err(|source| FileUnread::Refused { source })
+            .and_then(|t| parse_manifests(&t).map_err(FileUnread::Yaml));
         out.push((p, Read::Changed { stamp, parsed }));
     }
     out
@@ -270,7 +362,7 @@ impl State {
                         .get(&p)
                         .map(|f| f.objects.clone())
                         .unwrap_or_default(),
-                    unread: vec![e],
+                    unread: vec![e.to_string()],
                 },
             };
             self.files.insert(p, file);
@@ -330,7 +422,7 @@ impl State {
                 let mut v = match v {
                     Ok(v) => v,
                     Err(e) => {
-                        unread.push(e);
+                        unread.push(e.to_string());
                         continue;
                     }
                 };
@@ -340,7 +432,7 @@ impl State {
                     continue;
                 }
                 if let Err(e) = admit(&v) {
-                    unread.push(e);
+                    unread.push(e.to_string());
                     continue;
                 }
                 unread.extend(unservable(&v, self.sources.iter().map(|(f, _)| f)));
@@ -507,21 +599,21 @@ fn key_of(v: &Value) -> Option<ObjKey> {
 /// Whether an API server would store `v`: its apiVersion and kind served, if of Kubernetes'
 /// own groups (custom kinds are read as written: their CRD may live elsewhere), and the object
 /// valid ([`wisp_apiserver::validation`]). The error says why not, as the API server would.
-fn admit(v: &Value) -> Result<(), String> {
+fn admit(v: &Value) -> Result<(), ObjectRefused> {
     use wisp_kinds as kinds;
     let text = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("");
     let (api_version, kind, name) = (text("/apiVersion"), text("/kind"), text("/metadata/name"));
     let (group, version) = kinds::split_api_version(api_version);
     if kinds::is_builtin_group(group) && kinds::builtin(group, version, kind).is_none() {
-        return Err(not_served(api_version, kind));
+        return Err(not_served(api_version, kind).into());
     }
     let errs = wisp_apiserver::validation::field_errors(group, kind, v);
     if errs.is_empty() {
         Ok(())
     } else {
-        Err(wisp_apiserver::validation::message(
+        Err(ObjectRefused::Invalid(wisp_apiserver::validation::message(
             group, kind, name, &errs,
-        ))
+        )))
     }
 }
 
@@ -530,7 +622,7 @@ fn admit(v: &Value) -> Result<(), String> {
 /// it (the error names the object, the field and the types); each unknown field is dropped
 /// and named in `warnings`. Objects of other groups, and kinds Kubernetes does not serve (left
 /// to [`admit`] to refuse), are returned as they are.
-fn decode_and_default(v: Value, warnings: &mut Vec<String>) -> Result<Value, String> {
+fn decode_and_default(v: Value, warnings: &mut Vec<String>) -> Result<Value, ObjectRefused> {
     use wisp_kinds as kinds;
     let text = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("");
     let (group, version) = kinds::split_api_version(text("/apiVersion"));
@@ -540,8 +632,12 @@ fn decode_and_default(v: Value, warnings: &mut Vec<String>) -> Result<Value, Str
     }
     let (group, version, kind) = (group.to_owned(), version.to_owned(), kind.to_owned());
     let shown = wisp_apiserver::convert::shown(&v);
-    let mut d = wisp_apiserver::decode::decode(&group, &version, &kind, &v)
-        .map_err(|e| format!("{shown} is refused: {e}"))?;
+    let mut d = wisp_apiserver::decode::decode(&group, &version, &kind, &v).map_err(|problem| {
+        ObjectRefused::Decode {
+            shown: shown.clone(),
+            problem,
+        }
+    })?;
     warnings.extend(d.warnings.iter().map(|w| {
         format!("{shown}: {w} (dropped, as an API server does with fieldValidation=Warn)")
     }));
@@ -552,7 +648,7 @@ fn decode_and_default(v: Value, warnings: &mut Vec<String>) -> Result<Value, Str
 /// `v` as an informer of `filter` is served it: converted to the informer's version if `v`
 /// is a built-in object written in another version of its group ([`wisp_apiserver::convert`]);
 /// `Err` if it cannot be.
-fn served(v: &Value, filter: &ObjectFilter) -> Result<Value, String> {
+fn served(v: &Value, filter: &ObjectFilter) -> Result<Value, ObjectRefused> {
     let written = v.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let group = group_of(written);
     if filter.api_version.is_empty()
@@ -562,7 +658,7 @@ fn served(v: &Value, filter: &ObjectFilter) -> Result<Value, String> {
     {
         return Ok(v.clone());
     }
-    wisp_apiserver::convert::convert(v, &filter.api_version)
+    wisp_apiserver::convert::convert(v, &filter.api_version).map_err(ObjectRefused::Convert)
 }
 
 /// Why informers of `filters` on the kind of `v`, in another version than it is written in,
@@ -583,31 +679,33 @@ fn unservable<'a>(v: &Value, filters: impl Iterator<Item = &'a ObjectFilter>) ->
                 kind: kind.to_owned(),
                 ..Default::default()
             };
-            served(v, &f).err()
+            served(v, &f).err().map(|e| e.to_string())
         })
         .collect()
 }
 
 /// Why Kubernetes serves no `kind` at `api_version` (of one of its own groups), with what it
 /// does serve.
-fn not_served(api_version: &str, kind: &str) -> String {
+fn not_served(api_version: &str, kind: &str) -> NotServed {
     use wisp_kinds as kinds;
     let (group, version) = kinds::split_api_version(api_version);
     let served = kinds::builtin_api_versions(group, kind);
     if !served.is_empty() {
-        return format!(
-            "Kubernetes 1.36 serves {kind} as {}, not as {api_version:?}",
-            served.join(", ")
-        );
+        return NotServed::Version {
+            kind: kind.to_owned(),
+            api_version: api_version.to_owned(),
+            served,
+        };
     }
     let kinds = kinds::builtin_kinds(group, version);
     if kinds.is_empty() {
-        format!("Kubernetes 1.36 does not serve apiVersion {api_version:?}")
+        NotServed::ApiVersion(api_version.to_owned())
     } else {
-        format!(
-            "Kubernetes 1.36 serves no kind {kind:?} in {api_version}; it serves: {}",
-            kinds.join(", ")
-        )
+        NotServed::Kind {
+            kind: kind.to_owned(),
+            api_version: api_version.to_owned(),
+            kinds: kinds.iter().map(|s| s.to_string()).collect(),
+        }
     }
 }
 
@@ -626,10 +724,10 @@ pub struct Manifests {
 /// file and document, so a rescan changes nothing). A document that is not a valid object is
 /// skipped and named in [`Manifests::skipped`]; YAML that does not parse fails the whole file
 /// (its previous objects are kept: see [`DirCluster::rescan`]).
-pub fn parse_manifests(text: &str) -> Result<Manifests, String> {
+pub fn parse_manifests(text: &str) -> Result<Manifests, wisp_kinds::yaml::YamlError> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut out = Manifests::default();
-    let docs = wisp_kinds::yaml::documents(text).map_err(|e| e.to_string())?;
+    let docs = wisp_kinds::yaml::documents(text)?;
     for (i, v) in docs.into_iter().enumerate() {
         if v.is_null() {
             continue;
@@ -789,12 +887,16 @@ impl DirCluster {
     /// group's kind is served by a CustomResourceDefinition in the directory for the version.
     /// A custom kind no CRD in the directory defines is read as written (`Ok` with a warning:
     /// its CRD may be installed elsewhere); a version that CRD does not serve is an error.
-    pub fn check_kind(&self, api_version: &str, kind: &str) -> Result<Option<String>, String> {
+    pub fn check_kind(
+        &self,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<Option<String>, KindNotServed> {
         let (group, version) = wisp_kinds::split_api_version(api_version);
         if wisp_kinds::is_builtin_group(group) {
             return match wisp_kinds::builtin(group, version, kind) {
                 Some(_) => Ok(None),
-                None => Err(not_served(api_version, kind)),
+                None => Err(not_served(api_version, kind).into()),
             };
         }
         let st = self.lock();
@@ -819,10 +921,12 @@ impl DirCluster {
         if versions.contains(&version) {
             Ok(None)
         } else {
-            Err(format!(
-                "the CustomResourceDefinition of {kind} in {group} serves versions {}, not {version:?}",
-                versions.join(", ")
-            ))
+            Err(KindNotServed::CrdVersion {
+                kind: kind.to_owned(),
+                group: group.to_owned(),
+                versions: versions.iter().map(|v| (*v).to_owned()).collect(),
+                version: version.to_owned(),
+            })
         }
     }
 
@@ -892,9 +996,10 @@ impl DirCluster {
 }
 
 /// `value` as `filter`'s informer is served it, when the informer keeps it.
-fn kept_by(filter: &ObjectFilter, value: &Value) -> Result<Option<Value>, String> {
+fn kept_by(filter: &ObjectFilter, value: &Value) -> Result<Option<Value>, ObjectRefused> {
     let value = served(value, filter)?;
-    let o = Object::from_value(value.clone(), true).map_err(|e| e.to_string())?;
+    let o = Object::from_value(value.clone(), true)
+        .map_err(|e| ObjectRefused::Object(e.to_string()))?;
     Ok(filter.keeps(&o).then_some(value))
 }
 
@@ -1416,14 +1521,20 @@ mod tests {
             Ok(None)
         );
         assert_eq!(c.check_kind("example.com/v1", "Widget"), Ok(None));
-        let e = c.check_kind("v1", "Podd").unwrap_err();
+        let e = c.check_kind("v1", "Podd").unwrap_err().to_string();
         assert!(
             e.contains("serves no kind \"Podd\" in v1; it serves: "),
             "{e}"
         );
-        let e = c.check_kind("apps/v2", "Deployment").unwrap_err();
+        let e = c
+            .check_kind("apps/v2", "Deployment")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("serves Deployment as apps/v1"), "{e}");
-        let e = c.check_kind("example.com/v2", "Widget").unwrap_err();
+        let e = c
+            .check_kind("example.com/v2", "Widget")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("serves versions v1, not \"v2\""), "{e}");
         let w = c.check_kind("other.io/v1", "Gadget").unwrap().unwrap();
         assert!(w.contains("no CustomResourceDefinition"), "{w}");

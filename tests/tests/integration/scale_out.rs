@@ -453,7 +453,14 @@ async fn a_leader_that_cannot_renew_stops_acting_before_a_standby_takes_over() {
     assert!(b_took >= Duration::from_millis(500), "{b_took:?}");
     assert_eq!(holder(&server).as_deref(), Some("b"));
     // a's actions are fenced: nothing it sends leaves it while it does not lead.
-    let fence = a.host.leadership.as_ref().unwrap().check().unwrap_err();
+    let fence = a
+        .host
+        .leadership
+        .as_ref()
+        .unwrap()
+        .check()
+        .unwrap_err()
+        .to_string();
     assert!(
         fence.contains("lost its Lease: no renewal succeeded"),
         "{fence}"
@@ -664,7 +671,8 @@ async fn a_sharded_replica_cut_off_stops_acting_before_the_others_take_its_part(
         .as_ref()
         .unwrap()
         .check()
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(fence.contains("membership Lease not renewed"), "{fence}");
 
     proxy.frozen.store(false, Ordering::SeqCst);

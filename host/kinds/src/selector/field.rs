@@ -46,7 +46,7 @@ impl FieldSelector {
             };
             reqs.push(FieldRequirement {
                 field: field.to_owned(),
-                value: unescape(raw).map_err(err)?,
+                value: unescape(raw).map_err(|e| err(e.to_string()))?,
                 equal,
             });
         }
@@ -110,16 +110,25 @@ fn split_term(term: &str) -> Option<(&str, bool, &str)> {
     })
 }
 
+/// What `UnescapeValue` finds wrong in a value, in its words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Problem {
+    /// A backslash before anything but `\`, `,` or `=` (`None`: at the end).
+    #[error("invalid field selector: invalid escape sequence: \\{}", .0.map(String::from).unwrap_or_default())]
+    Escape(Option<char>),
+    /// An unescaped `,` or `=`; Go prints the rune with %v: its code point.
+    #[error("invalid field selector: unescaped character in value: {}", u32::from(*.0))]
+    Unescaped(char),
+}
+
 /// The value a raw value stands for (`UnescapeValue`).
-fn unescape(raw: &str) -> Result<String, String> {
+fn unescape(raw: &str) -> Result<String, Problem> {
     let mut out = String::with_capacity(raw.len());
     let mut escaped = false;
     for c in raw.chars() {
         if escaped {
             if !matches!(c, '\\' | ',' | '=') {
-                return Err(format!(
-                    "invalid field selector: invalid escape sequence: \\{c}"
-                ));
+                return Err(Problem::Escape(Some(c)));
             }
             out.push(c);
             escaped = false;
@@ -127,18 +136,12 @@ fn unescape(raw: &str) -> Result<String, String> {
         }
         match c {
             '\\' => escaped = true,
-            // Go prints the rune with %v: its code point.
-            ',' | '=' => {
-                return Err(format!(
-                    "invalid field selector: unescaped character in value: {}",
-                    u32::from(c)
-                ));
-            }
+            ',' | '=' => return Err(Problem::Unescaped(c)),
             _ => out.push(c),
         }
     }
     if escaped {
-        return Err("invalid field selector: invalid escape sequence: \\".to_owned());
+        return Err(Problem::Escape(None));
     }
     Ok(out)
 }

@@ -41,7 +41,7 @@ impl LabelSelector {
     pub fn parse(input: &str) -> Result<Self, SelectorError> {
         let reqs = LabelParser::new(input)
             .parse()
-            .map_err(|problem| SelectorError::new("label", input, problem))?;
+            .map_err(|problem| SelectorError::new("label", input, problem.to_string()))?;
         Ok(Self { reqs })
     }
 
@@ -191,6 +191,42 @@ fn lex(input: &str) -> Vec<(Tok, String)> {
     }
 }
 
+/// What `labels.Parse` finds wrong, displayed in its words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Problem {
+    /// A requirement that does not parse.
+    #[error("unable to parse requirement: {0}")]
+    Requirement(Box<Problem>),
+    /// A token other than the ones the grammar allows here.
+    #[error("found '{found}', expected: {expected}")]
+    Unexpected {
+        found: String,
+        expected: &'static str,
+    },
+    /// `in` / `notin` not followed by `(` (apimachinery's message has no comma).
+    #[error("found '{0}' expected: '('")]
+    NoOpenPar(String),
+    /// A key that is not a qualified name; the parser validates with no field path, and Go
+    /// prints a nil path as "<nil>".
+    #[error("<nil>: Invalid value: {key:?}: {}", problems.join("; "))]
+    Key { key: String, problems: Vec<String> },
+    /// Values that are not label values (or not integers for `gt` / `lt`): one as it is,
+    /// several in `[a, b]`.
+    #[error("{}", values_message(.0))]
+    Values(Vec<String>),
+}
+
+fn values_message(errs: &[String]) -> String {
+    match errs {
+        [one] => one.clone(),
+        _ => format!("[{}]", errs.join(", ")),
+    }
+}
+
+fn unexpected(found: String, expected: &'static str) -> Problem {
+    Problem::Unexpected { found, expected }
+}
+
 /// The recursive descent parser of `labels.Parse`, with its error messages.
 struct LabelParser {
     items: Vec<(Tok, String)>,
@@ -224,7 +260,7 @@ impl LabelParser {
         item
     }
 
-    fn parse(&mut self) -> Result<Vec<LabelReq>, String> {
+    fn parse(&mut self) -> Result<Vec<LabelReq>, Problem> {
         let mut reqs = Vec::new();
         loop {
             let (tok, lit) = self.lookahead(true);
@@ -232,7 +268,7 @@ impl LabelParser {
                 Tok::Identifier | Tok::DoesNotExist => {
                     let req = self
                         .requirement()
-                        .map_err(|e| format!("unable to parse requirement: {e}"))?;
+                        .map_err(|e| Problem::Requirement(Box::new(e)))?;
                     reqs.push(req);
                     let (t, l) = self.consume(true);
                     match t {
@@ -240,25 +276,21 @@ impl LabelParser {
                         Tok::Comma => {
                             let (t2, l2) = self.lookahead(true);
                             if t2 != Tok::Identifier && t2 != Tok::DoesNotExist {
-                                return Err(format!(
-                                    "found '{l2}', expected: identifier after ','"
-                                ));
+                                return Err(unexpected(l2, "identifier after ','"));
                             }
                         }
-                        _ => return Err(format!("found '{l}', expected: ',' or 'end of string'")),
+                        _ => return Err(unexpected(l, "',' or 'end of string'")),
                     }
                 }
                 Tok::End => return Ok(reqs),
                 _ => {
-                    return Err(format!(
-                        "found '{lit}', expected: !, identifier, or 'end of string'"
-                    ));
+                    return Err(unexpected(lit, "!, identifier, or 'end of string'"));
                 }
             }
         }
     }
 
-    fn requirement(&mut self) -> Result<LabelReq, String> {
+    fn requirement(&mut self) -> Result<LabelReq, Problem> {
         let (key, op) = self.key_and_inferred_operator()?;
         if let Some(op @ (Op::Exists | Op::DoesNotExist)) = op {
             return new_requirement(key, op, Vec::new());
@@ -271,7 +303,7 @@ impl LabelParser {
         new_requirement(key, op, values)
     }
 
-    fn key_and_inferred_operator(&mut self) -> Result<(String, Option<Op>), String> {
+    fn key_and_inferred_operator(&mut self) -> Result<(String, Option<Op>), Problem> {
         let (mut tok, mut lit) = self.consume(true);
         let mut op = None;
         if tok == Tok::DoesNotExist {
@@ -279,15 +311,14 @@ impl LabelParser {
             (tok, lit) = self.consume(true);
         }
         if tok != Tok::Identifier {
-            return Err(format!("found '{lit}', expected: identifier"));
+            return Err(unexpected(lit, "identifier"));
         }
         let errs = label_key_errors(&lit);
         if !errs.is_empty() {
-            // The parser validates with no field path: Go prints a nil path as "<nil>".
-            return Err(format!(
-                "<nil>: Invalid value: {lit:?}: {}",
-                errs.join("; ")
-            ));
+            return Err(Problem::Key {
+                key: lit,
+                problems: errs,
+            });
         }
         let (next, _) = self.lookahead(true);
         if matches!(next, Tok::End | Tok::Comma) && op.is_none() {
@@ -296,7 +327,7 @@ impl LabelParser {
         Ok((lit, op))
     }
 
-    fn operator(&mut self) -> Result<Op, String> {
+    fn operator(&mut self) -> Result<Op, Problem> {
         let (tok, lit) = self.consume(false);
         Ok(match tok {
             Tok::In => Op::In,
@@ -306,22 +337,22 @@ impl LabelParser {
             Tok::LessThan => Op::LessThan,
             Tok::NotIn => Op::NotIn,
             Tok::NotEquals => Op::NotEquals,
-            _ => return Err(format!("found '{lit}', expected: {BINARY_OPERATORS}")),
+            _ => return Err(unexpected(lit, BINARY_OPERATORS)),
         })
     }
 
     /// `( a, b )`: a sorted set; `()` is the set of the empty string.
-    fn values(&mut self) -> Result<Vec<String>, String> {
+    fn values(&mut self) -> Result<Vec<String>, Problem> {
         let (tok, lit) = self.consume(true);
         if tok != Tok::OpenPar {
-            return Err(format!("found '{lit}' expected: '('"));
+            return Err(Problem::NoOpenPar(lit));
         }
         let (tok, lit) = self.lookahead(true);
         match tok {
             Tok::Identifier | Tok::Comma => {
                 let set = self.identifiers()?;
                 if self.consume(true).0 != Tok::ClosedPar {
-                    return Err(format!("found '{lit}', expected: ')'"));
+                    return Err(unexpected(lit, "')'"));
                 }
                 Ok(set)
             }
@@ -329,11 +360,11 @@ impl LabelParser {
                 self.consume(true);
                 Ok(vec![String::new()])
             }
-            _ => Err(format!("found '{lit}', expected: ',', ')' or identifier")),
+            _ => Err(unexpected(lit, "',', ')' or identifier")),
         }
     }
 
-    fn identifiers(&mut self) -> Result<Vec<String>, String> {
+    fn identifiers(&mut self) -> Result<Vec<String>, Problem> {
         let mut set = std::collections::BTreeSet::new();
         loop {
             let (tok, lit) = self.consume(true);
@@ -344,7 +375,7 @@ impl LabelParser {
                     match next {
                         Tok::Comma => continue,
                         Tok::ClosedPar => return Ok(set.into_iter().collect()),
-                        _ => return Err(format!("found '{lit2}', expected: ',' or ')'")),
+                        _ => return Err(unexpected(lit2, "',' or ')'")),
                     }
                 }
                 Tok::Comma => {
@@ -362,12 +393,12 @@ impl LabelParser {
                         _ => {}
                     }
                 }
-                _ => return Err(format!("found '{lit}', expected: ',', or identifier")),
+                _ => return Err(unexpected(lit, "',', or identifier")),
             }
         }
     }
 
-    fn exact_value(&mut self) -> Result<Vec<String>, String> {
+    fn exact_value(&mut self) -> Result<Vec<String>, Problem> {
         if matches!(self.lookahead(true).0, Tok::End | Tok::Comma) {
             return Ok(vec![String::new()]);
         }
@@ -375,14 +406,14 @@ impl LabelParser {
         if tok == Tok::Identifier {
             Ok(vec![lit])
         } else {
-            Err(format!("found '{lit}', expected: identifier"))
+            Err(unexpected(lit, "identifier"))
         }
     }
 }
 
 /// `NewRequirement`: checks the values (label values; integers for `gt` / `lt`) and
 /// aggregates the errors as apimachinery does (one as it is, several in `[a, b]`).
-fn new_requirement(key: String, op: Op, values: Vec<String>) -> Result<LabelReq, String> {
+fn new_requirement(key: String, op: Op, values: Vec<String>) -> Result<LabelReq, Problem> {
     let mut errs: Vec<String> = Vec::new();
     let mut ints = Vec::new();
     if matches!(op, Op::GreaterThan | Op::LessThan) {
@@ -416,10 +447,8 @@ fn new_requirement(key: String, op: Op, values: Vec<String>) -> Result<LabelReq,
         seen.push(e.clone());
         fresh
     });
-    match errs.len() {
-        0 => {}
-        1 => return Err(errs.remove(0)),
-        _ => return Err(format!("[{}]", errs.join(", "))),
+    if !errs.is_empty() {
+        return Err(Problem::Values(errs));
     }
     let first = values.first().cloned().unwrap_or_default();
     Ok(match op {

@@ -9,6 +9,49 @@ use std::path::{Component, Path, PathBuf};
 
 use super::Config;
 
+/// A custom resource's module path that is not allowed (the message a refusal shows for
+/// `spec.module`).
+#[derive(Debug, thiserror::Error)]
+pub(in crate::config) enum ModulePathError {
+    /// The path has a `..`.
+    #[error("{} has a `..`: a custom resource's module path may not have one", .0.display())]
+    ParentDir(PathBuf),
+    /// The path is not under a directory of `modulePaths` (as configured).
+    #[error(
+        "{} is not under a directory of customResources.modulePaths ({})",
+        path.display(),
+        if allowed.is_empty() {
+            "none: a custom resource may name only oci:// modules".to_owned()
+        } else {
+            allowed.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+        }
+    )]
+    Outside {
+        path: PathBuf,
+        allowed: Vec<PathBuf>,
+    },
+    /// Its directory cannot be resolved.
+    #[error("{}: {source}", dir.display())]
+    Dir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Its directory's links lead out of the allowed directories.
+    #[error(
+        "{} resolves to {}, not under a directory of customResources.modulePaths",
+        path.display(),
+        target.display()
+    )]
+    ResolvesOutside { path: PathBuf, target: PathBuf },
+    /// The module file itself is a link.
+    #[error(
+        "{} is a symbolic link: a custom resource's module is read without following one",
+        .0.display()
+    )]
+    Link(PathBuf),
+}
+
 impl Config {
     /// The module path of a custom resource, confined to `allowed` (`modulePaths`, as
     /// configured): `None` for an `oci://` module, else the path to read, its directory's links
@@ -17,15 +60,12 @@ impl Config {
         &self,
         module: &Path,
         allowed: &[PathBuf],
-    ) -> Result<Option<PathBuf>, String> {
+    ) -> Result<Option<PathBuf>, ModulePathError> {
         if module.to_str().is_some_and(crate::oci::is_oci) {
             return Ok(None);
         }
         if module.components().any(|c| c == Component::ParentDir) {
-            return Err(format!(
-                "{} has a `..`: a custom resource's module path may not have one",
-                module.display()
-            ));
+            return Err(ModulePathError::ParentDir(module.to_owned()));
         }
         let roots: Vec<PathBuf> = allowed
             .iter()
@@ -33,17 +73,9 @@ impl Config {
             .collect();
         let resolved: Vec<PathBuf> = roots.iter().filter_map(|d| d.canonicalize().ok()).collect();
         let path: PathBuf = self.resolve(module).components().collect();
-        let outside = || {
-            let dirs: Vec<String> = allowed.iter().map(|d| d.display().to_string()).collect();
-            format!(
-                "{} is not under a directory of customResources.modulePaths ({})",
-                path.display(),
-                if dirs.is_empty() {
-                    "none: a custom resource may name only oci:// modules".to_owned()
-                } else {
-                    dirs.join(", ")
-                }
-            )
+        let outside = || ModulePathError::Outside {
+            path: path.clone(),
+            allowed: allowed.to_vec(),
         };
         let under = |p: &Path, dirs: &[PathBuf]| dirs.iter().any(|d| p.starts_with(d) && p != d);
         if !under(&path, &roots) && !under(&path, &resolved) {
@@ -52,22 +84,16 @@ impl Config {
         let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
             return Err(outside());
         };
-        let dir = dir
-            .canonicalize()
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        let dir = dir.canonicalize().map_err(|source| ModulePathError::Dir {
+            dir: dir.to_owned(),
+            source,
+        })?;
         let target = dir.join(name);
         if !under(&target, &resolved) {
-            return Err(format!(
-                "{} resolves to {}, not under a directory of customResources.modulePaths",
-                path.display(),
-                target.display()
-            ));
+            return Err(ModulePathError::ResolvesOutside { path, target });
         }
         if std::fs::symlink_metadata(&target).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(format!(
-                "{} is a symbolic link: a custom resource's module is read without following one",
-                target.display()
-            ));
+            return Err(ModulePathError::Link(target));
         }
         Ok(Some(target))
     }

@@ -6,6 +6,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde::Deserialize;
 
+use super::SigstoreError;
+
 /// Media types of the bundle versions read (v0.3 has two spellings).
 const MEDIA_TYPES: [(&str, Version); 4] = [
     (
@@ -228,55 +230,53 @@ struct RawCheckpoint {
 }
 
 /// Base64 of field `what`, decoded.
-pub(super) fn b64(what: &str, s: &str) -> Result<Vec<u8>, String> {
+pub(super) fn b64(what: &str, s: &str) -> Result<Vec<u8>, SigstoreError> {
     STANDARD
         .decode(s.trim())
-        .map_err(|e| format!("{what} is not base64: {e}"))
+        .map_err(|source| SigstoreError::Base64 {
+            what: what.to_owned(),
+            source,
+        })
 }
 
-fn int<T: std::str::FromStr>(what: &str, s: &str) -> Result<T, String> {
-    s.parse()
-        .map_err(|_| format!("{what} {s:?} is not a non-negative integer"))
+fn int<T: std::str::FromStr>(what: &str, s: &str) -> Result<T, SigstoreError> {
+    s.parse().map_err(|_| SigstoreError::Integer {
+        what: what.to_owned(),
+        value: s.to_owned(),
+    })
 }
 
 impl Bundle {
     /// Reads a bundle from its JSON, refusing unknown versions and what a version forbids.
-    pub fn parse(json: &[u8]) -> Result<Self, String> {
-        let raw: RawBundle =
-            serde_json::from_slice(json).map_err(|e| format!("not a Sigstore bundle: {e}"))?;
+    pub fn parse(json: &[u8]) -> Result<Self, SigstoreError> {
+        let raw: RawBundle = serde_json::from_slice(json).map_err(SigstoreError::NotBundle)?;
         let version = MEDIA_TYPES
             .iter()
             .find(|(m, _)| *m == raw.media_type)
             .map(|(_, v)| *v)
-            .ok_or_else(|| {
-                format!(
-                    "bundle media type {:?} is not one read (v0.1, v0.2, v0.3)",
-                    raw.media_type
-                )
-            })?;
+            .ok_or_else(|| SigstoreError::BundleMediaType(raw.media_type.clone()))?;
         let material = material(version, &raw.verification_material)?;
         let content = match (raw.message_signature, raw.dsse_envelope) {
             (Some(m), None) => message(&m)?,
             (None, Some(d)) => dsse(&d)?,
-            _ => {
-                return Err(
-                    "the bundle holds neither or both of messageSignature and dsseEnvelope".into(),
-                );
-            }
+            _ => return Err(SigstoreError::Content),
         };
         let tlog = raw
             .verification_material
             .tlog_entries
             .iter()
             .enumerate()
-            .map(|(i, e)| entry(e).map_err(|m| format!("tlogEntries[{i}]: {m}")))
+            .map(|(index, e)| {
+                entry(e).map_err(|m| SigstoreError::TlogEntry {
+                    index,
+                    source: Box::new(m),
+                })
+            })
             .collect::<Result<Vec<_>, _>>()?;
         if version != Version::V01
             && let Some(i) = tlog.iter().position(|e| e.proof.is_none())
         {
-            return Err(format!(
-                "tlogEntries[{i}]: no inclusion proof (required from bundle v0.2 on)"
-            ));
+            return Err(SigstoreError::NoInclusionProof(i));
         }
         Ok(Self {
             version,
@@ -287,38 +287,29 @@ impl Bundle {
     }
 }
 
-fn material(version: Version, m: &RawMaterial) -> Result<Material, String> {
+fn material(version: Version, m: &RawMaterial) -> Result<Material, SigstoreError> {
     match (&m.certificate, &m.x509_certificate_chain, &m.public_key) {
         (Some(c), None, None) if version == Version::V03 => Ok(Material::Certificate(b64(
             "verificationMaterial.certificate.rawBytes",
             &c.raw_bytes,
         )?)),
         (None, Some(chain), None) => {
-            let first = chain.certificates.first().ok_or(
-                "verificationMaterial.x509CertificateChain has no certificate".to_owned(),
-            )?;
+            let first = (chain.certificates.first()).ok_or(SigstoreError::NoChainCertificate)?;
             Ok(Material::Certificate(b64(
                 "verificationMaterial.x509CertificateChain.certificates[0].rawBytes",
                 &first.raw_bytes,
             )?))
         }
         (None, None, Some(_)) => Ok(Material::PublicKey),
-        (Some(_), None, None) => Err(
-            "verificationMaterial.certificate is a v0.3 field; this bundle is an earlier version"
-                .into(),
-        ),
-        _ => Err(
-            "verificationMaterial must hold exactly one of certificate, x509CertificateChain, publicKey"
-                .into(),
-        ),
+        (Some(_), None, None) => Err(SigstoreError::CertificateBeforeV03),
+        _ => Err(SigstoreError::Material),
     }
 }
 
-fn message(m: &RawMessage) -> Result<Content, String> {
+fn message(m: &RawMessage) -> Result<Content, SigstoreError> {
     if m.message_digest.algorithm != "SHA2_256" {
-        return Err(format!(
-            "messageSignature.messageDigest.algorithm {:?} (only SHA2_256 is read)",
-            m.message_digest.algorithm
+        return Err(SigstoreError::DigestAlgorithm(
+            m.message_digest.algorithm.clone(),
         ));
     }
     Ok(Content::Message {
@@ -330,12 +321,9 @@ fn message(m: &RawMessage) -> Result<Content, String> {
     })
 }
 
-fn dsse(d: &RawDsse) -> Result<Content, String> {
+fn dsse(d: &RawDsse) -> Result<Content, SigstoreError> {
     let [sig] = d.signatures.as_slice() else {
-        return Err(format!(
-            "dsseEnvelope has {} signatures; a bundle's envelope has exactly one",
-            d.signatures.len()
-        ));
+        return Err(SigstoreError::DsseSignatures(d.signatures.len()));
     };
     Ok(Content::Dsse {
         payload_type: d.payload_type.clone(),
@@ -344,7 +332,7 @@ fn dsse(d: &RawDsse) -> Result<Content, String> {
     })
 }
 
-fn entry(e: &RawEntry) -> Result<TlogEntry, String> {
+fn entry(e: &RawEntry) -> Result<TlogEntry, SigstoreError> {
     let proof = match &e.inclusion_proof {
         None => None,
         Some(p) => Some(InclusionProof {
@@ -361,7 +349,7 @@ fn entry(e: &RawEntry) -> Result<TlogEntry, String> {
     };
     let log_index: i64 = int("logIndex", &e.log_index)?;
     if log_index < 0 {
-        return Err(format!("logIndex {log_index} is negative"));
+        return Err(SigstoreError::NegativeLogIndex(log_index));
     }
     Ok(TlogEntry {
         log_index,

@@ -9,6 +9,7 @@ use x509_cert::der::asn1::Utf8StringRef;
 use x509_cert::ext::pkix::SubjectAltName;
 use x509_cert::ext::pkix::name::GeneralName;
 
+use super::SigstoreError;
 use super::root::TrustedRoot;
 
 /// id-kp-codeSigning (1.3.6.1.5.5.7.3.3), DER content of the OID.
@@ -44,10 +45,9 @@ pub struct Identity {
 /// Checks that `leaf` chains to an authority of `root` trusted at `at` (the Rekor integrated
 /// time: Fulcio leaves live about ten minutes), with the code-signing EKU, and was valid then.
 /// Returns the authority's URI.
-pub fn verify_chain(leaf: &[u8], root: &TrustedRoot, at: i64) -> Result<String, String> {
+pub fn verify_chain(leaf: &[u8], root: &TrustedRoot, at: i64) -> Result<String, SigstoreError> {
     let leaf_der = CertificateDer::from(leaf);
-    let ee = EndEntityCert::try_from(&leaf_der)
-        .map_err(|e| format!("the leaf certificate is not a usable X.509 certificate: {e}"))?;
+    let ee = EndEntityCert::try_from(&leaf_der).map_err(SigstoreError::LeafUnusable)?;
     let time = UnixTime::since_unix_epoch(std::time::Duration::from_secs(
         u64::try_from(at).unwrap_or(0),
     ));
@@ -82,15 +82,12 @@ pub fn verify_chain(leaf: &[u8], root: &TrustedRoot, at: i64) -> Result<String, 
         }
     }
     if why.is_empty() {
-        return Err(format!(
-            "no certificate authority of {} is trusted at {at}",
-            root.file
-        ));
+        return Err(SigstoreError::NoAuthorityAt {
+            file: root.file.clone(),
+            at,
+        });
     }
-    Err(format!(
-        "the leaf does not chain to a trusted Fulcio authority at {at} (the Rekor time): {}",
-        why.join("; ")
-    ))
+    Err(SigstoreError::Untrusted { at, why })
 }
 
 /// Whether `signature` over `message` verifies under the leaf's key.
@@ -104,9 +101,8 @@ pub fn verifies(leaf: &[u8], message: &[u8], signature: &[u8]) -> bool {
 }
 
 /// The identity in `leaf`.
-pub fn identity(leaf: &[u8]) -> Result<Identity, String> {
-    let c = x509_cert::Certificate::from_der(leaf)
-        .map_err(|e| format!("the leaf certificate is not DER X.509: {e}"))?;
+pub fn identity(leaf: &[u8]) -> Result<Identity, SigstoreError> {
+    let c = x509_cert::Certificate::from_der(leaf).map_err(SigstoreError::LeafDer)?;
     let mut id = Identity {
         names: Vec::new(),
         issuer: None,
@@ -116,8 +112,7 @@ pub fn identity(leaf: &[u8]) -> Result<Identity, String> {
         let oid = e.extn_id.to_string();
         let bytes = e.extn_value.as_bytes();
         if oid == SAN {
-            let san = SubjectAltName::from_der(bytes)
-                .map_err(|e| format!("the leaf's subject alternative name is not DER: {e}"))?;
+            let san = SubjectAltName::from_der(bytes).map_err(SigstoreError::SanDer)?;
             for n in san.0 {
                 match n {
                     GeneralName::UniformResourceIdentifier(s) | GeneralName::Rfc822Name(s) => {
@@ -132,9 +127,11 @@ pub fn identity(leaf: &[u8]) -> Result<Identity, String> {
                 }
             }
         } else if oid == ISSUER_V2 {
-            let s = Utf8StringRef::from_der(bytes).map_err(|e| {
-                format!("the leaf's issuer extension ({ISSUER_V2}) is not a UTF8String: {e}")
-            })?;
+            let s =
+                Utf8StringRef::from_der(bytes).map_err(|cause| SigstoreError::IssuerExtension {
+                    oid: ISSUER_V2,
+                    cause,
+                })?;
             id.issuer = Some(s.as_str().to_owned());
         } else if oid == ISSUER_V1 {
             v1 = Some(String::from_utf8_lossy(bytes).into_owned());

@@ -17,6 +17,7 @@
 
 pub mod bundle;
 pub mod cert;
+mod error;
 pub mod root;
 pub mod tlog;
 
@@ -26,6 +27,7 @@ use sha2::{Digest, Sha256};
 
 use super::sign::PublicKey;
 use bundle::{Bundle, Content, Material};
+pub use error::SigstoreError;
 pub use root::TrustedRoot;
 
 /// The media type (and `artifactType`) of a v0.3 bundle, as cosign 3 attaches it.
@@ -71,10 +73,10 @@ pub enum Matcher {
 
 impl Matcher {
     /// An anchored regex matcher; the error names the problem.
-    pub fn regex(expr: &str) -> Result<Self, String> {
+    pub fn regex(expr: &str) -> Result<Self, SigstoreError> {
         regex::Regex::new(&format!("^(?:{expr})$"))
             .map(Self::Regex)
-            .map_err(|e| format!("not a regular expression: {e}"))
+            .map_err(SigstoreError::Regex)
     }
 
     fn matches(&self, s: &str) -> bool {
@@ -226,7 +228,7 @@ pub fn verify(
     artifact: &[u8],
     predicate: Option<&str>,
 ) -> Result<Signer, Refused> {
-    let b = Bundle::parse(json).map_err(|e| Refused::new("bundle format", e))?;
+    let b = Bundle::parse(json).map_err(|e| Refused::new("bundle format", e.to_string()))?;
     let (message, hash) = content_names(&b.content, artifact, predicate)?;
     let sig = signature(&b.content);
     match &b.material {
@@ -322,8 +324,10 @@ fn keyless(
     for e in &b.tlog[1..] {
         tlog::verify(root, e, &want, policy.now)?;
     }
-    cert::verify_chain(leaf, root, at).map_err(|e| Refused::new("certificate chain", e))?;
-    let id = cert::identity(leaf).map_err(|e| Refused::new("certificate identity", e))?;
+    cert::verify_chain(leaf, root, at)
+        .map_err(|e| Refused::new("certificate chain", e.to_string()))?;
+    let id =
+        cert::identity(leaf).map_err(|e| Refused::new("certificate identity", e.to_string()))?;
     matching_signer(policy.keyless, &id)
 }
 

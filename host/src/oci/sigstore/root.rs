@@ -7,6 +7,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use super::SigstoreError;
 use super::bundle::b64;
 
 /// DER prefix of the SubjectPublicKeyInfo of an Ed25519 key; the 32-byte key follows.
@@ -142,16 +143,20 @@ struct RawCert {
 }
 
 /// Seconds since the epoch of an RFC 3339 time.
-pub(super) fn seconds(what: &str, s: &str) -> Result<i64, String> {
+pub(super) fn seconds(what: &str, s: &str) -> Result<i64, SigstoreError> {
     s.parse::<k8s_openapi::jiff::Timestamp>()
         .map(|t| t.as_second())
-        .map_err(|e| format!("{what} {s:?} is not an RFC 3339 time: {e}"))
+        .map_err(|source| SigstoreError::Time {
+            what: what.to_owned(),
+            value: s.to_owned(),
+            source,
+        })
 }
 
-fn validity(what: &str, v: Option<&RawValidity>) -> Result<Validity, String> {
+fn validity(what: &str, v: Option<&RawValidity>) -> Result<Validity, SigstoreError> {
     let start = v
         .and_then(|v| v.start.as_deref())
-        .ok_or_else(|| format!("{what}.validFor.start is missing"))?;
+        .ok_or_else(|| SigstoreError::NoValidityStart(what.to_owned()))?;
     Ok(Validity {
         start: seconds(&format!("{what}.validFor.start"), start)?,
         end: match v.and_then(|v| v.end.as_deref()) {
@@ -161,7 +166,7 @@ fn validity(what: &str, v: Option<&RawValidity>) -> Result<Validity, String> {
     })
 }
 
-fn log_key(i: usize, l: &RawLog) -> Result<LogKey, String> {
+fn log_key(i: usize, l: &RawLog) -> Result<LogKey, SigstoreError> {
     let what = format!("tlogs[{i}]");
     let der = b64(
         &format!("{what}.publicKey.rawBytes"),
@@ -169,21 +174,27 @@ fn log_key(i: usize, l: &RawLog) -> Result<LogKey, String> {
     )?;
     let (key, ed25519) = match l.public_key.key_details.as_str() {
         "PKIX_ECDSA_P256_SHA_256" => (
-            crate::oci::sign::p256_point(&der)
-                .ok_or_else(|| format!("{what}.publicKey: not an ECDSA P-256 key"))?,
+            crate::oci::sign::p256_point(&der).ok_or_else(|| SigstoreError::LogKey {
+                what: what.clone(),
+                expected: "ECDSA P-256",
+            })?,
             false,
         ),
         "PKIX_ED25519" => (
             der.strip_prefix(&ED25519_SPKI_PREFIX[..])
                 .filter(|k| k.len() == 32)
-                .ok_or_else(|| format!("{what}.publicKey: not an Ed25519 key"))?
+                .ok_or_else(|| SigstoreError::LogKey {
+                    what: what.clone(),
+                    expected: "Ed25519",
+                })?
                 .to_vec(),
             true,
         ),
         other => {
-            return Err(format!(
-                "{what}.publicKey.keyDetails {other:?}: only PKIX_ECDSA_P256_SHA_256 and PKIX_ED25519 log keys are verified"
-            ));
+            return Err(SigstoreError::LogKeyDetails {
+                what,
+                details: other.to_owned(),
+            });
         }
     };
     Ok(LogKey {
@@ -198,7 +209,7 @@ fn log_key(i: usize, l: &RawLog) -> Result<LogKey, String> {
     })
 }
 
-fn authority(i: usize, a: &RawAuthority) -> Result<Authority, String> {
+fn authority(i: usize, a: &RawAuthority) -> Result<Authority, SigstoreError> {
     let what = format!("certificateAuthorities[{i}]");
     let chain = a
         .cert_chain
@@ -208,7 +219,7 @@ fn authority(i: usize, a: &RawAuthority) -> Result<Authority, String> {
         .map(|(j, c)| b64(&format!("{what}.certChain.certificates[{j}]"), &c.raw_bytes))
         .collect::<Result<Vec<_>, _>>()?;
     if chain.is_empty() {
-        return Err(format!("{what}.certChain has no certificate"));
+        return Err(SigstoreError::EmptyChain(what));
     }
     Ok(Authority {
         uri: a.uri.clone(),
@@ -219,32 +230,39 @@ fn authority(i: usize, a: &RawAuthority) -> Result<Authority, String> {
 
 impl TrustedRoot {
     /// Reads a trusted root from `json`; `file` names it in errors.
-    pub fn parse(file: &str, json: &[u8]) -> Result<Self, String> {
-        let raw: RawRoot = serde_json::from_slice(json)
-            .map_err(|e| format!("trusted root {file}: not a trusted root JSON: {e}"))?;
+    pub fn parse(file: &str, json: &[u8]) -> Result<Self, SigstoreError> {
+        let raw: RawRoot =
+            serde_json::from_slice(json).map_err(|source| SigstoreError::NotRoot {
+                file: file.to_owned(),
+                source,
+            })?;
         if !raw
             .media_type
             .starts_with("application/vnd.dev.sigstore.trustedroot")
         {
-            return Err(format!(
-                "trusted root {file}: mediaType {:?} is not a Sigstore trusted root",
-                raw.media_type
-            ));
+            return Err(SigstoreError::RootMediaType {
+                file: file.to_owned(),
+                media_type: raw.media_type,
+            });
         }
+        let in_file = |e| SigstoreError::Root {
+            file: file.to_owned(),
+            source: Box::new(e),
+        };
         let logs = (raw.tlogs.iter().enumerate())
             .map(|(i, l)| log_key(i, l))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("trusted root {file}: {e}"))?;
+            .map_err(in_file)?;
         let authorities = (raw.certificate_authorities.iter().enumerate())
             .map(|(i, a)| authority(i, a))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("trusted root {file}: {e}"))?;
+            .map_err(in_file)?;
         if logs.is_empty() || authorities.is_empty() {
-            return Err(format!(
-                "trusted root {file}: needs at least one of tlogs and of certificateAuthorities (has {} and {})",
-                logs.len(),
-                authorities.len()
-            ));
+            return Err(SigstoreError::RootIncomplete {
+                file: file.to_owned(),
+                logs: logs.len(),
+                authorities: authorities.len(),
+            });
         }
         Ok(Self {
             file: file.to_owned(),
@@ -254,9 +272,11 @@ impl TrustedRoot {
     }
 
     /// Reads the trusted root file at `path`.
-    pub fn load(path: &Path) -> Result<Self, String> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| format!("trusted root {}: cannot read: {e}", path.display()))?;
+    pub fn load(path: &Path) -> Result<Self, SigstoreError> {
+        let bytes = std::fs::read(path).map_err(|source| SigstoreError::ReadRoot {
+            path: path.to_owned(),
+            source,
+        })?;
         Self::parse(&path.display().to_string(), &bytes)
     }
 

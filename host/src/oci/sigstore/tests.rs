@@ -218,13 +218,14 @@ fn trusted_roots_are_checked_with_the_field_named() {
     let good = std::fs::read(dir().join("trusted_root.json")).unwrap();
     let mut v: serde_json::Value = serde_json::from_slice(&good).unwrap();
     v["tlogs"][0]["publicKey"]["validFor"] = serde_json::json!({});
-    let e = TrustedRoot::parse("r.json", &serde_json::to_vec(&v).unwrap()).unwrap_err();
+    let e =
+        (TrustedRoot::parse("r.json", &serde_json::to_vec(&v).unwrap()).unwrap_err()).to_string();
     assert!(
         e.contains("r.json") && e.contains("tlogs[0].publicKey.validFor.start"),
         "{e}"
     );
-    let e = TrustedRoot::parse("r.json", b"{\"mediaType\":\"x\"}").unwrap_err();
+    let e = (TrustedRoot::parse("r.json", b"{\"mediaType\":\"x\"}").unwrap_err()).to_string();
     assert!(e.contains("mediaType"), "{e}");
-    let e = TrustedRoot::parse("r.json", b"[]").unwrap_err();
+    let e = TrustedRoot::parse("r.json", b"[]").unwrap_err().to_string();
     assert!(e.contains("not a trusted root JSON"), "{e}");
 }

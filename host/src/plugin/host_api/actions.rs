@@ -3,7 +3,8 @@
 
 use super::grants::cache_key;
 use crate::actions::{
-    Accepted, ActionBody, ActionError, ActionVerb, Target, apply_target, event_body, metadata_patch,
+    Accepted, ActionBody, ActionError, ActionVerb, InvalidAction, Target, apply_target, event_body,
+    metadata_patch,
 };
 use crate::plugin::bindings::wisp::plugin::{actions, types};
 use crate::plugin::sandbox::state::StoreData;
@@ -67,10 +68,10 @@ impl actions::Host for StoreData {
 
     fn apply(&mut self, manifest: String) -> Result<actions::Accepted, actions::ActionError> {
         let parsed = if manifest.len() > MAX_MANIFEST {
-            Err(format!("the manifest is over {MAX_MANIFEST} bytes"))
+            Err(InvalidAction::ManifestTooLarge(MAX_MANIFEST))
         } else {
             serde_json::from_str::<serde_json::Value>(&manifest)
-                .map_err(|e| format!("the manifest is not JSON: {e}"))
+                .map_err(InvalidAction::ManifestJson)
         };
         let (target, body) = match parsed.and_then(|v| apply_target(&v).map(|t| (t, v))) {
             Ok((t, v)) => (t, Ok(ActionBody::Apply(v))),

@@ -90,7 +90,7 @@ impl policy::Host for StoreData {
         let store = &self.api.grants.services.verdicts;
         let change = store
             .report(&self.api.plugin, &version, &rule, subject, violation)
-            .map_err(policy::VerdictError::Invalid)?;
+            .map_err(|e| policy::VerdictError::Invalid(e.to_string()))?;
         PluginCounters::add(&self.api.status.counters.verdicts, 1);
         if matches!(change, Change::Raised | Change::Changed)
             && let Some((subject, Some((sev, msg)))) = &event

@@ -74,11 +74,13 @@ impl Filter {
                 fields: &[],
             },
         };
-        selectable.convert_selector(&mut filter.fields)?;
+        selectable
+            .convert_selector(&mut filter.fields)
+            .map_err(|e| e.to_string())?;
         if let Some(s) = query.get("shardSelector").filter(|s| !s.is_empty())
             && !shared.faults.shard_selector_ignored()
         {
-            let (field, ranges) = parse_selector(s)?;
+            let (field, ranges) = parse_selector(s).map_err(|e| e.to_string())?;
             filter.shard = Some((field, ranges, s.clone()));
         }
         Ok(filter)
