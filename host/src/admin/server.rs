@@ -16,7 +16,7 @@
 //!   never a busy loop; [`raise_open_files_limit`] makes that rarer.
 //!
 //! A request being handled has no timer: a reload may take its compile's time. A connection
-//! buffers at most [`MAX_BUF`].
+//! buffers at most `MAX_BUF`.
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -3,7 +3,7 @@
 //! read into a config of its own (the host's settings, its informers, its one plugin) and
 //! validated as the file is, then confined: a `WispPlugin` sees and acts only in its own
 //! namespace, nothing a custom resource asks may exceed `maxLimits` or `allowedGrants`, and its
-//! module is pulled from a registry or read from under `modulePaths` ([`module_paths`]).
+//! module is pulled from a registry or read from under `modulePaths` (`module_paths`).
 
 use super::*;
 use crate::actions::ActionGrant;

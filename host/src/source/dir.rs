@@ -4,7 +4,7 @@
 //! increasing resourceVersions. The directory is rescanned every `interval` (polling works on
 //! every filesystem and never sees a half-written file twice: a file that does not parse keeps
 //! its previous objects and is reported; a file that lost objects is believed only once it has
-//! been quiet for [`SETTLE`], its modification time and size unchanged, so a rewrite in place
+//! been quiet for `scan::SETTLE` (5 s), its modification time and size unchanged, so a rewrite in place
 //! caught half way deletes nothing, even from a writer that pauses a few seconds mid-file: a
 //! file cut at a document boundary parses whole, so only time tells it from a real deletion).
 //!
@@ -23,10 +23,10 @@
 //! are kept) without blocking a scan, and no lock is held while files are read, so the admin
 //! endpoints, the informers and shutdown never wait on a file.
 //!
-//! In four parts: [`scan`] finds the manifest files and reads those that changed (bounded,
-//! without a lock held); [`parse`] makes objects of a file's text as an API server would store
+//! In four parts: `scan` finds the manifest files and reads those that changed (bounded,
+//! without a lock held); `parse` makes objects of a file's text as an API server would store
 //! them (documents, scope, decoding, defaults, validation, the version an informer is served
-//! in); [`diff`] keeps what the directory defines and hands each scan's differences to the
+//! in); `diff` keeps what the directory defines and hands each scan's differences to the
 //! informers' sources; this file, the [`DirCluster`], is what the host watches through: a
 //! source per informer, a rescan per interval, and the errors and notes of the last scan.
 

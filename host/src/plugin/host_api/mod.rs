@@ -1,6 +1,6 @@
 //! The imports as plugins see them, one file per WIT interface: [`host`] (logging, cache reads
 //! limited to granted informers, counters and gauges), [`policy`] (verdicts) and [`actions`]
-//! (changes through the host, within grants), in ABI 0.2; the same in 0.1 in [`v01`] (which
+//! (changes through the host, within grants), in ABI 0.2; the same in 0.1 in `v01` (which
 //! converts and calls these); [`poll`]: `wasi:io/poll`, bounded by the call's deadline.
 //! [`grants`]: what they share (the granted caches).
 

@@ -1,7 +1,7 @@
 //! One live instance of a plugin: its own `Store`, armed with a deadline (and fuel) before every
 //! call. After any trap the store is dead and must be replaced (see `runtime`).
 //!
-//! Two limits of time, both enforced by the same epoch check (see [`deadline_check`]):
+//! Two limits of time, both enforced by the same epoch check (see `deadline_check`):
 //! - start-up (instantiation, `describe`, `init`, and `restore` after a reload) shares one
 //!   `limits.startup_deadline` until [`Instance::started`];
 //! - then each call has `limits.deadline`, plus `limits.deadline_per_notification` for every
@@ -250,7 +250,7 @@ impl Instance {
     }
 
     /// `describe` (which also sets what deliveries carry: see [`Instance::set_metadata_only`]),
-    /// its strings bounded (see [`bounded_info`]).
+    /// its strings bounded (see `bounded_info`).
     pub fn describe(&mut self) -> Result<PluginInfo, CallError> {
         let info = bounded_info(self.describe_call()?);
         self.set_metadata_only(info.metadata_only);
