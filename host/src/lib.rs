@@ -8,11 +8,12 @@
 //!
 //! 1. Leaves, importing nothing of the crate: [`sync`] (locks that survive a panic), [`units`]
 //!    (durations and sizes as written in a config), [`kinds`] (Kubernetes' kinds, their name
-//!    rules, where a kind lives on an API server), [`abi`] (the byte layout of plugin ABI 0.2:
-//!    an object's wire form), [`files`] (reading a file someone else named: regular files of
-//!    bounded size only), [`tasks`] (background work started inside a layer, run under the
-//!    supervisor: named, joined at shutdown, a panic reported); in tests, `test_time` (how
-//!    long a unit test waits before giving up, scaled by `WISP_TEST_TIME_SCALE`).
+//!    rules, where a kind lives on an API server), [`files`] (reading a file someone else
+//!    named: regular files of bounded size only), [`tasks`] (background work started inside a
+//!    layer, run under the supervisor: named, joined at shutdown, a panic reported); in tests,
+//!    `test_time` (how long a unit test waits before giving up, scaled by
+//!    `WISP_TEST_TIME_SCALE`). Below them all, the crate `wisp_abi` (plugin-sdk/abi): the byte
+//!    layout of plugin ABI 0.2, encoder and decoder, shared with the Rust SDK.
 //! 2. [`informer`]: the client-go informer pipeline (reflector, queues, indexer, shared
 //!    informer, processor and listeners, an in-memory source). Knows nothing of wasm or HTTP.
 //! 3. [`source`]: `ListerWatcher`s (the Kubernetes API through `kube`, a directory of
@@ -37,7 +38,6 @@
 //!     reconciler of plugins from custom resources ([`app::custom`]).
 #![deny(unsafe_code)]
 
-pub mod abi;
 pub mod actions;
 pub mod admin;
 pub mod app;
