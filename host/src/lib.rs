@@ -2,11 +2,12 @@
 //!
 //! # Layers
 //!
-//! Beneath this crate, two of the workspace's: [`wisp_kinds`] (host/kinds: facts about
+//! Beneath this crate, three of the workspace's: [`wisp_kinds`] (host/kinds: facts about
 //! Kubernetes' kinds: scope, name rules, where a kind lives on an API server, label and field
-//! selectors, shard hash ranges) and, for the `dir:` source alone, [`wisp_apiserver`]
-//! (tests/apiserver: an API server's write path, emulated: decode, defaults, validation,
-//! conversion).
+//! selectors, shard hash ranges, YAML as kubectl reads it), [`wisp_abi`] (plugin-sdk/abi: the
+//! byte layout of plugin ABI 0.2, encoder and decoder, shared with the Rust SDK) and, for the
+//! `dir:` source alone, [`wisp_apiserver`] (tests/apiserver: an API server's write path,
+//! emulated: decode, defaults, validation, conversion).
 //!
 //! Each module imports only from the layers below it (and its own layer's modules listed
 //! before it); nothing imports upward, so there is no import cycle between top-level modules
@@ -15,10 +16,9 @@
 //! 1. Leaves, importing nothing of the crate but what is listed before them: in tests,
 //!    `test_time` (how long a unit test waits before giving up, scaled by
 //!    `WISP_TEST_TIME_SCALE`); [`sync`] (locks that survive a panic), [`units`] (durations and
-//!    sizes as written in a config), [`abi`] (the byte layout of plugin ABI 0.2: an object's
-//!    wire form), [`files`] (reading a file someone else named: regular files of bounded size
-//!    only), [`tasks`] (background work started inside a layer, run under the supervisor:
-//!    named, joined at shutdown within the grace period, a panic reported).
+//!    sizes as written in a config), [`files`] (reading a file someone else named: regular files
+//!    of bounded size only), [`tasks`] (background work started inside a layer, run under the
+//!    supervisor: named, joined at shutdown within the grace period, a panic reported).
 //! 2. [`informer`]: the client-go informer pipeline (reflector, queues, indexer, shared
 //!    informer, processor and listeners, an in-memory source). Knows nothing of wasm or HTTP.
 //! 3. [`source`]: `ListerWatcher`s (the Kubernetes API through `kube`, a directory of
@@ -43,7 +43,6 @@
 //!     reconciler of plugins from custom resources ([`app::custom`]).
 #![deny(unsafe_code)]
 
-pub mod abi;
 pub mod actions;
 pub mod admin;
 pub mod app;

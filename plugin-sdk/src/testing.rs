@@ -47,43 +47,9 @@ use crate::bindings::wisp::plugin::types::Outcome as WitOutcome;
 pub use crate::bindings::wisp::plugin::types::{Level, Severity};
 use crate::{Plugin, PluginInfo};
 
-// ---- The ABI's encoding (docs/abi.md), as the host writes it ----
+// ---- The ABI's encoding (docs/abi.md): the ABI codec's encoder, the host's ----
 
-use crate::abi::{
-    ABSENT, ANNOTATIONS, API_VERSION, DELETION_TIMESTAMP, GENERATION, JSON, KIND, LABELS,
-    LAYOUT_VERSION, NAME, NAMESPACE, OWNER_ENTRY, OWNER_REFERENCES, RESOURCE_VERSION, UID,
-};
-
-const FIELDS: usize = JSON + 1;
-const BATCH_HEADER: usize = 24;
-const BATCH_ENTRY: usize = 32;
-const LIST_HEADER: usize = 8;
-
-/// The metadata an encoded object carries beside its JSON.
-#[derive(Debug, Default, PartialEq)]
-struct Meta {
-    api_version: String,
-    kind: String,
-    namespace: Option<String>,
-    name: String,
-    uid: String,
-    resource_version: String,
-    generation: Option<i64>,
-    deletion_timestamp: Option<String>,
-    labels: Vec<(String, String)>,
-    annotations: Vec<(String, String)>,
-    owners: Vec<Owner>,
-}
-
-#[derive(Debug, Default, PartialEq)]
-struct Owner {
-    api_version: String,
-    kind: String,
-    name: String,
-    uid: String,
-    controller: bool,
-    block_owner_deletion: bool,
-}
+use wisp_abi::{BatchWriter, Encoded, Entry, Kind, ObjectMeta, OwnerReference};
 
 fn string_at(v: &Value, path: &[&str]) -> Option<String> {
     let mut v = v;
@@ -108,46 +74,41 @@ fn pairs_at(v: &Value, field: &str) -> Vec<(String, String)> {
     pairs
 }
 
-impl Meta {
-    fn of(v: &Value) -> Result<Meta, String> {
-        let need = |path: &[&str]| {
-            string_at(v, path).ok_or_else(|| format!("the object has no {}", path.join(".")))
-        };
-        let owners = v
-            .pointer("/metadata/ownerReferences")
-            .and_then(Value::as_array)
-            .map(|refs| {
-                refs.iter()
-                    .map(|r| Owner {
-                        api_version: string_at(r, &["apiVersion"]).unwrap_or_default(),
-                        kind: string_at(r, &["kind"]).unwrap_or_default(),
-                        name: string_at(r, &["name"]).unwrap_or_default(),
-                        uid: string_at(r, &["uid"]).unwrap_or_default(),
-                        controller: r.get("controller").and_then(Value::as_bool) == Some(true),
-                        block_owner_deletion: r.get("blockOwnerDeletion").and_then(Value::as_bool)
-                            == Some(true),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        Ok(Meta {
-            api_version: need(&["apiVersion"])?,
-            kind: need(&["kind"])?,
-            namespace: string_at(v, &["metadata", "namespace"]).filter(|n| !n.is_empty()),
-            name: need(&["metadata", "name"])?,
-            uid: string_at(v, &["metadata", "uid"]).unwrap_or_default(),
-            resource_version: string_at(v, &["metadata", "resourceVersion"]).unwrap_or_default(),
-            generation: v.pointer("/metadata/generation").and_then(Value::as_i64),
-            deletion_timestamp: string_at(v, &["metadata", "deletionTimestamp"]),
-            labels: pairs_at(v, "labels"),
-            annotations: pairs_at(v, "annotations"),
-            owners,
+/// The metadata an encoded object carries beside its JSON, as the host extracts it.
+fn meta_of(v: &Value) -> Result<ObjectMeta, String> {
+    let need = |path: &[&str]| {
+        string_at(v, path).ok_or_else(|| format!("the object has no {}", path.join(".")))
+    };
+    let owners = v
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .map(|refs| {
+            refs.iter()
+                .map(|r| OwnerReference {
+                    api_version: string_at(r, &["apiVersion"]).unwrap_or_default(),
+                    kind: string_at(r, &["kind"]).unwrap_or_default(),
+                    name: string_at(r, &["name"]).unwrap_or_default(),
+                    uid: string_at(r, &["uid"]).unwrap_or_default(),
+                    controller: r.get("controller").and_then(Value::as_bool) == Some(true),
+                    block_owner_deletion: r.get("blockOwnerDeletion").and_then(Value::as_bool)
+                        == Some(true),
+                })
+                .collect()
         })
-    }
-
-    fn key(&self) -> String {
-        key_of(self.namespace.as_deref(), &self.name)
-    }
+        .unwrap_or_default();
+    Ok(ObjectMeta {
+        api_version: need(&["apiVersion"])?,
+        kind: need(&["kind"])?,
+        namespace: string_at(v, &["metadata", "namespace"]).filter(|n| !n.is_empty()),
+        name: need(&["metadata", "name"])?,
+        uid: string_at(v, &["metadata", "uid"]).unwrap_or_default(),
+        resource_version: string_at(v, &["metadata", "resourceVersion"]).unwrap_or_default(),
+        generation: v.pointer("/metadata/generation").and_then(Value::as_i64),
+        deletion_timestamp: string_at(v, &["metadata", "deletionTimestamp"]),
+        labels: pairs_at(v, "labels"),
+        annotations: pairs_at(v, "annotations"),
+        owner_references: owners,
+    })
 }
 
 fn key_of(namespace: Option<&str>, name: &str) -> String {
@@ -157,141 +118,15 @@ fn key_of(namespace: Option<&str>, name: &str) -> String {
     }
 }
 
-fn off(n: usize) -> u32 {
-    u32::try_from(n).expect("test objects are under 4 GiB")
-}
-
-fn put_span(buf: &mut [u8], at: usize, (o, l): (u32, u32)) {
-    buf[at..at + 4].copy_from_slice(&o.to_le_bytes());
-    buf[at + 4..at + 8].copy_from_slice(&l.to_le_bytes());
-}
-
-fn append(buf: &mut Vec<u8>, b: &[u8]) -> (u32, u32) {
-    let at = off(buf.len());
-    buf.extend_from_slice(b);
-    (at, off(b.len()))
-}
-
-fn reserve(buf: &mut Vec<u8>, n: usize) -> usize {
-    let at = buf.len();
-    buf.resize(at + n, 0);
-    at
-}
-
-fn pair_table(buf: &mut Vec<u8>, pairs: &[(String, String)]) -> (u32, u32) {
-    let size = 4 + pairs.len() * 16;
-    let table = reserve(buf, size);
-    buf[table..table + 4].copy_from_slice(&off(pairs.len()).to_le_bytes());
-    for (i, (k, v)) in pairs.iter().enumerate() {
-        let ks = append(buf, k.as_bytes());
-        let vs = append(buf, v.as_bytes());
-        put_span(buf, table + 4 + i * 16, ks);
-        put_span(buf, table + 12 + i * 16, vs);
-    }
-    (off(table), off(size))
-}
-
-fn owner_table(buf: &mut Vec<u8>, owners: &[Owner]) -> (u32, u32) {
-    let size = 8 + owners.len() * OWNER_ENTRY;
-    let table = reserve(buf, size);
-    buf[table..table + 4].copy_from_slice(&off(owners.len()).to_le_bytes());
-    buf[table + 4..table + 8].copy_from_slice(&off(OWNER_ENTRY).to_le_bytes());
-    for (i, o) in owners.iter().enumerate() {
-        let e = table + 8 + i * OWNER_ENTRY;
-        for (j, text) in [&o.api_version, &o.kind, &o.name, &o.uid]
-            .iter()
-            .enumerate()
-        {
-            let s = append(buf, text.as_bytes());
-            put_span(buf, e + j * 8, s);
-        }
-        let flags = u32::from(o.controller) | (u32::from(o.block_owner_deletion) << 1);
-        buf[e + 32..e + 36].copy_from_slice(&flags.to_le_bytes());
-    }
-    (off(table), off(size))
-}
-
-fn encode_parts(m: &Meta, json: &str) -> Vec<u8> {
-    let mut buf = vec![LAYOUT_VERSION, 0];
-    buf.extend_from_slice(&(FIELDS as u16).to_le_bytes());
-    reserve(&mut buf, FIELDS * 8);
-    let mut spans = [(ABSENT, 0); FIELDS];
-    spans[API_VERSION] = append(&mut buf, m.api_version.as_bytes());
-    spans[KIND] = append(&mut buf, m.kind.as_bytes());
-    if let Some(ns) = &m.namespace {
-        spans[NAMESPACE] = append(&mut buf, ns.as_bytes());
-    }
-    spans[NAME] = append(&mut buf, m.name.as_bytes());
-    spans[UID] = append(&mut buf, m.uid.as_bytes());
-    spans[RESOURCE_VERSION] = append(&mut buf, m.resource_version.as_bytes());
-    if let Some(g) = m.generation {
-        spans[GENERATION] = append(&mut buf, &g.to_le_bytes());
-    }
-    if let Some(ts) = &m.deletion_timestamp {
-        spans[DELETION_TIMESTAMP] = append(&mut buf, ts.as_bytes());
-    }
-    spans[LABELS] = pair_table(&mut buf, &m.labels);
-    spans[ANNOTATIONS] = pair_table(&mut buf, &m.annotations);
-    spans[OWNER_REFERENCES] = owner_table(&mut buf, &m.owners);
-    spans[JSON] = append(&mut buf, json.as_bytes());
-    for (i, s) in spans.into_iter().enumerate() {
-        put_span(&mut buf, 4 + i * 8, s);
-    }
-    buf
-}
-
 /// Encodes an object as the host does when it caches it (`docs/abi.md`, "Object"). It needs
 /// `apiVersion`, `kind` and `metadata.name`.
 pub fn encode_object(object: &Value) -> Result<Vec<u8>, String> {
-    Ok(encode_parts(&Meta::of(object)?, &object.to_string()))
+    Ok(wisp_abi::encode_object(&meta_of(object)?, &object.to_string()).into_vec())
 }
 
 /// Encodes a list of encoded objects (`docs/abi.md`, "Object list"), as cache reads return it.
 pub fn encode_list(objects: &[Vec<u8>]) -> Vec<u8> {
-    let mut buf = vec![LAYOUT_VERSION, 0];
-    buf.extend_from_slice(&(LIST_HEADER as u16).to_le_bytes());
-    buf.extend_from_slice(&off(objects.len()).to_le_bytes());
-    reserve(&mut buf, objects.len() * 8);
-    for (i, o) in objects.iter().enumerate() {
-        let span = append(&mut buf, o);
-        put_span(&mut buf, LIST_HEADER + i * 8, span);
-    }
-    buf
-}
-
-/// One notification to encode: kind (0 added, 1 updated, 2 deleted), flags, the object and the
-/// old state (`None` for an update: a resync, sharing the object's span).
-struct Entry<'a> {
-    seq: u64,
-    kind: u8,
-    flags: u8,
-    object: &'a [u8],
-    old: Option<&'a [u8]>,
-}
-
-fn encode_batch(informer: &str, entries: &[Entry<'_>]) -> Vec<u8> {
-    let mut buf = vec![0; BATCH_HEADER + entries.len() * BATCH_ENTRY];
-    buf[0] = LAYOUT_VERSION;
-    buf[2..4].copy_from_slice(&(BATCH_HEADER as u16).to_le_bytes());
-    buf[4..8].copy_from_slice(&off(entries.len()).to_le_bytes());
-    buf[8..12].copy_from_slice(&off(BATCH_ENTRY).to_le_bytes());
-    let name = append(&mut buf, informer.as_bytes());
-    put_span(&mut buf, 12, name);
-    for (i, n) in entries.iter().enumerate() {
-        let e = BATCH_HEADER + i * BATCH_ENTRY;
-        let object = append(&mut buf, n.object);
-        let old = match (n.kind, n.old) {
-            (1, Some(old)) => append(&mut buf, old),
-            (1, None) => object,
-            _ => (ABSENT, 0),
-        };
-        buf[e..e + 8].copy_from_slice(&n.seq.to_le_bytes());
-        buf[e + 8] = n.kind;
-        buf[e + 9] = n.flags;
-        put_span(&mut buf, e + 12, object);
-        put_span(&mut buf, e + 20, old);
-    }
-    buf
+    wisp_abi::encode_list(objects.iter().map(Vec::as_slice))
 }
 
 // ---- The fake host ----
@@ -374,7 +209,7 @@ type IndexFn = Box<dyn Fn(&Value) -> Vec<String>>;
 type Answer = Box<dyn FnMut(&Action) -> Result<Accepted, ActionError>>;
 
 /// A cached object and its encoding.
-type Cached = (Value, Vec<u8>);
+type Cached = (Value, Encoded);
 
 struct Informer {
     objects: BTreeMap<String, Cached>,
@@ -466,7 +301,7 @@ pub(crate) mod host {
             let i = granted(s, informer)?;
             Ok(i.objects
                 .get(&key_of(namespace, name))
-                .map(|(_, b)| b.clone()))
+                .map(|(_, b)| b.as_bytes().to_vec()))
         })
     }
 
@@ -481,7 +316,7 @@ pub(crate) mod host {
                 Some(sel) => Some(Selector::parse(sel).map_err(CacheError::BadSelector)?),
                 None => None,
             };
-            let found: Vec<Vec<u8>> = i
+            let found: Vec<&Encoded> = i
                 .objects
                 .values()
                 .filter(|(v, _)| {
@@ -492,9 +327,9 @@ pub(crate) mod host {
                         .as_ref()
                         .is_none_or(|sel| sel.matches(&pairs_at(v, "labels")))
                 })
-                .map(|(_, b)| b.clone())
+                .map(|(_, b)| b)
                 .collect();
-            Ok(encode_list(&found))
+            Ok(wisp_abi::encode_list(found.iter().map(|b| b.as_bytes())))
         })
     }
 
@@ -504,13 +339,13 @@ pub(crate) mod host {
             let f = i.indexes.get(index).ok_or_else(|| {
                 CacheError::UnknownIndex(format!("informer {informer:?} has no index {index:?}"))
             })?;
-            let found: Vec<Vec<u8>> = i
+            let found: Vec<&Encoded> = i
                 .objects
                 .values()
                 .filter(|(v, _)| f(v).iter().any(|x| x == value))
-                .map(|(_, b)| b.clone())
+                .map(|(_, b)| b)
                 .collect();
-            Ok(encode_list(&found))
+            Ok(wisp_abi::encode_list(found.iter().map(|b| b.as_bytes())))
         })
     }
 
@@ -788,23 +623,19 @@ impl<P: Plugin> Harness<P> {
     fn deliver(
         &mut self,
         informer: &str,
-        kind: u8,
-        flags: u8,
-        object: &[u8],
-        old: Option<&[u8]>,
+        kind: Kind,
+        object: &Encoded,
+        old: Option<&Encoded>,
     ) -> Outcome {
         let seq = self.seq.entry(informer.to_owned()).or_default();
         *seq += 1;
-        let batch = encode_batch(
-            informer,
-            &[Entry {
-                seq: *seq,
-                kind,
-                flags,
-                object,
-                old,
-            }],
-        );
+        let entry = Entry {
+            seq: *seq,
+            kind,
+            object,
+            old,
+        };
+        let batch = BatchWriter::new(informer, [entry].into_iter(), false).to_vec();
         let mut out = enter(&self.state, || {
             crate::__private::handle::<P>(&self.plugin, batch)
         });
@@ -828,7 +659,7 @@ impl<P: Plugin> Harness<P> {
     }
 
     /// Caches `object`: its encoding, and the cached entry of its key it replaced.
-    fn store(&mut self, informer: &str, object: &Value) -> (Vec<u8>, Option<Cached>) {
+    fn store(&mut self, informer: &str, object: &Value) -> (Encoded, Option<Cached>) {
         let (key, bytes) = encoded(object);
         let replaced = self
             .state
@@ -842,13 +673,20 @@ impl<P: Plugin> Harness<P> {
     /// Delivers `object` as added (not part of the initial list), caching it first.
     pub fn add(&mut self, informer: &str, object: Value) -> Outcome {
         let (bytes, _) = self.store(informer, &object);
-        self.deliver(informer, 0, 0, &bytes, None)
+        self.deliver(
+            informer,
+            Kind::Added {
+                initial_list: false,
+            },
+            &bytes,
+            None,
+        )
     }
 
     /// Delivers `object` as added by the initial list (or a late-join replay).
     pub fn list(&mut self, informer: &str, object: Value) -> Outcome {
         let (bytes, _) = self.store(informer, &object);
-        self.deliver(informer, 0, 1, &bytes, None)
+        self.deliver(informer, Kind::Added { initial_list: true }, &bytes, None)
     }
 
     /// Delivers `object` as updated, the cached one being the old state.
@@ -863,31 +701,34 @@ impl<P: Plugin> Harness<P> {
         });
         let rv = |v: &Value| v.pointer("/metadata/resourceVersion").cloned();
         let resync = rv(&object) == rv(&old_value);
-        self.deliver(informer, 1, if resync { 2 } else { 0 }, &new, Some(&old))
+        self.deliver(informer, Kind::Updated { resync }, &new, Some(&old))
     }
 
     /// Delivers the cached object `key` as a resync (an update that changed nothing).
     pub fn resync(&mut self, informer: &str, key: &str) -> Outcome {
         let (_, bytes) = self.cached(informer, key);
-        self.deliver(informer, 1, 2, &bytes, None)
+        self.deliver(informer, Kind::Updated { resync: true }, &bytes, None)
     }
 
     /// Removes the cached object `key` and delivers its deletion; its verdicts are cleared.
     pub fn delete(&mut self, informer: &str, key: &str) -> Outcome {
-        self.remove(informer, key, 0)
+        self.remove(informer, key, false)
     }
 
     /// Like [`Harness::delete`], for a deletion the informer missed (final state unknown).
     pub fn delete_missed(&mut self, informer: &str, key: &str) -> Outcome {
-        self.remove(informer, key, 4)
+        self.remove(informer, key, true)
     }
 
-    fn remove(&mut self, informer: &str, key: &str, flags: u8) -> Outcome {
+    fn remove(&mut self, informer: &str, key: &str, final_state_unknown: bool) -> Outcome {
         let (_, bytes) = self.cached(informer, key);
         if let Some(i) = self.state.borrow_mut().informers.get_mut(informer) {
             i.objects.remove(key);
         }
-        let out = self.deliver(informer, 2, flags, &bytes, None);
+        let kind = Kind::Deleted {
+            final_state_unknown,
+        };
+        let out = self.deliver(informer, kind, &bytes, None);
         self.state
             .borrow_mut()
             .verdicts
@@ -990,9 +831,10 @@ fn series(name: &str, labels: &[(&str, &str)]) -> Series {
     sorted(name, &labels)
 }
 
-fn encoded(object: &Value) -> (String, Vec<u8>) {
-    let meta = Meta::of(object).unwrap_or_else(|e| panic!("{e}: {object}"));
-    (meta.key(), encode_parts(&meta, &object.to_string()))
+fn encoded(object: &Value) -> (String, Encoded) {
+    let meta = meta_of(object).unwrap_or_else(|e| panic!("{e}: {object}"));
+    let key = key_of(meta.namespace.as_deref(), &meta.name);
+    (key, wisp_abi::encode_object(&meta, &object.to_string()))
 }
 
 #[cfg(test)]

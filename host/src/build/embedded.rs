@@ -8,10 +8,11 @@ pub type File = (&'static str, &'static str);
 /// `wit/wisp.wit`: the world `wisp:plugin/plugin`.
 pub const WIT: &str = include_str!("../../../wit/wisp.wit");
 
-/// The Rust crate `wisp-sdk` (plugin-sdk/), without its tests (they read the repository's ABI
-/// vectors). Its `Cargo.toml` inherits from this workspace: [`rust_sdk_manifest`] gives it
-/// standalone.
-pub const RUST_SDK: [File; 4] = [
+/// The Rust crate `wisp-sdk` (plugin-sdk/) and the ABI codec it depends on, `wisp-abi`
+/// (plugin-sdk/abi/, its path dependency `abi`), without their tests (they read the
+/// repository's ABI vectors). Their `Cargo.toml`s inherit from this workspace:
+/// [`rust_sdk_manifests`] gives them standalone.
+pub const RUST_SDK: [File; 11] = [
     ("src/lib.rs", include_str!("../../../plugin-sdk/src/lib.rs")),
     ("src/abi.rs", include_str!("../../../plugin-sdk/src/abi.rs")),
     ("src/sys.rs", include_str!("../../../plugin-sdk/src/sys.rs")),
@@ -19,9 +20,38 @@ pub const RUST_SDK: [File; 4] = [
         "src/testing.rs",
         include_str!("../../../plugin-sdk/src/testing.rs"),
     ),
+    (
+        "abi/src/lib.rs",
+        include_str!("../../../plugin-sdk/abi/src/lib.rs"),
+    ),
+    (
+        "abi/src/batch.rs",
+        include_str!("../../../plugin-sdk/abi/src/batch.rs"),
+    ),
+    (
+        "abi/src/check.rs",
+        include_str!("../../../plugin-sdk/abi/src/check.rs"),
+    ),
+    (
+        "abi/src/encode.rs",
+        include_str!("../../../plugin-sdk/abi/src/encode.rs"),
+    ),
+    (
+        "abi/src/layout.rs",
+        include_str!("../../../plugin-sdk/abi/src/layout.rs"),
+    ),
+    (
+        "abi/src/list.rs",
+        include_str!("../../../plugin-sdk/abi/src/list.rs"),
+    ),
+    (
+        "abi/src/object.rs",
+        include_str!("../../../plugin-sdk/abi/src/object.rs"),
+    ),
 ];
 
 const RUST_SDK_MANIFEST: &str = include_str!("../../../plugin-sdk/Cargo.toml");
+const RUST_ABI_MANIFEST: &str = include_str!("../../../plugin-sdk/abi/Cargo.toml");
 
 /// The Python package `wisp_plugin` (plugin-sdk/python/wisp_plugin).
 pub const PYTHON_SDK: [File; 9] = [
@@ -84,11 +114,20 @@ pub const JS_SDK: [File; 5] = [
     ),
 ];
 
-/// The SDK crate's `Cargo.toml` with what it inherits from this workspace written out.
-pub fn rust_sdk_manifest() -> String {
+/// The `Cargo.toml`s of the SDK's crates (path relative to the SDK's directory, text), with
+/// what they inherit from this workspace written out.
+pub fn rust_sdk_manifests() -> [(&'static str, String); 2] {
+    [
+        ("Cargo.toml", standalone(RUST_SDK_MANIFEST)),
+        ("abi/Cargo.toml", standalone(RUST_ABI_MANIFEST)),
+    ]
+}
+
+/// A workspace member's manifest with what it inherits written out (and no lints).
+fn standalone(manifest: &str) -> String {
     let mut out = String::new();
     let mut skip_lints = false;
-    for line in RUST_SDK_MANIFEST.lines() {
+    for line in manifest.lines() {
         if skip_lints {
             if line.starts_with('[') {
                 skip_lints = false;
@@ -169,6 +208,14 @@ mod tests {
             &["tests.rs", "abi", "testing"],
             &mut rust,
         );
+        // The codec's sources, without its tests (`check/` holds only the check's).
+        files(
+            &root.join("abi").join("src"),
+            &root,
+            &["tests.rs", "check"],
+            &mut rust,
+        );
+        rust.sort();
         // abi/ and testing/ hold only their modules' tests.
         assert_eq!(listed(&RUST_SDK), rust);
         let py = root.join("python");
@@ -191,8 +238,11 @@ mod tests {
     }
 
     #[test]
-    fn the_rust_sdk_manifest_stands_alone() {
-        let m = rust_sdk_manifest();
+    fn the_rust_sdk_manifests_stand_alone() {
+        let [(_, m), (_, abi)] = rust_sdk_manifests();
+        assert!(!abi.contains("workspace"), "{abi}");
+        assert!(abi.contains("name = \"wisp-abi\""), "{abi}");
+        assert!(m.contains("wisp-abi = { path = \"abi\" }"), "{m}");
         assert!(!m.contains("workspace"), "{m}");
         assert!(m.contains("name = \"wisp-sdk\""), "{m}");
         assert!(m.contains("edition = \"2024\""), "{m}");

@@ -112,8 +112,10 @@ pub fn write_sdk(lang: Lang, dir: &Path) -> std::io::Result<()> {
     let sdk = dir.join(sdk_dir(lang));
     let files: &[File] = match lang {
         Lang::Rust => {
-            std::fs::create_dir_all(&sdk)?;
-            std::fs::write(sdk.join("Cargo.toml"), embedded::rust_sdk_manifest())?;
+            std::fs::create_dir_all(sdk.join("abi"))?;
+            for (path, text) in embedded::rust_sdk_manifests() {
+                std::fs::write(sdk.join(path), text)?;
+            }
             &embedded::RUST_SDK
         }
         Lang::Python => &embedded::PYTHON_SDK,

@@ -11,16 +11,19 @@ mod meta;
 use std::sync::Arc;
 
 use serde_json::Value;
+use wisp_abi::Encoded;
 
-pub use crate::abi::{ObjectMeta, OwnerRef};
 pub use meta::{Meta, Owner, Pairs};
+pub use wisp_abi::ObjectMeta;
+/// An owner reference as owned values (the codec's `OwnerReference`).
+pub use wisp_abi::OwnerReference as OwnerRef;
 
 /// A Kubernetes object as the informer holds it: the object encoded in the plugin ABI's layout
-/// ([`crate::abi`]), its metadata then its full JSON. The encoding is made once when the object
+/// ([`wisp_abi`]), its metadata then its full JSON. The encoding is made once when the object
 /// enters the informer and copied whole into every batch and cache read.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Object {
-    wire: Box<[u8]>,
+    wire: Encoded,
 }
 
 impl std::fmt::Debug for Object {
@@ -51,9 +54,8 @@ pub enum ObjectError {
 impl Object {
     /// Builds an object from extracted metadata and its JSON text. The caller promises they agree.
     pub fn from_parts(meta: &ObjectMeta, json: impl AsRef<str>) -> Self {
-        let (wire, _) = crate::abi::encode_object(meta, json.as_ref());
         Self {
-            wire: wire.into_boxed_slice(),
+            wire: wisp_abi::encode_object(meta, json.as_ref()),
         }
     }
 
@@ -78,7 +80,7 @@ impl Object {
 
     /// The metadata, read in place from the encoding.
     pub fn meta(&self) -> Meta<'_> {
-        Meta::new(&self.wire)
+        Meta::new(self.wire.view())
     }
 
     /// The same object with other JSON text (e.g. a masked one); the metadata is kept.
@@ -88,19 +90,24 @@ impl Object {
 
     /// The full object as JSON text.
     pub fn json(&self) -> &str {
-        self.meta().json()
+        self.wire.json()
     }
 
     /// The object in the plugin ABI's layout (`docs/abi.md`): what batches and cache reads
     /// copy into a plugin.
     pub fn wire(&self) -> &[u8] {
+        self.wire.as_bytes()
+    }
+
+    /// The encoding as the codec wrote it (what a batch is written from).
+    pub fn encoded(&self) -> &Encoded {
         &self.wire
     }
 
     /// Where the JSON starts in [`Object::wire`] (it runs to the end): the bytes before it are
     /// the object's metadata.
     pub fn json_at(&self) -> usize {
-        self.wire.len() - self.json().len()
+        self.wire.json_at()
     }
 
     /// Parses the JSON into a value (for callers that need the whole object).
@@ -116,7 +123,7 @@ impl Object {
 
     /// Heap bytes held by this object (for cache-size metrics): its encoding.
     pub fn heap_size(&self) -> usize {
-        self.wire.len()
+        self.wire.as_bytes().len()
     }
 }
 
@@ -268,7 +275,7 @@ mod tests {
         assert_eq!(m.label("b"), Some("2"));
         assert_eq!(m.label("c"), None);
         assert_eq!(m.annotation("x"), Some("y"));
-        let owners: Vec<_> = m.owner_references().map(|r| r.to_owned()).collect();
+        let owners: Vec<_> = m.owner_references().map(OwnerRef::from).collect();
         assert_eq!(owners[0].uid, "o1");
         assert!(owners[0].controller && !owners[0].block_owner_deletion);
         assert_eq!((m.name(), m.uid(), m.resource_version()), ("a", "u1", "7"));

@@ -1,7 +1,7 @@
 //! Every `bindgen!` of the host in one module; the rest of the crate uses these re-exports.
 //!
 //! Two worlds: `wisp:plugin/plugin@0.2.0` ([`v02`], whose `wisp` module is re-exported here: batches and cache reads are
-//! byte lists in the layout of [`crate::abi`]) and `wisp:plugin/plugin@0.1.0` ([`v01`]: records,
+//! byte lists in the layout of [`wisp_abi`]) and `wisp:plugin/plugin@0.1.0` ([`v01`]: records,
 //! from `wit/v0.1/`), which the host keeps loading so plugins can move at their own pace. The
 //! world of a component is chosen when it is loaded, from the `listener` interface it exports.
 //!
