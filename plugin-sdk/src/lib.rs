@@ -411,9 +411,9 @@ pub mod metrics {
 pub mod __private {
     use std::cell::RefCell;
 
-    use super::abi::{Batch, Kind};
+    use super::abi::Kind;
     use super::bindings::wisp::plugin::types::Outcome;
-    use super::{Context, Level, Plugin};
+    use super::{Context, Level, Object, Plugin};
 
     pub fn init<P: Plugin>(state: &RefCell<Option<P>>, settings: String) -> Result<(), String> {
         let p = P::init(&settings)?;
@@ -422,7 +422,9 @@ pub mod __private {
     }
 
     pub fn handle<P: Plugin>(state: &RefCell<Option<P>>, batch: Vec<u8>) -> Vec<Outcome> {
-        let batch = match Batch::decode(&batch) {
+        // The codec's batch view: its notifications' objects become the SDK's `Object`s (a
+        // borrowed view each) without a `Notification` of the SDK's in between.
+        let batch = match wisp_abi::Batch::decode(&batch) {
             Ok(b) => b,
             Err(e) => {
                 // No outcomes: the host counts every notification of the batch as failed.
@@ -432,16 +434,14 @@ pub mod __private {
         };
         let mut guard = state.borrow_mut();
         let Some(p) = guard.as_mut() else {
-            return batch
-                .iter()
+            return (0..batch.len())
                 .map(|_| Outcome::Error("plugin used before init".into()))
                 .collect();
         };
         let informer = batch.informer();
-        let out = batch
-            .iter()
-            .map(|n| {
-                let n = match n {
+        let out = (0..batch.len())
+            .map(|i| {
+                let n = match batch.get(i) {
                     Ok(n) => n,
                     Err(e) => return Outcome::Error(e.to_string()),
                 };
@@ -449,20 +449,16 @@ pub mod __private {
                     seq: n.seq,
                     informer,
                 };
-                let r = match (n.kind, &n.old) {
-                    (Kind::Added { initial_list }, _) => p.on_add(&cx, &n.object, initial_list),
-                    (Kind::Updated { resync }, Some(old)) => {
-                        p.on_update(&cx, old, &n.object, resync)
-                    }
-                    (Kind::Updated { resync }, None) => {
-                        p.on_update(&cx, &n.object, &n.object, resync)
-                    }
-                    (
-                        Kind::Deleted {
-                            final_state_unknown,
-                        },
-                        _,
-                    ) => p.on_delete(&cx, &n.object, final_state_unknown),
+                let object = Object::from(n.object);
+                let r = match n.kind {
+                    Kind::Added { initial_list } => p.on_add(&cx, &object, initial_list),
+                    Kind::Updated { resync } => match n.old {
+                        Some(old) => p.on_update(&cx, &Object::from(old), &object, resync),
+                        None => p.on_update(&cx, &object, &object, resync),
+                    },
+                    Kind::Deleted {
+                        final_state_unknown,
+                    } => p.on_delete(&cx, &object, final_state_unknown),
                 };
                 match r {
                     Ok(()) => Outcome::Ok,

@@ -133,9 +133,10 @@ where
     ///
     /// # Panics
     ///
-    /// When `dst` has another length.
+    /// When `dst` has another length. (Checked as the bytes are written, not by computing the
+    /// size again first: that second pass over the entries was ~16 of the host's ~580
+    /// instructions per notification.)
     pub fn write(&self, dst: &mut [u8]) {
-        assert_eq!(dst.len(), self.size(), "a batch's destination");
         let meta = self.metadata_only;
         let n = self.entries.len();
         dst[..BATCH_HEADER].fill(0);
@@ -175,6 +176,7 @@ where
             put_span(d, 12, obj);
             put_span(d, 20, old);
         }
+        assert_eq!(at, dst.len(), "a batch's destination");
     }
 }
 

@@ -44,112 +44,87 @@ pub(crate) fn object(b: &[u8]) -> Result<usize, DecodeError> {
     }
 }
 
-/// A span as written (8 bytes, little-endian): offset in the low half, length in the high.
+/// The offset and the length of a span (8 bytes, little-endian), widened: offset + length
+/// never wraps.
 #[inline(always)]
-fn span(s: &[u8; 8]) -> u64 {
-    u64::from_le_bytes(*s)
+fn parts(s: &[u8; SPAN]) -> (u64, u64) {
+    let [a, b, c, d, e, f, g, h] = *s;
+    (
+        u64::from(u32::from_le_bytes([a, b, c, d])),
+        u64::from(u32::from_le_bytes([e, f, g, h])),
+    )
 }
 
+/// Eight bytes, little-endian.
 #[inline(always)]
-fn start(s: u64) -> u64 {
-    s & 0xffff_ffff
+fn word(w: &[u8; 8]) -> u64 {
+    u64::from_le_bytes(*w)
 }
 
-/// A span's end (offset + length; an absent span's is at least `ABSENT`, past any object that
-/// fits a u32 offset).
+/// The words of a block, ORed.
 #[inline(always)]
-fn end(s: u64) -> u64 {
-    (s & 0xffff_ffff) + (s >> 32)
-}
-
-#[inline(always)]
-fn absent(s: u64) -> bool {
-    start(s) == u64::from(ABSENT)
+fn or_words<const N: usize>(block: &[u8; N]) -> u64 {
+    let (words, _) = block.as_chunks::<8>();
+    words.iter().fold(0, |h, w| h | word(w))
 }
 
 /// The high bit of every byte of some text, ORed eight bytes at a time (lane by lane): zero
 /// while all of it is ASCII.
+///
+/// No loop runs word by word: a run of text is read as two blocks (its first and its last 8,
+/// 16 or 32 bytes, overlapping), or as 64-byte blocks and its last 64 bytes. (A loop of words
+/// with a tail, which the compiler unrolls with a word-by-word remainder loop, cost a wasm guest
+/// ~13 instructions a word with its deadline check: ~500 of a pod's check.)
 #[inline]
 fn high_bits(b: &[u8]) -> u64 {
-    let n = b.len();
-    if n >= 8 {
-        // Four words per turn (a quarter of the turns, and of a wasm guest's deadline checks:
-        // one at every loop header), then the words left, then the last eight bytes again
-        // (overlapping the words before them: no byte loop for the tail).
-        let mut high = 0;
-        let (blocks, rest) = b.as_chunks::<32>();
+    if let Some(last) = b.last_chunk::<64>() {
+        let (blocks, _) = b.as_chunks::<64>();
+        let mut high = or_words(last);
         for k in blocks {
-            let (w, _) = k.as_chunks::<8>();
-            high |= span(&w[0]) | span(&w[1]) | span(&w[2]) | span(&w[3]);
+            high |= or_words(k);
         }
-        let (words, _) = rest.as_chunks::<8>();
-        for w in words {
-            high |= span(w);
-        }
-        match b.last_chunk::<8>() {
-            Some(last) => high | span(last),
-            None => high,
-        }
-    } else if n >= 4 {
-        match (b.first_chunk::<4>(), b.last_chunk::<4>()) {
-            (Some(f), Some(l)) => u64::from(u32::from_le_bytes(*f) | u32::from_le_bytes(*l)),
+        return high;
+    }
+    fn ends<const N: usize>(b: &[u8]) -> Option<u64> {
+        Some(or_words(b.first_chunk::<N>()?) | or_words(b.last_chunk::<N>()?))
+    }
+    if let Some(h) = ends::<32>(b)
+        .or_else(|| ends::<16>(b))
+        .or_else(|| ends::<8>(b))
+    {
+        return h;
+    }
+    match (b.first_chunk::<4>(), b.last_chunk::<4>()) {
+        (Some(f), Some(l)) => u64::from(u32::from_le_bytes(*f) | u32::from_le_bytes(*l)),
+        _ => match (b.first(), b.last()) {
+            (Some(&f), Some(&l)) => u64::from(f | l | b[b.len() / 2]),
             _ => 0,
-        }
-    } else {
-        match (b.first(), b.last()) {
-            (Some(&f), Some(&l)) => u64::from(f | l | b[n / 2]),
-            _ => 0,
-        }
+        },
     }
 }
 
 const HIGH: u64 = 0x8080_8080_8080_8080;
 
-/// The range from the lowest start to the highest end of some spans.
-#[derive(Clone, Copy)]
-struct Region {
-    lo: u64,
-    hi: u64,
-}
-
-impl Region {
-    const EMPTY: Region = Region {
-        lo: u64::MAX,
-        hi: 0,
-    };
-
-    #[inline(always)]
-    fn cover(self, s: u64) -> Region {
-        Region {
-            lo: self.lo.min(start(s)),
-            hi: self.hi.max(end(s)),
-        }
-    }
-
-    /// The high bits of the region's bytes (0 when it covers none). `hi` is within `b`.
-    #[inline(always)]
-    fn high_bits(self, b: &[u8]) -> u64 {
-        match b.get(self.lo as usize..self.hi as usize) {
-            Some(t) => high_bits(t),
-            None => 0,
-        }
-    }
-}
-
 /// The common case in one pass that builds no error: an object of this version's fields (or
-/// more) whose spans all lie within it and whose text is all ASCII. `None` sends the object to
-/// [`full`], which finds what is wrong and says where (or finds non-ASCII text valid UTF-8).
+/// more) laid out as the encoder lays it out, whose text is all ASCII. `None` sends the object
+/// to [`full`], which finds what is wrong and says where (or finds it well-formed in another
+/// layout, or its non-ASCII text valid UTF-8).
 ///
-/// Bounds: every span's end is compared once, the largest against the object's size. The
-/// fields a host always writes (all but namespace, generation, deletionTimestamp and the JSON)
-/// are taken as present: an absent one ends past any object and sends it to [`full`].
+/// The layout is checked as a chain: every span of the field table and of the label,
+/// annotation and owner tables, in the order the encoder writes them, starts where the one
+/// before it ended (the first right after the field table), each table is exactly its count of
+/// entries long (owner entries of this version's size), and the chain ends within the object.
+/// So every span lies within the object, with no comparison of its own, and the text spans
+/// form runs with nothing else in them: the text fields (and `deletionTimestamp` right after
+/// them when the object has no generation), then each table's keys and values. Those runs are
+/// checked whole for a high bit, eight bytes at a time (~230 bytes for a pod). Fields of a newer
+/// writer (past this version's) are only bounded.
 ///
-/// Text is checked by regions, not span by span: each group of text spans (the text fields
-/// before `generation`, each table's keys and values) is covered by the range from its lowest
-/// start to its highest end, and that range is checked whole, eight bytes at a time. A range may
-/// hold more than text (what lies between spans); all ASCII, it proves its spans ASCII, whatever
-/// the layout. The encoder writes each group's text in one run, so the ranges hold just the
-/// text: one pass over ~250 bytes for a pod.
+/// Measured in the bench plugin (wasm, Cranelift, epochs on; the bench's pod, ~230 bytes of
+/// text in 22 text spans): 864 guest instructions per object, the code from `lean` through
+/// every run's high bits. The pass before this one (the SDK's until the codec) bounded each
+/// span on its own and covered each group of text spans by the range from its lowest start to
+/// its highest end, and ORed the ranges word by word: 1,069.
 #[inline]
 pub(crate) fn lean(b: &[u8]) -> Option<usize> {
     let len = b.len() as u64;
@@ -158,103 +133,129 @@ pub(crate) fn lean(b: &[u8]) -> Option<usize> {
     if version != crate::LAYOUT_VERSION || fields < field::COUNT || len >= u64::from(ABSENT) {
         return None;
     }
-    let (known, rest) = rest.split_first_chunk::<{ field::COUNT * SPAN }>()?;
+    let (known, extra) = rest.split_first_chunk::<{ field::COUNT * SPAN }>()?;
     let (s, _) = known.as_chunks::<SPAN>();
-    let s = |f: usize| span(&s[f]);
-    let optional = |f: usize| if absent(s(f)) { 0 } else { end(s(f)) };
-    let mut last = end(s(field::API_VERSION))
-        .max(end(s(field::KIND)))
-        .max(end(s(field::NAME)))
-        .max(end(s(field::UID)))
-        .max(end(s(field::RESOURCE_VERSION)))
-        .max(end(s(field::LABELS)))
-        .max(end(s(field::ANNOTATIONS)))
-        .max(end(s(field::OWNER_REFERENCES)))
-        .max(optional(field::NAMESPACE))
-        .max(optional(field::GENERATION))
-        .max(optional(field::DELETION_TIMESTAMP))
-        .max(optional(field::JSON));
+    let s = |f: usize| parts(&s[f]);
+    let mut chain = Chain {
+        at: (OBJECT_HEADER + fields * SPAN) as u64,
+        bad: 0,
+    };
+    let text = chain.at;
+    chain.link(s(field::API_VERSION));
+    chain.link(s(field::KIND));
+    chain.link_unless_absent(s(field::NAMESPACE));
+    chain.link(s(field::NAME));
+    chain.link(s(field::UID));
+    chain.link(s(field::RESOURCE_VERSION));
+    let mut runs = [(text, chain.at), (0, 0), (0, 0), (0, 0), (0, 0)];
+    let generation = s(field::GENERATION).0 != u64::from(ABSENT);
+    chain.link_unless_absent(s(field::GENERATION));
+    let dt = chain.at;
+    chain.link_unless_absent(s(field::DELETION_TIMESTAMP));
+    if generation {
+        runs[1] = (dt, chain.at);
+    } else {
+        runs[0].1 = chain.at;
+    }
+    runs[2] = chain.pairs(b, s(field::LABELS))?;
+    runs[3] = chain.pairs(b, s(field::ANNOTATIONS))?;
+    runs[4] = chain.owners(b, s(field::OWNER_REFERENCES))?;
+    chain.link_unless_absent(s(field::JSON));
+    if chain.bad != 0 || chain.at > len {
+        return None;
+    }
     if fields > field::COUNT {
         // Fields of a newer writer: bounds only.
-        let (extra, _) = rest
+        let (extra, _) = extra
             .get(..(fields - field::COUNT) * SPAN)?
             .as_chunks::<SPAN>();
         for x in extra {
-            let x = span(x);
-            last = last.max(if absent(x) { 0 } else { end(x) });
+            let (off, n) = parts(x);
+            if off != u64::from(ABSENT) && off + n > len {
+                return None;
+            }
         }
     }
-    if last > len {
-        return None;
+    // The chain holds: every run lies within `b`.
+    let mut high = 0;
+    for (lo, hi) in runs {
+        high |= high_bits(b.get(lo as usize..hi as usize)?);
     }
-    // Every field lies within the object: from here, a span's bytes are `b[start..end]`.
-    let mut text = Region::EMPTY
-        .cover(s(field::API_VERSION))
-        .cover(s(field::KIND))
-        .cover(s(field::NAME))
-        .cover(s(field::UID))
-        .cover(s(field::RESOURCE_VERSION));
-    if !absent(s(field::NAMESPACE)) {
-        text = text.cover(s(field::NAMESPACE));
-    }
-    let mut high = text.high_bits(b);
-    if !absent(s(field::DELETION_TIMESTAMP)) {
-        high |= Region::EMPTY
-            .cover(s(field::DELETION_TIMESTAMP))
-            .high_bits(b);
-    }
-    high |= pairs(b, s(field::LABELS))?;
-    high |= pairs(b, s(field::ANNOTATIONS))?;
-    high |= owners(b, s(field::OWNER_REFERENCES))?;
     (high & HIGH == 0).then_some(fields)
 }
 
-/// The bytes of a table whose span (`s`, present) lies within `b`, split after its first `N`
-/// bytes (its count, and entry size).
-#[inline(always)]
-fn table<const N: usize>(b: &[u8], s: u64) -> Option<(&[u8; N], &[u8])> {
-    b.get(start(s) as usize..end(s) as usize)?
-        .split_first_chunk::<N>()
+/// The spans of an object in the encoder's order, each starting where the last ended.
+struct Chain {
+    /// Where the next span must start.
+    at: u64,
+    /// Nonzero once a span did not start where it must.
+    bad: u64,
 }
 
-/// [`lean`] for a pair table: the high bits of its text, `None` when a span of it does not lie
-/// within `b`.
-#[inline(always)]
-fn pairs(b: &[u8], s: u64) -> Option<u64> {
-    let (&count, entries) = table::<4>(b, s)?;
-    let n = u32::from_le_bytes(count) as usize;
-    let entries = entries.get(..n.checked_mul(PAIR_ENTRY)?)?;
-    // An absent entry span (never written) ends past any object: the bound fails and the full
-    // check decides.
-    let mut text = Region::EMPTY;
-    for e in entries.as_chunks::<PAIR_ENTRY>().0 {
-        let (k, v) = e.split_at(SPAN);
-        let (Ok(k), Ok(v)) = (<&[u8; SPAN]>::try_from(k), <&[u8; SPAN]>::try_from(v)) else {
-            return None;
-        };
-        text = text.cover(span(k)).cover(span(v));
+impl Chain {
+    #[inline(always)]
+    fn link(&mut self, (off, len): (u64, u64)) {
+        self.bad |= off ^ self.at;
+        self.at = off + len;
     }
-    (text.hi <= b.len() as u64).then(|| text.high_bits(b))
-}
 
-/// [`lean`] for the owner table.
-#[inline(always)]
-fn owners(b: &[u8], s: u64) -> Option<u64> {
-    let (&[c0, c1, c2, c3, z0, z1, z2, z3], entries) = table::<8>(b, s)?;
-    let n = u32::from_le_bytes([c0, c1, c2, c3]) as usize;
-    let size = u32::from_le_bytes([z0, z1, z2, z3]) as usize;
-    if size < OWNER_ENTRY {
-        return None;
-    }
-    let entries = entries.get(..n.checked_mul(size)?)?;
-    let mut text = Region::EMPTY;
-    for e in entries.chunks_exact(size) {
-        let (spans, _) = e.first_chunk::<{ 4 * SPAN }>()?.as_chunks::<SPAN>();
-        for x in spans {
-            text = text.cover(span(x));
+    #[inline(always)]
+    fn link_unless_absent(&mut self, s: (u64, u64)) {
+        if s.0 != u64::from(ABSENT) {
+            self.link(s);
         }
     }
-    (text.hi <= b.len() as u64).then(|| text.high_bits(b))
+
+    /// The table at span `s`: its header (`N` bytes: the entry count, and for the owner table
+    /// the entry size) and entries of `size` bytes, exactly as many as it counts; the chain
+    /// moves past it.
+    #[inline(always)]
+    fn table<'b, const N: usize>(
+        &mut self,
+        b: &'b [u8],
+        s: (u64, u64),
+        size: usize,
+    ) -> Option<(&'b [u8; N], &'b [u8])> {
+        self.link(s);
+        let (header, entries) = b
+            .get(s.0 as usize..(s.0 + s.1) as usize)?
+            .split_first_chunk::<N>()?;
+        let count = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+        (entries.len() as u64 == u64::from(count) * size as u64).then_some((header, entries))
+    }
+
+    /// A pair table and its keys and values (each key then its value, entry after entry): the
+    /// run of their text.
+    #[inline(always)]
+    fn pairs(&mut self, b: &[u8], s: (u64, u64)) -> Option<(u64, u64)> {
+        let (_, entries) = self.table::<4>(b, s, PAIR_ENTRY)?;
+        let run = self.at;
+        for e in entries.as_chunks::<PAIR_ENTRY>().0 {
+            let (kv, _) = e.as_chunks::<SPAN>();
+            self.link(parts(&kv[0]));
+            self.link(parts(&kv[1]));
+        }
+        Some((run, self.at))
+    }
+
+    /// The owner table (entries of this version's size) and each entry's four texts, entry after
+    /// entry: the run of their text.
+    #[inline(always)]
+    fn owners(&mut self, b: &[u8], s: (u64, u64)) -> Option<(u64, u64)> {
+        let (header, entries) = self.table::<8>(b, s, OWNER_ENTRY)?;
+        if u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize != OWNER_ENTRY
+        {
+            return None;
+        }
+        let run = self.at;
+        for e in entries.as_chunks::<OWNER_ENTRY>().0 {
+            let (spans, _) = e.as_chunks::<SPAN>();
+            for x in &spans[..4] {
+                self.link(parts(x));
+            }
+        }
+        Some((run, self.at))
+    }
 }
 
 /// The bytes of the span at `at` in `b`: `Ok(None)` when absent, an error when out of bounds.
