@@ -164,22 +164,26 @@ impl<'a> Object<'a> {
         self.view().has_json()
     }
 
-    fn json_for_parse(&self) -> Result<&[u8], String> {
+    fn json_for_parse(&self) -> Result<&[u8], crate::Error> {
         let v = self.view();
         if v.has_json() {
             return Ok(v.json());
         }
-        Err(format!(
+        Err(crate::Error::new(format!(
             "{}: delivered without its JSON (the plugin describes itself metadata-only); \
              read the object with cache::get to parse it",
             self.key()
-        ))
+        )))
     }
 
     /// Parses the JSON into `T` (e.g. `k8s_openapi::api::core::v1::Pod`).
-    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, String> {
-        serde_json::from_slice(self.json_for_parse()?)
-            .map_err(|e| format!("{}: cannot parse as the requested type: {e}", self.key()))
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, crate::Error> {
+        serde_json::from_slice(self.json_for_parse()?).map_err(|e| {
+            crate::Error::new(format!(
+                "{}: cannot parse as the requested type: {e}",
+                self.key()
+            ))
+        })
     }
 
     /// Parses only what `T` names, borrowing its strings from the object: a struct with the few
@@ -202,17 +206,21 @@ impl<'a> Object<'a> {
     /// struct Container<'a> {
     ///     image: &'a str,
     /// }
-    /// # fn f(obj: &Object) -> Result<(), String> {
+    /// # fn f(obj: &Object) -> wisp_sdk::Result<()> {
     /// let images: Images = obj.parse_partial()?;
     /// # Ok(()) }
     /// ```
-    pub fn parse_partial<'de, T: Deserialize<'de>>(&'de self) -> Result<T, String> {
-        serde_json::from_slice(self.json_for_parse()?)
-            .map_err(|e| format!("{}: cannot parse as the requested type: {e}", self.key()))
+    pub fn parse_partial<'de, T: Deserialize<'de>>(&'de self) -> Result<T, crate::Error> {
+        serde_json::from_slice(self.json_for_parse()?).map_err(|e| {
+            crate::Error::new(format!(
+                "{}: cannot parse as the requested type: {e}",
+                self.key()
+            ))
+        })
     }
 
     /// Parses the JSON into a generic value.
-    pub fn value(&self) -> Result<serde_json::Value, String> {
+    pub fn value(&self) -> Result<serde_json::Value, crate::Error> {
         self.parse()
     }
 }

@@ -13,10 +13,10 @@
 //!     fn describe() -> PluginInfo {
 //!         wisp_sdk::info("hello", env!("CARGO_PKG_VERSION"), &["pods"])
 //!     }
-//!     fn init(_settings: &str) -> Result<Self, String> {
+//!     fn init(_settings: &str) -> wisp_sdk::Result<Self> {
 //!         Ok(Hello)
 //!     }
-//!     fn on_add(&mut self, _cx: &Context, obj: &Object, _initial: bool) -> Result<(), String> {
+//!     fn on_add(&mut self, _cx: &Context, obj: &Object, _initial: bool) -> wisp_sdk::Result<()> {
 //!         wisp_sdk::info!("hello {}", obj.key());
 //!         Ok(())
 //!     }
@@ -34,6 +34,8 @@
 //! - [`metrics`]: counters and gauges, exported by the host.
 //! - [`policy`]: verdicts on cached objects; [`actions`]: changes to the cluster through the
 //!   host, within the grants of the host's config.
+//! - [`Error`]: what a plugin's methods return; `?` takes the SDK's errors, `serde_json`'s and
+//!   strings, [`ResultExt::context`] says what was being done.
 //! - Logging macros ([`info!`], [`warn!`], ...) skip formatting when the level is off.
 //! - [`testing`] (native builds only): run the plugin under `cargo test` against a fake host
 //!   (cache fixtures, captured logs, metrics, verdicts and actions).
@@ -54,6 +56,7 @@ pub mod bindings {
 }
 
 pub mod abi;
+mod error;
 mod sys;
 #[cfg(not(target_family = "wasm"))]
 pub mod testing;
@@ -76,6 +79,7 @@ use serde::de::DeserializeOwned;
 
 pub use abi::{Object, ObjectList, OwnerRef};
 pub use bindings::wisp::plugin::types::{Level, PluginInfo};
+pub use error::{Error, Result, ResultExt};
 
 /// Where a notification comes from.
 #[derive(Clone, Copy, Debug)]
@@ -94,15 +98,10 @@ pub trait Plugin: Sized + 'static {
 
     /// Builds the plugin from its settings (JSON, `{}` when none). An `Err` refuses the plugin;
     /// see [`parse_settings`] for messages that name the field.
-    fn init(settings: &str) -> Result<Self, String>;
+    fn init(settings: &str) -> Result<Self>;
 
     /// An object appeared (`initial_list`: part of the first list or of a late-join replay).
-    fn on_add(
-        &mut self,
-        _cx: &Context,
-        _obj: &Object<'_>,
-        _initial_list: bool,
-    ) -> Result<(), String> {
+    fn on_add(&mut self, _cx: &Context, _obj: &Object<'_>, _initial_list: bool) -> Result<()> {
         Ok(())
     }
 
@@ -113,7 +112,7 @@ pub trait Plugin: Sized + 'static {
         _old: &Object<'_>,
         _new: &Object<'_>,
         _resync: bool,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         Ok(())
     }
 
@@ -124,7 +123,7 @@ pub trait Plugin: Sized + 'static {
         _cx: &Context,
         _obj: &Object<'_>,
         _final_state_unknown: bool,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         Ok(())
     }
 
@@ -137,7 +136,7 @@ pub trait Plugin: Sized + 'static {
     }
 
     /// Takes the previous version's snapshot (after `init`).
-    fn restore(&mut self, _state: Vec<u8>) -> Result<(), String> {
+    fn restore(&mut self, _state: Vec<u8>) -> Result<()> {
         Ok(())
     }
 }
@@ -157,16 +156,16 @@ pub fn info(name: &str, version: &str, informers: &[&str]) -> PluginInfo {
 }
 
 /// Parses settings JSON into `T`; errors name the field: `settings.denyLatest: invalid type: ...`.
-pub fn parse_settings<T: DeserializeOwned>(json: &str) -> Result<T, String> {
+pub fn parse_settings<T: DeserializeOwned>(json: &str) -> Result<T> {
     let de = &mut serde_json::Deserializer::from_str(json);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let inner = without_position(e.into_inner());
-        if path == "." || path.is_empty() {
+        Error::new(if path == "." || path.is_empty() {
             format!("settings: {inner}")
         } else {
             format!("settings.{path}: {inner}")
-        }
+        })
     })
 }
 
@@ -231,6 +230,7 @@ pub mod cache {
 
     /// Why a cache read gave nothing.
     #[derive(Clone, Debug, PartialEq, Eq)]
+    #[non_exhaustive]
     pub enum Error {
         /// The host's config does not grant this informer to the plugin.
         NotGranted(String),
@@ -416,7 +416,7 @@ pub mod __private {
     use super::{Context, Level, Object, Plugin};
 
     pub fn init<P: Plugin>(state: &RefCell<Option<P>>, settings: String) -> Result<(), String> {
-        let p = P::init(&settings)?;
+        let p = P::init(&settings).map_err(crate::Error::into_message)?;
         *state.borrow_mut() = Some(p);
         Ok(())
     }
@@ -459,10 +459,13 @@ pub mod __private {
                     Kind::Deleted {
                         final_state_unknown,
                     } => p.on_delete(&cx, &object, final_state_unknown),
+                    other => Err(crate::Error::new(format!(
+                        "a notification of kind {other:?}, which this SDK does not know"
+                    ))),
                 };
                 match r {
                     Ok(()) => Outcome::Ok,
-                    Err(e) => Outcome::Error(e),
+                    Err(e) => Outcome::Error(e.into_message()),
                 }
             })
             .collect();
@@ -476,7 +479,7 @@ pub mod __private {
 
     pub fn restore<P: Plugin>(state: &RefCell<Option<P>>, bytes: Vec<u8>) -> Result<(), String> {
         match state.borrow_mut().as_mut() {
-            Some(p) => p.restore(bytes),
+            Some(p) => p.restore(bytes).map_err(crate::Error::into_message),
             None => Err("restore before init".into()),
         }
     }
@@ -534,15 +537,21 @@ mod tests {
 
     #[test]
     fn settings_errors_name_the_field() {
-        let e = parse_settings::<S>(r#"{"denyLatest": "yes"}"#).unwrap_err();
+        let e = parse_settings::<S>(r#"{"denyLatest": "yes"}"#)
+            .unwrap_err()
+            .into_message();
         assert!(e.starts_with("settings.denyLatest: invalid type"), "{e}");
-        let e = parse_settings::<S>(r#"{"denyLatest": true, "x": 1}"#).unwrap_err();
+        let e = parse_settings::<S>(r#"{"denyLatest": true, "x": 1}"#)
+            .unwrap_err()
+            .into_message();
         assert!(e.contains("unknown field `x`"), "{e}");
         assert!(
             !e.contains(" at line "),
             "a data error names its field, not a position: {e}"
         );
-        let e = parse_settings::<S>(r#"{"denyLatest": tru}"#).unwrap_err();
+        let e = parse_settings::<S>(r#"{"denyLatest": tru}"#)
+            .unwrap_err()
+            .into_message();
         assert!(
             e.starts_with("settings") && e.ends_with("expected ident at line 1 column 19"),
             "{e}"

@@ -133,6 +133,7 @@ pub fn encode_list(objects: &[Vec<u8>]) -> Vec<u8> {
 
 /// What a notification came to.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Outcome {
     /// Handled.
     Ok,
@@ -177,6 +178,7 @@ impl Target {
 
 /// An action the plugin asked the host for.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum Action {
     /// `actions::patch_metadata`: `Some` sets a key, `None` removes it.
     PatchMetadata {
@@ -614,10 +616,11 @@ impl<P: Plugin> Harness<P> {
     }
 
     /// Calls the plugin's `init` with `settings` (JSON).
-    pub fn init(&mut self, settings: &str) -> Result<(), String> {
+    pub fn init(&mut self, settings: &str) -> crate::Result<()> {
         enter(&self.state, || {
             crate::__private::init::<P>(&self.plugin, settings.to_owned())
         })
+        .map_err(crate::Error::from)
     }
 
     fn deliver(
@@ -795,7 +798,7 @@ impl<P: Plugin> Harness<P> {
     /// A hot reload: `Q` (a new version, or `P` again) is initialised with `settings` and
     /// restores what this instance's `snapshot` hands over. The host's state (caches, verdicts,
     /// metrics, logs, actions) carries over, as in the host.
-    pub fn reload<Q: Plugin>(self, settings: &str) -> Result<Harness<Q>, String> {
+    pub fn reload<Q: Plugin>(self, settings: &str) -> crate::Result<Harness<Q>> {
         let snapshot = enter(&self.state, || {
             crate::__private::snapshot::<P>(&self.plugin)
         });

@@ -10,6 +10,7 @@ use crate::{DecodeError, check, err};
 
 /// What happened to the object of a notification.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Kind {
     /// The object appeared; `initial_list`: part of the first list or of a late-join replay.
     Added {

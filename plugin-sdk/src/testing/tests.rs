@@ -172,7 +172,7 @@ impl Plugin for Probe {
         crate::info("probe", "1.0.0", &["pods", "nodes"])
     }
 
-    fn init(settings: &str) -> Result<Self, String> {
+    fn init(settings: &str) -> crate::Result<Self> {
         #[derive(serde::Deserialize)]
         #[serde(deny_unknown_fields)]
         struct S {
@@ -183,9 +183,10 @@ impl Plugin for Probe {
         Ok(Probe { seen: 0 })
     }
 
-    fn on_add(&mut self, cx: &Context, obj: &Object<'_>, _initial: bool) -> Result<(), String> {
+    fn on_add(&mut self, cx: &Context, obj: &Object<'_>, _initial: bool) -> crate::Result<()> {
         self.seen += 1;
-        self.look(cx, obj)
+        // A helper that speaks `Result<_, String>` still works with `?`.
+        Ok(self.look(cx, obj)?)
     }
 
     fn on_update(
@@ -194,7 +195,7 @@ impl Plugin for Probe {
         old: &Object<'_>,
         new: &Object<'_>,
         resync: bool,
-    ) -> Result<(), String> {
+    ) -> crate::Result<()> {
         self.seen += 1;
         crate::info!(
             "update {} {}->{} resync={resync}",
@@ -202,10 +203,10 @@ impl Plugin for Probe {
             old.resource_version(),
             new.resource_version()
         );
-        self.look(cx, new)
+        Ok(self.look(cx, new)?)
     }
 
-    fn on_delete(&mut self, _cx: &Context, obj: &Object<'_>, missed: bool) -> Result<(), String> {
+    fn on_delete(&mut self, _cx: &Context, obj: &Object<'_>, missed: bool) -> crate::Result<()> {
         self.seen += 1;
         crate::warn!("delete {} missed={missed}", obj.key());
         Ok(())
@@ -215,7 +216,7 @@ impl Plugin for Probe {
         Some(self.seen.to_le_bytes().to_vec())
     }
 
-    fn restore(&mut self, state: Vec<u8>) -> Result<(), String> {
+    fn restore(&mut self, state: Vec<u8>) -> crate::Result<()> {
         self.seen = u64::from_le_bytes(state.try_into().map_err(|_| "8 bytes")?);
         Ok(())
     }
@@ -364,7 +365,10 @@ fn errors_are_outcomes_of_one_notification_and_the_plugin_keeps_its_state() {
     // Settings are checked at init, naming the field.
     let mut bad = Harness::<Probe>::new();
     let e = bad.init(r#"{"strict": 1}"#).unwrap_err();
-    assert!(e.starts_with("settings.strict: invalid type"), "{e}");
+    assert!(
+        e.message().starts_with("settings.strict: invalid type"),
+        "{e}"
+    );
 }
 
 #[test]

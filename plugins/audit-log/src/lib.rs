@@ -3,7 +3,7 @@
 //! Settings (all optional): `{"includeResyncs": false, "includeInitialList": true}`.
 
 use serde::Deserialize;
-use wisp_sdk::{Context, Object, Plugin, PluginInfo, metrics};
+use wisp_sdk::{Context, Object, Plugin, PluginInfo, Result, metrics};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
@@ -50,13 +50,13 @@ impl Plugin for AuditLog {
         wisp_sdk::info("audit-log", env!("CARGO_PKG_VERSION"), &[])
     }
 
-    fn init(settings: &str) -> Result<Self, String> {
+    fn init(settings: &str) -> Result<Self> {
         Ok(Self {
             settings: wisp_sdk::parse_settings(settings)?,
         })
     }
 
-    fn on_add(&mut self, cx: &Context, obj: &Object, initial_list: bool) -> Result<(), String> {
+    fn on_add(&mut self, cx: &Context, obj: &Object, initial_list: bool) -> Result<()> {
         count(cx, "added");
         if initial_list && !self.settings.include_initial_list {
             return Ok(());
@@ -66,13 +66,7 @@ impl Plugin for AuditLog {
         Ok(())
     }
 
-    fn on_update(
-        &mut self,
-        cx: &Context,
-        old: &Object,
-        new: &Object,
-        resync: bool,
-    ) -> Result<(), String> {
+    fn on_update(&mut self, cx: &Context, old: &Object, new: &Object, resync: bool) -> Result<()> {
         if resync {
             count(cx, "resynced");
             if self.settings.include_resyncs {
@@ -85,12 +79,7 @@ impl Plugin for AuditLog {
         Ok(())
     }
 
-    fn on_delete(
-        &mut self,
-        cx: &Context,
-        obj: &Object,
-        final_state_unknown: bool,
-    ) -> Result<(), String> {
+    fn on_delete(&mut self, cx: &Context, obj: &Object, final_state_unknown: bool) -> Result<()> {
         count(cx, "deleted");
         let tag = if final_state_unknown {
             " (deletion missed; last known state)"

@@ -9,7 +9,7 @@
 //! - `partial`: parses only the containers' images (borrowed), the SDK's partial parse.
 
 use serde::Deserialize;
-use wisp_sdk::{Context, Object, Plugin, PluginInfo, metrics};
+use wisp_sdk::{Context, Object, Plugin, PluginInfo, Result, metrics};
 
 #[derive(Deserialize, Default, Clone, Copy)]
 #[serde(rename_all = "lowercase")]
@@ -53,7 +53,7 @@ struct Bench {
 }
 
 impl Bench {
-    fn visit(&mut self, obj: &Object) -> Result<(), String> {
+    fn visit(&mut self, obj: &Object) -> Result<()> {
         match self.work {
             Work::Noop => {}
             Work::Labels => self.total += obj.labels().len() as u64,
@@ -96,7 +96,7 @@ impl Plugin for Bench {
         info
     }
 
-    fn init(settings: &str) -> Result<Self, String> {
+    fn init(settings: &str) -> Result<Self> {
         let s: Settings = wisp_sdk::parse_settings(settings)?;
         Ok(Self {
             work: s.work,
@@ -104,7 +104,7 @@ impl Plugin for Bench {
         })
     }
 
-    fn on_add(&mut self, _cx: &Context, obj: &Object, _initial: bool) -> Result<(), String> {
+    fn on_add(&mut self, _cx: &Context, obj: &Object, _initial: bool) -> Result<()> {
         self.visit(obj)
     }
 
@@ -114,11 +114,11 @@ impl Plugin for Bench {
         _old: &Object,
         new: &Object,
         _resync: bool,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         self.visit(new)
     }
 
-    fn on_delete(&mut self, _cx: &Context, obj: &Object, _unknown: bool) -> Result<(), String> {
+    fn on_delete(&mut self, _cx: &Context, obj: &Object, _unknown: bool) -> Result<()> {
         self.visit(obj)
     }
 

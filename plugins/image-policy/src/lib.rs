@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use serde::Deserialize;
 use wisp_sdk::policy::{self, Severity, VerdictError};
-use wisp_sdk::{Context, Object, Plugin, PluginInfo, metrics};
+use wisp_sdk::{Context, Object, Plugin, PluginInfo, Result, metrics};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
@@ -97,7 +97,7 @@ impl ImagePolicy {
         found
     }
 
-    fn check(&mut self, cx: &Context, obj: &Object) -> Result<(), String> {
+    fn check(&mut self, cx: &Context, obj: &Object) -> Result<()> {
         if obj.kind() != "Pod" {
             return Ok(());
         }
@@ -125,7 +125,7 @@ impl ImagePolicy {
             match verdict {
                 // Deleted since: its delete clears everything.
                 Ok(()) | Err(VerdictError::NotFound(_)) => {}
-                Err(e) => return Err(format!("verdict {rule} {key}: {e:?}")),
+                Err(e) => return Err(wisp_sdk::Error::from(e).context(format!("{rule} {key}"))),
             }
             let set = self.violating.entry(rule).or_default();
             if messages.is_empty() {
@@ -148,7 +148,7 @@ impl Plugin for ImagePolicy {
         wisp_sdk::info("image-policy", env!("CARGO_PKG_VERSION"), &["pods"])
     }
 
-    fn init(settings: &str) -> Result<Self, String> {
+    fn init(settings: &str) -> Result<Self> {
         let settings: Settings = wisp_sdk::parse_settings(settings)?;
         if !settings.deny_latest && !settings.require_limits {
             return Err("settings: nothing to check: enable denyLatest or requireLimits".into());
@@ -159,7 +159,7 @@ impl Plugin for ImagePolicy {
         })
     }
 
-    fn on_add(&mut self, cx: &Context, obj: &Object, _initial: bool) -> Result<(), String> {
+    fn on_add(&mut self, cx: &Context, obj: &Object, _initial: bool) -> Result<()> {
         self.check(cx, obj)
     }
 
@@ -169,11 +169,11 @@ impl Plugin for ImagePolicy {
         _old: &Object,
         new: &Object,
         _resync: bool,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         self.check(cx, new)
     }
 
-    fn on_delete(&mut self, _cx: &Context, obj: &Object, _unknown: bool) -> Result<(), String> {
+    fn on_delete(&mut self, _cx: &Context, obj: &Object, _unknown: bool) -> Result<()> {
         let key = obj.key();
         for set in self.violating.values_mut() {
             set.remove(&key);
@@ -265,6 +265,6 @@ mod tests {
         let e = h
             .init(r#"{"denyLatest": false, "requireLimits": false}"#)
             .unwrap_err();
-        assert!(e.contains("nothing to check"), "{e}");
+        assert!(e.message().contains("nothing to check"), "{e}");
     }
 }

@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 
 use serde::Deserialize;
-use wisp_sdk::{Context, Object, Plugin, PluginInfo, cache, metrics};
+use wisp_sdk::{Context, Object, Plugin, PluginInfo, Result, cache, metrics};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
@@ -49,7 +49,7 @@ struct Inventory {
 }
 
 impl Inventory {
-    fn touch(&mut self, obj: &Object) -> Result<(), String> {
+    fn touch(&mut self, obj: &Object) -> Result<()> {
         // Only spec.nodeName is parsed (the rest of the object is skipped).
         let pod: NodeOf<'_> = obj.parse_partial()?;
         if let Some(node) = pod.spec.and_then(|s| s.node_name).filter(|n| !n.is_empty()) {
@@ -68,7 +68,7 @@ impl Plugin for Inventory {
         wisp_sdk::info("inventory", env!("CARGO_PKG_VERSION"), &["pods"])
     }
 
-    fn init(settings: &str) -> Result<Self, String> {
+    fn init(settings: &str) -> Result<Self> {
         let settings: Settings = wisp_sdk::parse_settings(settings)?;
         Ok(Self {
             settings,
@@ -77,24 +77,18 @@ impl Plugin for Inventory {
         })
     }
 
-    fn on_add(&mut self, _cx: &Context, obj: &Object, _initial: bool) -> Result<(), String> {
+    fn on_add(&mut self, _cx: &Context, obj: &Object, _initial: bool) -> Result<()> {
         self.touch(obj)
     }
 
-    fn on_update(
-        &mut self,
-        _cx: &Context,
-        old: &Object,
-        new: &Object,
-        resync: bool,
-    ) -> Result<(), String> {
+    fn on_update(&mut self, _cx: &Context, old: &Object, new: &Object, resync: bool) -> Result<()> {
         if !resync {
             self.touch(old)?;
         }
         self.touch(new)
     }
 
-    fn on_delete(&mut self, _cx: &Context, obj: &Object, _unknown: bool) -> Result<(), String> {
+    fn on_delete(&mut self, _cx: &Context, obj: &Object, _unknown: bool) -> Result<()> {
         self.touch(obj)
     }
 

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use wisp_sdk::actions::{self, ActionError, EventType};
-use wisp_sdk::{Context, Object, Plugin, PluginInfo, cache, metrics};
+use wisp_sdk::{Context, Object, Plugin, PluginInfo, Result, ResultExt, cache, metrics};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
@@ -57,9 +57,9 @@ fn reason(e: &ActionError) -> &'static str {
 
 impl Labeler {
     /// The `team` label of namespace `ns`, from the cache.
-    fn wanted(&self, ns: &str) -> Result<Option<String>, String> {
+    fn wanted(&self, ns: &str) -> Result<Option<String>> {
         let nso = cache::get(&self.settings.namespaces, None, ns)
-            .map_err(|e| format!("reading namespace {ns}: {e:?}"))?;
+            .context(format_args!("reading namespace {ns}"))?;
         Ok(nso.and_then(|n| n.label(&self.settings.label).map(str::to_owned)))
     }
 
@@ -103,7 +103,7 @@ impl Labeler {
         }
     }
 
-    fn on_pod(&mut self, pod: &Object) -> Result<(), String> {
+    fn on_pod(&mut self, pod: &Object) -> Result<()> {
         let Some(ns) = pod.namespace() else {
             return Ok(());
         };
@@ -112,17 +112,17 @@ impl Labeler {
         Ok(())
     }
 
-    fn on_namespace(&mut self, ns: &Object) -> Result<(), String> {
+    fn on_namespace(&mut self, ns: &Object) -> Result<()> {
         let want = ns.label(&self.settings.label).map(str::to_owned);
         let pods = cache::list(&self.settings.pods, Some(ns.name()), None)
-            .map_err(|e| format!("listing pods of {}: {e:?}", ns.name()))?;
+            .with_context(|| format!("listing pods of {}", ns.name()))?;
         for pod in &pods {
             self.reconcile(&pod, want.as_deref());
         }
         Ok(())
     }
 
-    fn on_object(&mut self, cx: &Context, obj: &Object) -> Result<(), String> {
+    fn on_object(&mut self, cx: &Context, obj: &Object) -> Result<()> {
         if cx.informer == self.settings.namespaces {
             self.on_namespace(obj)
         } else {
@@ -140,7 +140,7 @@ impl Plugin for Labeler {
         )
     }
 
-    fn init(settings: &str) -> Result<Self, String> {
+    fn init(settings: &str) -> Result<Self> {
         let settings: Settings = wisp_sdk::parse_settings(settings)?;
         if settings.label.is_empty() {
             return Err("settings: label: must not be empty".into());
@@ -151,17 +151,11 @@ impl Plugin for Labeler {
         })
     }
 
-    fn on_add(&mut self, cx: &Context, obj: &Object, _initial: bool) -> Result<(), String> {
+    fn on_add(&mut self, cx: &Context, obj: &Object, _initial: bool) -> Result<()> {
         self.on_object(cx, obj)
     }
 
-    fn on_update(
-        &mut self,
-        cx: &Context,
-        _old: &Object,
-        new: &Object,
-        resync: bool,
-    ) -> Result<(), String> {
+    fn on_update(&mut self, cx: &Context, _old: &Object, new: &Object, resync: bool) -> Result<()> {
         if resync {
             // A patch that failed at the API server never comes back: ask again at each resync.
             self.pending.remove(&new.key());
@@ -169,7 +163,7 @@ impl Plugin for Labeler {
         self.on_object(cx, new)
     }
 
-    fn on_delete(&mut self, cx: &Context, obj: &Object, _unknown: bool) -> Result<(), String> {
+    fn on_delete(&mut self, cx: &Context, obj: &Object, _unknown: bool) -> Result<()> {
         if cx.informer == self.settings.pods {
             self.pending.remove(&obj.key());
         }

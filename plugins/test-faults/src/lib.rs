@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use wisp_sdk::actions::{self, Accepted, ActionError};
-use wisp_sdk::{Context, Object, Plugin, PluginInfo, cache, metrics, policy};
+use wisp_sdk::{Context, Object, Plugin, PluginInfo, Result, ResultExt, cache, metrics, policy};
 
 #[derive(Deserialize, Default, PartialEq)]
 #[serde(rename_all = "lowercase")]
@@ -153,7 +153,7 @@ fn run_probes() {
 }
 
 impl Faults {
-    fn observe(&mut self, cx: &Context, obj: &Object) -> Result<(), String> {
+    fn observe(&mut self, cx: &Context, obj: &Object) -> Result<()> {
         self.state.handled += 1;
         let last = self.state.last.entry(cx.informer.to_owned()).or_insert(0);
         if cx.seq <= *last {
@@ -186,7 +186,7 @@ impl Faults {
                 }
             }
             Mode::Trap => panic!("trap on purpose at {}", obj.key()),
-            Mode::Error => Err(format!("refusing {} on purpose", obj.key())),
+            Mode::Error => Err(format!("refusing {} on purpose", obj.key()).into()),
             Mode::Gate => {
                 while let Ok(Some(_)) = cache::get(cx.informer, obj.namespace(), obj.name()) {
                     let start = std::time::Instant::now();
@@ -285,7 +285,7 @@ impl Plugin for Faults {
         wisp_sdk::info("test-faults", env!("CARGO_PKG_VERSION"), &[])
     }
 
-    fn init(settings: &str) -> Result<Self, String> {
+    fn init(settings: &str) -> Result<Self> {
         let settings: Settings = wisp_sdk::parse_settings(settings)?;
         if settings.panic_in_init {
             panic!("panic in init on purpose");
@@ -306,7 +306,7 @@ impl Plugin for Faults {
         })
     }
 
-    fn on_add(&mut self, cx: &Context, obj: &Object, _initial: bool) -> Result<(), String> {
+    fn on_add(&mut self, cx: &Context, obj: &Object, _initial: bool) -> Result<()> {
         self.observe(cx, obj)?;
         self.state
             .view
@@ -320,7 +320,7 @@ impl Plugin for Faults {
         _old: &Object,
         new: &Object,
         _resync: bool,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         self.observe(cx, new)?;
         self.state
             .view
@@ -328,7 +328,7 @@ impl Plugin for Faults {
         Ok(())
     }
 
-    fn on_delete(&mut self, cx: &Context, obj: &Object, _unknown: bool) -> Result<(), String> {
+    fn on_delete(&mut self, cx: &Context, obj: &Object, _unknown: bool) -> Result<()> {
         self.observe(cx, obj)?;
         self.state.view.remove(&obj.key());
         Ok(())
@@ -349,9 +349,8 @@ impl Plugin for Faults {
         serde_json::to_vec(&self.state).ok()
     }
 
-    fn restore(&mut self, state: Vec<u8>) -> Result<(), String> {
-        self.state = serde_json::from_slice(&state)
-            .map_err(|e| format!("cannot read the previous state: {e}"))?;
+    fn restore(&mut self, state: Vec<u8>) -> Result<()> {
+        self.state = serde_json::from_slice(&state).context("cannot read the previous state")?;
         metrics::counter_add("restored_total", &[], 1);
         Ok(())
     }

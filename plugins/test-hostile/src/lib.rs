@@ -18,7 +18,7 @@
 //! Its `describe` gives a version of 1 MiB and a name with a newline in it.
 
 use serde::Deserialize;
-use wisp_sdk::{Context, Object, Plugin, PluginInfo, metrics};
+use wisp_sdk::{Context, Object, Plugin, PluginInfo, Result, metrics};
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
@@ -74,7 +74,7 @@ fn aliased_counter(n: usize, bytes: usize) {
 }
 
 impl Hostile {
-    fn attack(&mut self) -> Result<(), String> {
+    fn attack(&mut self) -> Result<()> {
         let s = &self.settings;
         self.calls += 1;
         if s.sleep_ms > 0 {
@@ -103,7 +103,7 @@ impl Hostile {
             aliased_counter(s.alias_labels, s.alias_bytes);
         }
         if s.error_bytes > 0 {
-            return Err(padded("refused ", s.error_bytes));
+            return Err(padded("refused ", s.error_bytes).into());
         }
         Ok(())
     }
@@ -118,7 +118,7 @@ impl Plugin for Hostile {
         )
     }
 
-    fn init(settings: &str) -> Result<Self, String> {
+    fn init(settings: &str) -> Result<Self> {
         let settings: Settings = wisp_sdk::parse_settings(settings)?;
         if settings.sleep_in_init_ms > 0 {
             std::thread::sleep(std::time::Duration::from_millis(settings.sleep_in_init_ms));
@@ -126,7 +126,7 @@ impl Plugin for Hostile {
         Ok(Self { settings, calls: 0 })
     }
 
-    fn on_add(&mut self, _cx: &Context, _obj: &Object, _initial: bool) -> Result<(), String> {
+    fn on_add(&mut self, _cx: &Context, _obj: &Object, _initial: bool) -> Result<()> {
         self.attack()
     }
 
@@ -136,11 +136,11 @@ impl Plugin for Hostile {
         _old: &Object,
         _new: &Object,
         _resync: bool,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         self.attack()
     }
 
-    fn on_delete(&mut self, _cx: &Context, _obj: &Object, _unknown: bool) -> Result<(), String> {
+    fn on_delete(&mut self, _cx: &Context, _obj: &Object, _unknown: bool) -> Result<()> {
         self.attack()
     }
 }

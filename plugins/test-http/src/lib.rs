@@ -11,7 +11,7 @@
 use serde::Deserialize;
 use wasip2::http::outgoing_handler;
 use wasip2::http::types::{ErrorCode, Fields, OutgoingRequest, Scheme};
-use wisp_sdk::{Context, Object, Plugin, PluginInfo, metrics};
+use wisp_sdk::{Context, Object, Plugin, PluginInfo, Result, metrics};
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
@@ -97,7 +97,7 @@ impl Plugin for Http {
         wisp_sdk::info("test-http", env!("CARGO_PKG_VERSION"), &[])
     }
 
-    fn init(settings: &str) -> Result<Self, String> {
+    fn init(settings: &str) -> Result<Self> {
         let me = Self {
             settings: wisp_sdk::parse_settings(settings)?,
         };
@@ -105,7 +105,7 @@ impl Plugin for Http {
         Ok(me)
     }
 
-    fn on_add(&mut self, _cx: &Context, _obj: &Object, _initial: bool) -> Result<(), String> {
+    fn on_add(&mut self, _cx: &Context, _obj: &Object, _initial: bool) -> Result<()> {
         self.try_it();
         Ok(())
     }
@@ -116,12 +116,12 @@ impl Plugin for Http {
         _old: &Object,
         _new: &Object,
         _resync: bool,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         self.try_it();
         Ok(())
     }
 
-    fn on_delete(&mut self, _cx: &Context, _obj: &Object, _unknown: bool) -> Result<(), String> {
+    fn on_delete(&mut self, _cx: &Context, _obj: &Object, _unknown: bool) -> Result<()> {
         self.try_it();
         Ok(())
     }

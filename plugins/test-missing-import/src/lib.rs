@@ -2,7 +2,7 @@
 //! (`wasi:keyvalue/store@0.2.0-draft`): the host must refuse it naming that import, not the
 //! world.
 
-use wisp_sdk::{Context, Object, Plugin, PluginInfo};
+use wisp_sdk::{Context, Object, Plugin, PluginInfo, Result};
 
 mod extra {
     wit_bindgen::generate!({
@@ -28,11 +28,11 @@ impl Plugin for Missing {
         wisp_sdk::info("test-missing-import", env!("CARGO_PKG_VERSION"), &[])
     }
 
-    fn init(_settings: &str) -> Result<Self, String> {
+    fn init(_settings: &str) -> Result<Self> {
         Ok(Self)
     }
 
-    fn on_add(&mut self, _cx: &Context, obj: &Object, _initial: bool) -> Result<(), String> {
+    fn on_add(&mut self, _cx: &Context, obj: &Object, _initial: bool) -> Result<()> {
         // Used, so the import stays in the component.
         let _ = extra::wasi::keyvalue::store::get(obj.name());
         Ok(())

@@ -8,7 +8,7 @@
 
 use serde::Deserialize;
 use wisp_sdk::policy::{self, Severity, VerdictError};
-use wisp_sdk::{Context, Object, Plugin, PluginInfo, metrics};
+use wisp_sdk::{Context, Object, Plugin, PluginInfo, Result, metrics};
 
 const RULE: &str = "missing-label";
 
@@ -35,7 +35,7 @@ struct RequireLabel {
 }
 
 impl RequireLabel {
-    fn check(&self, cx: &Context, obj: &Object) -> Result<(), String> {
+    fn check(&self, cx: &Context, obj: &Object) -> Result<()> {
         if self.settings.exempt.iter().any(|e| e == obj.name()) {
             return Ok(());
         }
@@ -52,7 +52,7 @@ impl RequireLabel {
         match verdict {
             // Deleted since: its delete clears its verdicts.
             Ok(()) | Err(VerdictError::NotFound(_)) => Ok(()),
-            Err(e) => Err(format!("verdict {RULE} {key}: {e:?}")),
+            Err(e) => Err(wisp_sdk::Error::from(e).context(format!("{RULE} {key}"))),
         }
     }
 }
@@ -62,7 +62,7 @@ impl Plugin for RequireLabel {
         wisp_sdk::info("__NAME__", env!("CARGO_PKG_VERSION"), &["namespaces"])
     }
 
-    fn init(settings: &str) -> Result<Self, String> {
+    fn init(settings: &str) -> Result<Self> {
         let settings: Settings = wisp_sdk::parse_settings(settings)?;
         if settings.label.is_empty() {
             return Err("settings.label: must not be empty".into());
@@ -70,7 +70,7 @@ impl Plugin for RequireLabel {
         Ok(Self { settings })
     }
 
-    fn on_add(&mut self, cx: &Context, obj: &Object, _initial: bool) -> Result<(), String> {
+    fn on_add(&mut self, cx: &Context, obj: &Object, _initial: bool) -> Result<()> {
         self.check(cx, obj)
     }
 
@@ -80,7 +80,7 @@ impl Plugin for RequireLabel {
         _old: &Object,
         new: &Object,
         _resync: bool,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         self.check(cx, new)
     }
 }
