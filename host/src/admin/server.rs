@@ -405,32 +405,27 @@ impl AsyncWrite for Deadlines {
 
 /// Raises the soft limit on open files to the hard limit (the admin and metrics servers, the
 /// API clients and the module cache share it; many systems start processes at a soft 1,024).
-/// Returns the (old, new) soft limit; an error names the call that failed.
-#[allow(unsafe_code)] // two libc calls on a struct of ours
-pub fn raise_open_files_limit() -> Result<(libc::rlim_t, libc::rlim_t), String> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one `rlimit` into the struct we pass, which outlives the call.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return Err(format!(
-            "getrlimit(RLIMIT_NOFILE): {}",
-            io::Error::last_os_error()
-        ));
-    }
-    let old = lim.rlim_cur;
-    if old >= lim.rlim_max {
+/// Returns the (old, new) soft limit, `u64::MAX` for none; an error is setrlimit's.
+pub fn raise_open_files_limit() -> io::Result<(u64, u64)> {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let lim = getrlimit(Resource::Nofile);
+    // `None` is no limit.
+    let (old, max) = (
+        lim.current.unwrap_or(u64::MAX),
+        lim.maximum.unwrap_or(u64::MAX),
+    );
+    if old >= max {
         return Ok((old, old));
     }
-    lim.rlim_cur = lim.rlim_max;
-    // SAFETY: setrlimit reads the struct we pass, which outlives the call.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
-        return Err(format!(
-            "setrlimit(RLIMIT_NOFILE, {}): {}",
-            lim.rlim_max,
-            io::Error::last_os_error()
-        ));
-    }
-    Ok((old, lim.rlim_cur))
+    let raised = Rlimit {
+        current: lim.maximum,
+        maximum: lim.maximum,
+    };
+    setrlimit(Resource::Nofile, raised).map_err(|e| {
+        io::Error::new(
+            io::Error::from(e).kind(),
+            format!("setrlimit(RLIMIT_NOFILE, {max}): {e}"),
+        )
+    })?;
+    Ok((old, max))
 }

@@ -77,10 +77,8 @@ fn untrusted(path: &Path, reason: impl Into<String>) -> CacheError {
 }
 
 /// The effective uid of this process.
-#[allow(unsafe_code)] // one libc call without arguments
 fn euid() -> u32 {
-    // SAFETY: geteuid takes nothing, cannot fail and touches no memory of ours.
-    unsafe { libc::geteuid() }
+    rustix::process::geteuid().as_raw()
 }
 
 /// Refuses `md` unless it is owned by the effective uid and grants nothing in `forbidden_mode`.

@@ -414,11 +414,10 @@ fn cpu_time(pid: u32) -> Option<Duration> {
 }
 
 /// The unit of `/proc/PID/stat`'s times (`USER_HZ`).
-#[allow(unsafe_code)] // one libc call that takes no pointer
 fn clock_ticks_per_second() -> u64 {
-    // SAFETY: sysconf reads a constant of the system; it takes no memory of ours.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    u64::try_from(hz).ok().filter(|&h| h > 0).unwrap_or(100)
+    Some(rustix::param::clock_ticks_per_second())
+        .filter(|&h| h > 0)
+        .unwrap_or(100)
 }
 
 /// Sets the child's limits between fork and exec: address space `memory`, CPU `cpu` seconds,

@@ -3,20 +3,10 @@
 
 use std::time::Duration;
 
-/// CPU time the calling thread has used so far (Linux and the other unixes libc knows
-/// `CLOCK_THREAD_CPUTIME_ID` on); `None` where it cannot be read.
-#[allow(unsafe_code)] // one libc call, on a local out-parameter
+/// CPU time the calling thread has used so far (`CLOCK_THREAD_CPUTIME_ID`); `None` where the
+/// clock gives a negative time.
 pub fn thread_cpu_time() -> Option<Duration> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `clock_gettime` writes one `timespec` to the pointer, which points to a local
-    // that outlives the call; it reads nothing else.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return None;
-    }
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     Some(Duration::new(
         u64::try_from(ts.tv_sec).ok()?,
         u32::try_from(ts.tv_nsec).ok()?,

@@ -119,31 +119,15 @@ pub(crate) fn rfc3339_in(seconds: i64) -> String {
 }
 
 /// Seconds since the epoch as RFC 3339 in UTC, with six digits of microseconds when given
-/// (`metav1.MicroTime`'s form).
+/// (`metav1.MicroTime`'s form; `metav1.Time` has none). Out of jiff's range: the epoch.
 pub(crate) fn rfc3339(secs: i64, micros: Option<u32>) -> String {
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (year, month, day) = civil_from_days(days);
-    let fraction = micros.map_or(String::new(), |m| format!(".{m:06}"));
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}{fraction}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian (year, month, day); Howard Hinnant's algorithm.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
+    use k8s_openapi::jiff::Timestamp;
+    let nanos = micros.map_or(0, |m| (m.min(999_999) * 1_000) as i32);
+    let t = Timestamp::new(secs, nanos).unwrap_or(Timestamp::UNIX_EPOCH);
+    match micros {
+        Some(_) => format!("{t:.6}"),
+        None => format!("{t:.0}"),
+    }
 }
 
 /// A process-unique, UUID-shaped uid.
@@ -197,9 +181,17 @@ mod tests {
     }
 
     #[test]
-    fn epoch_days_convert_to_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
-        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
+    fn times_are_written_as_kubernetes_writes_them() {
+        assert_eq!(rfc3339(0, None), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_704_067_200, None), "2024-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_709_164_800 + 3_661, None), "2024-02-29T01:01:01Z");
+        assert_eq!(
+            rfc3339(1_709_164_800, Some(0)),
+            "2024-02-29T00:00:00.000000Z"
+        );
+        assert_eq!(
+            rfc3339(1_709_164_800, Some(1_500)),
+            "2024-02-29T00:00:00.001500Z"
+        );
     }
 }
