@@ -21,9 +21,12 @@
 //!       - update: OBJECT            #   delete (OBJECT or "namespace/name"), each with an
 //!       - delete: shop/db-0         #   optional `informer:` (and `finalStateUnknown: true`
 //!                                   #   for a delete the informer missed)
+//!       - admit: {operation: CREATE, object: OBJECT}   # an admission request (`admit`)
 //!     expect:
 //!       init: "substring"           # init refuses the settings with this message
-//!       outcomes: [ok, "error: substring"]   # per step; default: every step ok
+//!       outcomes: [ok, "error: substring", allowed, "denied: substring"]   # per step;
+//!                                   #   default: every notification ok, every admit allowed
+//!       admissions: [{allowed: false, message: substring}]   # per admit step (`admit` module)
 //!       verdicts:                   # exactly these violations are current at the end
 //!         - {rule: latest-tag, object: shop/db-0, severity: high, message: "..."}
 //!       actions:                    # exactly these actions were asked for, in order
@@ -59,6 +62,8 @@ use crate::plugin::state::Grants;
 use crate::plugin::{CheckedPlugin, PluginEngine, PluginSpec, PluginStatus};
 use crate::policy::VerdictFilter;
 use crate::record::{Fed, feed};
+
+mod admit;
 
 /// The largest fixture file, and object file, read: the `dir:` source's default cap.
 pub const MAX_FILE_SIZE: u64 = crate::source::dir::DEFAULT_MAX_FILE_SIZE;
@@ -125,6 +130,7 @@ enum Event {
     Update(Value),
     Resync(Value),
     Delete(Value),
+    Admit(admit::AdmitStep),
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -134,6 +140,8 @@ struct Expect {
     init: Option<String>,
     #[serde(default)]
     outcomes: Option<Vec<String>>,
+    #[serde(default)]
+    admissions: Option<Vec<admit::ExpectAdmission>>,
     #[serde(default)]
     verdicts: Option<Vec<ExpectVerdict>>,
     #[serde(default)]
@@ -356,9 +364,12 @@ fn run_case(cx: &CaseContext, case: &Case) -> anyhow::Result<Vec<String>> {
     let plugin = checked.info.name.clone();
     let status = checked.status().clone();
     let mut rt = checked.into_runtime(cx.engine.clone());
-    let (outcomes, logs) = run_steps(&mut rt, &status, &caches, cx, case)?;
+    let (outcomes, answers, logs) = run_steps(&mut rt, &status, &caches, cx, case)?;
     let expect = &case.expect;
     check_outcomes(expect.outcomes.as_deref(), &outcomes, &mut failures);
+    if let Some(want) = &expect.admissions {
+        admit::check(want, &answers, &mut failures);
+    }
     check_logs(&expect.logs, &logs, &mut failures);
     if let Some(want) = &expect.verdicts {
         check_verdicts(want, &services, &plugin, &mut failures);
@@ -513,21 +524,33 @@ fn init(
     Ok(Some(checked))
 }
 
-/// Feeds the steps of a case to the plugin, one at a time; returns each step's outcome and the
-/// lines the plugin logged.
+/// The answers of a case's admit steps, in order (`None`: the plugin gave none).
+type Answers = Vec<Option<crate::plugin::bindings::v03_admission::Response>>;
+
+/// Feeds the steps of a case to the plugin, one at a time; returns each step's outcome, the
+/// answers to its admit steps and the lines the plugin logged.
 fn run_steps(
     rt: &mut PluginRuntime,
     status: &PluginStatus,
     caches: &BTreeMap<String, Indexer>,
     cx: &CaseContext,
     case: &Case,
-) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+) -> anyhow::Result<(Vec<String>, Answers, Vec<String>)> {
     let (default_informer, base) = (cx.default_informer, cx.base);
-    let (mut outcomes, mut logs) = (Vec::new(), Vec::new());
+    let (mut outcomes, mut answers, mut logs) = (Vec::new(), Vec::new(), Vec::new());
     for (n, step) in case.steps.iter().enumerate() {
         let inf = step.informer.as_deref().unwrap_or(default_informer);
         let ix = &caches[inf];
         let at = || format!("step {}", n + 1);
+        if let Event::Admit(a) = &step.event {
+            let request = admit::request(a, n + 1, inf, ix, base, &at)?;
+            let logs0 = status.logs.total();
+            let (outcome, answer) = admit::ask(rt, &request);
+            outcomes.push(outcome);
+            answers.push(answer);
+            logs.extend(status.logs.since(logs0));
+            continue;
+        }
         let d = Delivery {
             seq: n as u64 + 1,
             notification: notification(step, ix, base, &at)?,
@@ -540,7 +563,7 @@ fn run_steps(
         });
         logs.extend(lines);
     }
-    Ok((outcomes, logs))
+    Ok((outcomes, answers, logs))
 }
 
 /// The notification of a step (errors name it with `at`); an update's old object, a resync's
@@ -570,6 +593,7 @@ fn notification(
                 new: o,
             }
         }
+        Event::Admit(_) => bail!("{}: an admit step is no notification", at()),
         Event::Delete(v) => {
             let o = cached(ix, v, base).with_context(at)?;
             let obj = if step.final_state_unknown {
@@ -753,21 +777,21 @@ fn exactly<W>(want: &[W], got: &[String], matches: impl Fn(&W, &String) -> bool)
 
 fn check_outcomes(want: Option<&[String]>, got: &[String], failures: &mut Vec<String>) {
     let ok = match want {
-        None => got.iter().all(|g| g == "ok"),
+        None => got.iter().all(|g| g == "ok" || g == "allowed"),
         Some(w) => {
             w.len() == got.len()
                 && w.iter().zip(got).all(|(w, g)| {
                     w == g
-                        || (w.starts_with("error: ")
-                            && g.starts_with("error: ")
-                            && g.contains(&w[7..]))
+                        || ["error: ", "denied: "].iter().any(|p| {
+                            w.starts_with(p) && g.starts_with(p) && g.contains(&w[p.len()..])
+                        })
                 })
         }
     };
     if !ok {
         let want = match want {
             Some(w) => list(w.iter().cloned()),
-            None => "  every step ok\n".into(),
+            None => "  every notification ok, every admit allowed\n".into(),
         };
         failures.push(format!(
             "outcomes: expected\n{want}got\n{}",

@@ -1,5 +1,5 @@
 // Wisp plugin SDK for JavaScript: write a Wisp plugin as a class, built into a component of world
-// `wisp:plugin/plugin@0.2.0` with componentize-js (see docs/plugins/javascript.md).
+// `wisp:plugin/plugin@0.3.0` with componentize-js (see docs/plugins/javascript.md).
 //
 //   import * as wisp from '@wisp/plugin';   // `wisp build` resolves it (docs/plugins/javascript.md)
 //   class Hello extends wisp.Plugin {
@@ -15,9 +15,9 @@
 // the whole call (which would replace the instance and lose its state); settings parsing,
 // logging, metrics, cache reads, verdicts and actions wrap the generated bindings.
 
-import * as host from 'wisp:plugin/host@0.2.0';
-import * as wpolicy from 'wisp:plugin/policy@0.2.0';
-import * as wactions from 'wisp:plugin/actions@0.2.0';
+import * as host from 'wisp:plugin/host@0.3.0';
+import * as wpolicy from 'wisp:plugin/policy@0.3.0';
+import * as wactions from 'wisp:plugin/actions@0.3.0';
 import { Batch, DecodeError, WispObject, decodeList } from './abi.js';
 import { rustDebugStr as rustDebugStrLocal } from './settings.js';
 

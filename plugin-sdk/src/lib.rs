@@ -1,6 +1,7 @@
 //! Wisp plugin SDK: write a Wisp plugin as a plain Rust type.
 //!
-//! A plugin is a WebAssembly component of world `wisp:plugin/plugin` (see `wit/wisp.wit`),
+//! A plugin is a WebAssembly component of world `wisp:plugin/admission-plugin` (see
+//! `wit/wisp.wit`: `wisp:plugin/plugin`, and the `admission` call),
 //! built with `cargo build --release --target wasm32-wasip2`. With this crate:
 //!
 //! ```ignore
@@ -25,7 +26,7 @@
 //! wisp_sdk::export_plugin!(Hello);
 //! ```
 //!
-//! Plugins target ABI `wisp:plugin@0.2.0`: each batch of notifications arrives as one byte buffer
+//! Plugins target ABI `wisp:plugin@0.3.0`: each batch of notifications arrives as one byte buffer
 //! (`docs/abi.md`), read in place:
 //! - [`Object`]: zero-copy views of an object (`name()`, `label(k)`, `labels()`, `owner_refs()`,
 //!   `json()`), parsed only on demand: [`Object::parse`] into k8s-openapi types,
@@ -37,6 +38,8 @@
 //! - [`Error`]: what a plugin's methods return; `?` takes the SDK's errors, `serde_json`'s and
 //!   strings, [`ResultExt::context`] says what was being done.
 //! - Logging macros ([`info!`], [`warn!`], ...) skip formatting when the level is off.
+//! - [`admission`]: the plugin's decision on a write, before it is stored; by default its own
+//!   rules (`on_add`, `on_update`) decide, with the violations they report.
 //! - [`testing`] (native builds only): run the plugin under `cargo test` against a fake host
 //!   (cache fixtures, captured logs, metrics, verdicts and actions).
 //!
@@ -48,7 +51,7 @@
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../wit",
-        world: "plugin",
+        world: "admission-plugin",
         pub_export_macro: true,
         export_macro_name: "__export_wisp_plugin",
         default_bindings_module: "::wisp_sdk::bindings",
@@ -56,6 +59,7 @@ pub mod bindings {
 }
 
 pub mod abi;
+pub mod admission;
 mod error;
 mod sys;
 #[cfg(not(target_family = "wasm"))]
@@ -138,6 +142,14 @@ pub trait Plugin: Sized + 'static {
     /// Takes the previous version's snapshot (after `init`).
     fn restore(&mut self, _state: Vec<u8>) -> Result<()> {
         Ok(())
+    }
+
+    /// Decides on a write before it is stored (only called for a plugin the host's config
+    /// gives admission). By default the plugin's rules decide: [`admission::by_rules`] runs
+    /// `on_add` / `on_update` on the object and denies with the violations they report. An `Err`
+    /// is the plugin failing (the host's `failurePolicy` answers), not a denial.
+    fn admit(&mut self, request: &admission::Request<'_>) -> Result<admission::Response> {
+        admission::by_rules(self, request)
     }
 }
 
@@ -315,6 +327,9 @@ pub mod policy {
         severity: Severity,
         message: &str,
     ) -> Result<(), VerdictError> {
+        if super::admission::collect(rule, severity, message) {
+            return Ok(());
+        }
         let v = super::bindings::wisp::plugin::policy::Violation {
             severity,
             message: message.to_owned(),
@@ -324,6 +339,9 @@ pub mod policy {
 
     /// Reports that `obj` passes `rule` (clearing an earlier violation).
     pub fn pass(informer: &str, obj: &Object<'_>, rule: &str) -> Result<(), VerdictError> {
+        if super::admission::collecting() {
+            return Ok(());
+        }
         super::sys::report(informer, obj.namespace(), obj.name(), rule, None)
     }
 }
@@ -477,6 +495,21 @@ pub mod __private {
         state.borrow().as_ref().and_then(|p| p.snapshot())
     }
 
+    pub fn admit<P: Plugin>(
+        state: &RefCell<Option<P>>,
+        request: crate::bindings::exports::wisp::plugin::admission::Request,
+    ) -> Result<crate::bindings::exports::wisp::plugin::admission::Response, String> {
+        let mut guard = state.borrow_mut();
+        let Some(p) = guard.as_mut() else {
+            return Err("plugin used before init".into());
+        };
+        let request =
+            crate::admission::Request::new(&request).map_err(crate::Error::into_message)?;
+        p.admit(&request)
+            .map(crate::admission::Response::into_wit)
+            .map_err(crate::Error::into_message)
+    }
+
     pub fn restore<P: Plugin>(state: &RefCell<Option<P>>, bytes: Vec<u8>) -> Result<(), String> {
         match state.borrow_mut().as_mut() {
             Some(p) => p.restore(bytes).map_err(crate::Error::into_message),
@@ -517,6 +550,17 @@ macro_rules! export_plugin {
                 state: ::std::vec::Vec<u8>,
             ) -> ::std::result::Result<(), ::std::string::String> {
                 __WISP_STATE.with(|s| $crate::__private::restore::<$plugin>(s, state))
+            }
+        }
+
+        impl $crate::bindings::exports::wisp::plugin::admission::Guest for __WispGuest {
+            fn admit(
+                request: $crate::bindings::exports::wisp::plugin::admission::Request,
+            ) -> ::std::result::Result<
+                $crate::bindings::exports::wisp::plugin::admission::Response,
+                ::std::string::String,
+            > {
+                __WISP_STATE.with(|s| $crate::__private::admit::<$plugin>(s, request))
             }
         }
 

@@ -135,7 +135,7 @@ fn new_build_test_check(lang: &str) {
         ),
         "wisp check",
     );
-    let is = format!("ok: {name} 0.1.0 is a wisp:plugin/plugin@0.2.0 component");
+    let is = format!("ok: {name} 0.1.0 is a wisp:plugin/plugin@0.3.0 component");
     assert!(checked.contains(&is), "{checked}");
     assert!(checked.contains("wants informers: namespaces"), "{checked}");
     // The settings check runs in the component: an empty label is refused, naming the field.
@@ -253,4 +253,35 @@ fn wisp_new_and_build_refuse_what_they_cannot_use_naming_it() {
     .unwrap();
     let e = fails(wisp(&js, &["build"]), "wisp build without its entry");
     assert!(e.contains("src/index.js is missing"), "{e}");
+}
+
+/// `wisp test` drives a plugin's admission decisions: image-policy, unchanged, refuses at
+/// admission what its rules report in audit (plugins/image-policy/admission.yaml: creates,
+/// updates with the cached old object, deletes, dry runs, and audit beside admission in one
+/// case), on its own admission instance in the real sandbox. A plugin of ABI 0.2 takes no
+/// admission requests, and every admit step says so.
+#[test]
+fn wisp_test_runs_admission_cases_against_the_plugins_admit() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let cases = root.join("plugins/image-policy/admission.yaml");
+    let cases = cases.to_str().unwrap();
+    let policy = common::plugin_path("image_policy");
+    let out = ok(
+        wisp(root, &["test", "--plugin", policy.to_str().unwrap(), cases]),
+        "wisp test of image-policy's admission cases",
+    );
+    assert!(out.contains("5 cases: 5 passed, 0 failed"), "{out}");
+    let old = common::plugin_path("test_raw_batch");
+    let out = fails(
+        wisp(root, &["test", "--plugin", old.to_str().unwrap(), cases]),
+        "wisp test of a 0.2 plugin's admission",
+    );
+    assert!(out.contains("5 cases: 0 passed, 5 failed"), "{out}");
+    assert!(
+        out.contains(
+            "error: the plugin takes no admission requests (its component does not export \
+             wisp:plugin/admission@0.3.0"
+        ),
+        "{out}"
+    );
 }

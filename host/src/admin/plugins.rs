@@ -33,8 +33,8 @@ pub struct PluginView {
     pub hash: String,
     /// 1 for the first version, +1 per reload or rollback.
     pub generation: u64,
-    /// The `wisp:plugin` world its component targets: `0.2.0` (byte batches) or `0.1.0`
-    /// (records).
+    /// The `wisp:plugin` world its component targets: `0.3.0` (byte batches, and admission
+    /// when it exports it), `0.2.0` (byte batches) or `0.1.0` (records).
     pub abi: &'static str,
     /// `compiled`, `disk-cache` or `memory`.
     pub loaded_from: &'static str,

@@ -12,9 +12,17 @@ pub const WIT: &str = include_str!("../../../wit/wisp.wit");
 /// (plugin-sdk/abi/, its path dependency `abi`), without their tests (they read the
 /// repository's ABI vectors). Their `Cargo.toml`s inherit from this workspace:
 /// [`rust_sdk_manifests`] gives them standalone.
-pub const RUST_SDK: [File; 11] = [
+pub const RUST_SDK: [File; 13] = [
     ("src/lib.rs", include_str!("../../../plugin-sdk/src/lib.rs")),
     ("src/abi.rs", include_str!("../../../plugin-sdk/src/abi.rs")),
+    (
+        "src/admission.rs",
+        include_str!("../../../plugin-sdk/src/admission.rs"),
+    ),
+    (
+        "src/error.rs",
+        include_str!("../../../plugin-sdk/src/error.rs"),
+    ),
     ("src/sys.rs", include_str!("../../../plugin-sdk/src/sys.rs")),
     (
         "src/testing.rs",

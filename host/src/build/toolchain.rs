@@ -352,7 +352,7 @@ mod tests {
         std::fs::write(sdk.join("abi.js"), "export {};").unwrap();
         std::fs::write(
             src.join("app.js"),
-            "import * as w from '@wisp/plugin';\nimport * as h from 'wisp:plugin/host@0.2.0';\n",
+            "import * as w from '@wisp/plugin';\nimport * as h from 'wisp:plugin/host@0.3.0';\n",
         )
         .unwrap();
         std::fs::write(
@@ -367,7 +367,7 @@ mod tests {
             app.contains("'./node_modules/@wisp/plugin/wisp-plugin.js'"),
             "{app}"
         );
-        assert!(app.contains("'wisp:plugin/host@0.2.0'"), "{app}");
+        assert!(app.contains("'wisp:plugin/host@0.3.0'"), "{app}");
         let rules = std::fs::read_to_string(stage.join("lib/rules.js")).unwrap();
         assert!(
             rules.contains("\"../node_modules/@wisp/plugin/abi.js\""),

@@ -11,7 +11,7 @@ use std::time::Duration;
 use wasmtime::Engine;
 use wasmtime::component::{Component, HasSelf, Linker};
 
-use super::bindings::{PluginPre, v01, v02};
+use super::bindings::{PluginPre, v01, v02, v03};
 use super::compile::{EngineConfig, LoadError, LoadedComponent, Modules, Tier, TierUpHold};
 use super::error::PluginError;
 use super::sandbox::instance::Metering;
@@ -42,12 +42,14 @@ pub struct PluginEngine {
 }
 
 /// The host's linker on `engine`: WASI p2 with nothing granted, `wasi:http` refusing every
-/// request, the deadline-bounded `poll`, and both worlds' host interfaces.
+/// request, the deadline-bounded `poll`, and every world's host interfaces.
 fn host_linker(engine: &Engine) -> Result<Linker<StoreData>, PluginError> {
     let mut linker: Linker<StoreData> = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
         .and_then(|()| wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker))
         .and_then(|()| super::host_api::poll::add_to_linker(&mut linker))
+        .map_err(|e| PluginError::Engine(format!("{e:#}")))?;
+    v03::Plugin::add_to_linker::<StoreData, HasSelf<StoreData>>(&mut linker, |s| s)
         .map_err(|e| PluginError::Engine(format!("{e:#}")))?;
     v02::Plugin::add_to_linker::<StoreData, HasSelf<StoreData>>(&mut linker, |s| s)
         .map_err(|e| PluginError::Engine(format!("{e:#}")))?;
@@ -197,7 +199,7 @@ impl PluginEngine {
     }
 
     /// Links the component against the host in the world its exported `listener` interface
-    /// names (0.2.0 or 0.1.0): fails when it exports neither, or imports what the host does not
+    /// names (0.3.0, 0.2.0 or 0.1.0): fails when it exports none, or imports what the host does not
     /// provide.
     pub fn instance_pre(&self, component: &Component) -> Result<PluginPre<StoreData>, LinkError> {
         let linker = match &self.baseline_linker {

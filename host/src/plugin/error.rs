@@ -92,7 +92,7 @@ pub enum PluginError {
     },
     /// The component is not of world `wisp:plugin/plugin` at a version the host loads.
     #[error(
-        "plugin {plugin:?}: module {path}: not a wisp:plugin/plugin component (0.2.0 or 0.1.0): {detail}"
+        "plugin {plugin:?}: module {path}: not a wisp:plugin/plugin component (0.3.0, 0.2.0 or 0.1.0): {detail}"
     )]
     WrongWorld {
         /// Plugin name.

@@ -287,6 +287,12 @@ pub struct PluginCounters {
     pub handle_nanos: AtomicU64,
     /// Latency of `handle` calls.
     pub handle_latency: LatencyHistogram,
+    /// Calls into `admit` (admission requests asked of the plugin).
+    pub admission_calls: AtomicU64,
+    /// `admit` calls that gave no answer: the plugin's error, a trap, a deadline.
+    pub admission_errors: AtomicU64,
+    /// Latency of `admit` calls.
+    pub admission_latency: LatencyHistogram,
 }
 
 impl PluginCounters {

@@ -1,6 +1,6 @@
 """Wisp plugin SDK for Python: write a Wisp plugin as a Python class.
 
-A plugin is a WebAssembly component of world ``wisp:plugin/plugin@0.2.0`` (``wit/wisp.wit``),
+A plugin is a WebAssembly component of world ``wisp:plugin/plugin@0.3.0`` (``wit/wisp.wit``),
 built with componentize-py (see ``docs/plugins/python.md``)::
 
     import wisp_plugin as wisp

@@ -1,4 +1,5 @@
-//! A plugin of ABI 0.2 written with wit-bindgen alone, for the host's delivery tests: it logs
+//! A plugin of ABI 0.2 written with wit-bindgen alone (from `wit/v0.2`: the host's loading of
+//! 0.2 components is tested with it), for the host's delivery tests: it logs
 //! every batch it receives byte for byte, as hex (`batch LEN PART/PARTS HEX`, lines of at most
 //! 2,048 bytes of the batch), and answers `ok` for each notification. The test compares the
 //! bytes with the host's encoding of the same batch: what the guest's memory held is what the
@@ -10,7 +11,7 @@
 //! `metadata-only`) describes itself metadata-only.
 
 wit_bindgen::generate!({
-    path: "../../wit",
+    path: "../../wit/v0.2",
     world: "plugin",
 });
 

@@ -1,6 +1,6 @@
-//! Plugin ABI 0.2 end to end: objects from the test API server, through a real `kube::Client`
-//! and the informer, encoded by the host and read by the SDK's decoder; plugins of ABI 0.1 and
-//! 0.2 side by side in one host.
+//! Plugin ABI 0.2 / 0.3 end to end (the same byte layout): objects from the test API server,
+//! through a real `kube::Client` and the informer, encoded by the host and read by the SDK's
+//! decoder; plugins of ABI 0.1, 0.2 and 0.3 side by side in one host.
 
 use crate::common;
 
@@ -102,7 +102,7 @@ fn events(h: &wisp_host::plugin::PluginHandle) -> Vec<(String, String, String)> 
 }
 
 #[tokio::test]
-async fn plugins_of_abi_0_1_and_0_2_run_side_by_side_in_one_host() {
+async fn plugins_of_abi_0_1_and_0_3_run_side_by_side_in_one_host() {
     let r = rig(vec![pod("default", "web-1"), pod("default", "web-2")]).await;
     let new = r
         .manager
@@ -112,7 +112,7 @@ async fn plugins_of_abi_0_1_and_0_2_run_side_by_side_in_one_host() {
         .manager
         .start(spec("old", "test_abi_v01", json!({})))
         .unwrap();
-    assert_eq!(new.status().running().abi, "0.2.0");
+    assert_eq!(new.status().running().abi, "0.3.0");
     assert_eq!(old.status().running().abi, "0.1.0");
     until("both synced", || new.has_synced() && old.has_synced()).await;
     r.server

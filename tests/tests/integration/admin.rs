@@ -248,7 +248,7 @@ async fn plugins_lists_a_running_plugin_with_its_hash_counters_queues_and_logs()
     assert_eq!(p["module"], plugin_path("audit_log").display().to_string());
     assert_eq!(p["hash"], audit.report().hash.as_str());
     assert_eq!(p["hash"].as_str().unwrap().len(), 64);
-    assert_eq!(p["abi"], "0.2.0", "the world its component targets");
+    assert_eq!(p["abi"], "0.3.0", "the world its component targets");
     assert!(
         ["compiled", "disk-cache", "memory"].contains(&p["loadedFrom"].as_str().unwrap()),
         "{p}"

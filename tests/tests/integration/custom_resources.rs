@@ -165,7 +165,7 @@ async fn a_wisp_plugin_runs_reports_its_status_keeps_running_on_bad_settings_and
             .starts_with("sha256:"),
         "{s}"
     );
-    assert_eq!(s["abi"], "0.2.0");
+    assert_eq!(s["abi"], "0.3.0");
     assert!(s["counters"]["delivered"].as_u64().unwrap() >= 1, "{s}");
     let plugin = host
         .host

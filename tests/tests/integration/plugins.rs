@@ -458,7 +458,7 @@ async fn modules_that_are_not_plugins_are_refused_with_a_clear_error() {
     let e = start_wrong_world(&r.manager);
     assert!(
         e.to_string()
-            .contains("not a wisp:plugin/plugin component (0.2.0 or 0.1.0)"),
+            .contains("not a wisp:plugin/plugin component (0.3.0, 0.2.0 or 0.1.0)"),
         "{e}"
     );
 

@@ -79,7 +79,7 @@ async fn a_bad_new_version_is_refused_and_the_running_one_keeps_running() {
         .unwrap_err();
     assert!(
         e.to_string()
-            .contains("not a wisp:plugin/plugin component (0.2.0 or 0.1.0)"),
+            .contains("not a wisp:plugin/plugin component (0.3.0, 0.2.0 or 0.1.0)"),
         "{e}"
     );
 

@@ -47,6 +47,18 @@ impl StoreData {
     }
 }
 
+impl StoreData {
+    /// Refuses every action during an admission call, which has no side effects.
+    fn no_action_while_admitting(&self) -> Result<(), actions::ActionError> {
+        if self.admitting {
+            return Err(actions::ActionError::Unavailable(
+                "no action during an admission call (it has no side effects)".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl actions::Host for StoreData {
     fn patch_metadata(
         &mut self,
@@ -54,6 +66,7 @@ impl actions::Host for StoreData {
         labels: Vec<(String, Option<String>)>,
         annotations: Vec<(String, Option<String>)>,
     ) -> Result<actions::Accepted, actions::ActionError> {
+        self.no_action_while_admitting()?;
         let target = target_of(target);
         // Conditional on the version the plugin's cache holds, when one of its informers has
         // the object: a patch decided on a view the object has since left is refused (409).
@@ -67,6 +80,7 @@ impl actions::Host for StoreData {
     }
 
     fn apply(&mut self, manifest: String) -> Result<actions::Accepted, actions::ActionError> {
+        self.no_action_while_admitting()?;
         let parsed = if manifest.len() > MAX_MANIFEST {
             Err(InvalidAction::ManifestTooLarge(MAX_MANIFEST))
         } else {
@@ -95,6 +109,7 @@ impl actions::Host for StoreData {
         reason: String,
         message: String,
     ) -> Result<actions::Accepted, actions::ActionError> {
+        self.no_action_while_admitting()?;
         let regarding = target_of(regarding);
         let ids = self.ids_of(&regarding);
         let warning = matches!(event_type, actions::EventType::Warning);

@@ -1,15 +1,21 @@
 //! The imports as plugins see them, one file per WIT interface: [`host`] (logging, cache reads
 //! limited to granted informers, counters and gauges), [`policy`] (verdicts) and [`actions`]
-//! (changes through the host, within grants), in ABI 0.2; the same in 0.1 in `v01` (which
-//! converts and calls these); [`poll`]: `wasi:io/poll`, bounded by the call's deadline.
+//! (changes through the host, within grants), in ABI 0.3; the same in 0.2 in `v02` and in 0.1
+//! in `v01` (which convert and call these, with what they share written once by `legacy`);
+//! [`poll`]: `wasi:io/poll`, bounded by the call's deadline.
 //! [`grants`]: what they share (the granted caches).
 
 pub mod actions;
 pub mod grants;
 pub mod host;
+#[macro_use]
+mod legacy;
 pub mod policy;
 pub mod poll;
 mod v01;
+mod v02;
+
+use legacy::forward_to_v03;
 
 pub use actions::MAX_MANIFEST;
 pub use host::{MAX_LABEL_VALUE, MAX_LABELS, MAX_METRIC_NAME, MAX_QUERY_RESULTS};

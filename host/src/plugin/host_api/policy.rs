@@ -58,6 +58,13 @@ impl policy::Host for StoreData {
         rule: String,
         violation: Option<policy::Violation>,
     ) -> Result<(), policy::VerdictError> {
+        if self.admitting {
+            return Err(policy::VerdictError::Invalid(
+                "no verdict is kept during an admission call (the object is not stored yet): \
+                 answer with a denial instead"
+                    .into(),
+            ));
+        }
         let cache = self.granted(&informer).map_err(|_| {
             policy::VerdictError::NotGranted(format!(
                 "informer {informer:?} is not granted to this plugin"

@@ -67,6 +67,7 @@ impl PluginRuntime {
             status,
             actions,
             instance: Some(instance),
+            admitter: None,
             consecutive_failures: 0,
             defer_retries: false,
             retries: std::collections::VecDeque::new(),
@@ -91,25 +92,31 @@ impl PluginRuntime {
         }
     }
 
+    /// A new instance of the running version, initialised with the plugin's settings.
+    pub(super) fn new_instance(&self) -> Result<Instance, String> {
+        let api = Self::api(
+            &self.name,
+            &self.spec,
+            &self.grants,
+            &self.status,
+            &self.actions,
+        );
+        let mut inst = Instance::new(self.engine.metering(), &self.pre, api, &self.spec.limits)
+            .map_err(|e| e.to_string())?;
+        inst.set_metadata_only(self.version.info.metadata_only);
+        match inst.init(&self.settings) {
+            Ok(Ok(())) => {}
+            Ok(Err(msg)) => return Err(format!("init refused its settings on restart: {msg}")),
+            Err(e) => return Err(format!("init failed on restart: {e}")),
+        }
+        inst.started();
+        Ok(inst)
+    }
+
     /// A fresh instance, initialised with the plugin's settings.
     fn fresh(&mut self) -> Result<&mut Instance, String> {
         if self.instance.is_none() {
-            let api = Self::api(
-                &self.name,
-                &self.spec,
-                &self.grants,
-                &self.status,
-                &self.actions,
-            );
-            let mut inst = Instance::new(self.engine.metering(), &self.pre, api, &self.spec.limits)
-                .map_err(|e| e.to_string())?;
-            inst.set_metadata_only(self.version.info.metadata_only);
-            match inst.init(&self.settings) {
-                Ok(Ok(())) => {}
-                Ok(Err(msg)) => return Err(format!("init refused its settings on restart: {msg}")),
-                Err(e) => return Err(format!("init failed on restart: {e}")),
-            }
-            inst.started();
+            let inst = self.new_instance()?;
             PluginCounters::add(&self.status.counters.restarts, 1);
             self.instance = Some(inst);
         }
@@ -119,6 +126,13 @@ impl PluginRuntime {
     }
 
     fn record_call_error(&mut self, e: &CallError, logs_before: u64) {
+        // The store is unusable after a trap: the next call gets a fresh instance.
+        self.instance = None;
+        self.count_call_error(e, logs_before);
+    }
+
+    /// Counts a failed call, logs it and keeps it as the plugin's last error.
+    pub(super) fn count_call_error(&self, e: &CallError, logs_before: u64) {
         let c = &self.status.counters;
         match e {
             CallError::Deadline(_) | CallError::StartupDeadline(_) => {
@@ -128,8 +142,6 @@ impl PluginRuntime {
             CallError::OutOfFuel => PluginCounters::add(&c.out_of_fuel, 1),
             CallError::Trap(_) => PluginCounters::add(&c.traps, 1),
         }
-        // The store is unusable after a trap: the next call gets a fresh instance.
-        self.instance = None;
         let msg = with_panic_message(e, &self.status.logs, logs_before);
         tracing::warn!(plugin = %self.name, error = %msg, "plugin call failed; its instance will be replaced");
         self.status.set_last_error(msg);

@@ -7,9 +7,11 @@
 //! - [`loader`]: read, compile, link, instantiate, `describe` and `init` a module, the one way
 //!   every module enters the host (start, reload, `wisp check`/`replay`/`test`).
 //! - [`calls`]: calls into a plugin, its failure policy and retries; the informer handler.
+//!   [`admit`]: admission calls, on an instance of their own.
 //! - [`reload`]: swap a new version in; [`manager`]: attach checked plugins to their
 //!   informers, move first-load plugins onto their optimized code; [`set`]: the running set.
 
+pub mod admit;
 pub mod calls;
 pub mod loader;
 pub mod manager;
@@ -19,5 +21,6 @@ pub mod reload;
 pub mod set;
 pub mod state;
 
+pub use admit::AdmitFailure;
 pub use calls::{MAX_RETRY_WAIT, WasmHandler};
 pub use state::{PluginRuntime, VersionInfo};

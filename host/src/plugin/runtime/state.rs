@@ -30,6 +30,9 @@ pub struct PluginRuntime {
     pub(super) actions: Arc<crate::actions::PluginActions>,
     /// `None` after a failure until the next delivery makes a fresh one.
     pub(super) instance: Option<Instance>,
+    /// The instance admission calls use (made by the first, of the version whose generation it
+    /// holds; `None` after a failed one).
+    pub(super) admitter: Option<(u64, Instance)>,
     pub(super) consecutive_failures: u32,
     /// What the running version said about itself, and its module hash.
     pub(super) version: VersionInfo,

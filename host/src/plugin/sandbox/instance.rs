@@ -13,7 +13,7 @@ use wasmtime::{Store, Trap};
 
 use super::state::{HostApi, StoreData};
 use crate::plugin::batch::Batch;
-use crate::plugin::bindings::{Outcome, PluginInfo, PluginPre, v01, v02};
+use crate::plugin::bindings::{Outcome, PluginInfo, PluginPre, v01, v02, v03, v03_admission};
 use crate::plugin::spec::Limits;
 use crate::plugin::status::LogRing;
 
@@ -107,6 +107,7 @@ pub fn with_panic_message(e: &CallError, logs: &LogRing, logs_before: u64) -> St
 enum Guest {
     V0_1(v01::Plugin),
     V0_2(v02::Plugin),
+    V0_3(v03::Plugin),
 }
 
 /// A plugin instance.
@@ -120,9 +121,11 @@ pub struct Instance {
     fuel_engine: bool,
     /// Deliveries leave the JSON out (the plugin describes itself `metadata-only`).
     metadata_only: bool,
-    /// ABI 0.2's `handle`, checked once to take a [`Batch`] for its `list<u8>` (see
-    /// [`typed_handle`]).
+    /// ABI 0.2's (and 0.3's) `handle`, checked once to take a [`Batch`] for its `list<u8>`
+    /// (see [`typed_handle`]).
     handle: Option<wasmtime::component::Func>,
+    /// ABI 0.3's `admission` export, when the component has one.
+    admission: Option<v03_admission::Admission>,
 }
 
 impl Instance {
@@ -159,23 +162,24 @@ impl Instance {
             let _ = store.set_fuel(limits.fuel.unwrap_or(u64::MAX));
         }
         let plugin = match pre {
-            PluginPre::V0_2(pre) => pre.instantiate(&mut store).map(Guest::V0_2),
-            PluginPre::V0_1(pre) => pre.instantiate(&mut store).map(Guest::V0_1),
+            PluginPre::V0_3(pre, admission) => instantiate_v03(&mut store, pre, admission.as_ref()),
+            PluginPre::V0_2(pre) => pre.instantiate(&mut store).map(|p| (Guest::V0_2(p), None)),
+            PluginPre::V0_1(pre) => pre.instantiate(&mut store).map(|p| (Guest::V0_1(p), None)),
         };
         let spent = store.data().clock.used().map_or(Duration::ZERO, |(u, _)| u);
-        let plugin = match plugin {
+        let (plugin, admission) = match plugin {
             Ok(p) => p,
             Err(e) => return Err(classify(&store, limits, e, None)),
         };
         let handle = match &plugin {
-            Guest::V0_2(p) => {
-                let f = *p.wisp_plugin_listener().func_handle().func();
-                f.typed::<(Batch<'_>,), (Vec<Outcome>,)>(&store)
-                    .map_err(|e| CallError::Trap(format!("handle's signature: {e}")))?;
-                Some(f)
-            }
+            Guest::V0_3(p) => Some(*p.wisp_plugin_listener().func_handle().func()),
+            Guest::V0_2(p) => Some(*p.wisp_plugin_listener().func_handle().func()),
             Guest::V0_1(_) => None,
         };
+        if let Some(f) = handle {
+            f.typed::<(Batch<'_>,), (Vec<Outcome>,)>(&store)
+                .map_err(|e| CallError::Trap(format!("handle's signature: {e}")))?;
+        }
         Ok(Self {
             store,
             plugin,
@@ -185,6 +189,7 @@ impl Instance {
             fuel_engine: metering.fuel,
             metadata_only: false,
             handle,
+            admission,
         })
     }
 
@@ -259,7 +264,17 @@ impl Instance {
 
     fn describe_call(&mut self) -> Result<PluginInfo, CallError> {
         self.call(1, |p, s| match p {
-            Guest::V0_2(p) => p.wisp_plugin_listener().call_describe(s),
+            Guest::V0_3(p) => p.wisp_plugin_listener().call_describe(s),
+            Guest::V0_2(p) => p
+                .wisp_plugin_listener()
+                .call_describe(s)
+                .map(|i| PluginInfo {
+                    name: i.name,
+                    version: i.version,
+                    informers: i.informers,
+                    replay_on_reload: i.replay_on_reload,
+                    metadata_only: i.metadata_only,
+                }),
             Guest::V0_1(p) => p
                 .wisp_plugin_listener()
                 .call_describe(s)
@@ -276,6 +291,7 @@ impl Instance {
     /// `init(settings)`: the inner error is the plugin refusing its settings.
     pub fn init(&mut self, settings: &str) -> Result<Result<(), String>, CallError> {
         self.call(1, |p, s| match p {
+            Guest::V0_3(p) => p.wisp_plugin_listener().call_init(s, settings),
             Guest::V0_2(p) => p.wisp_plugin_listener().call_init(s, settings),
             Guest::V0_1(p) => p.wisp_plugin_listener().call_init(s, settings),
         })
@@ -303,7 +319,7 @@ impl Instance {
         batch: &[crate::informer::Delivery],
     ) -> Result<Vec<Outcome>, CallError> {
         match self.plugin {
-            Guest::V0_2(_) => {
+            Guest::V0_3(_) | Guest::V0_2(_) => {
                 // Written into the plugin's memory while wasmtime lowers the argument (inside
                 // the call, under its deadline: microseconds for a batch of 64).
                 let param = Batch::new(informer, batch, self.metadata_only);
@@ -316,7 +332,9 @@ impl Instance {
             Guest::V0_1(_) => super::wit_batch::with_wit_batch(informer, batch, |wit| {
                 self.call(batch.len(), |p, s| match p {
                     Guest::V0_1(p) => p.wisp_plugin_listener().call_handle(s, wit),
-                    Guest::V0_2(_) => Err(wasmtime::Error::msg("the instance changed ABI")),
+                    Guest::V0_2(_) | Guest::V0_3(_) => {
+                        Err(wasmtime::Error::msg("the instance changed ABI"))
+                    }
                 })
                 .map(|outcomes| {
                     outcomes
@@ -337,6 +355,7 @@ impl Instance {
         let memory = usize::try_from(self.limits.memory).unwrap_or(usize::MAX);
         self.store.set_hostcall_fuel(memory);
         let r = self.call(1, |p, s| match p {
+            Guest::V0_3(p) => p.wisp_plugin_listener().call_snapshot(s),
             Guest::V0_2(p) => p.wisp_plugin_listener().call_snapshot(s),
             Guest::V0_1(p) => p.wisp_plugin_listener().call_snapshot(s),
         });
@@ -345,14 +364,60 @@ impl Instance {
         r
     }
 
+    /// Whether the instance takes admission requests (a 0.3 component exporting `admission`).
+    pub fn admits(&self) -> bool {
+        self.admission.is_some()
+    }
+
+    /// `admit(request)`, under the call deadline, with verdicts and actions refused while it
+    /// runs: the plugin's answer, its texts bounded (see [`bounded_response`]); the inner error
+    /// is the plugin failing (its own error, not a denial). A call error is a trap, a deadline
+    /// or a component that takes no admission requests.
+    pub fn admit(
+        &mut self,
+        request: &v03_admission::Request,
+    ) -> Result<Result<v03_admission::Response, String>, CallError> {
+        let Some(admission) = self.admission.clone() else {
+            return Err(CallError::Trap(
+                "the component takes no admission requests (it does not export \
+                 wisp:plugin/admission@0.3.0)"
+                    .into(),
+            ));
+        };
+        self.store.data_mut().admitting = true;
+        let r = self.call(1, |_, s| admission.call_admit(s, request));
+        self.store.data_mut().admitting = false;
+        r.map(|r| {
+            r.map(bounded_response).map_err(|mut m| {
+                bound_text(&mut m, MAX_PLUGIN_MESSAGE);
+                m
+            })
+        })
+    }
+
     /// `restore(state)`.
     pub fn restore(&mut self, state: &[u8]) -> Result<Result<(), String>, CallError> {
         self.call(1, |p, s| match p {
+            Guest::V0_3(p) => p.wisp_plugin_listener().call_restore(s, state),
             Guest::V0_2(p) => p.wisp_plugin_listener().call_restore(s, state),
             Guest::V0_1(p) => p.wisp_plugin_listener().call_restore(s, state),
         })
         .map(bounded_refusal)
     }
+}
+
+/// A 0.3.0 component's instance: the world's exports, and `admission` when it has it.
+fn instantiate_v03(
+    store: &mut Store<StoreData>,
+    pre: &v03::PluginPre<StoreData>,
+    admission: Option<&v03_admission::AdmissionIndices>,
+) -> wasmtime::Result<(Guest, Option<v03_admission::Admission>)> {
+    let instance = pre.instance_pre().instantiate(&mut *store)?;
+    let plugin = v03::Plugin::new(&mut *store, &instance)?;
+    let admission = admission
+        .map(|a| a.load(&mut *store, &instance))
+        .transpose()?;
+    Ok((Guest::V0_3(plugin), admission))
 }
 
 /// ABI 0.2's `handle` taking a [`Batch`] (lowered as the `list<u8>` it is).
@@ -398,6 +463,33 @@ fn bounded_info(mut info: PluginInfo) -> PluginInfo {
         bound_text(i, MAX_INFORMER_NAME);
     }
     info
+}
+
+/// Most warnings an admission answer keeps, and the longest (bytes); the API server keeps
+/// fewer (it cuts all of a request's warnings to 4 KiB).
+pub const MAX_ADMISSION_WARNINGS: usize = 32;
+/// See [`MAX_ADMISSION_WARNINGS`].
+pub const MAX_ADMISSION_WARNING: usize = 512;
+/// Most audit annotations an admission answer keeps, and the longest key and value (bytes).
+pub const MAX_AUDIT_ANNOTATIONS: usize = 32;
+/// See [`MAX_AUDIT_ANNOTATIONS`].
+pub const MAX_AUDIT_ANNOTATION: usize = 1024;
+
+/// An admission answer within the bounds above (its message as an error outcome's): what the
+/// host keeps and sends on cannot be made large by a plugin. The patch is checked where it is
+/// applied.
+fn bounded_response(mut r: v03_admission::Response) -> v03_admission::Response {
+    bound_text(&mut r.message, MAX_PLUGIN_MESSAGE);
+    r.warnings.truncate(MAX_ADMISSION_WARNINGS);
+    for w in &mut r.warnings {
+        bound_text(w, MAX_ADMISSION_WARNING);
+    }
+    r.audit_annotations.truncate(MAX_AUDIT_ANNOTATIONS);
+    for (k, v) in &mut r.audit_annotations {
+        bound_text(k, MAX_AUDIT_ANNOTATION);
+        bound_text(v, MAX_AUDIT_ANNOTATION);
+    }
+    r
 }
 
 fn bounded_refusal(r: Result<(), String>) -> Result<(), String> {

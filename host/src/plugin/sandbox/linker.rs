@@ -1,14 +1,14 @@
-//! Linking a component against the host: which world it is a plugin of (0.2.0 or 0.1.0), and
+//! Linking a component against the host: which world it is a plugin of (0.3.0, 0.2.0 or 0.1.0), and
 //! what it imports that the host does not provide ([`LinkError`]).
 
 use wasmtime::component::{Component, Linker};
 
 use super::state::StoreData;
-use crate::plugin::bindings::{Abi, PluginPre, v01, v02};
+use crate::plugin::bindings::{Abi, PluginPre, v01, v02, v03, v03_admission};
 
 /// Links `component` against the host (`linker`) in the world its exported `listener` interface
-/// names (0.2.0 or 0.1.0): fails when it exports neither, or imports what the host does not
-/// provide.
+/// names (0.3.0, 0.2.0 or 0.1.0): fails when it exports none, or imports what the host does not
+/// provide. A 0.3.0 component's `admission` export is found here too, when it has one.
 pub fn instance_pre(
     linker: &Linker<StoreData>,
     component: &Component,
@@ -37,6 +37,16 @@ pub fn instance_pre(
         .instantiate_pre(component)
         .map_err(|e| link_error(&e))?;
     match abi {
+        Abi::V0_3 => {
+            let admission = match abi.admission_export() {
+                Some(name) if exports.contains(&name.as_str()) => Some(
+                    v03_admission::AdmissionIndices::new(&pre)
+                        .map_err(|e| LinkError::WrongWorld(format!("its {name} export: {e:#}")))?,
+                ),
+                _ => None,
+            };
+            v03::PluginPre::new(pre).map(|p| PluginPre::V0_3(p, admission))
+        }
         Abi::V0_2 => v02::PluginPre::new(pre).map(PluginPre::V0_2),
         Abi::V0_1 => v01::PluginPre::new(pre).map(PluginPre::V0_1),
     }

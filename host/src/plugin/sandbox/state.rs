@@ -196,6 +196,9 @@ pub struct StoreData {
     pub api: HostApi,
     /// The time the current call has used of its deadline.
     pub clock: CallClock,
+    /// An `admit` call is running: `policy` keeps no verdict and `actions` does nothing (an
+    /// admission call has no side effects).
+    pub admitting: bool,
 }
 
 impl StoreData {
@@ -227,6 +230,7 @@ impl StoreData {
             limiter: MemoryLimiter::new(usize::try_from(memory).unwrap_or(usize::MAX)),
             api,
             clock: CallClock::new(deadline),
+            admitting: false,
         }
     }
 }
