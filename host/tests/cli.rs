@@ -116,9 +116,23 @@ fn check_accepts_a_plugin_and_prints_what_it_says_about_itself() {
     let (out, err) = text(&o);
     assert!(o.status.success(), "{err}");
     assert!(
-        out.starts_with("ok: audit-log 0.1.0 is a wisp:plugin/plugin@0.2.0 component"),
+        out.starts_with("ok: audit-log 0.1.0 is a wisp:plugin/plugin@0.3.0 component"),
         "{out}"
     );
+    // Built with the Rust SDK of ABI 0.3: it can decide at admission; a 0.2 build cannot.
+    assert!(
+        out.contains("takes admission requests (exports wisp:plugin/admission@0.3.0)"),
+        "{out}"
+    );
+    let o = wisp()
+        .arg("check")
+        .arg(plugin("test_raw_batch"))
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("is a wisp:plugin/plugin@0.2.0 component"), "{out}");
+    assert!(!out.contains("admission"), "{out}");
 }
 
 #[test]
@@ -144,7 +158,7 @@ fn check_refuses_bad_modules_and_bad_settings_with_one_clear_error() {
     assert!(
         text(&o)
             .1
-            .contains("not a wisp:plugin/plugin component (0.2.0 or 0.1.0)"),
+            .contains("not a wisp:plugin/plugin component (0.3.0, 0.2.0 or 0.1.0)"),
         "{}",
         text(&o).1
     );
@@ -422,7 +436,7 @@ fn check_and_replay_name_the_plugin_as_it_names_itself_with_the_file_as_its_path
     load(&out, "compiled in ");
     assert!(
         out.starts_with(&format!(
-            "ok: test-faults 0.1.0 is a wisp:plugin/plugin@0.2.0 component ({})",
+            "ok: test-faults 0.1.0 is a wisp:plugin/plugin@0.3.0 component ({})",
             copy.display()
         )),
         "{out}"

@@ -76,9 +76,9 @@ async fn an_artifact_copied_under_another_modules_name_is_not_run() {
     assert!(
         matches!(
             second.instance_pre(&loaded.component),
-            Ok(PluginPre::V0_2(_))
+            Ok(PluginPre::V0_3(..))
         ),
-        "audit_log's own code (ABI 0.2), not the copied 0.1 module"
+        "audit_log's own code (ABI 0.3), not the copied 0.1 module"
     );
 
     // And it behaves as audit_log: it logs each event.

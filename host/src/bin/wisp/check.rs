@@ -36,6 +36,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if !c.info.informers.is_empty() {
         println!("wants informers: {}", c.info.informers.join(", "));
     }
+    if c.admits() {
+        println!("takes admission requests (exports wisp:plugin/admission@{})", c.abi());
+    }
     let how = c.report.source.how();
     println!(
         "{how} in {}; instantiate + describe + init in {}; sha256 {}",

@@ -72,6 +72,11 @@ impl CheckedPlugin {
         self.pre.abi()
     }
 
+    /// Whether its component takes admission requests (exports `admission`, ABI 0.3).
+    pub fn admits(&self) -> bool {
+        self.pre.admits()
+    }
+
     pub(super) fn version_info(&self) -> VersionInfo {
         let v = VersionInfo {
             info: self.info.clone(),
