@@ -6,6 +6,7 @@
 //! Run one subject with a filter on its module: `cargo test -p wisp-apiserver --test emulator
 //! writes::`.
 
+mod admission;
 mod cluster;
 mod crd;
 mod peers;
