@@ -110,7 +110,7 @@
 //! - `{deployments,replicasets,statefulsets,replicationcontrollers}/{name}/scale`: an
 //!   autoscaling/v1 Scale (GET, PUT, PATCH) writing the object's `spec.replicas`.
 //! - Admission webhooks (`admission`): every write over HTTP (create, update, patch, apply,
-//!   delete, each item of a deletecollection, dry runs too; not `scale`) calls the stored
+//!   `status`, `scale`, delete, each item of a deletecollection, dry runs too) calls the stored
 //!   MutatingWebhookConfigurations' webhooks in order, JSON patches applied, then, once the
 //!   object is validated, the ValidatingWebhookConfigurations', over HTTPS with the
 //!   `caBundle`; `clientConfig.service`s are reached through

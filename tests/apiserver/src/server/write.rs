@@ -425,7 +425,7 @@ fn refuse_create(shared: &Shared, target: &Target) -> Option<Response> {
 /// What admission is asked about a write to `target` (its objects and options are set by
 /// the caller): the path's resource and subresource, the kind of its objects, the name and
 /// namespace of the path (a Namespace's own name for requests on one), the user.
-fn review<'a>(
+pub(crate) fn review<'a>(
     shared: &Shared,
     target: &'a Target,
     operation: Operation,
@@ -445,6 +445,7 @@ fn review<'a>(
         operation,
         resource: &target.resource,
         kind,
+        kind_group_version: None,
         subresource: target.subresource.as_deref(),
         namespace: namespace.unwrap_or("").to_string(),
         name: target.name.clone().unwrap_or_default(),
@@ -483,7 +484,7 @@ fn create_review<'a>(
 }
 
 /// The review of an update of `old` to `obj` (a PUT, a patch, an apply).
-fn update_review<'a>(
+pub(crate) fn update_review<'a>(
     shared: &Shared,
     target: &'a Target,
     headers: &HeaderMap,
@@ -504,13 +505,16 @@ fn update_review<'a>(
 }
 
 /// Runs the mutating webhooks of `review`; the object they leave.
-async fn mutated(shared: &Shared, review: &mut admission::Request<'_>) -> Result<Value, Response> {
+pub(crate) async fn mutated(
+    shared: &Shared,
+    review: &mut admission::Request<'_>,
+) -> Result<Value, Response> {
     admission::mutate(shared, review).await?;
     Ok(review.object.clone().unwrap_or(Value::Null))
 }
 
 /// Runs the validating webhooks of `review` on `obj`, the object about to be stored.
-async fn validated(
+pub(crate) async fn validated(
     shared: &Shared,
     review: &mut admission::Request<'_>,
     obj: &Value,

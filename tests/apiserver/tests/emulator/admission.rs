@@ -610,3 +610,289 @@ async fn the_python_client_gets_the_denials_status() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// A recorder webhook on every namespaced resource and subresource (`*/*`), denying what is
+/// labelled `keep`.
+fn recorder(hook: &WebhookServer, certs: &Certs) -> Value {
+    configuration(
+        "ValidatingWebhookConfiguration",
+        "recorder",
+        "record.wisp.test",
+        url_client(hook, certs, "/"),
+        json!({"rules": [{
+            "operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"],
+            "resources": ["*/*", "*"], "scope": "Namespaced",
+        }]}),
+    )
+}
+
+/// (operation, resource, subResource, name) of each review.
+fn calls(hook: &WebhookServer) -> Vec<(String, String, String, String)> {
+    hook.reviews()
+        .iter()
+        .map(|r| {
+            let t = |p: &str| {
+                r["request"]
+                    .pointer(p)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            };
+            (
+                t("/operation"),
+                t("/resource/resource"),
+                t("/subResource"),
+                t("/name"),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn status_scale_every_patch_type_and_deletes_are_admitted() -> anyhow::Result<()> {
+    let (Some(program), Some(certs)) = (kubectl(), Certs::generate(&["127.0.0.1"])) else {
+        return Ok(());
+    };
+    let server = TestApiServer::start().await?;
+    let hook = WebhookServer::start(&certs, |request| {
+        let old = &request["oldObject"]["metadata"]["labels"]["keep"];
+        if request["operation"] == "DELETE" && !old.is_null() {
+            deny(403, "kept")
+        } else if request["subResource"] == "scale"
+            && request["object"]["spec"]["replicas"].as_i64() > Some(5)
+        {
+            deny(422, "at most 5 replicas")
+        } else {
+            allow()
+        }
+    })
+    .await?;
+    install(&server, recorder(&hook, &certs)).await?;
+    let kubectl = Kubectl::new(program, &server);
+    let api = pods(&server, "default");
+    api.create(&PostParams::default(), &new_pod("default", "web-1"))
+        .await?;
+    use kube::api::{Patch, PatchParams};
+    let merge = json!({"metadata": {"labels": {"merged": "yes"}}});
+    api.patch("web-1", &PatchParams::default(), &Patch::Merge(&merge))
+        .await?;
+    let strategic = json!({"metadata": {"labels": {"strategic": "yes"}}});
+    api.patch(
+        "web-1",
+        &PatchParams::default(),
+        &Patch::Strategic(&strategic),
+    )
+    .await?;
+    let ops: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "add", "path": "/metadata/labels/json", "value": "yes"}
+    ]))?;
+    api.patch("web-1", &PatchParams::default(), &Patch::Json::<()>(ops))
+        .await?;
+    let status = json!({"status": {"phase": "Running"}});
+    api.patch_status("web-1", &PatchParams::default(), &Patch::Merge(&status))
+        .await?;
+    let applied = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "settings", "labels": {"keep": "yes"}}, "data": {"a": "b"}});
+    let cms: Api<DynamicObject> = Api::namespaced_with(
+        server.client_no_retry(),
+        "default",
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ConfigMap")),
+    );
+    cms.patch(
+        "settings",
+        &PatchParams::apply("test"),
+        &Patch::Apply(&applied),
+    )
+    .await?;
+    // kubectl scale: an UPDATE of deployments/scale whose object is a Scale.
+    server.create(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "shop", "namespace": "default"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "shop"}},
+            "template": {"metadata": {"labels": {"app": "shop"}},
+                "spec": {"containers": [{"name": "app", "image": "nginx"}]}}},
+    }))?;
+    kubectl
+        .ok(&["scale", "deployment", "shop", "--replicas=3"])
+        .await;
+    let scale = hook.reviews().last().cloned().unwrap_or_default();
+    assert_eq!(
+        scale["request"]["kind"],
+        json!({"group": "autoscaling", "version": "v1", "kind": "Scale"})
+    );
+    assert_eq!(scale["request"]["oldObject"]["spec"]["replicas"], 1);
+    let (ok, _, err) = kubectl
+        .run(&["scale", "deployment", "shop", "--replicas=9"])
+        .await;
+    assert!(!ok);
+    assert_eq!(
+        err.trim(),
+        "Error from server: admission webhook \"record.wisp.test\" denied the request: at most 5 replicas"
+    );
+    // Deletes see the object as oldObject; a deletecollection asks for each item.
+    let status = refusal(cms.delete("settings", &DeleteParams::default()).await);
+    assert_eq!(
+        status.message,
+        "admission webhook \"record.wisp.test\" denied the request: kept"
+    );
+    api.delete_collection(&DeleteParams::default(), &Default::default())
+        .await?;
+    let s = |v: &str| v.to_string();
+    let want = [
+        ("CREATE", "pods", "", "web-1"),
+        ("UPDATE", "pods", "", "web-1"),
+        ("UPDATE", "pods", "", "web-1"),
+        ("UPDATE", "pods", "", "web-1"),
+        ("UPDATE", "pods", "status", "web-1"),
+        ("CREATE", "configmaps", "", "settings"),
+        ("UPDATE", "deployments", "scale", "shop"),
+        ("UPDATE", "deployments", "scale", "shop"),
+        ("DELETE", "configmaps", "", "settings"),
+        ("DELETE", "pods", "", "web-1"),
+    ];
+    let want: Vec<_> = want
+        .iter()
+        .map(|(a, b, c, d)| (s(a), s(b), s(c), s(d)))
+        .collect();
+    assert_eq!(calls(&hook), want);
+    let deleted = &hook.reviews()[9]["request"];
+    assert!(deleted["object"].is_null());
+    assert_eq!(deleted["oldObject"]["metadata"]["labels"]["json"], "yes");
+    assert_eq!(deleted["options"]["kind"], "DeleteOptions");
+    assert_eq!(
+        server
+            .get("apps/v1", "Deployment", Some("default"), "shop")
+            .map(|d| d["spec"]["replicas"].clone()),
+        Some(json!(3))
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn match_policy_equivalent_matches_a_crds_other_served_version() -> anyhow::Result<()> {
+    let Some(certs) = Certs::generate(&["127.0.0.1"]) else {
+        return Ok(());
+    };
+    let server = TestApiServer::start().await?;
+    server.create(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "widgets", "kind": "Widget"},
+            "versions": [
+                {"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}},
+                {"name": "v2", "served": true, "storage": false,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}},
+            ]},
+    }))?;
+    let hook = WebhookServer::start(&certs, |_| {
+        patch(json!([{"op": "add", "path": "/metadata/annotations", "value": {"seen": "v1"}}]))
+    })
+    .await?;
+    let rules = json!({"rules": [{
+        "operations": ["CREATE"], "apiGroups": ["example.com"], "apiVersions": ["v1"],
+        "resources": ["widgets"],
+    }]});
+    let mut exact = rules.clone();
+    exact["matchPolicy"] = json!("Exact");
+    install(
+        &server,
+        configuration(
+            "MutatingWebhookConfiguration",
+            "exact",
+            "exact.wisp.test",
+            url_client(&hook, &certs, "/"),
+            exact,
+        ),
+    )
+    .await?;
+    let v2: Api<DynamicObject> = Api::namespaced_with(
+        server.client_no_retry(),
+        "default",
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("example.com", "v2", "Widget")),
+    );
+    let widget = |name: &str| -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": "example.com/v2", "kind": "Widget",
+            "metadata": {"name": name, "namespace": "default"}, "spec": {"size": 1}}))
+        .expect("a widget")
+    };
+    // Exact: a v1 rule does not see a v2 request.
+    v2.create(&PostParams::default(), &widget("w-1")).await?;
+    assert!(hook.reviews().is_empty());
+    install(
+        &server,
+        configuration(
+            "MutatingWebhookConfiguration",
+            "equivalent",
+            "eq.wisp.test",
+            url_client(&hook, &certs, "/"),
+            rules,
+        ),
+    )
+    .await?;
+    let created = v2.create(&PostParams::default(), &widget("w-2")).await?;
+    assert_eq!(
+        created.types.as_ref().map(|t| t.api_version.as_str()),
+        Some("example.com/v2")
+    );
+    assert_eq!(
+        created
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .get("seen")
+            .map(String::as_str),
+        Some("v1")
+    );
+    let request = &hook.reviews()[0]["request"];
+    assert_eq!(
+        request["kind"],
+        json!({"group": "example.com", "version": "v1", "kind": "Widget"})
+    );
+    assert_eq!(request["resource"]["version"], "v1");
+    assert_eq!(request["requestKind"]["version"], "v2");
+    assert_eq!(request["requestResource"]["version"], "v2");
+    assert_eq!(request["object"]["apiVersion"], "example.com/v1");
+    Ok(())
+}
+
+#[tokio::test]
+async fn match_conditions_are_refused_not_ignored() -> anyhow::Result<()> {
+    let Some(certs) = Certs::generate(&["127.0.0.1"]) else {
+        return Ok(());
+    };
+    let server = TestApiServer::start().await?;
+    let hook = WebhookServer::start(&certs, |_| allow()).await?;
+    let config = configuration(
+        "ValidatingWebhookConfiguration",
+        "cel",
+        "cel.wisp.test",
+        url_client(&hook, &certs, "/"),
+        json!({"matchConditions": [{"name": "not-system", "expression": "!request.userInfo.username.startsWith('system:')"}]}),
+    );
+    let status = refusal(
+        install(&server, config.clone())
+            .await
+            .map_err(|e| e.downcast::<kube::Error>().expect("a kube error")),
+    );
+    assert_eq!(status.code, 422);
+    assert!(
+        status.message.contains(
+            "webhooks[0].matchConditions: Forbidden: not supported by the test API server"
+        ),
+        "{}",
+        status.message
+    );
+    // Seeded anyway: every request its rules match fails closed.
+    server.create(config)?;
+    let status = refusal(
+        pods(&server, "default")
+            .create(&PostParams::default(), &new_pod("default", "web-1"))
+            .await,
+    );
+    assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"));
+    assert!(hook.reviews().is_empty());
+    Ok(())
+}

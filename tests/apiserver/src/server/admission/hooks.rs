@@ -206,7 +206,12 @@ impl Hook {
                                 version,
                                 ..req.resource.clone()
                             },
-                            kind,
+                            // A subresource's own kind (a Scale) is the same in every version.
+                            kind: if req.kind_group_version.is_some() {
+                                req.kind.clone()
+                            } else {
+                                kind
+                            },
                         });
                         break 'rules;
                     }

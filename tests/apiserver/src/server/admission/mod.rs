@@ -130,6 +130,9 @@ pub(crate) struct Request<'a> {
     pub resource: &'a ResourceKey,
     /// The kind of its objects (in the resource's group and version).
     pub kind: String,
+    /// The group and version of that kind when they are not the resource's: a Scale's
+    /// (`autoscaling`, `v1`) for the `scale` subresource.
+    pub kind_group_version: Option<(&'static str, &'static str)>,
     /// `status`, `scale`, ...
     pub subresource: Option<&'a str>,
     /// The request's namespace; a Namespace's own name for requests on one; empty otherwise.
@@ -339,8 +342,8 @@ async fn exchange(
     };
     let version = review::version(&hook.review_versions).map_err(calling)?;
     let convert = |o: &Option<Value>| match o {
-        Some(o) => in_version(o, &inv.resource).map(Some),
-        None => Ok(None),
+        Some(o) if inv.resource != *req.resource => in_version(o, &inv.resource).map(Some),
+        other => Ok(other.clone()),
     };
     let (object, old) = match (convert(&req.object), convert(&req.old_object)) {
         (Ok(object), Ok(old)) => (object, old),
@@ -415,10 +418,19 @@ async fn call_mutating(
         )));
     }
     let refused = |e: String| Failure::Refused(internal_error(&e).into_response());
-    let before = in_version(object, &inv.resource).map_err(refused)?;
+    let equivalent = inv.resource != *req.resource;
+    let before = if equivalent {
+        in_version(object, &inv.resource).map_err(refused)?
+    } else {
+        object.clone()
+    };
     let patched = super::patch::json_patch(&before, list).map_err(|e| refused(e.0))?;
     let changed = patched != before;
-    let mut back = in_version(&patched, req.resource).map_err(refused)?;
+    let mut back = if equivalent {
+        in_version(&patched, req.resource).map_err(refused)?
+    } else {
+        patched
+    };
     super::write::default_built_in(&mut back);
     req.object = Some(back);
     Ok(changed)

@@ -57,11 +57,21 @@ pub(crate) fn request(
 ) -> Value {
     let r = &inv.resource;
     let q = req.resource;
+    let (kind, request_kind) = match req.kind_group_version {
+        Some((group, version)) => (
+            gvk(group, version, &inv.kind),
+            gvk(group, version, &req.kind),
+        ),
+        None => (
+            gvk(&r.group, &r.version, &inv.kind),
+            gvk(&q.group, &q.version, &req.kind),
+        ),
+    };
     let mut request = json!({
         "uid": uid,
-        "kind": gvk(&r.group, &r.version, &inv.kind),
+        "kind": kind,
         "resource": gvr(&r.group, &r.version, &r.plural),
-        "requestKind": gvk(&q.group, &q.version, &req.kind),
+        "requestKind": request_kind,
         "requestResource": gvr(&q.group, &q.version, &q.plural),
         "operation": req.operation.as_str(),
         "userInfo": req.user.to_json(),
