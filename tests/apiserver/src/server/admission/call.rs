@@ -183,9 +183,9 @@ async fn send(hook: &Hook, endpoint: Endpoint, body: Vec<u8>) -> Result<Vec<u8>,
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
         .await
         .map_err(|e| transport(e.to_string()))?;
-    // Ends with the connection: when the response is read, or when the call times out and
-    // this future (holding the sender) is dropped.
-    let driver = tokio::spawn(connection);
+    // Drives the connection until the answer is read, or until the call times out and this
+    // future is dropped: either way the guard aborts it.
+    let _driver = AbortOnDrop(tokio::spawn(connection));
     let request = Request::post(endpoint.path_and_query.as_str())
         .header(header::HOST, endpoint.authority.as_str())
         .header(header::CONTENT_TYPE, "application/json")
@@ -209,8 +209,16 @@ async fn send(hook: &Hook, endpoint: Endpoint, body: Vec<u8>) -> Result<Vec<u8>,
         Err(e) => Err(transport(e.to_string())),
     };
     drop(sender);
-    driver.abort();
     result
+}
+
+/// Aborts a task when dropped: the connection task of a call ends with the call.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// What client-go's REST client makes of a response that is not 2xx: the message of a

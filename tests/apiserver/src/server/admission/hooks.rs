@@ -424,8 +424,73 @@ pub(crate) fn selector_matches(
 
 #[cfg(test)]
 mod tests {
+    use super::super::{Operation, UserInfo};
     use super::*;
     use serde_json::json;
+
+    fn request<'a>(
+        resource: &'a ResourceKey,
+        subresource: Option<&'a str>,
+        namespace: &str,
+        operation: Operation,
+    ) -> Request<'a> {
+        Request {
+            operation,
+            resource,
+            kind: "Pod".into(),
+            kind_group_version: None,
+            subresource,
+            namespace: namespace.into(),
+            name: "p".into(),
+            object: None,
+            old_object: None,
+            options: Value::Null,
+            dry_run: false,
+            user: UserInfo::from_headers(&Default::default()),
+            warnings: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn rules_match_operations_resources_subresources_and_scope_as_the_api_server_does() {
+        let pods = ResourceKey {
+            group: String::new(),
+            version: "v1".into(),
+            plural: "pods".into(),
+        };
+        let namespaces = ResourceKey {
+            plural: "namespaces".into(),
+            ..pods.clone()
+        };
+        let rule = |ops: &[&str], resources: &[&str], scope: &str| {
+            json!({"operations": ops, "apiGroups": [""], "apiVersions": ["*"],
+                "resources": resources, "scope": scope})
+        };
+        let create = request(&pods, None, "default", Operation::Create);
+        let status = request(&pods, Some("status"), "default", Operation::Update);
+        let matches = |r: &Value, q: &Request<'_>| rule_matches(r, q, &q.resource.version);
+        assert!(matches(&rule(&["*"], &["pods"], "*"), &create));
+        assert!(!matches(&rule(&["UPDATE"], &["pods"], "*"), &create));
+        assert!(!matches(&rule(&["*"], &["pods"], "*"), &status));
+        assert!(matches(&rule(&["*"], &["pods/status"], "*"), &status));
+        assert!(matches(&rule(&["*"], &["pods/*"], "*"), &status));
+        assert!(matches(&rule(&["*"], &["*/*"], "*"), &status));
+        // `*` after the slash also matches no subresource: `*/*` is every resource and all
+        // their subresources.
+        assert!(matches(&rule(&["*"], &["*/*"], "*"), &create));
+        assert!(matches(&rule(&["*"], &["pods/*"], "*"), &create));
+        assert!(matches(&rule(&["*"], &["*"], "*"), &create));
+        assert!(!matches(&rule(&["*"], &["*"], "*"), &status));
+        assert!(matches(&rule(&["*"], &["pods"], "Namespaced"), &create));
+        assert!(!matches(&rule(&["*"], &["pods"], "Cluster"), &create));
+        // A Namespace is cluster-scoped, though its requests carry its name as namespace.
+        let ns = request(&namespaces, None, "shop", Operation::Delete);
+        assert!(matches(&rule(&["DELETE"], &["namespaces"], "Cluster"), &ns));
+        assert!(!matches(
+            &rule(&["DELETE"], &["namespaces"], "Namespaced"),
+            &ns
+        ));
+    }
 
     #[test]
     fn label_selectors_match_labels_and_expressions() {
