@@ -510,7 +510,8 @@ pub(crate) async fn mutated(
     review: &mut admission::Request<'_>,
 ) -> Result<Value, Response> {
     admission::mutate(shared, review).await?;
-    Ok(review.object.clone().unwrap_or(Value::Null))
+    // Taken: `validated` gives the review the object as it is about to be stored.
+    Ok(review.object.take().unwrap_or(Value::Null))
 }
 
 /// Runs the validating webhooks of `review` on `obj`, the object about to be stored.

@@ -332,13 +332,19 @@ async fn the_failure_policy_decides_when_the_webhook_is_down_slow_or_not_trusted
     drop(free);
     let slow = WebhookServer::start(&certs, |_| Answer::Hang).await?;
     let untrusted = WebhookServer::start(&other, |_| allow()).await?;
+    let absent = WebhookServer::start(&certs, |_| {
+        let review = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#;
+        Answer::Raw(200, review.into())
+    })
+    .await?;
     let client = |url: &str| json!({"url": url, "caBundle": certs.ca_bundle()});
+    let call = "failed to call webhook";
     let cases = [
         (
             "down",
             client(&down),
             format!(
-                "Post \"{down}?timeout=10s\": dial tcp {}: connect: connection refused",
+                "{call}: Post \"{down}?timeout=10s\": dial tcp {}: connect: connection refused",
                 down.trim_start_matches("https://")
                     .trim_end_matches("/validate")
             ),
@@ -347,7 +353,7 @@ async fn the_failure_policy_decides_when_the_webhook_is_down_slow_or_not_trusted
             "slow",
             client(&slow.url("/v")),
             format!(
-                "Post \"{}?timeout=1s\": context deadline exceeded",
+                "{call}: Post \"{}?timeout=1s\": context deadline exceeded",
                 slow.url("/v")
             ),
         ),
@@ -355,9 +361,19 @@ async fn the_failure_policy_decides_when_the_webhook_is_down_slow_or_not_trusted
             "untrusted",
             client(&untrusted.url("/v")),
             format!(
-                "Post \"{}?timeout=10s\": tls: failed to verify certificate: x509: certificate signed by unknown authority",
+                "{call}: Post \"{}?timeout=10s\": tls: failed to verify certificate: x509: certificate signed by unknown authority",
                 untrusted.url("/v")
             ),
+        ),
+        (
+            "absent",
+            client(&absent.url("/v")),
+            "received invalid webhook response: webhook response was absent".into(),
+        ),
+        (
+            "not-pem",
+            json!({"url": absent.url("/v"), "caBundle": "bm90IGEgY2VydGlmaWNhdGU="}),
+            "could not get REST client: unable to load root certificates: unable to parse bytes as PEM block".into(),
         ),
     ];
     for (i, (name, client, cause)) in cases.into_iter().enumerate() {
@@ -385,9 +401,7 @@ async fn the_failure_policy_decides_when_the_webhook_is_down_slow_or_not_trusted
         );
         assert_eq!(
             status.message,
-            format!(
-                "Internal error occurred: failed calling webhook \"{hook}\": failed to call webhook: {cause}"
-            )
+            format!("Internal error occurred: failed calling webhook \"{hook}\": {cause}")
         );
         // failurePolicy: Ignore lets the request through.
         let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(

@@ -39,17 +39,24 @@ struct Endpoint {
     addr: Result<SocketAddr, String>,
 }
 
-/// POSTs `body` to the webhook; the 2xx response's body, or the error after `Post "URL": `
-/// already prefixed (what follows `failed to call webhook: `).
+/// POSTs `body` to the webhook; the 2xx response's body, or the error worded as the API
+/// server words what follows `failed calling webhook "NAME": `.
 pub(crate) async fn post(shared: &Shared, hook: &Hook, body: Vec<u8>) -> Result<Vec<u8>, String> {
-    let endpoint = endpoint(shared, hook).await?;
+    // The client first (client-go's REST client for the webhook): a CA bundle that is not
+    // PEM fails here.
+    let config = tls_config(&hook.client.ca_bundle)
+        .map_err(|e| format!("could not get REST client: {e}"))?;
+    let endpoint = endpoint(shared, hook)
+        .await
+        .map_err(|e| format!("failed to call webhook: {e}"))?;
     let url = endpoint.url.clone();
-    match tokio::time::timeout(hook.timeout, send(hook, endpoint, body)).await {
-        Ok(Ok(answer)) => Ok(answer),
-        Ok(Err(CallError::Transport(e))) => Err(format!("Post {url:?}: {e}")),
-        Ok(Err(CallError::Status(e))) => Err(e),
-        Err(_) => Err(format!("Post {url:?}: context deadline exceeded")),
-    }
+    let failed = match tokio::time::timeout(hook.timeout, send(config, endpoint, body)).await {
+        Ok(Ok(answer)) => return Ok(answer),
+        Ok(Err(CallError::Transport(e))) => format!("Post {url:?}: {e}"),
+        Ok(Err(CallError::Status(e))) => e,
+        Err(_) => format!("Post {url:?}: context deadline exceeded"),
+    };
+    Err(format!("failed to call webhook: {failed}"))
 }
 
 /// A failed call: in transport (worded after the URL) or an HTTP status that is not 2xx.
@@ -122,12 +129,14 @@ async fn endpoint(shared: &Shared, hook: &Hook) -> Result<Endpoint, String> {
 
 /// The TLS client: only the CA bundle's certificates are trusted (no system roots).
 fn tls_config(ca_bundle: &[u8]) -> Result<rustls::ClientConfig, String> {
+    let unparsable = || "unable to load root certificates: unable to parse bytes as PEM block";
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_bundle) {
-        let cert = cert.map_err(|e| format!("unable to load root certificates: {e}"))?;
-        roots
-            .add(cert)
-            .map_err(|e| format!("unable to load root certificates: {e}"))?;
+        let cert = cert.map_err(|_| unparsable())?;
+        roots.add(cert).map_err(|_| unparsable())?;
+    }
+    if !ca_bundle.is_empty() && roots.is_empty() {
+        return Err(unparsable().into());
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     Ok(rustls::ClientConfig::builder_with_provider(provider)
@@ -162,10 +171,13 @@ fn tls_error(e: &std::io::Error, host: &str) -> String {
     }
 }
 
-async fn send(hook: &Hook, endpoint: Endpoint, body: Vec<u8>) -> Result<Vec<u8>, CallError> {
+async fn send(
+    config: rustls::ClientConfig,
+    endpoint: Endpoint,
+    body: Vec<u8>,
+) -> Result<Vec<u8>, CallError> {
     let transport = CallError::Transport;
     let addr = endpoint.addr.map_err(transport)?;
-    let config = tls_config(&hook.client.ca_bundle).map_err(transport)?;
     let tcp = tokio::net::TcpStream::connect(addr).await.map_err(|e| {
         transport(match e.kind() {
             std::io::ErrorKind::ConnectionRefused => {

@@ -355,7 +355,7 @@ async fn exchange(
     let body = review::request(&uid, version, inv, req, object.as_ref(), old.as_ref());
     let answer = call::post(shared, hook, body.to_string().into_bytes())
         .await
-        .map_err(|e| calling(format!("failed to call webhook: {e}")))?;
+        .map_err(calling)?;
     review::verify(&uid, version, mutating, &answer).map_err(|e| match e {
         Ok(decoding) => calling(format!("failed to call webhook: {decoding}")),
         Err(invalid) => calling(format!("received invalid webhook response: {invalid}")),
