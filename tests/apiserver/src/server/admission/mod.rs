@@ -194,7 +194,7 @@ fn exempt(req: &Request<'_>) -> bool {
 /// The refusal of a webhook whose rules match but whose `matchConditions` this server cannot
 /// evaluate: 403 Forbidden, as an evaluation error fails closed.
 fn match_conditions_refusal(hook: &Hook, req: &Request<'_>) -> ApiError {
-    let name = if req.name.is_empty() { "" } else { &req.name };
+    let name = &req.name;
     ApiError::with_details(
         403,
         "Forbidden",
