@@ -9,6 +9,10 @@
 //! to it keep the rest of the stored object as the kind's status strategy does, and writes to
 //! the main resource keep its stored `status`.
 //!
+//! Every write is admitted ([`super::admission`]): the mutating webhooks after decoding and
+//! defaulting, before the kind's strategy and validation; the validating ones on the object
+//! about to be stored.
+//!
 //! Writes through HTTP record `metadata.managedFields` ([`super::apply`]). `dryRun=All` runs a
 //! write through every check and answers as usual, but stores nothing: no resourceVersion is
 //! taken and no watch sees it. Any other `dryRun` value is refused with 422, as
@@ -1207,23 +1211,9 @@ fn delete_review<'a>(
     (options, dry_run): (&DeleteOptions, bool),
     old: &Value,
 ) -> admission::Request<'a> {
+    // An item of a deletecollection keeps the collection's empty name and the path's
+    // namespace, as the registry's DeleteCollection admits it with the request's attributes.
     let mut review = review(shared, target, Operation::Delete, headers);
-    if review.name.is_empty() {
-        // An item of a deletecollection.
-        review.name = old
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        review.namespace = if store::is_namespace(&target.resource) {
-            review.name.clone()
-        } else {
-            old.pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string()
-        };
-    }
     review.old_object = Some(old.clone());
     review.dry_run = dry_run;
     let mut json_options = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"});
@@ -1333,7 +1323,8 @@ fn end_grace_later(shared: &Arc<Shared>, resource: &ResourceKey, state: &Value) 
 /// (`labelSelector`, `fieldSelector`, its namespace) and deletes each object as a DELETE of it
 /// with the same DeleteOptions would (finalizers, propagation policy; nothing with `dryRun`).
 /// Answers, as the registry does, with the list of the selected objects as they were listed.
-/// Namespaces have no `deletecollection` (405).
+/// Each item is admitted as a DELETE before it goes; a refusal answers the request, the items
+/// before it gone. Namespaces have no `deletecollection` (405).
 pub(crate) async fn delete_collection(
     shared: &Arc<Shared>,
     target: &Target,
