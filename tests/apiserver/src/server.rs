@@ -13,6 +13,8 @@
 //! - `watch`: one task per watch stream: initial events, replay, bookmarks, selector transitions
 //! - `write`: GET / POST / PUT / PATCH / DELETE of single objects, dry runs
 //! - `patch`: strategic merge patch, JSON patch, the list strategies of built-in types
+//! - `admission`: admission webhooks (MutatingWebhookConfigurations, then
+//!   ValidatingWebhookConfigurations) called on every write over HTTP
 //! - `apply`: server-side apply and managedFields (`Update` entries own the maps and lists they
 //!   create, `.` in FieldsV1)
 //! - `selector`: label and field selectors (field labels checked per kind)
@@ -107,6 +109,13 @@
 //!   clients send); anything else (protobuf custom resources) 415.
 //! - `{deployments,replicasets,statefulsets,replicationcontrollers}/{name}/scale`: an
 //!   autoscaling/v1 Scale (GET, PUT, PATCH) writing the object's `spec.replicas`.
+//! - Admission webhooks (`admission`): every write over HTTP (create, update, patch, apply,
+//!   `status`, `scale`, delete, each item of a deletecollection, dry runs too) calls the stored
+//!   MutatingWebhookConfigurations' webhooks in order, JSON patches applied, then, once the
+//!   object is validated, the ValidatingWebhookConfigurations', over HTTPS with the
+//!   `caBundle`; `clientConfig.service`s are reached through
+//!   [`TestApiServer::resolve_service`]. Denials, warnings and failed calls are answered in the
+//!   API server's words; `matchConditions` are refused (not evaluated). Seeding is not admitted.
 //! - SubjectAccessReview, LocalSubjectAccessReview, SelfSubjectAccessReview,
 //!   SelfSubjectRulesReview and SelfSubjectReview are create-only and not stored: everything is
 //!   allowed (no authz), the caller is `system:anonymous` (no authn).
@@ -128,6 +137,7 @@
 //! # Ok(()) }
 //! ```
 
+mod admission;
 mod apply;
 mod discovery;
 mod faults;
@@ -150,7 +160,7 @@ mod validation;
 mod watch;
 mod write;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -204,11 +214,20 @@ pub(crate) struct Shared {
     pub snapshots: list::SnapshotCache,
     /// Becomes `true` (or its sender drops) when the server stops; ends watches.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
+    /// Where the webhooks' `clientConfig.service`s are: (namespace, name, port) to a loopback
+    /// address, set by [`TestApiServer::resolve_service`] (there are no Endpoints here).
+    pub services: Mutex<HashMap<(String, String, u16), SocketAddr>>,
 }
 
 impl Shared {
     fn requests(&self) -> MutexGuard<'_, Vec<RecordedRequest>> {
         self.requests
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn services(&self) -> MutexGuard<'_, HashMap<(String, String, u16), SocketAddr>> {
+        self.services
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -280,6 +299,7 @@ impl TestApiServer {
             requests: Mutex::new(Vec::new()),
             snapshots: list::SnapshotCache::default(),
             shutdown: shutdown_rx.clone(),
+            services: Mutex::new(HashMap::new()),
         });
         let app = http::router(Arc::clone(&shared));
         let mut stop = shutdown_rx;
@@ -486,6 +506,16 @@ impl TestApiServer {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         Ok(())
+    }
+
+    /// Makes the admission webhooks whose `clientConfig.service` is `namespace`/`name` on
+    /// `port` (443 unless the configuration says otherwise) reach `addr`, a webhook server of
+    /// the test, as a cluster's Service would route them; the certificate must still be valid
+    /// for `NAME.NAMESPACE.svc`. An unresolved service fails as an unknown host does.
+    pub fn resolve_service(&self, namespace: &str, name: &str, port: u16, addr: SocketAddr) {
+        self.shared()
+            .services()
+            .insert((namespace.to_string(), name.to_string(), port), addr);
     }
 
     /// The fault knobs.

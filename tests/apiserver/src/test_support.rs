@@ -1,6 +1,9 @@
 //! What every test of the workspace that runs a [`TestApiServer`](crate::TestApiServer) shares:
 //! how long to wait before giving up, scaled for a busy machine, and whether a missing peer
-//! (kubectl, the Python client) fails the test or skips it; kubectl run against a server.
+//! (kubectl, the Python client) fails the test or skips it; kubectl run against a server; an
+//! HTTPS admission webhook ([`webhook`]).
+
+pub mod webhook;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -306,6 +306,10 @@ fn kind_rules(group: &str, kind: &str, obj: &Value, errs: &mut Vec<FieldError>) 
                 errs.push(FieldError::required("spec.ports", ""));
             }
         }
+        (
+            "admissionregistration.k8s.io",
+            "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration",
+        ) => webhooks(obj, errs),
         ("apps", "Deployment") => {
             let spec = obj.get("spec");
             let selector = spec.and_then(|s| s.get("selector"));
@@ -342,6 +346,62 @@ fn kind_rules(group: &str, kind: &str, obj: &Value, errs: &mut Vec<FieldError>) 
             );
         }
         _ => {}
+    }
+}
+
+/// The webhooks of a webhook configuration (admissionregistration/validation.go, v1): a
+/// `sideEffects` of `None` or `NoneOnDryRun`, `admissionReviewVersions`, exactly one of
+/// `clientConfig.url` and `clientConfig.service`, an `https` URL. And, this server's own
+/// refusal, no `matchConditions`: it does not evaluate CEL, and calling a webhook its conditions
+/// exclude (or skipping one they select) would pass a test a real server fails.
+fn webhooks(obj: &Value, errs: &mut Vec<FieldError>) {
+    let list = obj.get("webhooks").and_then(Value::as_array);
+    for (i, w) in list.into_iter().flatten().enumerate() {
+        let path = format!("webhooks[{i}]");
+        match w.get("sideEffects").and_then(Value::as_str) {
+            None => errs.push(FieldError::required(format!("{path}.sideEffects"), "")),
+            Some("None" | "NoneOnDryRun") => {}
+            Some(other) => errs.push(FieldError {
+                reason: "FieldValueNotSupported",
+                field: format!("{path}.sideEffects"),
+                body: format!(
+                    "Unsupported value: {other:?}: supported values: \"None\", \"NoneOnDryRun\""
+                ),
+            }),
+        }
+        let versions = w.get("admissionReviewVersions").and_then(Value::as_array);
+        if versions.is_none_or(|v| v.is_empty()) {
+            errs.push(FieldError::required(
+                format!("{path}.admissionReviewVersions"),
+                "must specify one of v1, v1beta1",
+            ));
+        }
+        let client = w.get("clientConfig");
+        let url = client.and_then(|c| c.get("url")).and_then(Value::as_str);
+        let service = client
+            .and_then(|c| c.get("service"))
+            .filter(|s| !s.is_null());
+        match (url, service) {
+            (Some(_), Some(_)) | (None, None) => errs.push(FieldError::required(
+                format!("{path}.clientConfig"),
+                "exactly one of url or service is required",
+            )),
+            (Some(url), None) if !url.starts_with("https://") => errs.push(FieldError::invalid(
+                format!("{path}.clientConfig.url"),
+                url,
+                "'https' is the only allowed URL scheme",
+            )),
+            _ => {}
+        }
+        if w.get("matchConditions")
+            .and_then(Value::as_array)
+            .is_some_and(|c| !c.is_empty())
+        {
+            errs.push(FieldError::forbidden(
+                format!("{path}.matchConditions"),
+                "not supported by the test API server (it does not evaluate CEL)",
+            ));
+        }
     }
 }
 

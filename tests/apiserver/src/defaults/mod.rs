@@ -1,7 +1,8 @@
 //! The API server's defaults for built-in kinds, applied to an object as it is created: the
 //! `SetDefaults_*` functions of Kubernetes' versioned API packages and the declarative
 //! `+default` markers (pkg/apis/core/v1/defaults.go, apps/v1/defaults.go, batch/v1/defaults.go,
-//! autoscaling/v1 and v2/defaults.go, networking/v1/defaults.go, rbac/v1/defaults.go), and the
+//! autoscaling/v1 and v2/defaults.go, networking/v1/defaults.go, rbac/v1/defaults.go,
+//! admissionregistration/v1/defaults.go), and the
 //! fields a create sets in the registry's `PrepareForCreate` that need no cluster state (a new
 //! Pod's `status.phase: Pending` and `qosClass`; a Namespace's `spec.finalizers`).
 //!
@@ -64,12 +65,45 @@ pub fn apply_defaults(group: &str, version: &str, kind: &str, v: &mut Value) {
         }
         ("autoscaling", "v2", "HorizontalPodAutoscaler") => hpa_v2(obj),
         ("networking.k8s.io", "v1", "NetworkPolicy") => network_policy(obj),
+        (
+            "admissionregistration.k8s.io",
+            "v1",
+            "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration",
+        ) => {
+            let mutating = kind == "MutatingWebhookConfiguration";
+            for webhook in array_mut(obj.get_mut("webhooks")) {
+                if let Some(w) = webhook.as_object_mut() {
+                    admission_webhook(w, mutating);
+                }
+            }
+        }
         ("rbac.authorization.k8s.io", "v1", "RoleBinding" | "ClusterRoleBinding") => {
             for subject in array_mut(obj.get_mut("subjects")) {
                 subject_group(subject);
             }
         }
         _ => {}
+    }
+}
+
+/// One webhook of a Mutating or Validating WebhookConfiguration
+/// (pkg/apis/admissionregistration/v1/defaults.go): `failurePolicy: Fail`, `matchPolicy:
+/// Equivalent`, empty selectors, `timeoutSeconds: 10`, a rule's `scope: "*"`, a service's
+/// `port: 443`, and for mutating webhooks `reinvocationPolicy: Never`.
+fn admission_webhook(w: &mut Map<String, Value>, mutating: bool) {
+    set(w, "failurePolicy", json!("Fail"));
+    set(w, "matchPolicy", json!("Equivalent"));
+    set(w, "namespaceSelector", json!({}));
+    set(w, "objectSelector", json!({}));
+    set(w, "timeoutSeconds", json!(10));
+    if mutating {
+        set(w, "reinvocationPolicy", json!("Never"));
+    }
+    for rule in array_mut(w.get_mut("rules")) {
+        set_in(rule, "scope", json!("*"));
+    }
+    if let Some(service) = w.get_mut("clientConfig").and_then(|c| c.get_mut("service")) {
+        set_in(service, "port", json!(443));
     }
 }
 

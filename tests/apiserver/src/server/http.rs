@@ -225,11 +225,13 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             write::patch(&shared, &target, &query, &parts.headers, body).await
         }
         (_, &Method::DELETE, true) => match json_body(&parts.headers, body).await {
-            Ok(body) => write::delete(&shared, &target, &query, body).await,
+            Ok(body) => write::delete(&shared, &target, &query, &parts.headers, body).await,
             Err(refused) => refused,
         },
         (_, &Method::DELETE, false) => match json_body(&parts.headers, body).await {
-            Ok(body) => write::delete_collection(&shared, &target, &query, body).await,
+            Ok(body) => {
+                write::delete_collection(&shared, &target, &query, &parts.headers, body).await
+            }
             Err(refused) => refused,
         },
         _ => not_allowed(&method),

@@ -192,7 +192,7 @@ pub(crate) async fn serve(
         )
         .into_response();
     }
-    write_scale(shared, target, &options, edit, &sent)
+    write_scale(shared, target, (&options, headers), edit, &sent).await
 }
 
 /// How the request changes the Scale.
@@ -245,10 +245,12 @@ fn replicas(scale: &Value, name: &str) -> Result<i64, ApiError> {
     }
 }
 
-fn write_scale(
+/// Writes the edited Scale's replicas to the object, admitted as an UPDATE of the `scale`
+/// subresource whose objects are `autoscaling/v1` Scales.
+async fn write_scale(
     shared: &Shared,
     target: &Target,
-    options: &WriteOptions,
+    (options, headers): (&WriteOptions, &HeaderMap),
     edit: Edit,
     sent: &Value,
 ) -> Response {
@@ -267,9 +269,18 @@ fn write_scale(
             return write::not_found(target, name);
         };
         let current = current.value();
-        let scale = match edited(&scale_of(&current), edit, sent) {
+        let old_scale = scale_of(&current);
+        let scale = match edited(&old_scale, edit, sent) {
             Ok(scale) => scale,
             Err(e) => return e.into_response(),
+        };
+        let mut review =
+            write::update_review(shared, target, headers, options, (&old_scale, scale));
+        review.kind = "Scale".into();
+        review.kind_group_version = Some(("autoscaling", "v1"));
+        let scale = match write::mutated(shared, &mut review).await {
+            Ok(scale) => scale,
+            Err(refused) => return refused,
         };
         let replicas = match replicas(&scale, name) {
             Ok(r) => r,
@@ -288,9 +299,13 @@ fn write_scale(
         let mut obj = current.clone();
         obj["spec"]["replicas"] = Value::from(replicas);
         apply::record_update(Some(&current), &mut obj, &writer);
+        if let Err(refused) = write::validated(shared, &mut review, &scale_of(&obj)).await {
+            return refused;
+        }
         match write::commit_update(shared, &current, obj, options.dry_run) {
             Ok(updated) => {
-                return json_response(StatusCode::OK, scale_of(&updated).to_string());
+                let answer = json_response(StatusCode::OK, scale_of(&updated).to_string());
+                return write::with_warnings(answer, &review.warnings);
             }
             Err(StoreError::Conflict { .. }) if asked_rv.is_none() => continue,
             Err(e) => return store_error(&e),

@@ -9,6 +9,10 @@
 //! to it keep the rest of the stored object as the kind's status strategy does, and writes to
 //! the main resource keep its stored `status`.
 //!
+//! Every write is admitted ([`super::admission`]): the mutating webhooks after decoding and
+//! defaulting, before the kind's strategy and validation; the validating ones on the object
+//! about to be stored.
+//!
 //! Writes through HTTP record `metadata.managedFields` ([`super::apply`]). `dryRun=All` runs a
 //! write through every check and answers as usual, but stores nothing: no resourceVersion is
 //! taken and no watch sees it. Any other `dryRun` value is refused with 422, as
@@ -23,6 +27,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
+use super::admission::{self, Operation, UserInfo};
 use super::apply::{self, ApplyError, Writer};
 use super::http::{Query, Target};
 use super::object::{StoreError, generate_name, identify, meta_mut};
@@ -421,9 +426,111 @@ fn refuse_create(shared: &Shared, target: &Target) -> Option<Response> {
         .map(|e| store_error(&e))
 }
 
+/// What admission is asked about a write to `target` (its objects and options are set by
+/// the caller): the path's resource and subresource, the kind of its objects, the name and
+/// namespace of the path (a Namespace's own name for requests on one), the user.
+pub(crate) fn review<'a>(
+    shared: &Shared,
+    target: &'a Target,
+    operation: Operation,
+    headers: &HeaderMap,
+) -> admission::Request<'a> {
+    let kind = match discovery::known(shared, &target.resource) {
+        discovery::Known::Builtin(b) => b.kind.to_string(),
+        discovery::Known::Custom(c) => c.kind,
+        discovery::Known::Unknown => shared.store.kind_of(&target.resource),
+    };
+    let namespace = if store::is_namespace(&target.resource) {
+        target.name.as_deref()
+    } else {
+        target.namespace.as_deref()
+    };
+    admission::Request {
+        operation,
+        resource: &target.resource,
+        kind,
+        kind_group_version: None,
+        subresource: target.subresource.as_deref(),
+        namespace: namespace.unwrap_or("").to_string(),
+        name: target.name.clone().unwrap_or_default(),
+        object: None,
+        old_object: None,
+        options: Value::Null,
+        dry_run: false,
+        user: UserInfo::from_headers(headers),
+        warnings: Vec::new(),
+    }
+}
+
+/// The review of a create of `obj` (a POST, or an apply that creates).
+fn create_review<'a>(
+    shared: &Shared,
+    target: &'a Target,
+    headers: &HeaderMap,
+    options: &WriteOptions,
+    obj: &Value,
+) -> admission::Request<'a> {
+    let mut review = review(shared, target, Operation::Create, headers);
+    review.name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    review.object = Some(obj.clone());
+    review.dry_run = options.dry_run;
+    let manager = if options.explicit_manager {
+        options.manager.as_str()
+    } else {
+        ""
+    };
+    review.options = admission::Request::write_options("CreateOptions", manager, options.dry_run);
+    review
+}
+
+/// The review of an update of `old` to `obj` (a PUT, a patch, an apply).
+pub(crate) fn update_review<'a>(
+    shared: &Shared,
+    target: &'a Target,
+    headers: &HeaderMap,
+    options: &WriteOptions,
+    (old, obj): (&Value, Value),
+) -> admission::Request<'a> {
+    let mut review = review(shared, target, Operation::Update, headers);
+    review.object = Some(obj);
+    review.old_object = Some(old.clone());
+    review.dry_run = options.dry_run;
+    let manager = if options.explicit_manager {
+        options.manager.as_str()
+    } else {
+        ""
+    };
+    review.options = admission::Request::write_options("UpdateOptions", manager, options.dry_run);
+    review
+}
+
+/// Runs the mutating webhooks of `review`; the object they leave.
+pub(crate) async fn mutated(
+    shared: &Shared,
+    review: &mut admission::Request<'_>,
+) -> Result<Value, Response> {
+    admission::mutate(shared, review).await?;
+    // Taken: `validated` gives the review the object as it is about to be stored.
+    Ok(review.object.take().unwrap_or(Value::Null))
+}
+
+/// Runs the validating webhooks of `review` on `obj`, the object about to be stored.
+pub(crate) async fn validated(
+    shared: &Shared,
+    review: &mut admission::Request<'_>,
+    obj: &Value,
+) -> Result<(), Response> {
+    review.object = Some(obj.clone());
+    admission::validate(shared, review).await
+}
+
 /// `response` with one `Warning` header per warning (`299 - "text"`), as the API server sends
 /// them.
-fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+pub(crate) fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
     for w in warnings {
         let text = w.replace('\\', "\\\\").replace('"', "\\\"");
         if let Ok(value) = axum::http::HeaderValue::from_str(&format!("299 - \"{text}\"")) {
@@ -498,10 +605,16 @@ pub(crate) async fn create(
         return e;
     }
     default_built_in(&mut obj);
-    let warnings = match validation::validate(shared, target, &mut obj, options.field_validation) {
-        Ok(warnings) => warnings,
-        Err(e) => return e.into_response(),
+    let mut review = create_review(shared, target, headers, &options, &obj);
+    obj = match mutated(shared, &mut review).await {
+        Ok(obj) => obj,
+        Err(refused) => return refused,
     };
+    let mut warnings =
+        match validation::validate(shared, target, &mut obj, options.field_validation) {
+            Ok(warnings) => warnings,
+            Err(e) => return with_warnings(e.into_response(), &review.warnings),
+        };
     let writer = Writer {
         manager: &options.manager,
         status: false,
@@ -509,6 +622,10 @@ pub(crate) async fn create(
         ty: type_of(shared, target),
     };
     apply::record_update(None, &mut obj, &writer);
+    if let Err(refused) = validated(shared, &mut review, &obj).await {
+        return refused;
+    }
+    warnings.extend(review.warnings);
     match commit_create(shared, obj, options.dry_run) {
         Ok(created) => with_warnings(
             json_response(StatusCode::CREATED, created.to_string()),
@@ -568,7 +685,17 @@ pub(crate) async fn replace(
             return not_found(target, name);
         };
         let current = current.value();
-        let mut obj = sent.clone();
+        let mut review = update_review(shared, target, headers, &options, (&current, sent.clone()));
+        let mut obj = match mutated(shared, &mut review).await {
+            Ok(obj) => obj,
+            Err(refused) => return refused,
+        };
+        if obj != sent && !status_only {
+            match validation::validate(shared, target, &mut obj, options.field_validation) {
+                Ok(w) => warnings = w,
+                Err(e) => return with_warnings(e.into_response(), &review.warnings),
+            }
+        }
         if status_only {
             obj = status_update(shared, target, &current, obj);
             match validation::validate_status(shared, target, &mut obj, options.field_validation) {
@@ -588,11 +715,15 @@ pub(crate) async fn replace(
             }
         }
         apply::record_update(Some(&current), &mut obj, &writer);
+        if let Err(refused) = validated(shared, &mut review, &obj).await {
+            return refused;
+        }
         if let Some(answer) = answer_update(
             commit_update(shared, &current, obj, options.dry_run),
             explicit_rv,
         ) {
-            return with_warnings(answer, &warnings);
+            let all: Vec<String> = warnings.iter().chain(&review.warnings).cloned().collect();
+            return with_warnings(answer, &all);
         }
     }
     conflict_after_retries(target, name)
@@ -709,6 +840,54 @@ fn names_resource_version(kind: PatchKind, patch: &Value) -> bool {
     }
 }
 
+/// An apply that creates its object: the configuration applied to nothing, admitted, validated
+/// and stored. `None` when the object was created meanwhile (the apply then patches it).
+async fn apply_create(
+    shared: &Shared,
+    target: &Target,
+    headers: &HeaderMap,
+    (options, writer): (&WriteOptions, &Writer<'_>),
+    patch: &Value,
+) -> Option<Response> {
+    let mut config = patch.clone();
+    if let Err(e) = conform(shared, target, &mut config) {
+        return Some(e.into_response());
+    }
+    let mut obj = match apply::apply(None, &config, writer, options.force == Some(true)) {
+        Ok(obj) => obj,
+        Err(e) => return Some(apply_error(e)),
+    };
+    if let Err(e) = conform(shared, target, &mut obj) {
+        return Some(e.into_response());
+    }
+    if let Some(e) = refuse_create(shared, target) {
+        return Some(e);
+    }
+    default_built_in(&mut obj);
+    let mut review = create_review(shared, target, headers, options, &obj);
+    obj = match mutated(shared, &mut review).await {
+        Ok(obj) => obj,
+        Err(refused) => return Some(refused),
+    };
+    let mut warnings =
+        match validation::validate(shared, target, &mut obj, options.field_validation) {
+            Ok(warnings) => warnings,
+            Err(e) => return Some(with_warnings(e.into_response(), &review.warnings)),
+        };
+    if let Err(refused) = validated(shared, &mut review, &obj).await {
+        return Some(refused);
+    }
+    warnings.extend(review.warnings);
+    match commit_create(shared, obj, options.dry_run) {
+        Ok(created) => {
+            let created = json_response(StatusCode::CREATED, created.to_string());
+            Some(with_warnings(created, &warnings))
+        }
+        Err(StoreError::AlreadyExists { .. }) => None,
+        Err(e) => Some(store_error(&e)),
+    }
+}
+
 /// PATCH of an object (or of its status).
 pub(crate) async fn patch(
     shared: &Shared,
@@ -768,33 +947,10 @@ pub(crate) async fn patch(
             if kind != PatchKind::Apply {
                 return not_found(target, name);
             }
-            let mut config = patch.clone();
-            if let Err(e) = conform(shared, target, &mut config) {
-                return e.into_response();
-            }
-            let mut obj = match apply::apply(None, &config, &writer, options.force == Some(true)) {
-                Ok(obj) => obj,
-                Err(e) => return apply_error(e),
-            };
-            if let Err(e) = conform(shared, target, &mut obj) {
-                return e.into_response();
-            }
-            if let Some(e) = refuse_create(shared, target) {
-                return e;
-            }
-            default_built_in(&mut obj);
-            let warnings =
-                match validation::validate(shared, target, &mut obj, options.field_validation) {
-                    Ok(warnings) => warnings,
-                    Err(e) => return e.into_response(),
-                };
-            match commit_create(shared, obj, options.dry_run) {
-                Ok(created) => {
-                    let created = json_response(StatusCode::CREATED, created.to_string());
-                    return with_warnings(created, &warnings);
-                }
-                Err(StoreError::AlreadyExists { .. }) => continue,
-                Err(e) => return store_error(&e),
+            let write = (&options, &writer);
+            match apply_create(shared, target, headers, write, &patch).await {
+                Some(answer) => return answer,
+                None => continue, // created meanwhile: patch it
             }
         };
         let live = &current.value();
@@ -822,9 +978,14 @@ pub(crate) async fn patch(
                 apply::apply(Some(live), &config, &writer, options.force == Some(true))
             }
         };
-        let mut patched = match result {
+        let patched = match result {
             Ok(patched) => patched,
             Err(e) => return apply_error(e),
+        };
+        let mut review = update_review(shared, target, headers, &options, (live, patched));
+        let mut patched = match mutated(shared, &mut review).await {
+            Ok(patched) => patched,
+            Err(refused) => return refused,
         };
         if status_only && kind != PatchKind::Apply {
             patched = status_update(shared, target, live, patched);
@@ -842,13 +1003,17 @@ pub(crate) async fn patch(
         } else {
             validation::validate(shared, target, &mut patched, options.field_validation)
         };
-        let warnings = match checked {
+        let mut warnings = match checked {
             Ok(warnings) => warnings,
-            Err(e) => return e.into_response(),
+            Err(e) => return with_warnings(e.into_response(), &review.warnings),
         };
         if kind != PatchKind::Apply {
             apply::record_update(Some(live), &mut patched, &writer);
         }
+        if let Err(refused) = validated(shared, &mut review, &patched).await {
+            return refused;
+        }
+        warnings.extend(review.warnings);
         if let Some(answer) = answer_update(
             commit_update(shared, live, patched, options.dry_run),
             explicit_rv,
@@ -971,6 +1136,7 @@ pub(crate) async fn delete(
     shared: &Arc<Shared>,
     target: &Target,
     query: &Query,
+    headers: &HeaderMap,
     body: Body,
 ) -> Response {
     let name = target.name.as_deref().unwrap_or("");
@@ -999,14 +1165,27 @@ pub(crate) async fn delete(
         Ok(options) => options,
         Err(e) => return e.into_response(),
     };
+    let Some(current) = shared
+        .store
+        .get(&target.resource, target.namespace.as_deref(), name)
+    else {
+        return not_found(target, name);
+    };
+    let mut review = delete_review(
+        shared,
+        target,
+        headers,
+        (&options, dry_run),
+        &current.value(),
+    );
+    if let Err(refused) = admit_delete(shared, &mut review).await {
+        return refused;
+    }
     if dry_run {
-        return match shared
-            .store
-            .get(&target.resource, target.namespace.as_deref(), name)
-        {
-            Some(obj) => json_response(StatusCode::OK, obj.json.clone()),
-            None => not_found(target, name),
-        };
+        return with_warnings(
+            json_response(StatusCode::OK, current.json.clone()),
+            &review.warnings,
+        );
     }
     let state = match shared.store.delete(
         &target.resource,
@@ -1018,6 +1197,66 @@ pub(crate) async fn delete(
         Err(e) => return store_error(&e),
     };
     end_grace_later(shared, &target.resource, &state);
+    let answer = answer_delete(shared, target, name, state);
+    with_warnings(answer, &review.warnings)
+}
+
+/// The review of a DELETE of `old` (kube-apiserver's `AdmissionToValidateObjectDeleteFunc`:
+/// mutating and validating webhooks alike see the stored object as `oldObject` and no
+/// `object`), with its DeleteOptions.
+fn delete_review<'a>(
+    shared: &Shared,
+    target: &'a Target,
+    headers: &HeaderMap,
+    (options, dry_run): (&DeleteOptions, bool),
+    old: &Value,
+) -> admission::Request<'a> {
+    // An item of a deletecollection keeps the collection's empty name and the path's
+    // namespace, as the registry's DeleteCollection admits it with the request's attributes.
+    let mut review = review(shared, target, Operation::Delete, headers);
+    review.old_object = Some(old.clone());
+    review.dry_run = dry_run;
+    let mut json_options = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"});
+    if let Some(grace) = options.grace_period {
+        json_options["gracePeriodSeconds"] = json!(grace);
+    }
+    if let Some(policy) = options.propagation {
+        json_options["propagationPolicy"] = json!(match policy {
+            Propagation::Foreground => "Foreground",
+            Propagation::Background => "Background",
+            Propagation::Orphan => "Orphan",
+        });
+    }
+    let mut preconditions = serde_json::Map::new();
+    if let Some(uid) = &options.uid {
+        preconditions.insert("uid".into(), json!(uid));
+    }
+    if let Some(rv) = &options.resource_version {
+        preconditions.insert("resourceVersion".into(), json!(rv));
+    }
+    if !preconditions.is_empty() {
+        json_options["preconditions"] = Value::Object(preconditions);
+    }
+    if dry_run {
+        json_options["dryRun"] = json!(["All"]);
+    }
+    review.options = json_options;
+    review
+}
+
+/// Admission of a delete: the mutating webhooks (a patch is refused: there is no object),
+/// then the validating ones.
+async fn admit_delete(
+    shared: &Shared,
+    review: &mut admission::Request<'_>,
+) -> Result<(), Response> {
+    admission::mutate(shared, review).await?;
+    admission::validate(shared, review).await
+}
+
+/// The answer to a DELETE that did what it asked: the object as the delete left it, or a
+/// Status Success.
+fn answer_delete(shared: &Shared, target: &Target, name: &str, state: Value) -> Response {
     // Deleted at once, or marked (finalizers, a propagation policy's GC finalizer, a grace
     // period): a marked object is answered as it is, whatever the kind.
     let immediate = state.pointer("/metadata/deletionTimestamp").is_none();
@@ -1084,11 +1323,13 @@ fn end_grace_later(shared: &Arc<Shared>, resource: &ResourceKey, state: &Value) 
 /// (`labelSelector`, `fieldSelector`, its namespace) and deletes each object as a DELETE of it
 /// with the same DeleteOptions would (finalizers, propagation policy; nothing with `dryRun`).
 /// Answers, as the registry does, with the list of the selected objects as they were listed.
-/// Namespaces have no `deletecollection` (405).
+/// Each item is admitted as a DELETE before it goes; a refusal answers the request, the items
+/// before it gone. Namespaces have no `deletecollection` (405).
 pub(crate) async fn delete_collection(
     shared: &Arc<Shared>,
     target: &Target,
     query: &Query,
+    headers: &HeaderMap,
     body: Body,
 ) -> Response {
     if let Err(e) = validation::scope(shared, target) {
@@ -1129,21 +1370,29 @@ pub(crate) async fn delete_collection(
         .filter(|o| filter.matches_stored(o))
         .map(|o| o.value())
         .collect();
-    if !dry_run {
-        for item in &items {
-            let namespace = item.pointer("/metadata/namespace").and_then(Value::as_str);
-            let name = item
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            match shared
-                .store
-                .delete(&target.resource, namespace, name, &options)
-            {
-                Ok(state) => end_grace_later(shared, &target.resource, &state),
-                Err(StoreError::NotFound { .. }) => {}
-                Err(e) => return store_error(&e),
-            }
+    let mut warnings = Vec::new();
+    for item in &items {
+        // Each item is admitted as a DELETE of it, as the registry's DeleteCollection does.
+        let mut review = delete_review(shared, target, headers, (&options, dry_run), item);
+        if let Err(refused) = admit_delete(shared, &mut review).await {
+            return refused;
+        }
+        warnings.extend(review.warnings);
+        if dry_run {
+            continue;
+        }
+        let namespace = item.pointer("/metadata/namespace").and_then(Value::as_str);
+        let name = item
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        match shared
+            .store
+            .delete(&target.resource, namespace, name, &options)
+        {
+            Ok(state) => end_grace_later(shared, &target.resource, &state),
+            Err(StoreError::NotFound { .. }) => {}
+            Err(e) => return store_error(&e),
         }
     }
     let list = json!({
@@ -1152,7 +1401,7 @@ pub(crate) async fn delete_collection(
         "metadata": {"resourceVersion": snapshot.rv.to_string()},
         "items": items,
     });
-    json_response(StatusCode::OK, list.to_string())
+    with_warnings(json_response(StatusCode::OK, list.to_string()), &warnings)
 }
 
 #[cfg(test)]
