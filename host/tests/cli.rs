@@ -131,7 +131,10 @@ fn check_accepts_a_plugin_and_prints_what_it_says_about_itself() {
         .unwrap();
     let (out, err) = text(&o);
     assert!(o.status.success(), "{err}");
-    assert!(out.contains("is a wisp:plugin/plugin@0.2.0 component"), "{out}");
+    assert!(
+        out.contains("is a wisp:plugin/plugin@0.2.0 component"),
+        "{out}"
+    );
     assert!(!out.contains("admission"), "{out}");
 }
 

@@ -37,7 +37,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         println!("wants informers: {}", c.info.informers.join(", "));
     }
     if c.admits() {
-        println!("takes admission requests (exports wisp:plugin/admission@{})", c.abi());
+        println!(
+            "takes admission requests (exports wisp:plugin/admission@{})",
+            c.abi()
+        );
     }
     let how = c.report.source.how();
     println!(
