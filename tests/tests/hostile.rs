@@ -553,3 +553,68 @@ async fn a_plugin_cannot_hide_another_plugins_metric_family() {
         "{text}"
     );
 }
+
+/// An admission call has no side effects, whatever the plugin tries: test-hostile's `admit`
+/// reports a verdict on a cached object and asks for two actions its grants allow, and each is
+/// refused (the verdict is not kept, nothing is audited or sent); its answer's warnings are cut
+/// to the host's bound however many it gives.
+#[test]
+fn an_admission_call_keeps_no_verdict_takes_no_action_and_its_answer_is_bounded() {
+    use wisp_host::plugin::sandbox::instance::MAX_ADMISSION_WARNINGS;
+    let dir = tempfile::tempdir().unwrap();
+    let pod = |rv: &str| {
+        format!(
+            "{{apiVersion: v1, kind: Pod, metadata: {{name: web-0, namespace: shop, uid: u-web, \
+             resourceVersion: \"{rv}\"}}, spec: {{containers: [{{name: web, image: nginx}}]}}}}"
+        )
+    };
+    // The flood's warnings after the three attempts', up to the bound.
+    let flood: Vec<String> = (0..MAX_ADMISSION_WARNINGS - 3)
+        .map(|i| format!("'w{i}-'"))
+        .collect();
+    let fixture = format!(
+        "informer: pods
+actions:
+  grants:
+    - {{verbs: [apply], apiVersion: v1, kind: ConfigMap}}
+    - {{verbs: [create], apiVersion: v1, kind: Event}}
+cases:
+  - name: granted actions and a verdict on a cached object are refused
+    cache: {{pods: [{old}]}}
+    steps:
+      - admit: {{operation: UPDATE, object: {new}}}
+    expect:
+      outcomes: [allowed]
+      admissions:
+        - allowed: true
+          warnings:
+            - 'verdict: Err('
+            - 'no action during an admission call'
+            - 'no action during an admission call'
+      verdicts: []
+      actions: []
+  - name: an answer's warnings are bounded
+    settings: {{admitWarnings: 1000, admitWarningBytes: 100}}
+    steps:
+      - admit: {{object: {new}}}
+    expect:
+      admissions:
+        - warnings: ['no verdict is kept during an admission call', 'no action', 'no action', {flood}]
+",
+        old = pod("1"),
+        new = pod("2"),
+        flood = flood.join(", ")
+    );
+    let file = dir.path().join("admission.yaml");
+    std::fs::write(&file, fixture).unwrap();
+    let mut out = Vec::new();
+    let summary = wisp_host::fixture::run(
+        &common::rig::engine(),
+        &plugin_path("test_hostile"),
+        &file,
+        &mut out,
+    )
+    .unwrap();
+    let text = String::from_utf8_lossy(&out);
+    assert_eq!((summary.cases, summary.passed), (2, 2), "{text}");
+}

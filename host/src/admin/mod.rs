@@ -311,4 +311,16 @@ pub const PLUGIN_COUNTERS: &[CounterField] = &[
         help: "Actions logged and not sent (dry-run mode).",
         get: |c| &c.actions_dry_run,
     },
+    CounterField {
+        metric: "admission_calls",
+        json: "admissionCalls",
+        help: "Admission requests asked of the plugin (calls into its admit).",
+        get: |c| &c.admission_calls,
+    },
+    CounterField {
+        metric: "admission_errors",
+        json: "admissionErrors",
+        help: "Admission calls that gave no answer: the plugin's error, a trap, its deadline.",
+        get: |c| &c.admission_errors,
+    },
 ];

@@ -15,10 +15,18 @@
 //!   at ONE string of `aliasBytes` bytes in the plugin's memory (the guest holds it once; the
 //!   host, lifting the list, would copy it `aliasLabels` times).
 //!
-//! Its `describe` gives a version of 1 MiB and a name with a newline in it.
+//! - `admitWarnings` x `admitWarningBytes`: its admission answer carries that many warnings of
+//!   that many bytes.
+//!
+//! Its `describe` gives a version of 1 MiB and a name with a newline in it. Its `admit` attacks as
+//! `handle` does, then tries to keep a verdict and to take two actions on the object asked about,
+//! and allows it with what each attempt got as warnings (`verdict: ...`, `apply: ...`,
+//! `event: ...`).
 
 use serde::Deserialize;
-use wisp_sdk::{Context, Object, Plugin, PluginInfo, Result, metrics};
+use wisp_sdk::admission::{Request, Response};
+use wisp_sdk::policy::{self, Severity};
+use wisp_sdk::{Context, Object, Plugin, PluginInfo, Result, actions, metrics};
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
@@ -36,6 +44,8 @@ struct Settings {
     error_bytes: usize,
     alias_labels: usize,
     alias_bytes: usize,
+    admit_warnings: usize,
+    admit_warning_bytes: usize,
 }
 
 struct Hostile {
@@ -142,6 +152,32 @@ impl Plugin for Hostile {
 
     fn on_delete(&mut self, _cx: &Context, _obj: &Object, _unknown: bool) -> Result<()> {
         self.attack()
+    }
+
+    fn admit(&mut self, req: &Request<'_>) -> Result<Response> {
+        self.attack()?;
+        let mut answer = Response::allow();
+        if let (Some(obj), Some(informer)) = (req.object(), req.informer()) {
+            let verdict = policy::violation(informer, obj, "sneak", Severity::High, "kept?");
+            answer = answer.warn(format!("verdict: {verdict:?}"));
+            let manifest = serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "sneak", "namespace": obj.namespace().unwrap_or("default")},
+            });
+            answer = answer.warn(format!("apply: {:?}", actions::apply(&manifest)));
+            let event = actions::create_event(
+                &actions::object_ref(obj),
+                actions::EventType::Normal,
+                "Sneak",
+                "during admission",
+            );
+            answer = answer.warn(format!("event: {event:?}"));
+        }
+        let s = &self.settings;
+        for i in 0..s.admit_warnings {
+            answer = answer.warn(padded(&format!("w{i}-"), s.admit_warning_bytes));
+        }
+        Ok(answer)
     }
 }
 
