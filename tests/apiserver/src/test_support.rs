@@ -84,6 +84,28 @@ pub fn python() -> Option<String> {
     )
 }
 
+/// Runs the Python `script` with `program` (from [`python`]) against the server at `url` (its
+/// one argument), off the runtime so the server keeps serving; what it printed on stdout, read
+/// as JSON. Panics, with what it wrote on stderr, when it fails.
+pub async fn run_python(
+    program: String,
+    script: &str,
+    url: String,
+) -> anyhow::Result<serde_json::Value> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("client.py");
+    std::fs::write(&path, script)?;
+    let out =
+        tokio::task::spawn_blocking(move || Command::new(program).arg(&path).arg(url).output())
+            .await??;
+    assert!(
+        out.status.success(),
+        "python client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
 /// kubectl against one server, with its own kubeconfig and discovery cache. Runs off the
 /// runtime so the server keeps serving.
 pub struct Kubectl {

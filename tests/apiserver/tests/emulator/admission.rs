@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use wisp_apiserver::test_support::webhook::{
     Answer, Certs, WebhookServer, allow, deny, patch, warn,
 };
-use wisp_apiserver::test_support::{Kubectl, kubectl, python};
+use wisp_apiserver::test_support::{Kubectl, kubectl, python, run_python};
 use wisp_apiserver::{TestApiServer, pod};
 
 /// A Validating (or Mutating) WebhookConfiguration named `name` with one webhook `hook` on
@@ -587,23 +587,7 @@ async fn the_python_client_gets_the_denials_status() -> anyhow::Result<()> {
         ),
     )
     .await?;
-    let dir = tempfile::tempdir()?;
-    let script = dir.path().join("client.py");
-    std::fs::write(&script, PYTHON_SCRIPT)?;
-    let url = server.url();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(program)
-            .arg(&script)
-            .arg(url)
-            .output()
-    })
-    .await??;
-    assert!(
-        out.status.success(),
-        "python failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let seen: Value = serde_json::from_slice(&out.stdout)?;
+    let seen = run_python(program, PYTHON_SCRIPT, server.url()).await?;
     let status = |code: u16, message: &str, reason: Option<&str>| {
         let mut s = json!({
             "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",

@@ -6,7 +6,7 @@
 //! (`$WISP_PYTHON`, else `python3`); `.ci/run` installs the Python client (pinned) in a venv.
 //! A missing peer skips its tests with a message, except under `CI=true`, where it fails them.
 
-use wisp_apiserver::test_support::{self as common, Kubectl, kubectl, python, rows};
+use wisp_apiserver::test_support::{self as common, Kubectl, kubectl, python, rows, run_python};
 
 use serde_json::{Value, json};
 use wisp_apiserver::{TestApiServer, pod};
@@ -338,23 +338,7 @@ async fn the_python_client_decodes_pods_creates_and_watches() -> anyhow::Result<
     };
     let server = TestApiServer::start().await?;
     server.create(pod("default", "web-1"))?;
-    let dir = tempfile::tempdir()?;
-    let script = dir.path().join("client.py");
-    std::fs::write(&script, PYTHON_SCRIPT)?;
-    let url = server.url();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(program)
-            .arg(&script)
-            .arg(url)
-            .output()
-    })
-    .await??;
-    assert!(
-        out.status.success(),
-        "python client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let seen: Value = serde_json::from_slice(&out.stdout)?;
+    let seen = run_python(program, PYTHON_SCRIPT, server.url()).await?;
     assert_eq!(seen["pod_type"], "V1Pod");
     assert_eq!(seen["pod_name"], "web-1");
     assert_eq!(seen["phase"], "Running");
@@ -896,23 +880,7 @@ async fn the_python_client_reads_an_established_crd_and_meets_its_schema() -> an
                         "replicas": {"type": "integer", "default": 1},
                         "size": {"type": "string", "enum": ["low", "medium", "high"]}}}}}}}]}
     }))?;
-    let dir = tempfile::tempdir()?;
-    let script = dir.path().join("crd.py");
-    std::fs::write(&script, PYTHON_CRD_SCRIPT)?;
-    let url = server.url();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(program)
-            .arg(&script)
-            .arg(url)
-            .output()
-    })
-    .await??;
-    assert!(
-        out.status.success(),
-        "python client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let seen: Value = serde_json::from_slice(&out.stdout)?;
+    let seen = run_python(program, PYTHON_CRD_SCRIPT, server.url()).await?;
     assert_eq!(
         seen["conditions"],
         json!([
